@@ -1,0 +1,1 @@
+"""HTTP edges: FastAPI app factory, wire models, extender and webhook routes."""

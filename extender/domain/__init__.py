@@ -1,0 +1,1 @@
+"""Pure scheduling core: no I/O, no kubernetes/fastapi/prometheus imports."""

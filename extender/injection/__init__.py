@@ -1,0 +1,1 @@
+"""Pure job-wiring render: names, hostfiles, env, SSH material, JSONPatch, admission responses."""

@@ -1,0 +1,1 @@
+"""The only package that talks to the Kubernetes API: watch cache, binder, writers, controller."""
