@@ -1,0 +1,132 @@
+"""HTTP scheduler extender: `POST /filter`, `/prioritize`, `/bind` for kube-scheduler.
+
+A thin adapter: parse the wire format, ask the scheduling port, translate the
+core's verdict into `ExtenderFilterResult` / `HostPriority` / `ExtenderBindingResult`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol, TypeVar
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.responses import Response
+from pydantic import BaseModel, ValidationError
+
+from extender.api.wire import (
+    ExtenderArgs,
+    ExtenderBindingArgs,
+    ExtenderFilterResult,
+    NodeList,
+)
+from extender.domain.gang import FilterDecision
+from extender.metrics import Metrics
+
+Model = TypeVar("Model", bound=BaseModel)
+
+
+class SchedulingPort(Protocol):
+    """What the routes need from the scheduling side (see extender.coordinator)."""
+
+    def filter(self, pod: dict[str, Any], candidates: list[str]) -> FilterDecision: ...
+
+    def prioritize(self, pod: dict[str, Any], candidates: list[str]) -> dict[str, int]: ...
+
+    async def bind(self, args: ExtenderBindingArgs) -> str:
+        """Bind or refuse; returns "" on success, else the error for the scheduler."""
+        ...
+
+
+class BadRequest(Exception):
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+def json_response(body: Any, status: int = 200) -> Response:
+    return Response(orjson.dumps(body), status_code=status, media_type="application/json")
+
+
+async def read_model(request: Request, model: type[Model], max_bytes: int) -> Model:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > max_bytes:
+        raise BadRequest(f"request body of {declared} bytes exceeds the {max_bytes} byte limit")
+    body = await request.body()
+    if len(body) > max_bytes:
+        raise BadRequest(f"request body of {len(body)} bytes exceeds the {max_bytes} byte limit")
+    try:
+        raw = orjson.loads(body)
+    except orjson.JSONDecodeError as err:
+        raise BadRequest(f"body is not JSON: {err}") from None
+    if not isinstance(raw, dict):
+        raise BadRequest(f"expected a JSON object for {model.__name__}")
+    try:
+        return model.model_validate(raw)
+    except ValidationError as err:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or model.__name__}: {e['msg']}"
+            for e in err.errors()
+        )
+        raise BadRequest(f"invalid {model.__name__}: {problems}") from None
+
+
+def filter_result(args: ExtenderArgs, decision: FilterDecision) -> dict[str, Any]:
+    result = ExtenderFilterResult(
+        FailedNodes=decision.failed,
+        FailedAndUnresolvableNodes=decision.unresolvable,
+    )
+    if args.NodeNames is not None or args.Nodes is None:
+        result.NodeNames = decision.nodes
+    else:
+        keep = set(decision.nodes)
+        result.Nodes = NodeList(
+            items=[n for n in args.Nodes.items if (n.get("metadata") or {}).get("name") in keep]
+        )
+    return result.model_dump()
+
+
+def create_extender_app(
+    *, port: SchedulingPort, metrics: Metrics, max_request_bytes: int
+) -> FastAPI:
+    app = FastAPI(title="gang-extender scheduler extender", docs_url=None, redoc_url=None)
+
+    async def timed(verb: str, work: Callable[[], Awaitable[Response]]) -> Response:
+        started = time.perf_counter()
+        try:
+            return await work()
+        except BadRequest as err:
+            metrics.extender_errors.labels(verb=verb).inc()
+            return json_response({"Error": err.message}, status=400)
+        finally:
+            metrics.request_seconds.labels(verb=verb).observe(time.perf_counter() - started)
+
+    @app.post("/filter")
+    async def filter_route(request: Request) -> Response:
+        async def work() -> Response:
+            args = await read_model(request, ExtenderArgs, max_request_bytes)
+            decision = port.filter(args.Pod, args.candidate_names())
+            return json_response(filter_result(args, decision))
+
+        return await timed("filter", work)
+
+    @app.post("/prioritize")
+    async def prioritize_route(request: Request) -> Response:
+        async def work() -> Response:
+            args = await read_model(request, ExtenderArgs, max_request_bytes)
+            scores = port.prioritize(args.Pod, args.candidate_names())
+            return json_response([{"Host": h, "Score": s} for h, s in scores.items()])
+
+        return await timed("prioritize", work)
+
+    @app.post("/bind")
+    async def bind_route(request: Request) -> Response:
+        async def work() -> Response:
+            args = await read_model(request, ExtenderBindingArgs, max_request_bytes)
+            error = await port.bind(args)
+            return json_response({"Error": error})
+
+        return await timed("bind", work)
+
+    return app

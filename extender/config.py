@@ -1,0 +1,71 @@
+"""Service settings: every tuning constant lives here, with its reason.
+
+Read from `GANG_*` environment variables and overridden by `gang-extender serve`
+flags (see `extender.cli`). Documented in docs/configuration.md.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="GANG_", extra="forbid")
+
+    kubeconfig: Path | None = Field(
+        default=None, description="kubeconfig file; in-cluster config when unset"
+    )
+    bind_address: str = Field(default="0.0.0.0", description="address all listeners bind")
+    extender_port: int = Field(default=8443, description="HTTPS scheduler-extender port")
+    webhook_port: int = Field(default=9443, description="HTTPS admission-webhook port")
+    metrics_port: int = Field(default=8080, description="HTTP /metrics, /healthz, /readyz port")
+
+    tls_cert: Path | None = Field(default=None, description="serving cert (PEM); with tls_key")
+    tls_key: Path | None = Field(default=None, description="serving key (PEM); with tls_cert")
+    tls_dir: Path = Field(
+        default=Path("/tmp/gang-extender-tls"),
+        description="where the self-managed CA and serving cert are kept when no cert is given",
+    )
+    tls_hosts: list[str] = Field(
+        default_factory=lambda: [
+            "localhost",
+            "127.0.0.1",
+            "gang-extender.gang-system.svc",
+            "gang-extender.gang-system.svc.cluster.local",
+        ],
+        description="DNS names / IPs the self-managed serving cert is valid for",
+    )
+    webhook_config_name: str | None = Field(
+        default="gang-extender",
+        description="MutatingWebhookConfiguration whose caBundle the service keeps current "
+        "when it manages its own CA; None to leave it alone",
+    )
+
+    policy: Path | None = Field(
+        default=None, description="placement policy file; built-in binpack when unset"
+    )
+
+    # Bind barrier: kube-scheduler's extender httpTimeout must exceed this, or the
+    # scheduler gives up on a bind we would still complete.
+    bind_barrier_timeout_seconds: float = Field(default=30.0, gt=0)
+    # A plan nobody acts on (a member the scheduler keeps rejecting for its own
+    # reasons) must not hold capacity forever.
+    default_schedule_timeout_seconds: float = Field(default=60.0, gt=0)
+    # After a plan is dropped, wait before planning the same group again so
+    # another gang gets its turn at the capacity.
+    replan_backoff_seconds: float = Field(default=2.0, ge=0)
+    # Batch PodGroup status writes: at most one write per group per interval.
+    status_write_interval_seconds: float = Field(default=1.0, ge=0)
+    # Largest request body the extender accepts; a 5,000-node NodeNames list is ~150 KB.
+    max_request_bytes: int = Field(default=16 * 1024 * 1024, gt=0)
+
+    leader_elect: bool = Field(default=False, description="run leader election on a Lease")
+    lease_namespace: str = Field(default="gang-system")
+    lease_name: str = Field(default="gang-extender-service")
+    lease_duration_seconds: float = Field(default=15.0, gt=0)
+    lease_renew_seconds: float = Field(default=5.0, gt=0)
+
+    log_level: str = Field(default="INFO")

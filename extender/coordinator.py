@@ -1,0 +1,152 @@
+"""Runs the pure `GangCore` on the event loop: the bind barrier and the binder call.
+
+Every core call happens on the one event-loop thread (watch threads hand their
+events over with `call_soon_threadsafe`), so the core needs no locks. Effects
+the core emits are signalled to barrier waiters here and handed to the service
+(`effect_sink`) for the API writes: annotations, Events, status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from extender.api.wire import ExtenderBindingArgs
+from extender.domain.gang import (
+    BindVerdict,
+    Effect,
+    FilterDecision,
+    GangBound,
+    GangCore,
+    PlanDropped,
+)
+from extender.domain.model import PodInfo
+from extender.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+
+class BindError(Exception):
+    """The API server refused a binding; the message is the scheduler's error text."""
+
+
+class Binder(Protocol):
+    async def bind(self, *, namespace: str, name: str, uid: str, node: str) -> None:
+        """POST pods/binding. Raises BindError. Must not be retried blindly: a 409
+        means someone else bound the pod."""
+        ...
+
+
+class SchedulingCoordinator:
+    def __init__(
+        self,
+        core: GangCore,
+        binder: Binder,
+        metrics: Metrics,
+        *,
+        effect_sink: Callable[[list[Effect]], None],
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.core = core
+        self.binder = binder
+        self.metrics = metrics
+        self.clock = clock
+        self._effect_sink = effect_sink
+        self._barriers: dict[int, asyncio.Event] = {}
+
+    # ---- extender verbs ----
+    def filter(self, pod: dict[str, Any], candidates: list[str]) -> FilterDecision:
+        info = self._known(pod)
+        try:
+            return self.core.filter(info, candidates, self.clock())
+        finally:
+            self.flush_effects()
+
+    def prioritize(self, pod: dict[str, Any], candidates: list[str]) -> dict[str, int]:
+        return self.core.prioritize(self._known(pod), candidates)
+
+    async def bind(self, args: ExtenderBindingArgs) -> str:
+        decision = self.core.arrive(args.PodUID, args.Node, self.clock())
+        self.flush_effects()
+        if decision.verdict is BindVerdict.ERROR:
+            return decision.message
+        if decision.verdict in (BindVerdict.WAIT, BindVerdict.RELEASE):
+            assert decision.plan_id is not None and decision.group is not None
+            event = self._barriers.setdefault(decision.plan_id, asyncio.Event())
+            if decision.verdict is BindVerdict.RELEASE:
+                event.set()
+            error = await self._wait_barrier(decision.plan_id, decision.group, event)
+            if error:
+                return error
+        return await self._bind_now(args)
+
+    async def _wait_barrier(self, plan_id: int, group: Any, event: asyncio.Event) -> str:
+        while True:
+            state = self.core.barrier_state(plan_id, group)
+            if state is BindVerdict.RELEASE:
+                return ""
+            if state is BindVerdict.ERROR:
+                message = self.core.groups[group].message if group in self.core.groups else ""
+                return message or f"gang {group}: plan {plan_id} was dropped"
+            deadline = self.core.barrier_deadline(plan_id, group)
+            remaining = (deadline - self.clock()) if deadline is not None else 0.0
+            if remaining <= 0:
+                message = self.core.barrier_timed_out(plan_id, group, self.clock())
+                self.metrics.barrier_timeouts.inc()
+                self.flush_effects()
+                return message
+            try:
+                await asyncio.wait_for(event.wait(), timeout=remaining)
+            except TimeoutError:
+                continue
+
+    async def _bind_now(self, args: ExtenderBindingArgs) -> str:
+        try:
+            await self.binder.bind(
+                namespace=args.PodNamespace, name=args.PodName, uid=args.PodUID, node=args.Node
+            )
+        except BindError as err:
+            self.core.bind_failed(args.PodUID, str(err), self.clock())
+            self.flush_effects()
+            return f"binding {args.PodNamespace}/{args.PodName} to {args.Node}: {err}"
+        # Count it as bound now rather than when the watch catches up, so the
+        # next filter does not offer the same room twice.
+        pod = self.core.snapshot.pods.get(args.PodUID)
+        if pod is not None and not pod.is_bound:
+            self.core.observe_pod(dataclasses.replace(pod, node_name=args.Node), self.clock())
+            self.flush_effects()
+        return ""
+
+    # ---- plumbing ----
+    def _known(self, pod: dict[str, Any]) -> PodInfo:
+        """The scheduler's copy of the pod, or ours when we have it (ours carries plan notes)."""
+        info = PodInfo.from_api(pod)
+        cached = self.core.snapshot.pods.get(info.uid)
+        if cached is not None:
+            return cached
+        self.core.snapshot.upsert_pod(info)
+        return info
+
+    def flush_effects(self) -> None:
+        effects = self.core.drain_effects()
+        if not effects:
+            return
+        for effect in effects:
+            if isinstance(effect, PlanDropped | GangBound):
+                # Wake waiters of a dropped plan; forget the event of a finished one.
+                event = self._barriers.pop(effect.plan.plan_id, None)
+                if event is not None:
+                    event.set()
+        self.metrics.reservations.set(
+            sum(len(p.placements) - len(p.bound) for p in self.core.ledger.plans.values())
+        )
+        self._effect_sink(effects)
+
+    def tick(self) -> None:
+        """Periodic: expire plans past their deadline (wakes their barrier waiters)."""
+        self.core.expire(self.clock())
+        self.flush_effects()

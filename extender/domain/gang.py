@@ -1,0 +1,384 @@
+"""Why a pod was held, planned or bound: the gang scheduling decisions, in one place.
+
+`GangCore` owns the snapshot and the ledger and answers the extender's three
+verbs with a core-owned verdict; the HTTP routes only translate it. Time is
+passed in (`now`), side effects go out as `Effect` records the service drains
+(annotate planned members so kube-scheduler retries them, write status, emit
+Events), so every decision here is deterministic and testable without a cluster.
+
+Filter decision order for a pod:
+ 1. No group -> NOT_A_GANG: any candidate it fits on once gang reservations are
+    taken out.
+ 2. Group misdeclared (two groups, members disagree on size, bad PodGroup) -> REJECT.
+ 3. Group has a plan that includes the pod -> PLANNED on its node (if kube-scheduler
+    still offers that node; else the plan is dropped and the gang waits).
+ 4. Group backing off after a dropped plan, or fewer than minMember members -> WAIT.
+ 5. Nothing changed since the last failed attempt -> WAIT (memoised shortfall).
+ 6. Plan every unbound member (or, failing that, just enough to reach minMember)
+    on capacity free of bound pods and other gangs' reservations -> PLANNED, or
+    WAIT with what is missing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+
+from extender.domain.ledger import Ledger, Plan
+from extender.domain.membership import GroupKey
+from extender.domain.model import PodInfo, Resources
+from extender.domain.planner import Placement, plan_gang
+from extender.domain.policy import Policy, Strategy
+from extender.domain.quantity import GPU
+from extender.domain.snapshot import ClusterSnapshot, fits
+
+MAX_SCORE = 10
+
+
+class Verdict(Enum):
+    NOT_A_GANG = "not-a-gang"
+    WAIT = "wait"
+    PLANNED = "planned"
+    REJECT = "reject"
+
+
+@dataclass(frozen=True)
+class FilterDecision:
+    verdict: Verdict
+    nodes: list[str]  # nodes the pod may go to
+    failed: dict[str, str]  # node -> reason, resolvable (plain pods vs reservations)
+    unresolvable: dict[str, str]  # node -> reason, preemption cannot help
+    message: str = ""
+
+
+class BindVerdict(Enum):
+    BIND_NOW = "bind-now"  # not part of a plan: bind straight away
+    WAIT = "wait"  # inside the barrier: wait for the rest of the gang
+    RELEASE = "release"  # last member arrived: everyone may bind
+    ERROR = "error"  # refuse: plan gone or node differs
+
+
+@dataclass(frozen=True)
+class BindDecision:
+    verdict: BindVerdict
+    plan_id: int | None = None
+    group: GroupKey | None = None
+    message: str = ""
+
+
+# ---- effects the service carries out ----
+@dataclass(frozen=True)
+class PlanCreated:
+    plan: Plan
+
+
+@dataclass(frozen=True)
+class PlanDropped:
+    plan: Plan
+    reason: str
+    timed_out: bool = False
+
+
+@dataclass(frozen=True)
+class GangBound:
+    plan: Plan
+
+
+Effect = PlanCreated | PlanDropped | GangBound
+
+
+@dataclass
+class GroupState:
+    message: str = ""
+    retry_after: float = 0.0
+    shortfall_generation: tuple[int, int] | None = None
+    first_seen: float | None = None
+    waiting: bool = True
+
+
+@dataclass
+class Timeouts:
+    schedule_timeout_seconds: float
+    bind_barrier_timeout_seconds: float
+    replan_backoff_seconds: float
+
+
+@dataclass
+class GangCore:
+    policy: Policy
+    timeouts: Timeouts
+    snapshot: ClusterSnapshot = field(default_factory=ClusterSnapshot)
+    ledger: Ledger = field(default_factory=Ledger)
+    groups: dict[GroupKey, GroupState] = field(default_factory=dict)
+    effects: list[Effect] = field(default_factory=list)
+
+    # ------------------------------------------------------------------ filter
+    def filter(self, pod: PodInfo, candidates: Sequence[str], now: float) -> FilterDecision:
+        self.expire(now)
+        if pod.group is None and pod.group_error is None:
+            return self._filter_plain(pod, candidates)
+        if pod.group_error is not None:
+            return self._hold(candidates, Verdict.REJECT, pod.group_error)
+        assert pod.group is not None
+        key = pod.group
+        state = self.groups.setdefault(key, GroupState(first_seen=now))
+        spec = self.snapshot.group_spec(key)
+        if spec is None:
+            return self._hold(
+                candidates,
+                Verdict.WAIT,
+                self._say(
+                    state,
+                    f"gang {key}: no PodGroup {key.name} and no gang-extender.io/min-available "
+                    "annotation; create the PodGroup or annotate the pods",
+                ),
+            )
+        if spec.error is not None:
+            return self._hold(
+                candidates, Verdict.REJECT, self._say(state, f"gang {key}: {spec.error}")
+            )
+
+        plan = self.ledger.plans.get(key)
+        if plan is not None:
+            node = plan.placements.get(pod.uid)
+            if node is None:
+                return self._hold(
+                    candidates,
+                    Verdict.WAIT,
+                    f"gang {key}: being placed without this member; it is scheduled after",
+                )
+            if node in candidates:
+                return FilterDecision(Verdict.PLANNED, [node], {}, {}, f"planned on {node}")
+            self._drop(
+                plan,
+                f"kube-scheduler no longer offers planned node {node} for {pod.ref}",
+                now,
+            )
+            return self._hold(candidates, Verdict.WAIT, self.groups[key].message)
+
+        if now < state.retry_after:
+            return self._hold(candidates, Verdict.WAIT, state.message)
+
+        members = self.snapshot.members(key)
+        if pod.uid not in {m.uid for m in members}:
+            members = sorted([*members, pod], key=lambda p: (p.created, p.name))
+        bound = [m for m in members if m.is_bound]
+        if len(members) < spec.min_member:
+            return self._hold(
+                candidates,
+                Verdict.WAIT,
+                self._say(
+                    state,
+                    f"gang {key}: {len(members)}/{spec.min_member} members exist; "
+                    "waiting for the rest to be created",
+                ),
+            )
+        generation = (self.snapshot.generation, self.ledger.generation)
+        if state.shortfall_generation == generation:
+            return self._hold(candidates, Verdict.WAIT, state.message)
+
+        unbound = [m for m in members if not m.is_bound]
+        need = max(1, spec.min_member - len(bound))
+        free = self.free_for_planning()
+        allowed = {pod.uid: set(candidates)}
+        outcome = plan_gang(unbound, free, self.snapshot.nodes, self.policy, allowed=allowed)
+        if not isinstance(outcome, Placement) and len(unbound) > need:
+            outcome = plan_gang(
+                unbound[:need], free, self.snapshot.nodes, self.policy, allowed=allowed
+            )
+        if not isinstance(outcome, Placement):
+            state.shortfall_generation = generation
+            return self._hold(
+                candidates, Verdict.WAIT, self._say(state, f"gang {key}: {outcome.message}")
+            )
+
+        timeout = spec.schedule_timeout_seconds or self.timeouts.schedule_timeout_seconds
+        members_by_uid = {m.uid: m for m in unbound}
+        plan = Plan(
+            group=key,
+            plan_id=self.ledger.new_plan_id(),
+            placements=dict(outcome.nodes),
+            requests={uid: members_by_uid[uid].requests for uid in outcome.nodes},
+            names={uid: members_by_uid[uid].ref for uid in outcome.nodes},
+            created_at=now,
+            deadline=now + timeout,
+        )
+        self.ledger.reserve(plan)
+        state.shortfall_generation = None
+        state.waiting = False
+        self._say(state, f"gang {key}: planned {len(plan.placements)} members, binding")
+        self.effects.append(PlanCreated(plan))
+        node = plan.placements.get(pod.uid)
+        if node is None:
+            return self._hold(
+                candidates,
+                Verdict.WAIT,
+                f"gang {key}: being placed without this member; it is scheduled after",
+            )
+        return FilterDecision(Verdict.PLANNED, [node], {}, {}, f"planned on {node}")
+
+    def _filter_plain(self, pod: PodInfo, candidates: Sequence[str]) -> FilterDecision:
+        reserved = set(self.ledger.reserved_nodes())
+        if not reserved:
+            return FilterDecision(Verdict.NOT_A_GANG, list(candidates), {}, {})
+        nodes: list[str] = []
+        failed: dict[str, str] = {}
+        for name in candidates:
+            if name in reserved and not fits(pod.requests, self.free_after_reservations(name)):
+                owners = ", ".join(str(g) for g in self.ledger.owners(name))
+                failed[name] = f"capacity on {name} is reserved for gang {owners}"
+            else:
+                nodes.append(name)
+        return FilterDecision(Verdict.NOT_A_GANG, nodes, failed, {})
+
+    def _hold(self, candidates: Sequence[str], verdict: Verdict, message: str) -> FilterDecision:
+        return FilterDecision(verdict, [], {}, dict.fromkeys(candidates, message), message)
+
+    @staticmethod
+    def _say(state: GroupState, message: str) -> str:
+        state.message = message
+        return message
+
+    # -------------------------------------------------------------- capacity
+    def free_after_reservations(self, node: str) -> Resources:
+        free = self.snapshot.free(node)
+        for name, value in self.ledger.reserved(node).items():
+            free[name] = free.get(name, 0) - value
+        return free
+
+    def free_for_planning(self) -> dict[str, Resources]:
+        return {name: self.free_after_reservations(name) for name in self.snapshot.nodes}
+
+    # ------------------------------------------------------------ prioritize
+    def prioritize(self, pod: PodInfo, candidates: Collection[str]) -> dict[str, int]:
+        plan = self.ledger.plan_of(pod.uid)
+        if plan is not None:
+            planned = plan.placements[pod.uid]
+            return {n: MAX_SCORE if n == planned else 0 for n in candidates}
+        return {n: self._score(n) for n in candidates}
+
+    def _score(self, node: str) -> int:
+        info = self.snapshot.nodes.get(node)
+        total = info.allocatable.get(GPU, 0) if info else 0
+        if total <= 0:
+            return 0
+        free = self.free_after_reservations(node).get(GPU, 0)
+        used_fraction = (total - max(0, free)) / total
+        if self.policy.strategy is Strategy.SPREAD:
+            used_fraction = 1 - used_fraction
+        return round(used_fraction * MAX_SCORE)
+
+    # ------------------------------------------------------------------ bind
+    def arrive(self, uid: str, node: str, now: float) -> BindDecision:
+        """A pod reached bind on `node`: join its gang's barrier, if it has one."""
+        self.expire(now)
+        pod = self.snapshot.pods.get(uid)
+        plan = self.ledger.plan_of(uid)
+        if plan is None:
+            if pod is not None and pod.group is not None:
+                state = self.groups.get(pod.group)
+                reason = state.message if state else "no plan"
+                return BindDecision(
+                    BindVerdict.ERROR,
+                    group=pod.group,
+                    message=f"gang {pod.group} has no plan for {pod.ref} ({reason}); retrying",
+                )
+            return BindDecision(BindVerdict.BIND_NOW)
+        planned = plan.placements[uid]
+        if planned != node:
+            self._drop(plan, f"{plan.names[uid]} reached bind on {node}, planned {planned}", now)
+            return BindDecision(
+                BindVerdict.ERROR, plan.plan_id, plan.group, self.groups[plan.group].message
+            )
+        plan.arrived[uid] = node
+        if plan.barrier_started is None:
+            plan.barrier_started = now
+        if plan.barrier_complete:
+            return BindDecision(BindVerdict.RELEASE, plan.plan_id, plan.group)
+        return BindDecision(BindVerdict.WAIT, plan.plan_id, plan.group)
+
+    def barrier_deadline(self, plan_id: int, group: GroupKey) -> float | None:
+        plan = self.ledger.plans.get(group)
+        if plan is None or plan.plan_id != plan_id or plan.barrier_started is None:
+            return None
+        return min(plan.deadline, plan.barrier_started + self.timeouts.bind_barrier_timeout_seconds)
+
+    def barrier_state(self, plan_id: int, group: GroupKey) -> BindVerdict:
+        """RELEASE when the barrier of that plan is complete, ERROR when the plan is gone."""
+        plan = self.ledger.plans.get(group)
+        if plan is None or plan.plan_id != plan_id:
+            return BindVerdict.ERROR
+        return BindVerdict.RELEASE if plan.barrier_complete else BindVerdict.WAIT
+
+    def barrier_timed_out(self, plan_id: int, group: GroupKey, now: float) -> str:
+        plan = self.ledger.plans.get(group)
+        if plan is not None and plan.plan_id == plan_id and not plan.barrier_complete:
+            missing = ", ".join(sorted(plan.names[u] for u in plan.waiting_for))
+            self._drop(plan, f"bind barrier timed out waiting for {missing}", now, timed_out=True)
+        state = self.groups.get(group)
+        return state.message if state else "bind barrier timed out"
+
+    def bind_failed(self, uid: str, reason: str, now: float) -> None:
+        plan = self.ledger.plan_of(uid)
+        if plan is not None:
+            self._drop(plan, f"binding {plan.names[uid]} failed: {reason}", now)
+
+    # --------------------------------------------------------- observations
+    def observe_pod(self, pod: PodInfo, now: float) -> None:
+        """The watch saw a pod: update the snapshot and settle plans it completes."""
+        self.snapshot.upsert_pod(pod)
+        plan = self.ledger.plan_of(pod.uid)
+        if plan is None:
+            return
+        if pod.deleting or pod.phase in ("Succeeded", "Failed"):
+            self._drop(plan, f"member {pod.ref} is gone", now)
+            return
+        if pod.is_bound:
+            self.ledger.mark_bound(pod.uid)
+            if plan.fully_bound:
+                self.ledger.drop(plan.group)
+                state = self.groups.setdefault(plan.group, GroupState())
+                self._say(
+                    state, f"gang {plan.group}: all {len(plan.placements)} planned members bound"
+                )
+                self.effects.append(GangBound(plan))
+
+    def forget_pod(self, uid: str, now: float) -> None:
+        pod = self.snapshot.delete_pod(uid)
+        plan = self.ledger.plan_of(uid)
+        if plan is not None:
+            self._drop(plan, f"member {plan.names[uid]} was deleted", now)
+        if (
+            pod is not None
+            and pod.group is not None
+            and not self.snapshot.members(pod.group)
+            and self.snapshot.podgroup(pod.group) is None
+        ):
+            self.groups.pop(pod.group, None)
+
+    # --------------------------------------------------------------- expiry
+    def expire(self, now: float) -> None:
+        for plan in list(self.ledger.plans.values()):
+            if now >= plan.deadline and not plan.barrier_complete:
+                missing = ", ".join(sorted(plan.names[u] for u in plan.waiting_for))
+                self._drop(
+                    plan,
+                    f"schedule timeout: {missing} did not reach bind in time",
+                    now,
+                    timed_out=True,
+                )
+
+    def _drop(self, plan: Plan, reason: str, now: float, *, timed_out: bool = False) -> None:
+        if self.ledger.drop(plan.group) is None:
+            return
+        state = self.groups.setdefault(plan.group, GroupState())
+        state.retry_after = now + self.timeouts.replan_backoff_seconds
+        state.shortfall_generation = None
+        state.waiting = True
+        self._say(state, f"gang {plan.group}: plan dropped: {reason}")
+        self.effects.append(PlanDropped(plan, reason, timed_out))
+
+    def drain_effects(self) -> list[Effect]:
+        effects, self.effects = self.effects, []
+        return effects

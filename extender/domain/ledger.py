@@ -1,0 +1,109 @@
+"""Reservations: capacity planned for a gang but not yet bound.
+
+A plan reserves a node for every member at once, so two gangs can never each
+hold part of what both need (no deadlock). A member's reservation ends when the
+pod is seen bound (then the snapshot counts it) or the plan is dropped.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from extender.domain.membership import GroupKey
+from extender.domain.model import Resources
+from extender.domain.snapshot import add_into
+
+
+@dataclass
+class Plan:
+    group: GroupKey
+    plan_id: int
+    placements: dict[str, str]  # pod uid -> node
+    requests: dict[str, Resources]  # pod uid -> requests
+    names: dict[str, str]  # pod uid -> "ns/name", for messages
+    created_at: float
+    deadline: float
+    bound: set[str] = field(default_factory=set)
+    arrived: dict[str, str] = field(default_factory=dict)  # pod uid -> node at bind
+    barrier_started: float | None = None
+
+    @property
+    def waiting_for(self) -> set[str]:
+        """Planned members that have not reached bind yet."""
+        return set(self.placements) - self.bound - set(self.arrived)
+
+    @property
+    def barrier_complete(self) -> bool:
+        return not self.waiting_for
+
+    @property
+    def fully_bound(self) -> bool:
+        return self.bound >= set(self.placements)
+
+
+class Ledger:
+    def __init__(self) -> None:
+        self.plans: dict[GroupKey, Plan] = {}
+        self._reserved: dict[str, Resources] = defaultdict(dict)
+        self._plan_of: dict[str, GroupKey] = {}
+        self._next_id = 1
+        self.generation = 0
+
+    def new_plan_id(self) -> int:
+        self._next_id += 1
+        return self._next_id
+
+    def reserve(self, plan: Plan) -> None:
+        if plan.group in self.plans:
+            raise ValueError(f"gang {plan.group} already has a plan")
+        self.plans[plan.group] = plan
+        for uid, node in plan.placements.items():
+            if uid in plan.bound:
+                continue
+            add_into(self._reserved[node], plan.requests[uid])
+            self._plan_of[uid] = plan.group
+        self.generation += 1
+
+    def plan_of(self, uid: str) -> Plan | None:
+        key = self._plan_of.get(uid)
+        return self.plans.get(key) if key is not None else None
+
+    def mark_bound(self, uid: str) -> Plan | None:
+        """The pod is bound: its capacity is now counted by the snapshot."""
+        key = self._plan_of.pop(uid, None)
+        if key is None:
+            return None
+        plan = self.plans[key]
+        plan.bound.add(uid)
+        add_into(self._reserved[plan.placements[uid]], plan.requests[uid], -1)
+        self.generation += 1
+        return plan
+
+    def drop(self, group: GroupKey) -> Plan | None:
+        plan = self.plans.pop(group, None)
+        if plan is None:
+            return None
+        for uid, node in plan.placements.items():
+            if self._plan_of.get(uid) == group:
+                del self._plan_of[uid]
+                add_into(self._reserved[node], plan.requests[uid], -1)
+        self.generation += 1
+        return plan
+
+    def reserved(self, node: str) -> Mapping[str, int]:
+        return self._reserved.get(node, {})
+
+    def reserved_nodes(self) -> list[str]:
+        return [node for node, res in self._reserved.items() if any(res.values())]
+
+    def owners(self, node: str) -> list[GroupKey]:
+        return sorted(
+            {
+                plan.group
+                for plan in self.plans.values()
+                for uid, n in plan.placements.items()
+                if n == node and uid not in plan.bound
+            }
+        )

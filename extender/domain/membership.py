@@ -1,0 +1,161 @@
+"""How a pod names its group, task, index, group size and task layout (DESIGN section 2).
+
+Pure functions over pod metadata dicts (the API server's JSON), shared by the
+scheduler core, the webhook and the controller so they never disagree.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+SCHEDULER_NAME = "gang-extender"
+
+GROUP_LABEL = "gang-extender.io/group"
+COSCHEDULING_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
+VOLCANO_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
+MIN_AVAILABLE_ANNOTATION = "gang-extender.io/min-available"
+TASK_LABEL = "gang-extender.io/task"
+TASKS_ANNOTATION = "gang-extender.io/tasks"
+TASK_INDEX_ANNOTATION = "gang-extender.io/task-index"
+JOB_COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
+STATEFULSET_POD_INDEX_LABEL = "apps.kubernetes.io/pod-index"
+INJECT_NAMESPACE_LABEL = "gang-extender.io/inject"
+SSH_PATH_ANNOTATION = "gang-extender.io/ssh-path"
+SSH_PORT_ANNOTATION = "gang-extender.io/ssh-port"
+PLANNED_NODE_ANNOTATION = "gang-extender.io/planned-node"
+
+DEFAULT_TASK = "worker"
+
+# RFC 1123 label: what a group or task must be to form a hostname.
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+class MembershipError(ValueError):
+    """Pod metadata that names a group, size or layout inconsistently; says what to fix."""
+
+
+@dataclass(frozen=True, order=True)
+class GroupKey:
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+def _labels(meta: Mapping[str, Any]) -> Mapping[str, str]:
+    return meta.get("labels") or {}
+
+
+def _annotations(meta: Mapping[str, Any]) -> Mapping[str, str]:
+    return meta.get("annotations") or {}
+
+
+def group_name(meta: Mapping[str, Any]) -> str | None:
+    """The group a pod belongs to, or None. Raises when two sources disagree."""
+    labels, annotations = _labels(meta), _annotations(meta)
+    sources = {
+        f"label {GROUP_LABEL}": labels.get(GROUP_LABEL),
+        f"label {COSCHEDULING_GROUP_LABEL}": labels.get(COSCHEDULING_GROUP_LABEL),
+        f"annotation {VOLCANO_GROUP_ANNOTATION}": annotations.get(VOLCANO_GROUP_ANNOTATION),
+    }
+    named = {where: value for where, value in sources.items() if value}
+    distinct = set(named.values())
+    if len(distinct) > 1:
+        claims = ", ".join(f"{where}={value!r}" for where, value in named.items())
+        raise MembershipError(
+            f"pod claims two groups ({claims}); set one group name in all of them"
+        )
+    return distinct.pop() if distinct else None
+
+
+def group_key(meta: Mapping[str, Any]) -> GroupKey | None:
+    name = group_name(meta)
+    if name is None:
+        return None
+    return GroupKey(meta.get("namespace") or "default", name)
+
+
+def task_name(meta: Mapping[str, Any]) -> str:
+    return _labels(meta).get(TASK_LABEL) or DEFAULT_TASK
+
+
+def min_available(meta: Mapping[str, Any]) -> int | None:
+    """`gang-extender.io/min-available` as an int, None when absent."""
+    raw = _annotations(meta).get(MIN_AVAILABLE_ANNOTATION)
+    if raw is None:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise MembershipError(
+            f"annotation {MIN_AVAILABLE_ANNOTATION}={raw!r} is not a whole number"
+        ) from None
+    if value < 1:
+        raise MembershipError(f"annotation {MIN_AVAILABLE_ANNOTATION}={raw!r} must be >= 1")
+    return value
+
+
+def parse_task_layout(text: str) -> dict[str, int]:
+    """Parse "master=1,worker=3" into {"master": 1, "worker": 3}."""
+    layout: dict[str, int] = {}
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        task, sep, count = part.partition("=")
+        task = task.strip()
+        if not sep or not _DNS_LABEL.match(task):
+            raise MembershipError(
+                f"annotation {TASKS_ANNOTATION}={text!r}: expected 'task=count,...' "
+                f"with lower-case DNS-label task names, got {part!r}"
+            )
+        try:
+            value = int(count)
+        except ValueError:
+            raise MembershipError(
+                f"annotation {TASKS_ANNOTATION}={text!r}: count {count!r} is not a whole number"
+            ) from None
+        if value < 1:
+            raise MembershipError(f"annotation {TASKS_ANNOTATION}={text!r}: counts must be >= 1")
+        if task in layout:
+            raise MembershipError(f"annotation {TASKS_ANNOTATION}={text!r}: task {task!r} twice")
+        layout[task] = value
+    if not layout:
+        raise MembershipError(f"annotation {TASKS_ANNOTATION}={text!r} names no task")
+    return layout
+
+
+def task_layout(meta: Mapping[str, Any]) -> dict[str, int] | None:
+    raw = _annotations(meta).get(TASKS_ANNOTATION)
+    return parse_task_layout(raw) if raw is not None else None
+
+
+def explicit_task_index(meta: Mapping[str, Any]) -> int | None:
+    """The index a pod already carries (annotation, Indexed Job, StatefulSet), else None."""
+    annotations, labels = _annotations(meta), _labels(meta)
+    for where, raw in (
+        (f"annotation {TASK_INDEX_ANNOTATION}", annotations.get(TASK_INDEX_ANNOTATION)),
+        (
+            f"annotation {JOB_COMPLETION_INDEX_ANNOTATION}",
+            annotations.get(JOB_COMPLETION_INDEX_ANNOTATION),
+        ),
+        (f"label {STATEFULSET_POD_INDEX_LABEL}", labels.get(STATEFULSET_POD_INDEX_LABEL)),
+    ):
+        if raw is None:
+            continue
+        try:
+            value = int(raw)
+        except ValueError:
+            raise MembershipError(f"{where}={raw!r} is not a whole number") from None
+        if value < 0:
+            raise MembershipError(f"{where}={raw!r} must be >= 0")
+        return value
+    return None
+
+
+def is_dns_label(text: str) -> bool:
+    return len(text) <= 63 and bool(_DNS_LABEL.match(text))

@@ -1,0 +1,186 @@
+"""The gang planner: can every member be placed at once on free capacity, and where.
+
+`plan_gang` is a pure function of members, free capacity and policy. Heuristic:
+best-fit decreasing (largest members first, each onto the node the policy ranks
+best among those it fits), optionally inside one topology domain. It can miss a
+packing that exists; it never returns one that over-commits.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+
+from extender.domain.model import NodeInfo, PodInfo, Resources
+from extender.domain.policy import Policy, Strategy, TopologyMode
+from extender.domain.quantity import CPU, GPU, MEMORY
+from extender.domain.snapshot import add_into, fits
+
+
+@dataclass(frozen=True)
+class Placement:
+    nodes: dict[str, str]  # pod uid -> node
+
+
+@dataclass(frozen=True)
+class Shortfall:
+    placeable: int
+    total: int
+    message: str
+
+
+def node_accepts(node: NodeInfo, pod: PodInfo) -> bool:
+    """Static eligibility: cordon, taints and nodeSelector (affinity is left to kube-scheduler)."""
+    if node.unschedulable:
+        return False
+    for taint in node.taints:
+        if taint.effect not in ("NoSchedule", "NoExecute"):
+            continue
+        if not any(t.tolerates(taint) for t in pod.tolerations):
+            return False
+    return all(node.labels.get(k) == v for k, v in pod.node_selector.items())
+
+
+def _size_key(pod: PodInfo) -> tuple[int, int, int, str]:
+    r = pod.requests
+    return (-r.get(GPU, 0), -r.get(CPU, 0), -r.get(MEMORY, 0), pod.name)
+
+
+def _rank(strategy: Strategy, pod: PodInfo, node: str, free: Resources, on_node: int):  # type: ignore[no-untyped-def]
+    gpu_left = free.get(GPU, 0) - pod.requests.get(GPU, 0)
+    cpu_left = free.get(CPU, 0) - pod.requests.get(CPU, 0)
+    if strategy is Strategy.SPREAD:
+        return (-gpu_left, on_node, -cpu_left, node)
+    # Binpack: the node whose free GPUs best match the request, so whole nodes stay free.
+    return (gpu_left, cpu_left, node)
+
+
+def _place(
+    members: Sequence[PodInfo],
+    free: Mapping[str, Resources],
+    nodes: Mapping[str, NodeInfo],
+    policy: Policy,
+    allowed: Mapping[str, Collection[str]],
+) -> tuple[dict[str, str], PodInfo | None]:
+    """Greedy placement inside `free` (not mutated). Returns placements and the first misfit."""
+    remaining = {name: dict(res) for name, res in free.items()}
+    on_node: dict[str, int] = defaultdict(int)
+    placed: dict[str, str] = {}
+    # Members that already carry a planned node (a plan from before a restart) keep it when it fits.
+    for pod in members:
+        node = pod.planned_node
+        if (
+            node
+            and node in remaining
+            and (pod.uid not in allowed or node in allowed[pod.uid])
+            and node_accepts(nodes[node], pod)
+            and fits(pod.requests, remaining[node])
+        ):
+            placed[pod.uid] = node
+            add_into(remaining[node], pod.requests, -1)
+            on_node[node] += 1
+    for pod in sorted((p for p in members if p.uid not in placed), key=_size_key):
+        choices = allowed.get(pod.uid)
+        best_node: str | None = None
+        best_rank = None
+        for name, room in remaining.items():
+            if choices is not None and name not in choices:
+                continue
+            if not fits(pod.requests, room) or not node_accepts(nodes[name], pod):
+                continue
+            rank = _rank(policy.strategy, pod, name, room, on_node[name])
+            if best_rank is None or rank < best_rank:
+                best_node, best_rank = name, rank
+        if best_node is None:
+            return placed, pod
+        placed[pod.uid] = best_node
+        add_into(remaining[best_node], pod.requests, -1)
+        on_node[best_node] += 1
+    return placed, None
+
+
+def _domains(
+    free: Mapping[str, Resources], nodes: Mapping[str, NodeInfo], key: str, strategy: Strategy
+) -> list[list[str]]:
+    by_value: dict[str, list[str]] = defaultdict(list)
+    for name in free:
+        value = nodes[name].labels.get(key)
+        if value is not None:
+            by_value[value].append(name)
+
+    def total_gpus(value: str) -> int:
+        return sum(free[n].get(GPU, 0) for n in by_value[value])
+
+    # Binpack tries the fullest domain that fits first; spread the emptiest.
+    order = sorted(by_value, key=lambda v: (total_gpus(v), v))
+    if strategy is Strategy.SPREAD:
+        order.reverse()
+    return [by_value[v] for v in order]
+
+
+def plan_gang(
+    members: Sequence[PodInfo],
+    free: Mapping[str, Resources],
+    nodes: Mapping[str, NodeInfo],
+    policy: Policy,
+    *,
+    allowed: Mapping[str, Collection[str]] | None = None,
+) -> Placement | Shortfall:
+    """Place every member at once, or say what is missing.
+
+    `free` is free capacity per node after bound pods and other gangs' reservations.
+    `allowed` optionally restricts a member (by uid) to some nodes, e.g. the
+    candidates kube-scheduler's own filters left for the pod being filtered.
+    """
+    allowed = allowed or {}
+    if policy.topology is not None:
+        for domain in _domains(free, nodes, policy.topology.key, policy.strategy):
+            subset = {n: free[n] for n in domain}
+            placed, misfit = _place(members, subset, nodes, policy, allowed)
+            if misfit is None:
+                return Placement(placed)
+        if policy.topology.mode is TopologyMode.REQUIRED:
+            return Shortfall(
+                0,
+                len(members),
+                f"no single {policy.topology.key} domain fits all {len(members)} members "
+                f"({_need_text(members)})",
+            )
+    placed, misfit = _place(members, free, nodes, policy, allowed)
+    if misfit is None:
+        return Placement(placed)
+    return Shortfall(len(placed), len(members), _shortfall_text(members, placed, misfit, free))
+
+
+def _need_text(members: Sequence[PodInfo]) -> str:
+    gpus = sum(p.requests.get(GPU, 0) for p in members)
+    return f"needs {gpus} {GPU} in all" if gpus else "needs cpu/memory for every member"
+
+
+def _shortfall_text(
+    members: Sequence[PodInfo],
+    placed: Mapping[str, str],
+    misfit: PodInfo,
+    free: Mapping[str, Resources],
+) -> str:
+    head = f"{len(placed)}/{len(members)} members placeable"
+    need_gpus = sum(p.requests.get(GPU, 0) for p in members)
+    free_gpus = sum(max(0, r.get(GPU, 0)) for r in free.values())
+    largest = max((r.get(GPU, 0) for r in free.values()), default=0)
+    want = misfit.requests.get(GPU, 0)
+    if want:
+        return (
+            f"{head}: needs {need_gpus} {GPU} in all ({want} for {misfit.name}), "
+            f"{free_gpus} free, largest free node has {largest}"
+        )
+    for resource in (CPU, MEMORY, "pods"):
+        amount = misfit.requests.get(resource, 0)
+        best = max((r.get(resource, 0) for r in free.values()), default=0)
+        if amount > best:
+            shown = f"{amount}m" if resource == CPU else str(amount)
+            best_shown = f"{best}m" if resource == CPU else str(best)
+            return f"{head}: {misfit.name} needs {resource} {shown}, largest free node has {best_shown}"
+    return (
+        f"{head}: no eligible node left for {misfit.name} (taints, nodeSelector or cordoned nodes)"
+    )

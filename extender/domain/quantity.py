@@ -1,0 +1,132 @@
+"""Kubernetes resource quantities ("500m", "2Gi", "1.5") and pod resource totals.
+
+Arithmetic is in integers of a fixed unit per resource so sums never drift:
+cpu in millicores, everything else in whole units (bytes, GPUs, pods), rounded up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+GPU = "nvidia.com/gpu"
+CPU = "cpu"
+MEMORY = "memory"
+PODS = "pods"
+
+_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_DECIMAL = {
+    "n": Decimal("1e-9"),
+    "u": Decimal("1e-6"),
+    "m": Decimal("1e-3"),
+    "": Decimal(1),
+    "k": Decimal("1e3"),
+    "M": Decimal("1e6"),
+    "G": Decimal("1e9"),
+    "T": Decimal("1e12"),
+    "P": Decimal("1e15"),
+    "E": Decimal("1e18"),
+}
+
+
+class QuantityError(ValueError):
+    """A quantity string that Kubernetes would not accept."""
+
+
+def parse_quantity(text: str | int | float) -> Decimal:
+    """Parse a Kubernetes quantity into a Decimal of base units ("500m" -> 0.5)."""
+    if isinstance(text, int | float):
+        return Decimal(str(text))
+    raw = text.strip()
+    if not raw:
+        raise QuantityError("empty quantity")
+    for suffix, factor in _BINARY.items():
+        if raw.endswith(suffix):
+            return _number(raw[: -len(suffix)], text) * factor
+    # Exponent forms such as "1e3" end in a digit and parse directly.
+    suffix = raw[-1] if raw[-1].isalpha() else ""
+    if suffix not in _DECIMAL:
+        raise QuantityError(f"invalid quantity {text!r}: unknown suffix {suffix!r}")
+    number = raw[: -len(suffix)] if suffix else raw
+    return _number(number, text) * _DECIMAL[suffix]
+
+
+def _number(text: str, original: object) -> Decimal:
+    try:
+        value = Decimal(text)
+    except InvalidOperation:
+        raise QuantityError(f"invalid quantity {original!r}") from None
+    if not value.is_finite():
+        raise QuantityError(f"invalid quantity {original!r}")
+    return value
+
+
+def to_units(resource: str, quantity: str | int | float) -> int:
+    """Quantity in the integer unit used for `resource` (cpu: millicores), rounded up."""
+    value = parse_quantity(quantity)
+    if resource == CPU:
+        value *= 1000
+    integral = int(value.to_integral_value(rounding="ROUND_CEILING"))
+    return integral
+
+
+def resource_list(mapping: Mapping[str, Any] | None) -> dict[str, int]:
+    """A `resources.requests`-style mapping in integer units."""
+    if not mapping:
+        return {}
+    return {name: to_units(name, value) for name, value in mapping.items()}
+
+
+def _add_max(total: dict[str, int], other: Mapping[str, int]) -> None:
+    for name, value in other.items():
+        total[name] = max(total.get(name, 0), value)
+
+
+def _add_sum(total: dict[str, int], other: Mapping[str, int]) -> None:
+    for name, value in other.items():
+        total[name] = total.get(name, 0) + value
+
+
+def pod_requests(spec: Mapping[str, Any]) -> dict[str, int]:
+    """Effective requests of a pod spec, as kube-scheduler computes them.
+
+    Sum of containers; max with each init container (restartable sidecars add);
+    plus overhead. A limit without a request counts as the request (API defaulting
+    does this for extended resources such as GPUs, which may only set limits).
+    """
+    total: dict[str, int] = {}
+    for container in spec.get("containers") or []:
+        _add_sum(total, _container_requests(container))
+    sidecars: dict[str, int] = {}
+    for init in spec.get("initContainers") or []:
+        requests = _container_requests(init)
+        if init.get("restartPolicy") == "Always":
+            _add_sum(sidecars, requests)
+            _add_sum(total, requests)
+        else:
+            candidate = dict(requests)
+            _add_sum(candidate, sidecars)
+            _add_max(total, candidate)
+    _add_sum(total, resource_list(spec.get("overhead")))
+    total[PODS] = 1
+    return total
+
+
+def _container_requests(container: Mapping[str, Any]) -> dict[str, int]:
+    resources = container.get("resources") or {}
+    merged = resource_list(resources.get("limits"))
+    merged.update(resource_list(resources.get("requests")))
+    return merged
+
+
+def pod_gpus(spec: Mapping[str, Any]) -> int:
+    """GPUs a pod requests (0 when none)."""
+    return pod_requests(spec).get(GPU, 0)
+
+
+def sum_requests(requests: Iterable[Mapping[str, int]]) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for item in requests:
+        _add_sum(total, item)
+    return total

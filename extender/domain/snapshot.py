@@ -1,0 +1,164 @@
+"""The cluster as the scheduling core sees it: nodes, pods, group specs, and what is free.
+
+Kept incrementally (the watch cache calls `upsert_*`/`delete_*`), so a filter
+request costs the size of its answer, not the size of the cluster. Pure data:
+no I/O, no clocks.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+
+from extender.domain.membership import SCHEDULER_NAME, GroupKey
+from extender.domain.model import GroupSpec, NodeInfo, PodInfo, Resources
+from extender.domain.quantity import GPU
+
+
+def add_into(total: Resources, delta: Mapping[str, int], sign: int = 1) -> None:
+    for name, value in delta.items():
+        total[name] = total.get(name, 0) + sign * value
+
+
+def fits(request: Mapping[str, int], free: Mapping[str, int]) -> bool:
+    """True when every requested resource is available (a resource a node lacks is 0)."""
+    return all(value <= free.get(name, 0) for name, value in request.items() if value > 0)
+
+
+class ClusterSnapshot:
+    def __init__(self) -> None:
+        self.nodes: dict[str, NodeInfo] = {}
+        self.pods: dict[str, PodInfo] = {}
+        self._used: dict[str, Resources] = defaultdict(dict)
+        self._members: dict[GroupKey, set[str]] = defaultdict(set)
+        # PodGroup objects by source; the gang-extender CRD wins over coscheduling's.
+        self._podgroups: dict[str, dict[GroupKey, GroupSpec]] = defaultdict(dict)
+        # Bumped on every change that can alter what fits where; lets the core
+        # memoise "this gang does not fit" until something changes.
+        self.generation = 0
+
+    # ---- nodes ----
+    def upsert_node(self, node: NodeInfo) -> None:
+        self.nodes[node.name] = node
+        self.generation += 1
+
+    def delete_node(self, name: str) -> None:
+        if self.nodes.pop(name, None) is not None:
+            self.generation += 1
+
+    # ---- pods ----
+    def upsert_pod(self, pod: PodInfo) -> PodInfo | None:
+        """Insert or replace a pod; returns the previous version."""
+        old = self.pods.get(pod.uid)
+        if old is not None:
+            self._forget(old)
+        self.pods[pod.uid] = pod
+        if pod.holds_capacity and pod.node_name is not None:
+            add_into(self._used[pod.node_name], pod.requests)
+        if pod.group is not None:
+            self._members[pod.group].add(pod.uid)
+        self.generation += 1
+        return old
+
+    def delete_pod(self, uid: str) -> PodInfo | None:
+        old = self.pods.pop(uid, None)
+        if old is not None:
+            self._forget(old)
+            self.generation += 1
+        return old
+
+    def _forget(self, pod: PodInfo) -> None:
+        if pod.holds_capacity and pod.node_name is not None:
+            add_into(self._used[pod.node_name], pod.requests, -1)
+        if pod.group is not None:
+            members = self._members.get(pod.group)
+            if members is not None:
+                members.discard(pod.uid)
+                if not members:
+                    del self._members[pod.group]
+
+    def replace_all(
+        self, nodes: Iterable[NodeInfo], pods: Iterable[PodInfo], groups: Iterable[GroupSpec]
+    ) -> None:
+        """Rebuild from a fresh list (start-up, or a watch that expired with 410)."""
+        self.nodes = {}
+        self.pods = {}
+        self._used = defaultdict(dict)
+        self._members = defaultdict(set)
+        self._podgroups = defaultdict(dict)
+        for node in nodes:
+            self.upsert_node(node)
+        for pod in pods:
+            self.upsert_pod(pod)
+        for spec in groups:
+            self.upsert_podgroup(spec)
+
+    # ---- groups ----
+    def upsert_podgroup(self, spec: GroupSpec) -> None:
+        self._podgroups[spec.source][spec.key] = spec
+        self.generation += 1
+
+    def delete_podgroup(self, source: str, key: GroupKey) -> None:
+        if self._podgroups[source].pop(key, None) is not None:
+            self.generation += 1
+
+    def podgroup(self, key: GroupKey) -> GroupSpec | None:
+        for source in ("PodGroup", "coscheduling PodGroup"):
+            spec = self._podgroups.get(source, {}).get(key)
+            if spec is not None:
+                return spec
+        return None
+
+    def members(self, key: GroupKey) -> list[PodInfo]:
+        """Active members of a group handled by this scheduler, oldest first."""
+        found = [self.pods[uid] for uid in self._members.get(key, ())]
+        return sorted(
+            (p for p in found if p.is_active_member and p.scheduler_name == SCHEDULER_NAME),
+            key=lambda p: (p.created, p.name),
+        )
+
+    def group_keys(self) -> list[GroupKey]:
+        keys = set(self._members)
+        for specs in self._podgroups.values():
+            keys.update(specs)
+        return sorted(keys)
+
+    def group_spec(self, key: GroupKey) -> GroupSpec | None:
+        """The PodGroup, else a spec from the members' min-available annotation.
+
+        Members that disagree about their size give a spec with `error` set: the
+        group is not scheduled until they agree.
+        """
+        spec = self.podgroup(key)
+        if spec is not None:
+            return spec
+        members = self.members(key)
+        sizes = {p.min_available for p in members if p.min_available is not None}
+        if not sizes:
+            return None
+        if len(sizes) > 1:
+            listing = ", ".join(
+                f"{p.name}={p.min_available}" for p in members if p.min_available is not None
+            )
+            return GroupSpec(
+                key=key,
+                min_member=max(sizes),
+                source="annotation",
+                error=f"members disagree on gang-extender.io/min-available ({listing}); "
+                "give every member the same value",
+            )
+        return GroupSpec(key=key, min_member=sizes.pop(), source="annotation")
+
+    # ---- capacity ----
+    def used(self, node: str) -> Mapping[str, int]:
+        return self._used.get(node, {})
+
+    def free(self, node: str) -> Resources:
+        info = self.nodes.get(node)
+        if info is None:
+            return {}
+        used = self._used.get(node, {})
+        return {name: value - used.get(name, 0) for name, value in info.allocatable.items()}
+
+    def free_gpus(self, node: str) -> int:
+        return self.free(node).get(GPU, 0)

@@ -1,0 +1,198 @@
+"""Watch cache: list-then-watch of Nodes, Pods, PodGroups and Namespaces, as raw JSON.
+
+One thread per resource lists in pages (bounded memory at 50,000 pods), then
+watches from the list's resourceVersion with bookmarks. A 410 Gone (expired
+resourceVersion) or any stream error relists; every restart is counted. Events
+go to a sink on the event loop thread (`loop.call_soon_threadsafe`), which keeps
+the core single-threaded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from extender.kube.rawapi import KubeError, RawApi
+from extender.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+LIST_PAGE_SIZE = 500
+# Server closes a watch after this long; we reopen from the last resourceVersion.
+WATCH_SECONDS = 300
+# Back off between failed attempts, doubling up to the cap.
+RETRY_MIN_SECONDS = 0.5
+RETRY_MAX_SECONDS = 10.0
+# An optional API (a CRD that may not be installed) is looked for again this often.
+MISSING_API_RECHECK_SECONDS = 30.0
+
+
+@dataclass(frozen=True)
+class Resource:
+    kind: str  # short name used in metrics and by the sink
+    path: str
+    field_selector: str | None = None
+    optional: bool = False  # a missing API (404) is not an error: the CRD is not installed
+
+
+NODES = Resource("nodes", "/api/v1/nodes")
+# Finished pods hold no capacity and count toward no quorum; the API server then
+# sends them as DELETED, which is what the core needs.
+PODS = Resource("pods", "/api/v1/pods", "status.phase!=Succeeded,status.phase!=Failed")
+PODGROUPS = Resource("podgroups", "/apis/scheduling.gang-extender.io/v1alpha1/podgroups")
+COSCHEDULING_PODGROUPS = Resource(
+    "coscheduling-podgroups", "/apis/scheduling.x-k8s.io/v1alpha1/podgroups", optional=True
+)
+NAMESPACES = Resource("namespaces", "/api/v1/namespaces")
+
+
+class CacheSink:
+    """Receives cache traffic on the event loop thread."""
+
+    def on_page(self, kind: str, items: list[dict[str, Any]], first: bool, last: bool) -> None:
+        raise NotImplementedError
+
+    def on_event(self, kind: str, event_type: str, obj: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+
+class Watcher:
+    def __init__(
+        self,
+        raw: RawApi,
+        resource: Resource,
+        sink: CacheSink,
+        loop: asyncio.AbstractEventLoop,
+        metrics: Metrics,
+    ) -> None:
+        self.raw = raw
+        self.resource = resource
+        self.sink = sink
+        self.loop = loop
+        self.metrics = metrics
+        self.synced = threading.Event()
+        self.absent = False  # optional API not installed
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, name=f"watch-{resource.kind}", daemon=True
+        )
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _deliver(self, fn: Callable[..., None], *args: Any) -> None:
+        self.loop.call_soon_threadsafe(fn, *args)
+
+    def _run(self) -> None:
+        delay = RETRY_MIN_SECONDS
+        version: str | None = None
+        while not self._stop.is_set():
+            try:
+                if version is None:
+                    version = self._list()
+                version = self._watch(version)
+                delay = RETRY_MIN_SECONDS
+            except KubeError as err:
+                if err.status == 404 and self.resource.optional:
+                    self.absent = True
+                    self.synced.set()
+                    self._stop.wait(MISSING_API_RECHECK_SECONDS)
+                    version = None
+                    continue
+                cause = "expired" if err.status == 410 else "error"
+                self.metrics.watch_restarts.labels(resource=self.resource.kind, cause=cause).inc()
+                if err.status == 410:
+                    version = None  # relist right away; expiry is routine
+                    continue
+                log.warning("watch %s failed: %s; retrying in %.1fs", self.resource.kind, err, delay)
+                version = None
+                self._stop.wait(delay)
+                delay = min(delay * 2, RETRY_MAX_SECONDS)
+            except Exception as err:  # a broken stream, bad JSON: relist, never die
+                self.metrics.watch_restarts.labels(resource=self.resource.kind, cause="error").inc()
+                log.warning("watch %s broke: %r; relisting in %.1fs", self.resource.kind, err, delay)
+                version = None
+                self._stop.wait(delay)
+                delay = min(delay * 2, RETRY_MAX_SECONDS)
+
+    def _list(self) -> str:
+        query: dict[str, Any] = {"limit": LIST_PAGE_SIZE}
+        if self.resource.field_selector:
+            query["fieldSelector"] = self.resource.field_selector
+        first = True
+        while True:
+            page = self.raw.call("GET", self.resource.path, query=query, timeout=60)
+            meta = page.get("metadata") or {}
+            token = meta.get("continue")
+            items = page.get("items") or []
+            self._deliver(self.sink.on_page, self.resource.kind, items, first, not token)
+            first = False
+            if not token:
+                self.absent = False
+                self.synced.set()
+                self.metrics.cache_synced.labels(resource=self.resource.kind).set(1)
+                return str(meta.get("resourceVersion", ""))
+            query["continue"] = token
+
+    def _watch(self, version: str) -> str:
+        query: dict[str, Any] = {
+            "watch": "true",
+            "resourceVersion": version,
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": WATCH_SECONDS,
+        }
+        if self.resource.field_selector:
+            query["fieldSelector"] = self.resource.field_selector
+        for event in self.raw.stream(
+            self.resource.path, query=query, read_timeout=WATCH_SECONDS + 30
+        ):
+            if self._stop.is_set():
+                break
+            kind = event.get("type")
+            obj = event.get("object") or {}
+            if kind == "ERROR":
+                raise KubeError(int(obj.get("code") or 500), str(obj.get("message", "")))
+            version = str((obj.get("metadata") or {}).get("resourceVersion", version))
+            if kind == "BOOKMARK":
+                continue
+            self._deliver(self.sink.on_event, self.resource.kind, str(kind), obj)
+        return version
+
+
+class WatchCache:
+    def __init__(
+        self,
+        raw: RawApi,
+        sink: CacheSink,
+        loop: asyncio.AbstractEventLoop,
+        metrics: Metrics,
+        resources: tuple[Resource, ...] = (
+            NODES,
+            PODS,
+            PODGROUPS,
+            COSCHEDULING_PODGROUPS,
+            NAMESPACES,
+        ),
+    ) -> None:
+        self.watchers = [Watcher(raw, r, sink, loop, metrics) for r in resources]
+
+    def start(self) -> None:
+        for watcher in self.watchers:
+            watcher.start()
+
+    def stop(self) -> None:
+        for watcher in self.watchers:
+            watcher.stop()
+
+    def synced(self) -> bool:
+        return all(w.synced.is_set() for w in self.watchers)
+
+    def absent(self, kind: str) -> bool:
+        return any(w.absent for w in self.watchers if w.resource.kind == kind)

@@ -1,0 +1,126 @@
+"""A raw-JSON client over the `kubernetes` package's connection and auth settings.
+
+The generated model classes cost milliseconds per pod to build, which is too
+slow for a watch cache of tens of thousands of pods, so the cache, binder and
+writers speak JSON (parsed by orjson) through this one thin layer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+from urllib.parse import quote
+
+import orjson
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+
+
+class KubeError(Exception):
+    """A non-2xx answer from the API server (status 0: no answer at all)."""
+
+    def __init__(self, status: int, message: str, reason: str = "") -> None:
+        super().__init__(f"{status} {reason}: {message}" if reason else f"{status}: {message}")
+        self.status = status
+        self.reason = reason
+        self.message = message
+
+
+def load_api_client(kubeconfig: str | None, *, pool_size: int = 32) -> k8s.ApiClient:
+    """ApiClient from a kubeconfig file, else in-cluster config."""
+    configuration = k8s.Configuration()
+    if kubeconfig:
+        k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+    else:
+        k8s_config.load_incluster_config(client_configuration=configuration)
+    # Binds of a whole gang go out at once; the default pool (cores x 5) queues them.
+    configuration.connection_pool_maxsize = pool_size
+    return k8s.ApiClient(configuration)
+
+
+def path_of(*parts: str) -> str:
+    return "/" + "/".join(quote(p, safe="") for p in parts)
+
+
+class RawApi:
+    def __init__(self, api_client: k8s.ApiClient) -> None:
+        self.api_client = api_client
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, Any] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        timeout: float | tuple[float, float] | None = None,
+    ) -> Any:
+        headers = {"Accept": "application/json"}
+        payload: bytes | None = None
+        if body is not None:
+            headers["Content-Type"] = content_type
+            payload = orjson.dumps(body)
+        _, url, headers, _, _ = self.api_client.param_serialize(
+            method=method,
+            resource_path=path,
+            query_params=[(k, v) for k, v in (query or {}).items() if v is not None],
+            header_params=headers,
+            auth_settings=["BearerToken"],
+        )
+        try:
+            return self.api_client.rest_client.request(
+                method, url, headers=headers, body=payload, _request_timeout=timeout
+            )
+        except k8s.ApiException as err:
+            raise KubeError(err.status or 0, str(err.reason)) from None
+        except OSError as err:
+            raise KubeError(0, f"API server unreachable: {err}") from None
+
+    def call(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, Any] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        timeout: float = 30.0,
+    ) -> dict[str, Any]:
+        """One request; the decoded JSON answer. Raises KubeError on non-2xx."""
+        response = self._send(
+            method, path, query=query, body=body, content_type=content_type, timeout=timeout
+        )
+        raw = response.read()
+        data: Any = orjson.loads(raw) if raw else {}
+        if not 200 <= response.status < 300:
+            message = data.get("message", raw[:300]) if isinstance(data, dict) else raw[:300]
+            reason = data.get("reason", "") if isinstance(data, dict) else ""
+            raise KubeError(response.status, str(message), str(reason))
+        return data if isinstance(data, dict) else {"items": data}
+
+    def stream(
+        self, path: str, *, query: Mapping[str, Any], read_timeout: float
+    ) -> Iterator[dict[str, Any]]:
+        """Watch events, one decoded JSON object per line."""
+        response = self._send("GET", path, query=query, timeout=(10.0, read_timeout))
+        raw = response.response
+        try:
+            if not 200 <= response.status < 300:
+                body = raw.read()
+                try:
+                    message = orjson.loads(body).get("message", body[:300])
+                except orjson.JSONDecodeError:
+                    message = body[:300]
+                raise KubeError(response.status, str(message))
+            pending = b""
+            for chunk in raw.stream(64 * 1024, decode_content=True):
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    if line.strip():
+                        yield orjson.loads(line)
+            if pending.strip():
+                yield orjson.loads(pending)
+        finally:
+            raw.release_conn()

@@ -1,0 +1,96 @@
+"""Prometheus metrics of the service, one registry per process (tests make their own).
+
+Names and meanings are documented in docs/metrics.md.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+# Extender verbs are sub-millisecond when healthy; bind includes the barrier wait.
+LATENCY_BUCKETS = (
+    0.0005,
+    0.001,
+    0.002,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1,
+    2.5,
+    5,
+    10,
+    30,
+    60,
+)
+# Gang wait: first member created -> all members bound.
+WAIT_BUCKETS = (0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800, 3600)
+
+
+class Metrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.request_seconds = Histogram(
+            "gang_extender_request_duration_seconds",
+            "Latency of extender and webhook requests, per verb.",
+            ["verb"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.extender_errors = Counter(
+            "gang_extender_request_errors_total",
+            "Requests answered with an HTTP error or an Error body, per verb.",
+            ["verb"],
+            registry=r,
+        )
+        self.groups = Gauge("gang_extender_groups", "Pod groups by phase.", ["phase"], registry=r)
+        self.gang_wait_seconds = Histogram(
+            "gang_extender_gang_wait_seconds",
+            "Time from a gang's first member being created to all planned members bound.",
+            buckets=WAIT_BUCKETS,
+            registry=r,
+        )
+        self.gangs_bound = Counter(
+            "gang_extender_gangs_bound_total", "Gangs whose plan was fully bound.", registry=r
+        )
+        self.plans_dropped = Counter(
+            "gang_extender_plans_dropped_total",
+            "Plans dropped before binding, by reason class.",
+            ["reason"],
+            registry=r,
+        )
+        self.barrier_timeouts = Counter(
+            "gang_extender_bind_barrier_timeouts_total",
+            "Bind barriers that timed out (the gang was released, nothing bound).",
+            registry=r,
+        )
+        self.reservations = Gauge(
+            "gang_extender_reservations",
+            "Pods with capacity planned but not yet bound.",
+            registry=r,
+        )
+        self.gpus = Gauge(
+            "gang_extender_gpus",
+            "nvidia.com/gpu per node pool (label gang-extender.io/pool, else 'default'), by state.",
+            ["pool", "state"],
+            registry=r,
+        )
+        self.cache_synced = Gauge(
+            "gang_extender_cache_synced",
+            "1 when the watch cache of a resource has listed and is watching.",
+            ["resource"],
+            registry=r,
+        )
+        self.watch_restarts = Counter(
+            "gang_extender_watch_restarts_total",
+            "Watch restarts, per resource and cause (expired = 410 Gone, error).",
+            ["resource", "cause"],
+            registry=r,
+        )
+        self.is_leader = Gauge(
+            "gang_extender_leader", "1 on the replica that holds the lease.", registry=r
+        )
