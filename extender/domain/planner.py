@@ -63,10 +63,15 @@ def _place(
     policy: Policy,
     allowed: Mapping[str, Collection[str]],
 ) -> tuple[dict[str, str], PodInfo | None]:
-    """Greedy placement inside `free` (not mutated). Returns placements and the first misfit."""
+    """Greedy placement inside `free` (not mutated). Returns placements and the first misfit.
+
+    Placement goes on past a misfit so the count of placeable members is honest
+    ("3/4 members placeable"); a plan is only used when there is no misfit.
+    """
     remaining = {name: dict(res) for name, res in free.items()}
     on_node: dict[str, int] = defaultdict(int)
     placed: dict[str, str] = {}
+    misfit: PodInfo | None = None
     # Members that already carry a planned node (a plan from before a restart) keep it when it fits.
     for pod in members:
         node = pod.planned_node
@@ -93,11 +98,12 @@ def _place(
             if best_rank is None or rank < best_rank:
                 best_node, best_rank = name, rank
         if best_node is None:
-            return placed, pod
+            misfit = misfit or pod
+            continue
         placed[pod.uid] = best_node
         add_into(remaining[best_node], pod.requests, -1)
         on_node[best_node] += 1
-    return placed, None
+    return placed, misfit
 
 
 def _domains(

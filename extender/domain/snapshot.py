@@ -117,6 +117,10 @@ class ClusterSnapshot:
             key=lambda p: (p.created, p.name),
         )
 
+    def member_uids(self, key: GroupKey) -> list[str]:
+        """Every pod of a group, finished ones included (status counts them)."""
+        return sorted(self._members.get(key, ()))
+
     def group_keys(self) -> list[GroupKey]:
         keys = set(self._members)
         for specs in self._podgroups.values():

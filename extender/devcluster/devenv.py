@@ -1,0 +1,305 @@
+"""`gang-extender dev up|down` and `gang-extender demo`: the local cluster for humans.
+
+`dev up` starts a supervisor process in the background that owns the cluster
+(its children die with it), waits until it is ready and prints how to use it;
+`dev down` asks the supervisor to stop and waits until everything is gone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from extender.devcluster.cluster import ClusterError, LocalCluster, new_namespace
+from extender.devcluster.nodes import add_gpu_nodes, wait_for_nodes_ready
+from extender.devcluster.stack import REPO, GangStack
+from extender.kube.rawapi import KubeError, RawApi, path_of
+
+READY_FILE = "ready.json"
+PID_FILE = "supervisor.pid"
+START_TIMEOUT_SECONDS = 900  # a first run builds the control plane
+DEMO_TIMEOUT_SECONDS = 120
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _read_pid(workdir: Path) -> int | None:
+    try:
+        return int((workdir / PID_FILE).read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def dev_up(
+    workdir: Path, *, nodes: int, gpus: int, with_stack: bool, foreground: bool = False
+) -> int:
+    workdir = workdir.resolve()
+    if foreground:
+        return _supervise(workdir, nodes=nodes, gpus=gpus, with_stack=with_stack)
+    pid = _read_pid(workdir)
+    if pid is not None and _alive(pid):
+        print(
+            f"already running (supervisor pid {pid}); `gang-extender dev down --workdir {workdir}` first"
+        )
+        return 1
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / READY_FILE).unlink(missing_ok=True)
+    log_path = workdir / "supervisor.log"
+    argv = [
+        sys.executable,
+        "-m",
+        "extender",
+        "dev",
+        "up",
+        "--foreground",
+        "--workdir",
+        str(workdir),
+        "--nodes",
+        str(nodes),
+        "--gpus",
+        str(gpus),
+    ]
+    if not with_stack:
+        argv.append("--cluster-only")
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(
+            argv,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            cwd=REPO,
+        )
+    print(f"starting local cluster in {workdir} (log: {log_path}) ...", flush=True)
+    deadline = time.monotonic() + START_TIMEOUT_SECONDS
+    while time.monotonic() < deadline:
+        if (workdir / READY_FILE).exists():
+            info = json.loads((workdir / READY_FILE).read_text())
+            _print_usage(info)
+            return 0
+        if proc.poll() is not None:
+            print(f"local cluster failed to start; last lines of {log_path}:", file=sys.stderr)
+            print(_tail(log_path, 40), file=sys.stderr)
+            return 1
+        time.sleep(0.5)
+    print(
+        f"local cluster not ready after {START_TIMEOUT_SECONDS}s; see {log_path}", file=sys.stderr
+    )
+    return 1
+
+
+def _tail(path: Path, lines: int) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def _print_usage(info: dict[str, Any]) -> None:
+    print("local cluster is up:")
+    print(f"  export KUBECONFIG={info['kubeconfig']}")
+    print(f"  export PATH={info['bin_dir']}:$PATH      # kubectl {info.get('version', '')}")
+    print("  kubectl get nodes")
+    if info.get("metrics_url"):
+        print(f"  curl {info['metrics_url']}/metrics     # gang-extender metrics")
+        print("  gang-extender status                        # pod groups")
+    print(f"stop it with: gang-extender dev down --workdir {info['workdir']}")
+
+
+def _supervise(workdir: Path, *, nodes: int, gpus: int, with_stack: bool) -> int:
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / PID_FILE).write_text(str(os.getpid()))
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    cluster = LocalCluster(workdir / "cluster")
+    try:
+        cluster.start()
+        api = cluster.api_client()
+        names = add_gpu_nodes(api, nodes, gpus=gpus)
+        wait_for_nodes_ready(api, names)
+        info: dict[str, Any] = {
+            "workdir": str(workdir),
+            "kubeconfig": str(cluster.kubeconfig),
+            "bin_dir": str(cluster.bin_dir),
+            "nodes": names,
+        }
+        if with_stack:
+            stack = GangStack(cluster)
+            stack.start()
+            info["metrics_url"] = stack.metrics_url
+            info["extender_url"] = stack.extender_url
+        (workdir / READY_FILE).write_text(json.dumps(info, indent=2))
+        print("ready", flush=True)
+        while not stop.wait(1.0):
+            pass
+        return 0
+    except ClusterError as err:
+        print(f"error: {err}", file=sys.stderr, flush=True)
+        return 1
+    finally:
+        cluster.stop()
+        (workdir / READY_FILE).unlink(missing_ok=True)
+        (workdir / PID_FILE).unlink(missing_ok=True)
+
+
+def dev_down(workdir: Path) -> int:
+    workdir = workdir.resolve()
+    pid = _read_pid(workdir)
+    if pid is None or not _alive(pid):
+        print(f"nothing running in {workdir}")
+        (workdir / PID_FILE).unlink(missing_ok=True)
+        return 0
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and _alive(pid):
+        time.sleep(0.2)
+    if _alive(pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
+        print(f"supervisor {pid} did not stop in 60s; killed its process group")
+        return 1
+    print("local cluster stopped")
+    return 0
+
+
+# ---------------------------------------------------------------- the demo
+def _podgroup(raw: RawApi, namespace: str, name: str) -> dict[str, Any]:
+    return raw.call(
+        "GET",
+        path_of(
+            "apis",
+            "scheduling.gang-extender.io",
+            "v1alpha1",
+            "namespaces",
+            namespace,
+            "podgroups",
+            name,
+        ),
+    )
+
+
+def _condition(pg: dict[str, Any]) -> str:
+    for c in (pg.get("status") or {}).get("conditions") or []:
+        if c.get("type") == "Scheduled":
+            return str(c.get("message", ""))
+    return ""
+
+
+def _pods(raw: RawApi, namespace: str, group: str) -> list[dict[str, Any]]:
+    pods = raw.call(
+        "GET",
+        path_of("api", "v1", "namespaces", namespace, "pods"),
+        query={"labelSelector": f"gang-extender.io/group={group}"},
+    )["items"]
+    return sorted(pods, key=lambda p: p["metadata"]["name"])
+
+
+def run_demo(workdir: Path, *, keep: bool) -> int:
+    """Seed Horovod job: held on a 2-GPU cluster, placed when a GPU node joins."""
+    workdir = workdir.resolve()
+    group, example = "lm-horovod-job", REPO / "examples" / "horovod" / "horovod-job.yaml"
+    print(
+        "== starting a local control plane (etcd, kube-apiserver, controller-manager, "
+        "kube-scheduler, kwok) with the gang-extender service and gang scheduler",
+        flush=True,
+    )
+    cluster = LocalCluster(workdir / "cluster")
+    started = time.monotonic()
+    try:
+        cluster.start()
+        api = cluster.api_client()
+        raw = RawApi(api)
+        first = add_gpu_nodes(api, 1, gpus=2, name_prefix="gpu-small")
+        wait_for_nodes_ready(api, first)
+        stack = GangStack(cluster)
+        stack.start()
+        print(f"   up in {time.monotonic() - started:.1f}s; 1 node with 2 GPUs", flush=True)
+        namespace = new_namespace(api, "horovod", labels={"gang-extender.io/inject": "enabled"})
+        print(f"== kubectl apply -n {namespace} -f {example.relative_to(REPO)}", flush=True)
+        print(cluster.kubectl("apply", "-n", namespace, "-f", str(example)).rstrip(), flush=True)
+
+        message = _wait_for(lambda: _held_message(raw, namespace, group), DEMO_TIMEOUT_SECONDS)
+        bound = [
+            p["metadata"]["name"] for p in _pods(raw, namespace, group) if p["spec"].get("nodeName")
+        ]
+        print(f"== held: {message}")
+        print(f"   members bound so far: {len(bound)} (none is bound before all 4 fit)", flush=True)
+
+        print("== adding a node with 4 GPUs", flush=True)
+        second = add_gpu_nodes(api, 1, gpus=4, name_prefix="gpu-big")
+        wait_for_nodes_ready(api, second)
+        _wait_for(lambda: _all_bound(raw, namespace, group), DEMO_TIMEOUT_SECONDS)
+        pg = _podgroup(raw, namespace, group)
+        print(f"== placed: {_condition(pg)} (phase {pg['status'].get('phase')})")
+        for pod in _pods(raw, namespace, group):
+            spec = pod["spec"]
+            host = f"{spec.get('hostname', '')}.{spec.get('subdomain', '')}"
+            print(f"   {pod['metadata']['name']:<40} -> {spec.get('nodeName')}   ({host})")
+        cm = _wait_for(lambda: _configmap(raw, namespace, f"{group}-svc"), DEMO_TIMEOUT_SECONDS)
+        print("== /etc/volcano/hostfile (what mpiexec/deepspeed read):")
+        print("   " + cm["data"].get("hostfile", "").strip().replace("\n", "\n   "))
+        print("== /etc/volcano/worker.host:")
+        print("   " + cm["data"].get("worker.host", "").strip().replace("\n", "\n   "))
+        if keep:
+            print(
+                f"cluster left running: export KUBECONFIG={cluster.kubeconfig}; "
+                f"stop with: kill {os.getpid()} (Ctrl-C)"
+            )
+            with contextlib.suppress(KeyboardInterrupt):
+                while True:
+                    time.sleep(3600)
+        return 0
+    except (ClusterError, KubeError, TimeoutError) as err:
+        print(f"demo failed: {err}", file=sys.stderr)
+        print(cluster.tail_logs(), file=sys.stderr)
+        return 1
+    finally:
+        cluster.stop()
+
+
+def _wait_for(probe: Any, timeout: float) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = probe()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise TimeoutError(f"gave up after {timeout}s waiting for {getattr(probe, '__name__', probe)}")
+
+
+def _held_message(raw: RawApi, namespace: str, group: str) -> str | None:
+    try:
+        pg = _podgroup(raw, namespace, group)
+    except KubeError:
+        return None
+    message = _condition(pg)
+    return message if "placeable" in message else None
+
+
+def _all_bound(raw: RawApi, namespace: str, group: str) -> bool:
+    pods = _pods(raw, namespace, group)
+    return len(pods) == 4 and all(p["spec"].get("nodeName") for p in pods)
+
+
+def _configmap(raw: RawApi, namespace: str, name: str) -> dict[str, Any] | None:
+    try:
+        return raw.call("GET", path_of("api", "v1", "namespaces", namespace, "configmaps", name))
+    except KubeError:
+        return None

@@ -1,0 +1,257 @@
+"""The gang-extender stack on a LocalCluster: CRDs, the service, the webhook, the gang scheduler.
+
+Shared by `gang-extender dev up`, the e2e fixtures and the benchmarks, so all
+three run the product the same way: the service as its own process
+(`python -m extender serve`), and the stock kube-scheduler binary with
+deploy/scheduler/scheduler-config.yaml rewritten only for loopback addresses.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import ssl
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from extender.devcluster.cluster import ClusterError, LocalCluster, free_port
+from extender.devcluster.process import ManagedProcess
+from extender.kube.rawapi import KubeError, RawApi, path_of
+
+REPO = Path(__file__).resolve().parents[2]
+DEPLOY = REPO / "deploy"
+CRD_FILES = [DEPLOY / "crds" / "podgroups.scheduling.gang-extender.io.yaml"]
+COSCHEDULING_CRD = DEPLOY / "crds" / "optional" / "podgroups.scheduling.x-k8s.io.yaml"
+SCHEDULER_CONFIG = DEPLOY / "scheduler" / "scheduler-config.yaml"
+WEBHOOK_CONFIG = DEPLOY / "webhook.yaml"
+SYSTEM_NAMESPACE = "gang-system"
+
+
+def apply_object(raw: RawApi, obj: dict[str, Any]) -> None:
+    """Create or replace one cluster-scoped or namespaced object from a manifest."""
+    api_version, kind = obj["apiVersion"], obj["kind"]
+    plural = {
+        "CustomResourceDefinition": "customresourcedefinitions",
+        "MutatingWebhookConfiguration": "mutatingwebhookconfigurations",
+        "Namespace": "namespaces",
+    }[kind]
+    prefix = ["api", api_version] if "/" not in api_version else ["apis", *api_version.split("/")]
+    collection = path_of(*prefix, plural)
+    name = obj["metadata"]["name"]
+    try:
+        current = raw.call("GET", f"{collection}/{name}")
+    except KubeError as err:
+        if err.status != 404:
+            raise
+        raw.call("POST", collection, body=obj)
+        return
+    updated = copy.deepcopy(obj)
+    updated["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+    raw.call("PUT", f"{collection}/{name}", body=updated)
+
+
+def wait_crd_established(raw: RawApi, name: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        crd = raw.call(
+            "GET", path_of("apis", "apiextensions.k8s.io", "v1", "customresourcedefinitions", name)
+        )
+        conditions = (crd.get("status") or {}).get("conditions") or []
+        if any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
+            return
+        time.sleep(0.2)
+    raise ClusterError(f"CRD {name} not established after {timeout}s")
+
+
+def load_yaml_documents(path: Path) -> list[dict[str, Any]]:
+    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+
+
+class GangStack:
+    """The product running against a LocalCluster."""
+
+    def __init__(
+        self,
+        cluster: LocalCluster,
+        *,
+        policy: Path | None = None,
+        env: dict[str, str] | None = None,
+        with_coscheduling_crd: bool = True,
+    ) -> None:
+        self.cluster = cluster
+        self.policy = policy
+        self.env = dict(env or {})
+        self.with_coscheduling_crd = with_coscheduling_crd
+        self.workdir = cluster.workdir / "gang"
+        self.tls_dir = self.workdir / "tls"
+        self.extender_port = free_port()
+        self.webhook_port = free_port()
+        self.metrics_port = free_port()
+        self.service: ManagedProcess | None = None
+        self.scheduler: ManagedProcess | None = None
+        self.raw = RawApi(cluster.api_client())
+
+    # ---- URLs ----
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.metrics_port}"
+
+    @property
+    def extender_url(self) -> str:
+        return f"https://127.0.0.1:{self.extender_port}"
+
+    @property
+    def ca_path(self) -> Path:
+        return self.tls_dir / "ca.crt"
+
+    # ---- lifecycle ----
+    def start(self, timeout: float = 90) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.install_crds()
+        apply_object(
+            self.raw,
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SYSTEM_NAMESPACE}},
+        )
+        self.install_webhook_config()
+        self.start_service(timeout=timeout)
+        self.start_scheduler(timeout=timeout)
+
+    def install_crds(self) -> None:
+        files = list(CRD_FILES)
+        if self.with_coscheduling_crd and COSCHEDULING_CRD.exists():
+            files.append(COSCHEDULING_CRD)
+        for path in files:
+            for doc in load_yaml_documents(path):
+                apply_object(self.raw, doc)
+                wait_crd_established(self.raw, doc["metadata"]["name"])
+
+    def install_webhook_config(self) -> None:
+        """deploy/webhook.yaml, pointed at the loopback service (the service fills caBundle)."""
+        for doc in load_yaml_documents(WEBHOOK_CONFIG):
+            if doc.get("kind") != "MutatingWebhookConfiguration":
+                continue
+            for hook in doc.get("webhooks", []):
+                path = (hook["clientConfig"].get("service") or {}).get("path", "/mutate")
+                hook["clientConfig"] = {"url": f"https://127.0.0.1:{self.webhook_port}{path}"}
+            apply_object(self.raw, doc)
+
+    def service_argv(self) -> list[str]:
+        argv = [
+            sys.executable,
+            "-m",
+            "extender",
+            "serve",
+            "--kubeconfig",
+            str(self.cluster.kubeconfig),
+            "--bind-address",
+            "127.0.0.1",
+            "--extender-port",
+            str(self.extender_port),
+            "--webhook-port",
+            str(self.webhook_port),
+            "--metrics-port",
+            str(self.metrics_port),
+            "--tls-dir",
+            str(self.tls_dir),
+        ]
+        if self.policy is not None:
+            argv += ["--policy", str(self.policy)]
+        return argv
+
+    def start_service(self, timeout: float = 90, name: str = "gang-extender") -> ManagedProcess:
+        env = {"PYTHONUNBUFFERED": "1", **self.env}
+        self.service = self.cluster.start_process(name, self.service_argv(), env=env)
+        self.wait_ready(self.service, timeout)
+        return self.service
+
+    def wait_ready(self, proc: ManagedProcess, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not proc.alive():
+                raise ClusterError(
+                    f"gang-extender exited during start-up:\n{self.cluster.tail_logs()}"
+                )
+            try:
+                with urllib.request.urlopen(f"{self.metrics_url}/readyz", timeout=2) as resp:
+                    if resp.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(0.2)
+        raise ClusterError(f"gang-extender not ready after {timeout}s:\n{self.cluster.tail_logs()}")
+
+    def scheduler_config(self) -> Path:
+        config = yaml.safe_load(SCHEDULER_CONFIG.read_text())
+        config["clientConnection"]["kubeconfig"] = str(self.cluster.kubeconfig)
+        for extender in config["extenders"]:
+            extender["urlPrefix"] = self.extender_url
+            extender["tlsConfig"]["caFile"] = str(self.ca_path)
+        path = self.workdir / "scheduler-config.yaml"
+        path.write_text(yaml.safe_dump(config))
+        return path
+
+    def start_scheduler(self, timeout: float = 90) -> ManagedProcess:
+        argv = [
+            str(self.cluster.bin_dir / "kube-scheduler"),
+            f"--config={self.scheduler_config()}",
+            "--secure-port=0",
+            "--v=2",
+        ]
+        self.scheduler = self.cluster.start_process("gang-scheduler", argv)
+        self._wait_lease(timeout)
+        return self.scheduler
+
+    def _wait_lease(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        path = path_of(
+            "apis",
+            "coordination.k8s.io",
+            "v1",
+            "namespaces",
+            SYSTEM_NAMESPACE,
+            "leases",
+            "gang-extender",
+        )
+        while time.monotonic() < deadline:
+            assert self.scheduler is not None
+            if not self.scheduler.alive():
+                raise ClusterError(f"gang kube-scheduler exited:\n{self.cluster.tail_logs()}")
+            try:
+                lease = self.raw.call("GET", path)
+                if (lease.get("spec") or {}).get("holderIdentity"):
+                    return
+            except KubeError:
+                pass
+            time.sleep(0.2)
+        raise ClusterError(f"gang kube-scheduler did not take its lease in {timeout}s")
+
+    def restart_service(self, *, kill: bool = True, timeout: float = 90) -> ManagedProcess:
+        """SIGKILL (or stop) the service and start it again on the same ports."""
+        assert self.service is not None
+        if kill:
+            self.service.kill()
+        else:
+            self.service.stop()
+        self.service.wait(30)
+        return self.start_service(timeout=timeout, name=f"gang-extender-{int(time.time())}")
+
+    def metrics_text(self) -> str:
+        with urllib.request.urlopen(f"{self.metrics_url}/metrics", timeout=5) as resp:
+            return str(resp.read().decode())
+
+    def https_context(self) -> ssl.SSLContext:
+        return ssl.create_default_context(cafile=str(self.ca_path))
+
+    def stop(self) -> None:
+        for proc in (self.scheduler, self.service):
+            if proc is not None and proc.alive():
+                proc.stop()
+
+
+def env_flag(name: str) -> bool:
+    return os.environ.get(name, "").lower() in ("1", "true", "yes")

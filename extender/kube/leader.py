@@ -1,0 +1,142 @@
+"""Leader election on a coordination.k8s.io/v1 Lease, as client-go's leaderelection does.
+
+Only the leader is ready (so the Service sends the scheduler and the API server
+to it) and only the leader writes status, Events and wiring. Updates use the
+Lease's resourceVersion, so two replicas can never both win one term.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+from extender.kube.rawapi import KubeError, RawApi, path_of
+from extender.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+
+def _micro_time(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _parse_time(text: str | None) -> float:
+    if not text:
+        return 0.0
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+class LeaderElector:
+    def __init__(
+        self,
+        raw: RawApi,
+        *,
+        namespace: str,
+        name: str,
+        lease_seconds: float,
+        renew_seconds: float,
+        metrics: Metrics,
+        identity: str | None = None,
+    ) -> None:
+        self.raw = raw
+        self.namespace = namespace
+        self.name = name
+        self.lease_seconds = lease_seconds
+        self.renew_seconds = renew_seconds
+        self.metrics = metrics
+        self.identity = identity or os.environ.get(
+            "POD_NAME", f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
+        )
+        self._renewed_at = 0.0
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def is_leader(self) -> bool:
+        # Stop acting as leader once our own lease could have expired for others.
+        return time.time() - self._renewed_at < self.lease_seconds
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._task = loop.create_task(self._run(), name="leader-election")
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                won = await asyncio.to_thread(self.try_acquire_or_renew)
+            except KubeError as err:
+                log.warning("lease %s/%s: %s", self.namespace, self.name, err)
+                won = False
+            was = self.is_leader
+            if won:
+                self._renewed_at = time.time()
+                if not was:
+                    log.info("became leader as %s", self.identity)
+            self.metrics.is_leader.set(1 if self.is_leader else 0)
+            await asyncio.sleep(self.renew_seconds if self.is_leader else self.renew_seconds / 2)
+
+    def _path(self, with_name: bool = True) -> str:
+        parts = ["apis", "coordination.k8s.io", "v1", "namespaces", self.namespace, "leases"]
+        return path_of(*parts, self.name) if with_name else path_of(*parts)
+
+    def try_acquire_or_renew(self) -> bool:
+        now = time.time()
+        try:
+            lease = self.raw.call("GET", self._path())
+        except KubeError as err:
+            if err.status != 404:
+                raise
+            return self._create(now)
+        spec: dict[str, Any] = lease.get("spec") or {}
+        holder = spec.get("holderIdentity")
+        renewed = _parse_time(spec.get("renewTime"))
+        duration = float(spec.get("leaseDurationSeconds") or self.lease_seconds)
+        if holder and holder != self.identity and now < renewed + duration:
+            return False
+        transitions = int(spec.get("leaseTransitions") or 0)
+        if holder != self.identity:
+            transitions += 1
+            spec["acquireTime"] = _micro_time(now)
+        spec.update(
+            holderIdentity=self.identity,
+            leaseDurationSeconds=int(self.lease_seconds),
+            renewTime=_micro_time(now),
+            leaseTransitions=transitions,
+        )
+        lease["spec"] = spec
+        try:
+            self.raw.call("PUT", self._path(), body=lease)
+        except KubeError as err:
+            if err.status == 409:  # someone else updated it first
+                return False
+            raise
+        return True
+
+    def _create(self, now: float) -> bool:
+        body = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": self.name, "namespace": self.namespace},
+            "spec": {
+                "holderIdentity": self.identity,
+                "leaseDurationSeconds": int(self.lease_seconds),
+                "acquireTime": _micro_time(now),
+                "renewTime": _micro_time(now),
+                "leaseTransitions": 0,
+            },
+        }
+        try:
+            self.raw.call("POST", self._path(with_name=False), body=body)
+        except KubeError as err:
+            if err.status == 409:
+                return False
+            raise
+        return True

@@ -1,0 +1,151 @@
+"""Writes to the API server: pod bindings, plan annotations, Events, PodGroups.
+
+Each function is one request through `RawApi`; callers on the event loop run
+them in a thread (`asyncio.to_thread` or the binder's pool).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from extender.coordinator import BindError
+from extender.domain.membership import PLANNED_NODE_ANNOTATION, SCHEDULER_NAME
+from extender.kube.rawapi import KubeError, RawApi, path_of
+
+PODGROUP_API = "scheduling.gang-extender.io/v1alpha1"
+BINDING_TIMEOUT_SECONDS = 10.0
+
+
+class ApiBinder:
+    """Binds through the `pods/binding` subresource; a gang's binds go out in parallel."""
+
+    def __init__(self, raw: RawApi, *, workers: int = 32) -> None:
+        self.raw = raw
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="bind")
+
+    async def bind(self, *, namespace: str, name: str, uid: str, node: str) -> None:
+        body = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            # The uid makes the bind fail if the pod was deleted and re-created.
+            "metadata": {"name": name, "namespace": namespace, "uid": uid},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        path = path_of("api", "v1", "namespaces", namespace, "pods", name, "binding")
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(
+                self._pool,
+                lambda: self.raw.call("POST", path, body=body, timeout=BINDING_TIMEOUT_SECONDS),
+            )
+        except KubeError as err:
+            raise BindError(str(err)) from None
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def set_planned_node(raw: RawApi, namespace: str, name: str, node: str | None) -> None:
+    """Record (or clear) a member's planned node on the pod.
+
+    The annotation makes a plan survive a restart, and the pod update makes
+    kube-scheduler move the pod out of its unschedulable queue to be retried now.
+    """
+    patch = {"metadata": {"annotations": {PLANNED_NODE_ANNOTATION: node}}}
+    raw.call(
+        "PATCH",
+        path_of("api", "v1", "namespaces", namespace, "pods", name),
+        body=patch,
+        content_type="application/merge-patch+json",
+    )
+
+
+def emit_event(
+    raw: RawApi,
+    *,
+    involved: dict[str, Any],
+    reason: str,
+    message: str,
+    event_type: str = "Normal",
+) -> None:
+    """A core/v1 Event on an object (`involved` = {kind, namespace, name, uid, apiVersion})."""
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    namespace = involved["namespace"]
+    body = {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {
+            "name": f"{involved['name']}.{uuid.uuid4().hex[:12]}",
+            "namespace": namespace,
+        },
+        "involvedObject": involved,
+        "reason": reason,
+        "message": message[:1024],
+        "type": event_type,
+        "source": {"component": SCHEDULER_NAME},
+        "reportingComponent": SCHEDULER_NAME,
+        "reportingInstance": SCHEDULER_NAME,
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+    }
+    raw.call("POST", path_of("api", "v1", "namespaces", namespace, "events"), body=body)
+
+
+def podgroup_path(namespace: str, name: str | None = None, *, status: bool = False) -> str:
+    parts = [
+        "apis",
+        "scheduling.gang-extender.io",
+        "v1alpha1",
+        "namespaces",
+        namespace,
+        "podgroups",
+    ]
+    if name is not None:
+        parts.append(name)
+        if status:
+            parts.append("status")
+    return path_of(*parts)
+
+
+def create_podgroup(
+    raw: RawApi,
+    *,
+    namespace: str,
+    name: str,
+    min_member: int,
+    min_task_member: dict[str, int] | None,
+) -> None:
+    """Create the PodGroup a group declared only by annotation; 409 means someone won the race."""
+    spec: dict[str, Any] = {"minMember": min_member}
+    if min_task_member:
+        spec["minTaskMember"] = min_task_member
+    body = {
+        "apiVersion": PODGROUP_API,
+        "kind": "PodGroup",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {"app.kubernetes.io/managed-by": SCHEDULER_NAME},
+            "annotations": {"gang-extender.io/created-from": "min-available annotation"},
+        },
+        "spec": spec,
+    }
+    try:
+        raw.call("POST", podgroup_path(namespace), body=body)
+    except KubeError as err:
+        if err.status != 409:
+            raise
+
+
+def write_podgroup_status(raw: RawApi, namespace: str, name: str, status: dict[str, Any]) -> None:
+    raw.call(
+        "PATCH",
+        podgroup_path(namespace, name, status=True),
+        body={"status": status},
+        content_type="application/merge-patch+json",
+    )

@@ -1,0 +1,246 @@
+"""The gang core's decisions, named after the situation (pure: no cluster, no clock)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+
+from extender.domain.gang import (
+    BindVerdict,
+    GangBound,
+    GangCore,
+    PlanCreated,
+    PlanDropped,
+    Timeouts,
+    Verdict,
+)
+from extender.domain.model import GroupSpec, NodeInfo, PodInfo
+from extender.domain.policy import Policy
+from tests.builders import make_node, make_pod, make_podgroup
+
+T0 = 1_000_000.0
+
+
+def core_with(
+    nodes: list[dict[str, Any]], pods: list[dict[str, Any]] = (), groups: list[dict[str, Any]] = ()
+) -> GangCore:
+    core = GangCore(policy=Policy(), timeouts=Timeouts(60, 30, 2))
+    for n in nodes:
+        core.snapshot.upsert_node(NodeInfo.from_api(n))
+    for p in pods:
+        core.observe_pod(PodInfo.from_api(p), T0)
+    for g in groups:
+        core.snapshot.upsert_podgroup(GroupSpec.from_podgroup(g, source="PodGroup"))
+    return core
+
+
+def names(nodes: list[dict[str, Any]]) -> list[str]:
+    return [n["metadata"]["name"] for n in nodes]
+
+
+def pod_info(core: GangCore, name: str) -> PodInfo:
+    return next(p for p in core.snapshot.pods.values() if p.name == name)
+
+
+def seed_job(worker_gpus: int = 1) -> list[dict[str, Any]]:
+    """The seed Horovod job: 1 master (500m, 1Gi) + 3 workers (1 CPU, 2Gi, 1 GPU)."""
+    master = make_pod("job-master").group("job").task("master").cpu("500m").memory("1Gi").obj()
+    workers = [
+        make_pod(f"job-worker-{i}")
+        .group("job")
+        .task("worker")
+        .cpu("1")
+        .memory("2Gi")
+        .gpus(worker_gpus)
+        .obj()
+        for i in range(3)
+    ]
+    return [master, *workers]
+
+
+def test_pod_without_group_passes_all_candidates_when_nothing_is_reserved() -> None:
+    nodes = [make_node("n1").obj(), make_node("n2").obj()]
+    plain = make_pod("plain").gpus(1).obj()
+    core = core_with(nodes, [plain])
+    decision = core.filter(pod_info(core, "plain"), ["n1", "n2"], T0)
+    assert decision.verdict is Verdict.NOT_A_GANG
+    assert decision.nodes == ["n1", "n2"]
+
+
+def test_gang_with_three_of_four_members_is_held_and_says_so() -> None:
+    nodes = [make_node("n1").gpus(8).obj()]
+    pods = seed_job()[:3]
+    core = core_with(nodes, pods, [make_podgroup("job", 4)])
+    decision = core.filter(pod_info(core, "job-master"), ["n1"], T0)
+    assert decision.verdict is Verdict.WAIT
+    assert decision.nodes == []
+    assert decision.failed == {}
+    assert "3/4 members exist" in decision.unresolvable["n1"]
+
+
+def test_gang_that_does_not_fit_is_held_with_what_is_missing() -> None:
+    nodes = [make_node("n1").gpus(2).obj()]
+    core = core_with(nodes, seed_job(), [make_podgroup("job", 4)])
+    decision = core.filter(pod_info(core, "job-worker-0"), ["n1"], T0)
+    assert decision.verdict is Verdict.WAIT
+    message = decision.unresolvable["n1"]
+    assert "3/4 members placeable" in message
+    assert "needs 3 nvidia.com/gpu" in message
+    assert "largest free node has 2" in message
+    assert core.ledger.plans == {}
+
+
+def test_gang_that_fits_is_planned_and_each_member_gets_only_its_node() -> None:
+    nodes = [make_node("n1").gpus(2).obj(), make_node("n2").gpus(4).obj()]
+    core = core_with(nodes, seed_job(), [make_podgroup("job", 4)])
+    decision = core.filter(pod_info(core, "job-worker-0"), ["n1", "n2"], T0)
+    assert decision.verdict is Verdict.PLANNED
+    assert len(decision.nodes) == 1
+    plan = core.ledger.plans[pod_info(core, "job-worker-0").group]
+    assert len(plan.placements) == 4
+    effects = core.drain_effects()
+    assert [type(e) for e in effects] == [PlanCreated]
+    for pod in ("job-master", "job-worker-1", "job-worker-2"):
+        d = core.filter(pod_info(core, pod), ["n1", "n2"], T0 + 1)
+        assert d.verdict is Verdict.PLANNED
+        assert d.nodes == [plan.placements[pod_info(core, pod).uid]]
+
+
+def test_members_that_disagree_on_min_available_are_rejected() -> None:
+    pods = [
+        make_pod("a").group("g").min_available(2).obj(),
+        make_pod("b").group("g").min_available(3).obj(),
+    ]
+    core = core_with([make_node("n1").obj()], pods)
+    decision = core.filter(pod_info(core, "a"), ["n1"], T0)
+    assert decision.verdict is Verdict.REJECT
+    assert "disagree" in decision.unresolvable["n1"]
+
+
+def test_pod_claiming_two_groups_is_rejected() -> None:
+    pod = make_pod("a").group("g1").label("scheduling.x-k8s.io/pod-group", "g2").obj()
+    core = core_with([make_node("n1").obj()], [pod])
+    decision = core.filter(pod_info(core, "a"), ["n1"], T0)
+    assert decision.verdict is Verdict.REJECT
+    assert "two groups" in decision.unresolvable["n1"]
+
+
+def test_group_without_podgroup_or_annotation_waits_with_instructions() -> None:
+    core = core_with([make_node("n1").obj()], [make_pod("a").group("g").obj()])
+    decision = core.filter(pod_info(core, "a"), ["n1"], T0)
+    assert decision.verdict is Verdict.WAIT
+    assert "create the PodGroup or annotate" in decision.unresolvable["n1"]
+
+
+def test_plain_pod_cannot_take_capacity_reserved_for_a_gang() -> None:
+    nodes = [make_node("n1").gpus(4).obj()]
+    pods = [make_pod(f"w{i}").group("g").min_available(4).gpus(1).obj() for i in range(4)]
+    plain = make_pod("plain").gpus(1).obj()
+    core = core_with(nodes, [*pods, plain])
+    assert core.filter(pod_info(core, "w0"), ["n1"], T0).verdict is Verdict.PLANNED
+    decision = core.filter(pod_info(core, "plain"), ["n1"], T0)
+    assert decision.nodes == []
+    assert "reserved for gang default/g" in decision.failed["n1"]
+
+
+def test_bind_waits_for_every_member_then_releases() -> None:
+    nodes = [make_node("n1").gpus(4).obj()]
+    pods = [make_pod(f"w{i}").group("g").min_available(3).gpus(1).obj() for i in range(3)]
+    core = core_with(nodes, pods)
+    for p in ("w0", "w1", "w2"):
+        assert core.filter(pod_info(core, p), ["n1"], T0).verdict is Verdict.PLANNED
+    first = core.arrive(pod_info(core, "w0").uid, "n1", T0 + 1)
+    second = core.arrive(pod_info(core, "w1").uid, "n1", T0 + 1)
+    last = core.arrive(pod_info(core, "w2").uid, "n1", T0 + 2)
+    assert (first.verdict, second.verdict, last.verdict) == (
+        BindVerdict.WAIT,
+        BindVerdict.WAIT,
+        BindVerdict.RELEASE,
+    )
+    assert core.barrier_state(first.plan_id, first.group) is BindVerdict.RELEASE
+
+
+def test_barrier_timeout_drops_the_plan_and_frees_the_capacity() -> None:
+    nodes = [make_node("n1").gpus(4).obj()]
+    pods = [make_pod(f"w{i}").group("g").min_available(2).gpus(2).obj() for i in range(2)]
+    core = core_with(nodes, pods)
+    assert core.filter(pod_info(core, "w0"), ["n1"], T0).verdict is Verdict.PLANNED
+    arrived = core.arrive(pod_info(core, "w0").uid, "n1", T0 + 1)
+    assert arrived.verdict is BindVerdict.WAIT
+    message = core.barrier_timed_out(arrived.plan_id, arrived.group, T0 + 31)
+    assert "timed out waiting for default/w1" in message
+    assert core.ledger.plans == {}
+    assert core.ledger.reserved("n1").get("nvidia.com/gpu", 0) == 0
+    dropped = [e for e in core.drain_effects() if isinstance(e, PlanDropped)]
+    assert dropped and dropped[0].timed_out
+
+
+def test_plan_nobody_acts_on_expires_after_the_schedule_timeout() -> None:
+    nodes = [make_node("n1").gpus(4).obj()]
+    pods = [make_pod(f"w{i}").group("g").min_available(2).gpus(1).obj() for i in range(2)]
+    core = core_with(nodes, pods)
+    core.filter(pod_info(core, "w0"), ["n1"], T0)
+    core.expire(T0 + 59)
+    assert core.ledger.plans
+    core.expire(T0 + 61)
+    assert not core.ledger.plans
+
+
+def test_bound_members_settle_the_plan_and_count_as_used() -> None:
+    nodes = [make_node("n1").gpus(4).obj()]
+    pods = [make_pod(f"w{i}").group("g").min_available(2).gpus(2).obj() for i in range(2)]
+    core = core_with(nodes, pods)
+    core.filter(pod_info(core, "w0"), ["n1"], T0)
+    core.drain_effects()
+    for name in ("w0", "w1"):
+        core.observe_pod(dataclasses.replace(pod_info(core, name), node_name="n1"), T0 + 2)
+    assert not core.ledger.plans
+    assert any(isinstance(e, GangBound) for e in core.drain_effects())
+    assert core.snapshot.free_gpus("n1") == 0
+    assert core.free_after_reservations("n1")["nvidia.com/gpu"] == 0
+
+
+def test_second_gang_waits_while_the_first_holds_the_capacity() -> None:
+    nodes = [make_node("n1").gpus(8).obj()]
+    a = [make_pod(f"a{i}").group("a").min_available(2).gpus(3).obj() for i in range(2)]
+    b = [make_pod(f"b{i}").group("b").min_available(2).gpus(3).obj() for i in range(2)]
+    core = core_with(nodes, [*a, *b])
+    assert core.filter(pod_info(core, "a0"), ["n1"], T0).verdict is Verdict.PLANNED
+    held = core.filter(pod_info(core, "b0"), ["n1"], T0)
+    assert held.verdict is Verdict.WAIT
+    assert "largest free node has 2" in held.unresolvable["n1"]
+    assert set(core.ledger.plans) == {pod_info(core, "a0").group}
+
+
+def test_planned_node_withdrawn_by_the_scheduler_drops_the_plan() -> None:
+    nodes = [make_node("n1").gpus(4).obj(), make_node("n2").gpus(4).obj()]
+    pods = [make_pod(f"w{i}").group("g").min_available(2).gpus(4).obj() for i in range(2)]
+    core = core_with(nodes, pods)
+    core.filter(pod_info(core, "w0"), ["n1", "n2"], T0)
+    plan = next(iter(core.ledger.plans.values()))
+    w1_node = plan.placements[pod_info(core, "w1").uid]
+    others = [n for n in ("n1", "n2") if n != w1_node]
+    decision = core.filter(pod_info(core, "w1"), others, T0 + 1)
+    assert decision.verdict is Verdict.WAIT
+    assert not core.ledger.plans
+    assert "no longer offers planned node" in decision.message
+
+
+@pytest.mark.parametrize(
+    ("node_gpus", "expected"),
+    [
+        pytest.param(8, 10, id="full node scores highest under binpack"),
+        pytest.param(0, 0, id="empty node scores lowest under binpack"),
+    ],
+)
+def test_prioritize_binpacks_plain_pods(node_gpus: int, expected: int) -> None:
+    nodes = [make_node("n1").gpus(8).obj()]
+    pods = [
+        make_pod(f"p{i}").scheduler("default-scheduler").gpus(1).node("n1").obj()
+        for i in range(node_gpus)
+    ]
+    plain = make_pod("plain").obj()
+    core = core_with(nodes, [*pods, plain])
+    assert core.prioritize(pod_info(core, "plain"), ["n1"]) == {"n1": expected}
