@@ -7,7 +7,6 @@ make_node("n1").gpus(8).obj()
 from __future__ import annotations
 
 import copy
-import itertools
 from typing import Any
 
 from extender.domain.membership import (
@@ -16,8 +15,6 @@ from extender.domain.membership import (
     SCHEDULER_NAME,
     TASK_LABEL,
 )
-
-_uids = itertools.count(1)
 
 
 class PodBuilder:
@@ -28,7 +25,7 @@ class PodBuilder:
             "metadata": {
                 "name": name,
                 "namespace": namespace,
-                "uid": f"uid-{name}-{next(_uids)}",
+                "uid": f"uid-{namespace}-{name}",
                 "labels": {},
                 "annotations": {},
                 "creationTimestamp": "2026-11-22T10:00:00Z",
