@@ -1,0 +1,142 @@
+"""Fixtures for end-to-end tests against a real local control plane.
+
+One LocalCluster (etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
+kwok) is started per test session and shared; every test gets its own namespace.
+Set GANG_E2E_BIN_DIR to use prebuilt binaries instead of hack/build-control-plane.sh.
+When an e2e test fails, the tail of every component log is attached to its report.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Callable, Generator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client as k8s
+
+from extender.devcluster.cluster import LocalCluster, ensure_binaries, new_namespace
+from extender.devcluster.nodes import add_gpu_nodes, wait_for_nodes_ready
+
+E2E_DIR = Path(__file__).parent
+_SESSION_CLUSTER = pytest.StashKey[LocalCluster]()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if E2E_DIR in Path(item.path).parents:
+            item.add_marker(pytest.mark.e2e)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    cluster = item.config.stash.get(_SESSION_CLUSTER, None)
+    if report.failed and cluster is not None:
+        report.sections.append(("control-plane logs", cluster.tail_logs()))
+    return report
+
+
+@pytest.fixture(scope="session")
+def bin_dir() -> Path:
+    """The control-plane binaries ($GANG_E2E_BIN_DIR, or built/cached by the script)."""
+    return ensure_binaries()
+
+
+@pytest.fixture(scope="session")
+def cluster(
+    bin_dir: Path, tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config
+) -> Iterator[LocalCluster]:
+    """The session's control plane. Its workdir (logs, kubeconfig) stays in pytest's tmp dir."""
+    local = LocalCluster(tmp_path_factory.mktemp("cluster"), bin_dir)
+    local.start()
+    pytestconfig.stash[_SESSION_CLUSTER] = local
+    try:
+        yield local
+    finally:
+        del pytestconfig.stash[_SESSION_CLUSTER]
+        local.stop()
+
+
+@pytest.fixture(scope="session")
+def api(cluster: LocalCluster) -> Iterator[k8s.ApiClient]:
+    with cluster.api_client() as client:
+        yield client
+
+
+@pytest.fixture(scope="session")
+def core(api: k8s.ApiClient) -> k8s.CoreV1Api:
+    return k8s.CoreV1Api(api)
+
+
+@pytest.fixture(scope="session")
+def apps(api: k8s.ApiClient) -> k8s.AppsV1Api:
+    return k8s.AppsV1Api(api)
+
+
+def _dns_label(text: str, limit: int = 40) -> str:
+    return re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")[:limit].strip("-") or "t"
+
+
+@pytest.fixture
+def namespace(
+    api: k8s.ApiClient, core: k8s.CoreV1Api, request: pytest.FixtureRequest
+) -> Iterator[str]:
+    """A fresh namespace named after the test, deleted (without waiting) afterwards."""
+    name = new_namespace(api, _dns_label(request.node.name, 30))
+    yield name
+    try:
+        core.delete_namespace(name)
+    except k8s.ApiException as exc:
+        if exc.status != 404:
+            raise
+
+
+POOL_LABEL = "e2e.gang-extender.io/pool"
+
+
+@dataclass(frozen=True)
+class GpuPool:
+    """Fake GPU nodes made for one test; ``node_selector`` keeps pods on them."""
+
+    name: str
+    nodes: list[str]
+
+    @property
+    def node_selector(self) -> dict[str, str]:
+        return {POOL_LABEL: self.name}
+
+
+@pytest.fixture
+def gpu_nodes(api: k8s.ApiClient, core: k8s.CoreV1Api) -> Iterator[Callable[..., GpuPool]]:
+    """Factory: ``gpu_nodes(count, **add_gpu_nodes_kwargs) -> GpuPool`` of Ready nodes.
+
+    Each call makes its own pool, labelled ``e2e.gang-extender.io/pool: <pool>``, so a
+    test's pods can be kept off nodes other tests created. Deleted after the test.
+    """
+    created: list[str] = []
+
+    def make(count: int, **kwargs: Any) -> GpuPool:
+        pool = f"pool-{uuid.uuid4().hex[:6]}"
+        labels = {POOL_LABEL: pool, **kwargs.pop("labels", {})}
+        names = add_gpu_nodes(api, count, labels=labels, name_prefix=f"gpu-{pool}", **kwargs)
+        created.extend(names)
+        wait_for_nodes_ready(api, names)
+        return GpuPool(pool, names)
+
+    yield make
+    for name in created:
+        try:
+            core.delete_node(name)
+        except k8s.ApiException as exc:
+            if exc.status != 404:
+                raise
+
+
+# The product under test (service + gang scheduler) and helpers for its scenarios.
+from tests.e2e.gang_fixtures import gang_stack, injected_namespace, raw  # noqa: E402, F401
