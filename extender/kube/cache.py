@@ -40,9 +40,8 @@ class Resource:
 
 
 NODES = Resource("nodes", "/api/v1/nodes")
-# Finished pods hold no capacity and count toward no quorum; the API server then
-# sends them as DELETED, which is what the core needs.
-PODS = Resource("pods", "/api/v1/pods", "status.phase!=Succeeded,status.phase!=Failed")
+# Finished pods are kept: they hold no capacity but PodGroup status counts them.
+PODS = Resource("pods", "/api/v1/pods")
 PODGROUPS = Resource("podgroups", "/apis/scheduling.gang-extender.io/v1alpha1/podgroups")
 COSCHEDULING_PODGROUPS = Resource(
     "coscheduling-podgroups", "/apis/scheduling.x-k8s.io/v1alpha1/podgroups", optional=True
@@ -111,13 +110,17 @@ class Watcher:
                 if err.status == 410:
                     version = None  # relist right away; expiry is routine
                     continue
-                log.warning("watch %s failed: %s; retrying in %.1fs", self.resource.kind, err, delay)
+                log.warning(
+                    "watch %s failed: %s; retrying in %.1fs", self.resource.kind, err, delay
+                )
                 version = None
                 self._stop.wait(delay)
                 delay = min(delay * 2, RETRY_MAX_SECONDS)
             except Exception as err:  # a broken stream, bad JSON: relist, never die
                 self.metrics.watch_restarts.labels(resource=self.resource.kind, cause="error").inc()
-                log.warning("watch %s broke: %r; relisting in %.1fs", self.resource.kind, err, delay)
+                log.warning(
+                    "watch %s broke: %r; relisting in %.1fs", self.resource.kind, err, delay
+                )
                 version = None
                 self._stop.wait(delay)
                 delay = min(delay * 2, RETRY_MAX_SECONDS)

@@ -57,10 +57,10 @@ class RawApi:
         timeout: float | tuple[float, float] | None = None,
     ) -> Any:
         headers = {"Accept": "application/json"}
-        payload: bytes | None = None
         if body is not None:
+            # The client serialises JSON bodies itself (and passes bytes through
+            # only for non-JSON types), so hand it the object.
             headers["Content-Type"] = content_type
-            payload = orjson.dumps(body)
         _, url, headers, _, _ = self.api_client.param_serialize(
             method=method,
             resource_path=path,
@@ -70,7 +70,7 @@ class RawApi:
         )
         try:
             return self.api_client.rest_client.request(
-                method, url, headers=headers, body=payload, _request_timeout=timeout
+                method, url, headers=headers, body=body, _request_timeout=timeout
             )
         except k8s.ApiException as err:
             raise KubeError(err.status or 0, str(err.reason)) from None
@@ -92,7 +92,13 @@ class RawApi:
             method, path, query=query, body=body, content_type=content_type, timeout=timeout
         )
         raw = response.read()
-        data: Any = orjson.loads(raw) if raw else {}
+        try:
+            data: Any = orjson.loads(raw) if raw else {}
+        except orjson.JSONDecodeError:
+            # Errors outside the API machinery (e.g. "404 page not found") are plain text.
+            if 200 <= response.status < 300:
+                raise KubeError(response.status, f"answer is not JSON: {raw[:200]!r}") from None
+            raise KubeError(response.status, raw[:300].decode(errors="replace")) from None
         if not 200 <= response.status < 300:
             message = data.get("message", raw[:300]) if isinstance(data, dict) else raw[:300]
             reason = data.get("reason", "") if isinstance(data, dict) else ""
