@@ -20,6 +20,7 @@ binaries=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwo
 have_all=1
 for b in "${binaries[@]}"; do [[ -x "$bin/$b" ]] || have_all=0; done
 if [[ "${FORCE:-0}" != 1 && $have_all == 1 && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
+  echo "control plane $K8S_VERSION: cached in $bin" >&2
   echo "$bin"
   exit 0
 fi

@@ -91,23 +91,28 @@ def _add_sum(total: dict[str, int], other: Mapping[str, int]) -> None:
 def pod_requests(spec: Mapping[str, Any]) -> dict[str, int]:
     """Effective requests of a pod spec, as kube-scheduler computes them.
 
-    Sum of containers; max with each init container (restartable sidecars add);
-    plus overhead. A limit without a request counts as the request (API defaulting
-    does this for extended resources such as GPUs, which may only set limits).
+    Mirrors component-helpers' PodRequests: containers sum; restartable (sidecar)
+    init containers add to that sum; the pod needs the larger of the sum and the
+    peak of any regular init container (plus the sidecars started before it);
+    plus overhead. A limit without a request counts as the request (API
+    defaulting does this for extended resources such as GPUs).
     """
     total: dict[str, int] = {}
     for container in spec.get("containers") or []:
         _add_sum(total, _container_requests(container))
     sidecars: dict[str, int] = {}
+    init_peak: dict[str, int] = {}
     for init in spec.get("initContainers") or []:
         requests = _container_requests(init)
         if init.get("restartPolicy") == "Always":
-            _add_sum(sidecars, requests)
             _add_sum(total, requests)
+            _add_sum(sidecars, requests)
+            _add_max(init_peak, sidecars)
         else:
-            candidate = dict(requests)
-            _add_sum(candidate, sidecars)
-            _add_max(total, candidate)
+            running = dict(requests)
+            _add_sum(running, sidecars)
+            _add_max(init_peak, running)
+    _add_max(total, init_peak)
     _add_sum(total, resource_list(spec.get("overhead")))
     total[PODS] = 1
     return total

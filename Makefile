@@ -1,0 +1,46 @@
+# The two commands a newcomer runs (see README.md):
+#   make demo   local control plane + gang-extender + the seed Horovod gang job
+#   make test   every test: unit, property, golden, and e2e on the real control plane
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+PYTEST_ARGS ?=
+
+.PHONY: demo test unit e2e lint typecheck bench control-plane dev-up dev-down clean
+
+$(BIN)/gang-extender: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	@touch $@
+
+control-plane:
+	@hack/build-control-plane.sh >/dev/null
+
+demo: $(BIN)/gang-extender control-plane
+	$(BIN)/gang-extender demo
+
+test: $(BIN)/gang-extender control-plane
+	$(BIN)/pytest tests $(PYTEST_ARGS)
+
+unit: $(BIN)/gang-extender
+	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
+
+e2e: $(BIN)/gang-extender control-plane
+	$(BIN)/pytest tests/e2e $(PYTEST_ARGS)
+
+lint: $(BIN)/gang-extender
+	$(BIN)/ruff check extender tests
+	$(BIN)/mypy
+
+bench: $(BIN)/gang-extender control-plane
+	$(BIN)/python -m bench
+
+dev-up: $(BIN)/gang-extender control-plane
+	$(BIN)/gang-extender dev up
+
+dev-down: $(BIN)/gang-extender
+	$(BIN)/gang-extender dev down
+
+clean:
+	rm -rf $(VENV) .dev .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,114 @@
+"""How a pod names its group, size, task and index; resource quantities (table tests)."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+
+from extender.domain import membership as m
+from extender.domain.quantity import QuantityError, parse_quantity, pod_requests
+
+
+@pytest.mark.parametrize(
+    ("labels", "annotations", "expected"),
+    [
+        pytest.param({m.GROUP_LABEL: "job"}, {}, "job", id="gang-extender label"),
+        pytest.param({m.COSCHEDULING_GROUP_LABEL: "job"}, {}, "job", id="scheduler-plugins label"),
+        pytest.param({}, {m.VOLCANO_GROUP_ANNOTATION: "job"}, "job", id="Volcano annotation"),
+        pytest.param({m.GROUP_LABEL: "job", m.COSCHEDULING_GROUP_LABEL: "job"}, {}, "job", id="two sources agreeing"),
+        pytest.param({}, {}, None, id="no group"),
+    ],
+)
+def test_group_sources(labels: dict[str, str], annotations: dict[str, str], expected: str | None) -> None:
+    assert m.group_name({"labels": labels, "annotations": annotations}) == expected
+
+
+def test_two_sources_naming_different_groups_is_an_error_naming_both() -> None:
+    with pytest.raises(m.MembershipError, match="two groups") as err:
+        m.group_name({"labels": {m.GROUP_LABEL: "a"}, "annotations": {m.VOLCANO_GROUP_ANNOTATION: "b"}})
+    assert "'a'" in str(err.value) and "'b'" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("master=1,worker=3", {"master": 1, "worker": 3}),
+        (" ps = 2 , worker=4 ", {"ps": 2, "worker": 4}),
+    ],
+)
+def test_task_layout(text: str, expected: dict[str, int]) -> None:
+    assert m.parse_task_layout(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("master", "expected 'task=count"),
+        ("Master=1", "lower-case"),
+        ("worker=x", "not a whole number"),
+        ("worker=0", ">= 1"),
+        ("worker=1,worker=2", "twice"),
+        ("", "names no task"),
+    ],
+)
+def test_bad_task_layout_says_what_to_fix(text: str, needle: str) -> None:
+    with pytest.raises(m.MembershipError, match=needle):
+        m.parse_task_layout(text)
+
+
+@pytest.mark.parametrize(
+    ("labels", "annotations", "expected"),
+    [
+        pytest.param({}, {m.TASK_INDEX_ANNOTATION: "2"}, 2, id="explicit annotation"),
+        pytest.param({}, {m.JOB_COMPLETION_INDEX_ANNOTATION: "3"}, 3, id="Indexed Job"),
+        pytest.param({m.STATEFULSET_POD_INDEX_LABEL: "1"}, {}, 1, id="StatefulSet"),
+        pytest.param({}, {}, None, id="none: the webhook allocates"),
+    ],
+)
+def test_task_index_sources(labels: dict[str, str], annotations: dict[str, str], expected: int | None) -> None:
+    assert m.explicit_task_index({"labels": labels, "annotations": annotations}) == expected
+
+
+def test_min_available_must_be_a_positive_whole_number() -> None:
+    assert m.min_available({"annotations": {m.MIN_AVAILABLE_ANNOTATION: "4"}}) == 4
+    for bad in ("four", "0", "-1"):
+        with pytest.raises(m.MembershipError):
+            m.min_available({"annotations": {m.MIN_AVAILABLE_ANNOTATION: bad}})
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("500m", Decimal("0.5")),
+        ("2Gi", Decimal(2 * 1024**3)),
+        ("1.5", Decimal("1.5")),
+        ("1e3", Decimal(1000)),
+        ("128974848", Decimal(128974848)),
+        ("129M", Decimal(129_000_000)),
+        ("1E", Decimal(10**18)),
+    ],
+)
+def test_parse_quantity(text: str, expected: Decimal) -> None:
+    assert parse_quantity(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "1Q", "abc", "1.2.3"])
+def test_parse_quantity_rejects_garbage(text: str) -> None:
+    with pytest.raises(QuantityError):
+        parse_quantity(text)
+
+
+def test_pod_requests_follow_kube_scheduler_rules() -> None:
+    spec = {
+        "containers": [
+            {"resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"nvidia.com/gpu": "2"}}},
+            {"resources": {"requests": {"cpu": "500m"}}},
+        ],
+        "initContainers": [
+            {"resources": {"requests": {"cpu": "4"}}},  # runs alone before: max, not sum
+            {"restartPolicy": "Always", "resources": {"requests": {"cpu": "100m"}}},  # sidecar: adds
+        ],
+        "overhead": {"cpu": "50m"},
+    }
+    assert pod_requests(spec) == {"cpu": 4050, "memory": 1024**3, "nvidia.com/gpu": 2, "pods": 1}

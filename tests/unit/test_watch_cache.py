@@ -1,0 +1,113 @@
+"""The watch cache: paged lists, watch events, 410 Gone relists, errors that never kill it."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+from extender.kube.cache import CacheSink, Resource, Watcher
+from extender.kube.rawapi import KubeError
+from extender.metrics import Metrics
+
+PODS = Resource("pods", "/api/v1/pods")
+
+
+class ImmediateLoop:
+    """Stands in for the event loop: runs handed-over calls at once."""
+
+    def call_soon_threadsafe(self, fn: Any, *args: Any) -> None:
+        fn(*args)
+
+
+class RecordingSink(CacheSink):
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+        self.done = threading.Event()
+
+    def on_page(self, kind: str, items: list[dict[str, Any]], first: bool, last: bool) -> None:
+        self.calls.append(("page", [i["metadata"]["name"] for i in items], first, last))
+
+    def on_event(self, kind: str, event_type: str, obj: dict[str, Any]) -> None:
+        self.calls.append(("event", event_type, obj["metadata"]["name"]))
+
+
+def pod(name: str, rv: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "resourceVersion": rv}}
+
+
+class ScriptedApi:
+    """Lists in two pages; the first watch sends an event then 410 Gone; later watches block."""
+
+    def __init__(self, sink: RecordingSink) -> None:
+        self.sink = sink
+        self.lists = 0
+        self.watches: list[dict[str, Any]] = []
+
+    def call(self, method: str, path: str, *, query: dict[str, Any], timeout: float) -> dict[str, Any]:
+        if "continue" not in query:
+            self.lists += 1
+            return {"metadata": {"continue": "page2", "resourceVersion": "10"}, "items": [pod("a", "5")]}
+        return {"metadata": {"resourceVersion": "10"}, "items": [pod("b", "6")]}
+
+    def stream(self, path: str, *, query: dict[str, Any], read_timeout: float) -> Iterator[dict[str, Any]]:
+        self.watches.append(dict(query))
+        if len(self.watches) == 1:
+            yield {"type": "BOOKMARK", "object": pod("", "11")}
+            yield {"type": "ADDED", "object": pod("c", "12")}
+            yield {"type": "ERROR", "object": {"code": 410, "message": "too old resource version"}}
+        elif len(self.watches) == 2:
+            raise KubeError(0, "API server unreachable: connection refused")
+        else:
+            self.sink.done.set()
+            threading.Event().wait(3600)
+            yield {}
+
+
+def test_paged_list_then_watch_then_relist_after_410_and_retry_after_error() -> None:
+    sink = RecordingSink()
+    api = ScriptedApi(sink)
+    metrics = Metrics()
+    watcher = Watcher(api, PODS, sink, ImmediateLoop(), metrics)  # type: ignore[arg-type]
+    watcher.start()
+    assert sink.done.wait(10)
+    watcher.stop()
+    assert sink.calls[:3] == [("page", ["a"], True, False), ("page", ["b"], False, True), ("event", "ADDED", "c")]
+    # 410 Gone: a fresh list, not a watch from the expired version.
+    assert sink.calls[3:5] == [("page", ["a"], True, False), ("page", ["b"], False, True)]
+    assert api.watches[0]["resourceVersion"] == "10"
+    assert api.watches[0]["allowWatchBookmarks"] == "true"
+    assert api.lists >= 3  # initial, after 410, after the connection error
+    restarts = {
+        (s.labels["cause"]): s.value
+        for m in metrics.registry.collect()
+        if m.name == "gang_extender_watch_restarts"
+        for s in m.samples
+        if s.name.endswith("_total")
+    }
+    assert restarts == {"expired": 1.0, "error": 1.0}
+    assert watcher.synced.is_set()
+
+
+class MissingCrdApi:
+    def __init__(self) -> None:
+        self.asked = threading.Event()
+
+    def call(self, method: str, path: str, *, query: dict[str, Any], timeout: float) -> dict[str, Any]:
+        self.asked.set()
+        raise KubeError(404, "404 page not found")
+
+    def stream(self, *args: Any, **kwargs: Any) -> Iterator[dict[str, Any]]:
+        raise AssertionError("no watch without a list")
+
+
+def test_an_optional_api_that_is_not_installed_counts_as_synced() -> None:
+    api = MissingCrdApi()
+    sink = RecordingSink()
+    optional = Resource("coscheduling-podgroups", "/apis/scheduling.x-k8s.io/v1alpha1/podgroups", optional=True)
+    watcher = Watcher(api, optional, sink, ImmediateLoop(), Metrics())  # type: ignore[arg-type]
+    watcher.start()
+    assert watcher.synced.wait(5)
+    assert watcher.absent
+    watcher.stop()
+    assert sink.calls == []
