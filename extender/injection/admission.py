@@ -1,0 +1,399 @@
+"""The admission engine for pods of a group: read, validate, patch, respond. No I/O.
+
+The HTTP route (`extender.api.webhook`) is a thin shell around these steps:
+
+1. `parse_review` the body (malformed -> HTTP 400, not a denial: it is our caller's bug);
+2. `pod_group` names the group (None: allow untouched);
+3. `read_membership` validates what the pod asks for against the declared layout;
+4. the route finds an index when the pod has none (the only stateful step);
+5. `check_member_index` and `render_pod_patch` give the JSON patch;
+6. `allowed_response` / `denied_response` wrap it in an AdmissionReview.
+
+Every denial says what to change. The patch is idempotent: a pod that already
+carries the wiring (webhook reinvocation) gets an empty patch.
+"""
+
+from __future__ import annotations
+
+import base64
+import posixpath
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from extender.domain.membership import (
+    GROUP_LABEL,
+    JOB_COMPLETION_INDEX_ANNOTATION,
+    SSH_PATH_ANNOTATION,
+    TASK_INDEX_ANNOTATION,
+    MembershipError,
+    explicit_task_index,
+    group_name,
+    is_dns_label,
+    min_available,
+    task_name,
+)
+from extender.injection import names
+from extender.injection.env import member_env
+from extender.injection.layout import DeclaredLayout, declared_layout
+from extender.injection.patch import (
+    JsonPatchOp,
+    append_items,
+    pointer,
+    prepend_items,
+    set_map_entry,
+    set_member,
+)
+from extender.injection.ssh import ssh_path_of, ssh_port_of
+
+ADMISSION_API_VERSION = "admission.k8s.io/v1"
+ADMISSION_KIND = "AdmissionReview"
+# A denial is the user's input being invalid; 400 makes kubectl print it as BadRequest.
+DENIAL_CODE = 400
+DENIAL_REASON = "BadRequest"
+
+
+class ReviewError(ValueError):
+    """An AdmissionReview we cannot read: answered with HTTP 400, never a denial."""
+
+
+class AdmissionDenied(ValueError):
+    """The pod asks for something invalid; the message says what to fix."""
+
+
+@dataclass(frozen=True)
+class AdmissionRequest:
+    uid: str
+    operation: str
+    namespace: str
+    dry_run: bool
+    is_pod: bool
+    sub_resource: str | None
+    pod: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class PodMembership:
+    """What a pod of a group asks for, validated (except the index, which may be unknown)."""
+
+    namespace: str
+    group: str
+    task: str
+    explicit_index: int | None
+    layout: DeclaredLayout | None
+    ssh_path: str
+
+    def task_limit(self) -> int | None:
+        """How many members the declared layout allows for this task (None: no limit)."""
+        return self.layout.counts[self.task] if self.layout is not None else None
+
+    def env_tasks(self) -> list[str]:
+        """Tasks whose VC_<TASK>_* env the pod gets: the whole layout, or its own task."""
+        return list(self.layout.counts) if self.layout is not None else [self.task]
+
+
+def parse_review(body: Any) -> AdmissionRequest:
+    """The request of an `admission.k8s.io/v1` AdmissionReview, or ReviewError."""
+    if not isinstance(body, dict):
+        raise ReviewError("body must be a JSON object (an AdmissionReview)")
+    if body.get("apiVersion") != ADMISSION_API_VERSION or body.get("kind") != ADMISSION_KIND:
+        raise ReviewError(
+            f"expected apiVersion {ADMISSION_API_VERSION} kind {ADMISSION_KIND}, got "
+            f"apiVersion {body.get('apiVersion')!r} kind {body.get('kind')!r}"
+        )
+    request = body.get("request")
+    if not isinstance(request, dict):
+        raise ReviewError("AdmissionReview has no request object")
+    uid = request.get("uid")
+    if not isinstance(uid, str) or not uid:
+        raise ReviewError("request.uid must be a non-empty string")
+    kind = request.get("kind") or {}
+    if not isinstance(kind, dict):
+        raise ReviewError("request.kind must be an object")
+    is_pod = kind.get("group", "") == "" and kind.get("kind") == "Pod"
+    pod = request.get("object")
+    if pod is not None and not isinstance(pod, dict):
+        raise ReviewError("request.object must be an object")
+    if is_pod and pod is not None and not _looks_like_pod(pod):
+        raise ReviewError("request.object is not a pod: metadata and spec must be objects")
+    return AdmissionRequest(
+        uid=uid,
+        operation=str(request.get("operation") or ""),
+        namespace=str(request.get("namespace") or ""),
+        dry_run=request.get("dryRun") is True,
+        is_pod=is_pod,
+        sub_resource=request.get("subResource") or None,
+        pod=pod,
+    )
+
+
+def _looks_like_pod(pod: Mapping[str, Any]) -> bool:
+    return isinstance(pod.get("metadata", {}), dict) and isinstance(pod.get("spec"), dict)
+
+
+def wants_wiring(request: AdmissionRequest) -> bool:
+    """Only pod CREATE is ours; anything else the API server sends is allowed untouched."""
+    return (
+        request.is_pod
+        and request.operation == "CREATE"
+        and request.sub_resource is None
+        and request.pod is not None
+    )
+
+
+def pod_group(pod: Mapping[str, Any]) -> str | None:
+    """The pod's group, None when it has none; AdmissionDenied when it claims two."""
+    try:
+        return group_name(pod.get("metadata") or {})
+    except MembershipError as error:
+        raise AdmissionDenied(str(error)) from None
+
+
+def read_membership(
+    *,
+    pod: Mapping[str, Any],
+    namespace: str,
+    group: str,
+    podgroup: Mapping[str, Any] | None,
+) -> PodMembership:
+    """Validate what a pod of `group` asks for. Raises AdmissionDenied saying what to fix."""
+    meta = pod.get("metadata") or {}
+    try:
+        return _read_membership(meta, namespace, group, podgroup)
+    except MembershipError as error:
+        raise AdmissionDenied(str(error)) from None
+
+
+def _read_membership(
+    meta: Mapping[str, Any],
+    namespace: str,
+    group: str,
+    podgroup: Mapping[str, Any] | None,
+) -> PodMembership:
+    if not names.is_dns_1035_label(group):
+        raise AdmissionDenied(
+            f"group name {group!r} must be a lower-case DNS label that starts with a letter "
+            f"(at most {names.MAX_DNS_LABEL} characters): it names the group's headless "
+            f"Service and every member's subdomain; rename the group"
+        )
+    task = task_name(meta)
+    if not is_dns_label(task):
+        raise AdmissionDenied(
+            f"task name {task!r} (label gang-extender.io/task) must be a lower-case DNS label "
+            f"(letters, digits and '-'): it is part of each member's hostname; rename the task"
+        )
+    min_available(meta)  # raises on a malformed min-available annotation
+    layout = declared_layout(podgroup, meta)
+    if layout is not None and task not in layout.counts:
+        raise AdmissionDenied(
+            f"task {task!r} is not in the layout of group {group!r}: {layout.describe()}; "
+            f"set label gang-extender.io/task to one of {', '.join(layout.counts)} "
+            f"or add {task!r} to the layout"
+        )
+    index = explicit_task_index(meta)
+    membership = PodMembership(
+        namespace=namespace,
+        group=group,
+        task=task,
+        explicit_index=index,
+        layout=layout,
+        ssh_path=ssh_path_of(meta),
+    )
+    ssh_port_of(meta)  # validated here so a bad port is denied; the controller uses it
+    if index is not None:
+        check_member_index(membership, index)
+    return membership
+
+
+def check_member_index(membership: PodMembership, index: int) -> None:
+    """The index fits the declared layout and makes a valid hostname, else AdmissionDenied."""
+    layout = membership.layout
+    if layout is not None and index >= (limit := layout.counts[membership.task]):
+        raise AdmissionDenied(
+            f"task index {index} of task {membership.task!r} is out of range: group "
+            f"{membership.group!r} has {limit} {membership.task!r} member(s), indexes "
+            f"0..{limit - 1}, in the layout {layout.describe()}; raise the count "
+            f"of {membership.task!r} in the layout or lower the number of pods or the index"
+        )
+    host = names.hostname(membership.group, membership.task, index)
+    if len(host) > names.MAX_DNS_LABEL:
+        excess = len(host) - names.MAX_DNS_LABEL
+        raise AdmissionDenied(
+            f"hostname {host!r} would be {len(host)} characters, over the "
+            f"{names.MAX_DNS_LABEL} allowed for a hostname; shorten the group name "
+            f"{membership.group!r} or the task name {membership.task!r} by {excess} "
+            f"character(s) in total"
+        )
+
+
+def no_free_index_message(membership: PodMembership, limit: int) -> str:
+    layout = membership.layout.describe() if membership.layout is not None else "declared"
+    return (
+        f"group {membership.group!r} already has {limit} {membership.task!r} member(s) "
+        f"(indexes 0..{limit - 1} all taken), the most the layout {layout} allows; "
+        f"raise the count of {membership.task!r} in the layout, or delete a member first"
+    )
+
+
+def render_pod_patch(
+    pod: Mapping[str, Any], membership: PodMembership, index: int
+) -> list[JsonPatchOp]:
+    """The JSON patch that wires `pod` as member `index` (empty when already wired).
+
+    Raises AdmissionDenied when the pod's own volumes or mounts are in the way.
+    """
+    meta: dict[str, Any] = dict(pod.get("metadata") or {})
+    spec: dict[str, Any] = dict(pod["spec"])
+    group, task = membership.group, membership.task
+    ops: list[JsonPatchOp] = []
+    if "metadata" not in pod:
+        ops.append({"op": "add", "path": "/metadata", "value": {}})
+    # The headless Service selects on this label; pods that joined through the
+    # scheduler-plugins label or the Volcano annotation get it too (same value).
+    ops += set_map_entry(meta, "/metadata", "labels", GROUP_LABEL, group)
+    # Recorded on the pod so the index is visible, survives reinvocation, and is
+    # what the allocator counts as taken.
+    ops += set_map_entry(meta, "/metadata", "annotations", TASK_INDEX_ANNOTATION, str(index))
+    ops += _identity_ops(pod, spec, membership, index)
+    ops += _volume_ops(spec, membership)
+    env = member_env(group=group, task=task, index=index, tasks=membership.env_tasks())
+    for field in ("initContainers", "containers"):
+        for position, container in enumerate(spec.get(field) or []):
+            path = pointer("spec", field, position)
+            ops += _mount_ops(container, path, membership)
+            have = {item.get("name") for item in container.get("env") or []}
+            missing = [item for item in env if item["name"] not in have]
+            # Prepended so the user's own env can refer to them as $(VC_TASK_INDEX).
+            ops += prepend_items(container, path, "env", missing)
+    return ops
+
+
+def _identity_ops(
+    pod: Mapping[str, Any], spec: dict[str, Any], membership: PodMembership, index: int
+) -> list[JsonPatchOp]:
+    """hostname/subdomain: ours unless the user set them (a controller's identity is replaced)."""
+    identity = _workload_identity(pod)
+    ops: list[JsonPatchOp] = []
+    if not spec.get("hostname") or identity is not None:
+        host = names.hostname(membership.group, membership.task, index)
+        ops += set_member(spec, "/spec", "hostname", host)
+    if not spec.get("subdomain") or identity == "StatefulSet":
+        ops += set_member(spec, "/spec", "subdomain", names.service_name(membership.group))
+    return ops
+
+
+def _workload_identity(pod: Mapping[str, Any]) -> str | None:
+    """Which controller ("StatefulSet", "Job") gave spec.hostname as its identity, else None.
+
+    A StatefulSet always sets hostname `<set>-<i>` and subdomain `<serviceName>`, an
+    Indexed Job hostname `<job>-<i>`. They are not the user's choice, and keeping them
+    would leave the group's host lists naming hosts that do not resolve.
+    """
+    meta = pod.get("metadata") or {}
+    hostname = (pod.get("spec") or {}).get("hostname")
+    completion = (meta.get("annotations") or {}).get(JOB_COMPLETION_INDEX_ANNOTATION)
+    for owner in meta.get("ownerReferences") or []:
+        if not owner.get("controller"):
+            continue
+        kind = owner.get("kind")
+        if kind == "StatefulSet" and hostname == meta.get("name"):
+            return "StatefulSet"
+        if (
+            kind == "Job"
+            and completion is not None
+            and hostname == f"{owner.get('name')}-{completion}"
+        ):
+            return "Job"
+    return None
+
+
+def _volume_ops(spec: dict[str, Any], membership: PodMembership) -> list[JsonPatchOp]:
+    group = membership.group
+    wanted = [
+        (
+            {"name": names.SVC_VOLUME, "configMap": {"name": names.svc_configmap_name(group)}},
+            "configMap",
+            "name",
+            names.svc_configmap_name(group),
+        ),
+        (
+            {
+                "name": names.SSH_VOLUME,
+                "secret": {
+                    "secretName": names.ssh_secret_name(group),
+                    "defaultMode": names.SSH_DEFAULT_MODE,
+                },
+            },
+            "secret",
+            "secretName",
+            names.ssh_secret_name(group),
+        ),
+    ]
+    existing = {volume.get("name"): volume for volume in spec.get("volumes") or []}
+    missing = []
+    for volume, source, field, target in wanted:
+        present = existing.get(volume["name"])
+        if present is None:
+            missing.append(volume)
+        elif (present.get(source) or {}).get(field) != target:
+            # Compared by source, not equality: API defaulting adds fields on reinvocation.
+            raise AdmissionDenied(
+                f"the pod already has a volume named {volume['name']!r} that is not "
+                f"{source} {target!r}; rename that volume (gang-extender uses the name "
+                f"{volume['name']!r} for the group's {source})"
+            )
+    return append_items(spec, "/spec", "volumes", missing)
+
+
+def _mount_ops(
+    container: Mapping[str, Any], path: str, membership: PodMembership
+) -> list[JsonPatchOp]:
+    wanted = [
+        (names.SVC_VOLUME, names.VOLCANO_MOUNT_PATH, "remove or move that mount"),
+        (
+            names.SSH_VOLUME,
+            membership.ssh_path,
+            f"remove that mount or set annotation {SSH_PATH_ANNOTATION} to another directory",
+        ),
+    ]
+    mounts = container.get("volumeMounts") or []
+    missing = []
+    for volume, mount_path, fix in wanted:
+        if any(mount.get("name") == volume for mount in mounts):
+            continue
+        for mount in mounts:
+            if posixpath.normpath(str(mount.get("mountPath") or "/")) == mount_path:
+                raise AdmissionDenied(
+                    f"container {container.get('name')!r} already mounts volume "
+                    f"{mount.get('name')!r} at {mount_path}, where gang-extender mounts the "
+                    f"group's {volume} volume; {fix}"
+                )
+        missing.append({"name": volume, "mountPath": mount_path, "readOnly": True})
+    return append_items(dict(container), path, "volumeMounts", missing)
+
+
+def allowed_response(uid: str, patch: list[JsonPatchOp] | None = None) -> dict[str, Any]:
+    """An AdmissionReview that allows, with the patch base64-encoded (none when empty)."""
+    response: dict[str, Any] = {"uid": uid, "allowed": True}
+    if patch:
+        response["patchType"] = "JSONPatch"
+        response["patch"] = base64.b64encode(orjson.dumps(patch)).decode("ascii")
+    return _review(response)
+
+
+def denied_response(
+    uid: str, message: str, *, code: int = DENIAL_CODE, reason: str = DENIAL_REASON
+) -> dict[str, Any]:
+    return _review(
+        {
+            "uid": uid,
+            "allowed": False,
+            "status": {"code": code, "reason": reason, "message": message},
+        }
+    )
+
+
+def _review(response: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": ADMISSION_API_VERSION, "kind": ADMISSION_KIND, "response": response}

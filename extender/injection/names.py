@@ -1,0 +1,88 @@
+"""Every name the job wiring derives from a group, task and index: one function each.
+
+The webhook (which points pods at these objects), the controller (which creates
+them) and the docs must agree on every name, so they are all spelled here.
+Names follow Volcano's `svc`, `ssh` and `env` plugins so existing scripts keep working.
+"""
+
+from __future__ import annotations
+
+import re
+
+# Where the ConfigMap `<group>-svc` is mounted: Volcano's path, read by existing scripts.
+VOLCANO_MOUNT_PATH = "/etc/volcano"
+DEFAULT_SSH_PATH = "/root/.ssh"
+DEFAULT_SSH_PORT = 22
+
+# Pod volume names are fixed (not derived from the group) so reinvocation finds them
+# by name, and a long group name cannot push them over the 63-character limit.
+SVC_VOLUME = "gang-svc"
+SSH_VOLUME = "gang-ssh"
+
+# A secret volume's files are private keys: owner read/write only (0600).
+SSH_DEFAULT_MODE = 0o600
+
+# RFC 1123 label length limit, which spec.hostname and spec.subdomain must meet.
+MAX_DNS_LABEL = 63
+
+# Service names are RFC 1035 labels: they must start with a letter.
+_DNS_1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+
+# Env names every member gets as literal values.
+ENV_TASK_INDEX = "VC_TASK_INDEX"
+# Volcano's older name for the same index; still read by some images.
+ENV_TASK_INDEX_LEGACY = "VK_TASK_INDEX"
+ENV_TASK_NAME = "VC_TASK_NAME"
+# ConfigMap keys, also injected as env through configMapKeyRef.
+HOROVOD_HOSTS_KEY = "GANG_HOROVOD_HOSTS"
+NUM_SLOTS_KEY = "GANG_NUM_SLOTS"
+HOSTFILE_KEY = "hostfile"
+
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY_VALUE = "gang-extender"
+
+
+def service_name(group: str) -> str:
+    """The headless Service that makes member hostnames resolve."""
+    return group
+
+
+def svc_configmap_name(group: str) -> str:
+    """The ConfigMap with host lists, the hostfile and VC_* values."""
+    return f"{group}-svc"
+
+
+def ssh_secret_name(group: str) -> str:
+    """The Secret with the group's key pair and ssh config."""
+    return f"{group}-ssh"
+
+
+def hostname(group: str, task: str, index: int) -> str:
+    return f"{group}-{task}-{index}"
+
+
+def fqdn(group: str, task: str, index: int) -> str:
+    """Resolvable inside the namespace: `<hostname>.<subdomain>` with the headless Service."""
+    return f"{hostname(group, task, index)}.{service_name(group)}"
+
+
+def task_key(task: str) -> str:
+    """A task name as it appears in file names and env names: '-' becomes '_'."""
+    return task.replace("-", "_")
+
+
+def task_host_file(task: str) -> str:
+    """`/etc/volcano/<task>.host`, one FQDN per line (Volcano's svc plugin)."""
+    return f"{task_key(task)}.host"
+
+
+def task_hosts_env(task: str) -> str:
+    return f"VC_{task_key(task).upper()}_HOSTS"
+
+
+def task_num_env(task: str) -> str:
+    return f"VC_{task_key(task).upper()}_NUM"
+
+
+def is_dns_1035_label(text: str) -> bool:
+    return len(text) <= MAX_DNS_LABEL and bool(_DNS_1035_LABEL.match(text))

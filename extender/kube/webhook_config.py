@@ -1,0 +1,109 @@
+"""Keeps the caBundle of our MutatingWebhookConfiguration equal to the CA we serve with.
+
+With a self-managed CA (extender.tls) nobody else knows our CA, so the API server
+could not verify the webhook until we write it here. Written at start-up, after
+the serving cert is ready and before the webhook can be called usefully.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+from typing import Any, cast
+
+import kubernetes.client
+import orjson
+import urllib3
+from kubernetes.client.exceptions import ApiException
+
+log = logging.getLogger(__name__)
+
+HTTP_NOT_FOUND = 404
+HTTP_CONFLICT = 409
+# A concurrent edit (kubectl apply of deploy/) makes our write conflict; re-read and retry.
+MAX_CONFLICT_RETRIES = 5
+REQUEST_TIMEOUT_SECONDS = 10.0
+FIELD_MANAGER = "gang-extender"
+
+
+class WebhookConfigError(RuntimeError):
+    """The configuration to update is missing or has no webhooks; the message says what to apply."""
+
+
+def write_ca_bundle(
+    api_client: kubernetes.client.ApiClient, config_name: str, ca_pem: bytes
+) -> None:
+    """Set `clientConfig.caBundle` of every webhook in MutatingWebhookConfiguration `config_name`.
+
+    No write when every bundle is already `ca_pem`. Raises WebhookConfigError when the
+    configuration does not exist or lists no webhook, ApiException on other API errors.
+    """
+    api = kubernetes.client.AdmissionregistrationV1Api(api_client)
+    bundle = base64.b64encode(ca_pem).decode("ascii")
+    for _attempt in range(MAX_CONFLICT_RETRIES):
+        config = _read(api, config_name)
+        patch = ca_bundle_patch(config, bundle)
+        if not patch:
+            return
+        try:
+            api.patch_mutating_webhook_configuration(
+                config_name,
+                patch,
+                field_manager=FIELD_MANAGER,
+                _preload_content=False,
+                _request_timeout=REQUEST_TIMEOUT_SECONDS,
+            )
+        except ApiException as error:
+            if error.status == HTTP_CONFLICT:
+                continue
+            raise
+        log.info("wrote the CA bundle into MutatingWebhookConfiguration %s", config_name)
+        return
+    raise WebhookConfigError(
+        f"MutatingWebhookConfiguration {config_name} kept changing while its caBundle was "
+        f"written ({MAX_CONFLICT_RETRIES} conflicts); stop the other writer and restart"
+    )
+
+
+def ca_bundle_patch(config: dict[str, Any], bundle_b64: str) -> list[dict[str, Any]]:
+    """JSON patch setting every webhook's caBundle; empty when all are already set.
+
+    It first sets metadata.resourceVersion to the one read: the API server then
+    rejects the patch with 409 if the configuration changed since (webhooks
+    added or reordered), and the caller re-reads instead of patching the wrong entry.
+    """
+    meta = config.get("metadata") or {}
+    webhooks = config.get("webhooks") or []
+    if not webhooks:
+        raise WebhookConfigError(
+            f"MutatingWebhookConfiguration {meta.get('name')} lists no webhooks; "
+            f"apply deploy/webhook.yaml"
+        )
+    if all((hook.get("clientConfig") or {}).get("caBundle") == bundle_b64 for hook in webhooks):
+        return []
+    ops: list[dict[str, Any]] = [
+        {"op": "replace", "path": "/metadata/resourceVersion", "value": meta["resourceVersion"]}
+    ]
+    # `add` on an object member sets it whether or not it exists (RFC 6902 4.1).
+    ops += [
+        {"op": "add", "path": f"/webhooks/{position}/clientConfig/caBundle", "value": bundle_b64}
+        for position in range(len(webhooks))
+    ]
+    return ops
+
+
+def _read(api: kubernetes.client.AdmissionregistrationV1Api, name: str) -> dict[str, Any]:
+    try:
+        response = api.read_mutating_webhook_configuration(
+            name, _preload_content=False, _request_timeout=REQUEST_TIMEOUT_SECONDS
+        )
+    except ApiException as error:
+        if error.status == HTTP_NOT_FOUND:
+            raise WebhookConfigError(
+                f"MutatingWebhookConfiguration {name} does not exist, so its CA bundle cannot "
+                f"be written; apply deploy/webhook.yaml (kubectl apply -k deploy/) first, or "
+                f"set webhook_config_name to the configuration's name"
+            ) from None
+        raise
+    body: dict[str, Any] = orjson.loads(cast(urllib3.HTTPResponse, response).data)
+    return body

@@ -1,0 +1,242 @@
+"""Keeps each group's Secret `<group>-ssh`, headless Service `<group>` and ConfigMap `<group>-svc`.
+
+The renders are pure (`extender.injection`); this module only reads and writes.
+Per object: GET; absent -> POST; present -> JSON-patch our fields when something
+changed, guarded by the resourceVersion read (a concurrent writer makes the patch
+fail with 409, and the caller's retry starts again from a fresh GET). Every
+object is owned by the PodGroup, so the garbage collector removes it with the group.
+
+The key pair is made once, when the Secret is first created, and read back from
+the Secret ever after: members that already mounted it keep working.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, cast
+
+import kubernetes.client
+import orjson
+import urllib3
+from kubernetes.client.exceptions import ApiException
+
+from extender.injection import names
+from extender.injection.hostfile import render_svc_data
+from extender.injection.layout import resolve_layout
+from extender.injection.objects import (
+    ForeignObjectError,
+    check_managed,
+    decode_secret_data,
+    desired_configmap,
+    desired_secret,
+    desired_service,
+    owner_reference,
+    ssh_settings,
+    update_patch,
+)
+from extender.injection.ssh import (
+    SSHKeyError,
+    SSHKeyPair,
+    generate_key_pair,
+    key_pair_from_secret_data,
+    render_secret_data,
+)
+
+log = logging.getLogger(__name__)
+
+HTTP_NOT_FOUND = 404
+HTTP_CONFLICT = 409
+# Each call is one small object; a slow API server should fail the reconcile (the
+# caller retries) rather than hold the worker thread.
+REQUEST_TIMEOUT_SECONDS = 10.0
+
+
+class WiringConflictError(RuntimeError):
+    """The group's wiring cannot be written: a foreign object holds a name, or our
+    Secret no longer holds a usable key pair. The message says what to delete."""
+
+
+@dataclass(frozen=True)
+class _KindApi:
+    read: Callable[..., Any]
+    create: Callable[..., Any]
+    patch: Callable[..., Any]
+
+
+class WiringController:
+    """Makes a group's Secret, Service and ConfigMap match its PodGroup and pods."""
+
+    def __init__(
+        self, api_client: kubernetes.client.ApiClient, *, field_manager: str = "gang-extender"
+    ) -> None:
+        core = kubernetes.client.CoreV1Api(api_client)
+        self._apis = {
+            "Service": _KindApi(
+                read=core.read_namespaced_service,
+                create=core.create_namespaced_service,
+                patch=core.patch_namespaced_service,
+            ),
+            "ConfigMap": _KindApi(
+                read=core.read_namespaced_config_map,
+                create=core.create_namespaced_config_map,
+                patch=core.patch_namespaced_config_map,
+            ),
+            "Secret": _KindApi(
+                read=core.read_namespaced_secret,
+                create=core.create_namespaced_secret,
+                patch=core.patch_namespaced_secret,
+            ),
+        }
+        self._field_manager = field_manager
+
+    def reconcile(
+        self,
+        *,
+        namespace: str,
+        group: str,
+        podgroup: dict[str, Any] | None,
+        pods: list[dict[str, Any]],
+    ) -> None:
+        """Bring the group's objects in step; idempotent, writes only what changed.
+
+        Does nothing until the PodGroup exists (it is the owner). Raises ApiException
+        on API errors, WiringConflictError when a foreign object is in the way, and
+        MembershipError when the PodGroup's spec.minTaskMember is malformed.
+        The order makes names resolve before files name them: Service, then the
+        Secret (its config names the hosts), then the ConfigMap.
+        """
+        if podgroup is None:
+            return
+        layout = resolve_layout(group=group, podgroup=podgroup, pods=pods)
+        port, ssh_path = ssh_settings(pods)
+        owner = owner_reference(podgroup)
+        members = layout.members()
+        self._ensure(
+            "Service",
+            desired_service(namespace=namespace, group=group, ssh_port=port, owner=owner),
+        )
+        self._ensure_secret(
+            namespace=namespace,
+            group=group,
+            render=lambda keys: desired_secret(
+                namespace=namespace,
+                group=group,
+                data=render_secret_data(keys, members, port=port, ssh_path=ssh_path),
+                owner=owner,
+            ),
+        )
+        self._ensure(
+            "ConfigMap",
+            desired_configmap(
+                namespace=namespace, group=group, data=render_svc_data(layout), owner=owner
+            ),
+        )
+
+    def _ensure_secret(
+        self,
+        *,
+        namespace: str,
+        group: str,
+        render: Callable[[SSHKeyPair], dict[str, Any]],
+    ) -> None:
+        name = names.ssh_secret_name(group)
+        existing = self._get("Secret", namespace, name)
+        if existing is None:
+            keys = generate_key_pair(comment=f"gang-extender@{namespace}/{group}")
+            if self._create("Secret", render(keys)):
+                log.info("created Secret %s/%s with a new key pair", namespace, name)
+                return
+            # Someone created it between our GET and POST: use their keys.
+            existing = self._get("Secret", namespace, name)
+            if existing is None:
+                raise WiringConflictError(
+                    f"Secret {namespace}/{name} was reported to exist and then was not found; "
+                    f"it is being deleted, the next reconcile will create it"
+                )
+        self._check_managed(existing)
+        try:
+            keys = key_pair_from_secret_data(decode_secret_data(existing.get("data")))
+        except SSHKeyError as error:
+            raise WiringConflictError(
+                f"Secret {namespace}/{name} holds no usable key pair ({error}); delete it "
+                f"and gang-extender creates a new one (restart the group's pods afterwards)"
+            ) from None
+        self._update("Secret", existing, render(keys))
+
+    def _ensure(self, kind: str, desired: dict[str, Any]) -> None:
+        meta = desired["metadata"]
+        existing = self._get(kind, meta["namespace"], meta["name"])
+        if existing is None:
+            if self._create(kind, desired):
+                log.info("created %s %s/%s", kind, meta["namespace"], meta["name"])
+                return
+            existing = self._get(kind, meta["namespace"], meta["name"])
+            if existing is None:
+                raise WiringConflictError(
+                    f"{kind} {meta['namespace']}/{meta['name']} was reported to exist and "
+                    f"then was not found; it is being deleted, the next reconcile creates it"
+                )
+        self._check_managed(existing)
+        self._update(kind, existing, desired)
+
+    def _check_managed(self, existing: Mapping[str, Any]) -> None:
+        try:
+            check_managed(existing)
+        except ForeignObjectError as error:
+            raise WiringConflictError(str(error)) from None
+
+    def _update(self, kind: str, existing: dict[str, Any], desired: dict[str, Any]) -> None:
+        patch = update_patch(existing, desired)
+        if not patch:
+            return
+        meta = existing["metadata"]
+        self._apis[kind].patch(
+            meta["name"],
+            meta["namespace"],
+            patch,
+            field_manager=self._field_manager,
+            _preload_content=False,
+            _request_timeout=REQUEST_TIMEOUT_SECONDS,
+        )
+        log.info("updated %s %s/%s", kind, meta["namespace"], meta["name"])
+
+    def _get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        read = self._apis[kind].read
+        try:
+            response = read(
+                name,
+                namespace,
+                _preload_content=False,
+                _request_timeout=REQUEST_TIMEOUT_SECONDS,
+            )
+        except ApiException as error:
+            if error.status == HTTP_NOT_FOUND:
+                return None
+            raise
+        return _response_json(response)
+
+    def _create(self, kind: str, body: dict[str, Any]) -> bool:
+        """POST `body`; False when it already exists (409), so the caller re-reads it."""
+        create = self._apis[kind].create
+        try:
+            create(
+                body["metadata"]["namespace"],
+                body,
+                field_manager=self._field_manager,
+                _preload_content=False,
+                _request_timeout=REQUEST_TIMEOUT_SECONDS,
+            )
+        except ApiException as error:
+            if error.status == HTTP_CONFLICT:
+                return False
+            raise
+        return True
+
+
+def _response_json(response: object) -> dict[str, Any]:
+    # With _preload_content=False the client returns the raw urllib3 response (its type
+    # hints still name the model): the JSON is read as plain dicts, no model round trip.
+    body: dict[str, Any] = orjson.loads(cast(urllib3.HTTPResponse, response).data)
+    return body

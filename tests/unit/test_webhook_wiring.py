@@ -1,0 +1,368 @@
+"""The wiring controller: a group's Secret, headless Service and ConfigMap (DESIGN section 4).
+
+The controller runs against `FakeApiServer`, an in-memory stand-in for the few
+core/v1 endpoints it uses, plugged in under the kubernetes client at its HTTP
+transport, so the real request building (paths, patch bodies) is exercised.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import itertools
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urlparse
+
+import orjson
+import pytest
+import urllib3
+from cryptography.hazmat.primitives import serialization
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+from kubernetes.client.rest import RESTResponse
+
+from extender.domain.membership import SSH_PORT_ANNOTATION, TASK_INDEX_ANNOTATION, TASKS_ANNOTATION
+from extender.injection.patch import apply_patch
+from extender.kube.wiring import WiringConflictError, WiringController
+from tests.builders import make_pod, make_podgroup
+
+NS = "team"
+
+
+class FakeApiServer:
+    """core/v1 objects (and mutatingwebhookconfigurations), in memory.
+
+    GET (one object, or a namespace's list), POST, and PATCH with a JSON patch (a resourceVersion in the patched object
+    that is not the stored one answers 409, as the API server does). Services get
+    the API server's defaults (clusterIPs, targetPort...) so the controller must not
+    mistake them for drift. `writes` counts POST and PATCH calls.
+    """
+
+    def __init__(self) -> None:
+        self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}
+        self.writes: list[tuple[str, str]] = []
+        self.requests: list[tuple[str, str]] = []
+        self._versions = itertools.count(1)
+        # Run just before a request is served: lets a test race the controller.
+        self.before: Callable[[str, str], None] | None = None
+        self.fail_with: int | None = None
+
+    def client(self) -> k8s.ApiClient:
+        api = k8s.ApiClient(k8s.Configuration(host="https://fake"))
+        api.rest_client.request = self.request  # type: ignore[method-assign]
+        return api
+
+    def put(self, kind: str, obj: dict[str, Any]) -> None:
+        meta = obj["metadata"]
+        stored = copy.deepcopy(obj)
+        stored["metadata"]["resourceVersion"] = str(next(self._versions))
+        self.objects[(kind, meta.get("namespace", ""), meta["name"])] = stored
+
+    def get(self, kind: str, name: str, namespace: str = NS) -> dict[str, Any]:
+        return self.objects[(kind, namespace, name)]
+
+    def request(
+        self,
+        method: str,
+        url: str,
+        headers: dict[str, str] | None = None,
+        body: Any = None,
+        post_params: Any = None,
+        _request_timeout: Any = None,
+    ) -> RESTResponse:
+        path = urlparse(url).path
+        self.requests.append((method, path))
+        if self.before is not None:
+            self.before(method, path)
+        if self.fail_with is not None:
+            return _answer(self.fail_with, {"kind": "Status", "message": "injected failure"})
+        kind, namespace, name = _parse(path)
+        key = (kind, namespace, name or "")
+        if method == "GET" and name is None:
+            items = [
+                obj for (k, ns, _), obj in self.objects.items() if (k, ns) == (kind, namespace)
+            ]
+            return _answer(200, {"kind": "List", "items": items})
+        if method == "GET":
+            if key not in self.objects:
+                return _answer(404, {"kind": "Status", "reason": "NotFound"})
+            return _answer(200, self.objects[key])
+        if method == "POST":
+            self.writes.append((method, kind))
+            key = (kind, namespace, body["metadata"]["name"])
+            if key in self.objects:
+                return _answer(409, {"kind": "Status", "reason": "AlreadyExists"})
+            created = copy.deepcopy(body)
+            created["metadata"]["uid"] = f"uid-{body['metadata']['name']}"
+            if kind == "services":
+                _default_service(created)
+            self.put(kind, created)
+            return _answer(201, self.objects[key])
+        if method == "PATCH":
+            self.writes.append((method, kind))
+            assert headers is not None
+            assert headers["Content-Type"] == "application/json-patch+json"
+            if key not in self.objects:
+                return _answer(404, {"kind": "Status", "reason": "NotFound"})
+            current = self.objects[key]
+            patched = apply_patch(current, body)
+            if patched["metadata"]["resourceVersion"] != current["metadata"]["resourceVersion"]:
+                return _answer(409, {"kind": "Status", "reason": "Conflict"})
+            self.put(kind, patched)
+            return _answer(200, self.objects[key])
+        raise AssertionError(f"unexpected {method} {path}")
+
+
+def _parse(path: str) -> tuple[str, str, str | None]:
+    parts = path.strip("/").split("/")
+    if parts[:2] == ["api", "v1"] and parts[2] == "namespaces":
+        return parts[4], parts[3], parts[5] if len(parts) > 5 else None
+    if parts[0] == "apis" and parts[1] == "admissionregistration.k8s.io":
+        return parts[3], "", parts[4] if len(parts) > 4 else None
+    raise AssertionError(f"unexpected path {path}")
+
+
+def _default_service(service: dict[str, Any]) -> None:
+    spec = service["spec"]
+    spec.setdefault("clusterIPs", ["None"])
+    spec.setdefault("type", "ClusterIP")
+    spec.setdefault("sessionAffinity", "None")
+    for port in spec.get("ports") or []:
+        port.setdefault("targetPort", port["port"])
+    service["status"] = {"loadBalancer": {}}
+
+
+def _answer(status: int, body: dict[str, Any]) -> RESTResponse:
+    raw = urllib3.HTTPResponse(
+        body=orjson.dumps(body),
+        status=status,
+        headers={"Content-Type": "application/json"},
+        preload_content=True,
+    )
+    response = RESTResponse(raw)
+    response.read()  # type: ignore[no-untyped-call]  # the client reads before raising
+    return response
+
+
+def podgroup(name: str = "hvd", uid: str = "pg-uid-1", **spec: Any) -> dict[str, Any]:
+    group = make_podgroup(name, 4, namespace=NS, **spec)
+    group["metadata"]["uid"] = uid
+    return group
+
+
+def member(name: str, task: str, index: int, group: str = "hvd") -> dict[str, Any]:
+    return (
+        make_pod(name, NS)
+        .group(group)
+        .task(task)
+        .annotation(TASK_INDEX_ANNOTATION, str(index))
+        .annotation(TASKS_ANNOTATION, "master=1,worker=3")
+        .obj()
+    )
+
+
+HOROVOD = [member("m", "master", 0)] + [member(f"w{i}", "worker", i) for i in range(3)]
+
+
+def secret_data(server: FakeApiServer, name: str = "hvd-ssh") -> dict[str, str]:
+    data = server.get("secrets", name)["data"]
+    return {key: base64.b64decode(value).decode() for key, value in data.items()}
+
+
+@pytest.fixture
+def server() -> FakeApiServer:
+    return FakeApiServer()
+
+
+@pytest.fixture
+def controller(server: FakeApiServer) -> WiringController:
+    return WiringController(server.client())
+
+
+def test_nothing_happens_before_the_podgroup_exists(
+    server: FakeApiServer, controller: WiringController
+) -> None:
+    controller.reconcile(namespace=NS, group="hvd", podgroup=None, pods=HOROVOD)
+    assert server.requests == []
+
+
+class TestHorovodGroup:
+    def test_headless_service_selects_the_group_and_publishes_unready_members(
+        self, server: FakeApiServer, controller: WiringController
+    ) -> None:
+        controller.reconcile(namespace=NS, group="hvd", podgroup=podgroup(), pods=HOROVOD)
+        service = server.get("services", "hvd")
+        assert service["spec"]["clusterIP"] == "None"
+        assert service["spec"]["selector"] == {"gang-extender.io/group": "hvd"}
+        assert service["spec"]["publishNotReadyAddresses"] is True
+        assert service["spec"]["ports"][0]["port"] == 22
+
+    def test_every_object_is_owned_by_the_podgroup(
+        self, server: FakeApiServer, controller: WiringController
+    ) -> None:
+        controller.reconcile(namespace=NS, group="hvd", podgroup=podgroup(), pods=HOROVOD)
+        for kind, name in [("services", "hvd"), ("configmaps", "hvd-svc"), ("secrets", "hvd-ssh")]:
+            meta = server.get(kind, name)["metadata"]
+            assert meta["ownerReferences"] == [
+                {
+                    "apiVersion": "scheduling.gang-extender.io/v1alpha1",
+                    "kind": "PodGroup",
+                    "name": "hvd",
+                    "uid": "pg-uid-1",
+                    "controller": True,
+                }
+            ]
+            assert meta["labels"]["app.kubernetes.io/managed-by"] == "gang-extender"
+
+    def test_configmap_holds_the_host_lists_and_hostfile(
+        self, server: FakeApiServer, controller: WiringController
+    ) -> None:
+        controller.reconcile(namespace=NS, group="hvd", podgroup=podgroup(), pods=HOROVOD)
+        data = server.get("configmaps", "hvd-svc")["data"]
+        assert data["worker.host"] == "hvd-worker-0.hvd\nhvd-worker-1.hvd\nhvd-worker-2.hvd"
+        assert data["master.host"] == "hvd-master-0.hvd"
+        assert data["hostfile"].count("slots=1") == 4
+        assert data["VC_WORKER_NUM"] == "3"
+        assert data["GANG_NUM_SLOTS"] == "4"
+
+    def test_secret_holds_a_matching_key_pair_and_a_config_for_every_member(
+        self, server: FakeApiServer, controller: WiringController
+    ) -> None:
+        controller.reconcile(namespace=NS, group="hvd", podgroup=podgroup(), pods=HOROVOD)
+        data = secret_data(server)
+        key = serialization.load_ssh_private_key(data["id_rsa"].encode(), password=None)
+        public = key.public_key().public_bytes(
+            serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH
+        )
+        assert data["id_rsa.pub"].split()[:2] == public.decode().split()
+        assert data["authorized_keys"] == data["id_rsa.pub"]
+        for host in ["hvd-master-0.hvd", "hvd-worker-0.hvd", "hvd-worker-2.hvd"]:
+            assert f"Host {host} " in data["config"]
+        assert server.get("secrets", "hvd-ssh")["type"] == "Opaque"
+
+    def test_reconciling_an_unchanged_group_writes_nothing(
+        self, server: FakeApiServer, controller: WiringController
+    ) -> None:
+        controller.reconcile(namespace=NS, group="hvd", podgroup=podgroup(), pods=HOROVOD)
+        assert len(server.writes) == 3
+        controller.reconcile(namespace=NS, group="hvd", podgroup=podgroup(), pods=HOROVOD)
+        assert len(server.writes) == 3
+
+
+class TestLayoutChanges:
+    def test_a_new_member_updates_configmap_and_ssh_config_but_keeps_the_keys(
+        self, server: FakeApiServer, controller: WiringController
+    ) -> None:
+        two = [
+            make_pod(f"w{i}", NS).group("dep").annotation(TASK_INDEX_ANNOTATION, str(i)).obj()
+            for i in range(2)
+        ]
+        group = podgroup("dep")
+        controller.reconcile(namespace=NS, group="dep", podgroup=group, pods=two)
+        before = secret_data(server, "dep-ssh")
+        third = make_pod("w2", NS).group("dep").annotation(TASK_INDEX_ANNOTATION, "2").obj()
+        controller.reconcile(namespace=NS, group="dep", podgroup=group, pods=[*two, third])
+        after = secret_data(server, "dep-ssh")
+        assert server.get("configmaps", "dep-svc")["data"]["VC_WORKER_NUM"] == "3"
+        assert "dep-worker-2.dep" in after["config"]
+        assert (after["id_rsa"], after["id_rsa.pub"]) == (before["id_rsa"], before["id_rsa.pub"])
+
+    def test_a_removed_task_disappears_from_the_configmap(
+        self, server: FakeApiServer, controller: WiringController
+    ) -> None:
+        controller.reconcile(
+            namespace=NS,
+            group="hvd",
+            pods=[],
+            podgroup=podgroup(minTaskMember={"master": 1, "worker": 1}),
+        )
+        controller.reconcile(
+            namespace=NS, group="hvd", pods=[], podgroup=podgroup(minTaskMember={"worker": 1})
+        )
+        assert "master.host" not in server.get("configmaps", "hvd-svc")["data"]
+
+    def test_the_ssh_port_annotation_reaches_the_service_and_the_config(
+        self, server: FakeApiServer, controller: WiringController
+    ) -> None:
+        pods = [make_pod("w0", NS).group("g").annotation(SSH_PORT_ANNOTATION, "2222").obj()]
+        controller.reconcile(namespace=NS, group="g", podgroup=podgroup("g"), pods=pods)
+        assert server.get("services", "g")["spec"]["ports"][0]["port"] == 2222
+        assert "  Port 2222\n" in secret_data(server, "g-ssh")["config"]
+
+    def test_a_recreated_podgroup_takes_over_ownership(
+        self, server: FakeApiServer, controller: WiringController
+    ) -> None:
+        controller.reconcile(namespace=NS, group="hvd", podgroup=podgroup(), pods=HOROVOD)
+        controller.reconcile(
+            namespace=NS, group="hvd", podgroup=podgroup(uid="pg-uid-2"), pods=HOROVOD
+        )
+        owners = server.get("configmaps", "hvd-svc")["metadata"]["ownerReferences"]
+        assert [owner["uid"] for owner in owners] == ["pg-uid-2"]
+
+
+def test_two_groups_get_different_keys(server: FakeApiServer, controller: WiringController) -> None:
+    for name in ("a", "b"):
+        pods = [make_pod(f"{name}0", NS).group(name).obj()]
+        controller.reconcile(namespace=NS, group=name, podgroup=podgroup(name), pods=pods)
+    assert secret_data(server, "a-ssh")["id_rsa"] != secret_data(server, "b-ssh")["id_rsa"]
+
+
+class TestTrouble:
+    def test_a_foreign_object_with_our_name_is_reported_not_overwritten(
+        self, server: FakeApiServer, controller: WiringController
+    ) -> None:
+        server.put("configmaps", {"metadata": {"name": "hvd-svc", "namespace": NS}, "data": {}})
+        with pytest.raises(WiringConflictError, match="not managed by gang-extender"):
+            controller.reconcile(namespace=NS, group="hvd", podgroup=podgroup(), pods=HOROVOD)
+        assert server.get("configmaps", "hvd-svc")["data"] == {}
+
+    def test_a_damaged_secret_is_reported_and_never_replaced_silently(
+        self, server: FakeApiServer, controller: WiringController
+    ) -> None:
+        controller.reconcile(namespace=NS, group="hvd", podgroup=podgroup(), pods=HOROVOD)
+        server.get("secrets", "hvd-ssh")["data"]["id_rsa"] = base64.b64encode(b"junk").decode()
+        with pytest.raises(WiringConflictError, match="delete it and gang-extender creates"):
+            controller.reconcile(namespace=NS, group="hvd", podgroup=podgroup(), pods=HOROVOD)
+
+    def test_a_secret_created_concurrently_keeps_the_other_writers_keys(
+        self, server: FakeApiServer, controller: WiringController
+    ) -> None:
+        other = WiringController(server.client())
+        other.reconcile(namespace=NS, group="hvd", podgroup=podgroup(), pods=HOROVOD)
+        theirs = server.objects.pop(("secrets", NS, "hvd-ssh"))
+
+        def put_back_before_post(method: str, path: str) -> None:
+            if method == "POST" and path.endswith("/secrets"):
+                server.objects[("secrets", NS, "hvd-ssh")] = theirs
+
+        server.before = put_back_before_post
+        controller.reconcile(namespace=NS, group="hvd", podgroup=podgroup(), pods=HOROVOD)
+        assert server.get("secrets", "hvd-ssh")["data"]["id_rsa"] == theirs["data"]["id_rsa"]
+
+    def test_a_concurrent_change_fails_the_update_with_409_for_the_caller_to_retry(
+        self, server: FakeApiServer, controller: WiringController
+    ) -> None:
+        controller.reconcile(namespace=NS, group="hvd", podgroup=podgroup(), pods=HOROVOD)
+
+        def bump_before_patch(method: str, path: str) -> None:
+            if method == "PATCH":
+                server.put("configmaps", server.get("configmaps", "hvd-svc"))
+
+        server.before = bump_before_patch
+        with pytest.raises(ApiException) as raised:
+            controller.reconcile(
+                namespace=NS,
+                group="hvd",
+                pods=HOROVOD,
+                podgroup=podgroup(minTaskMember={"worker": 5}),
+            )
+        assert raised.value.status == 409
+
+    def test_api_errors_are_raised(
+        self, server: FakeApiServer, controller: WiringController
+    ) -> None:
+        server.fail_with = 500
+        with pytest.raises(ApiException) as raised:
+            controller.reconcile(namespace=NS, group="hvd", podgroup=podgroup(), pods=HOROVOD)
+        assert raised.value.status == 500
