@@ -657,9 +657,10 @@ class LocalCluster:
     def _pki_serving(self) -> None:
         """Serving certs for the controller-manager and scheduler health ports."""
         assert self._pki is not None
+        # Always issued afresh: a workdir reused by a new LocalCluster has a new CA,
+        # and a serving cert left from the old one would fail verification.
         for name in ("kube-controller-manager", "kube-scheduler"):
-            if not (self.pki_dir / f"{name}-serving.crt").exists():
-                pki.issue_cert(
+            pki.issue_cert(
                     self._pki.ca,
                     self.pki_dir,
                     f"{name}-serving",

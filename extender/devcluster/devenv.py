@@ -246,7 +246,7 @@ def run_demo(workdir: Path, *, keep: bool) -> int:
         second = add_gpu_nodes(api, 1, gpus=4, name_prefix="gpu-big")
         wait_for_nodes_ready(api, second)
         _wait_for(lambda: _all_bound(raw, namespace, group), DEMO_TIMEOUT_SECONDS)
-        pg = _podgroup(raw, namespace, group)
+        pg = _wait_for(lambda: _placed_podgroup(raw, namespace, group), DEMO_TIMEOUT_SECONDS)
         print(f"== placed: {_condition(pg)} (phase {pg['status'].get('phase')})")
         for pod in _pods(raw, namespace, group):
             spec = pod["spec"]
@@ -291,6 +291,11 @@ def _held_message(raw: RawApi, namespace: str, group: str) -> str | None:
         return None
     message = _condition(pg)
     return message if "placeable" in message else None
+
+
+def _placed_podgroup(raw: RawApi, namespace: str, group: str) -> dict[str, Any] | None:
+    pg = _podgroup(raw, namespace, group)
+    return pg if (pg.get("status") or {}).get("phase") in ("Scheduled", "Running") else None
 
 
 def _all_bound(raw: RawApi, namespace: str, group: str) -> bool:
