@@ -28,12 +28,15 @@ from enum import Enum
 from extender.domain.ledger import Ledger, Plan
 from extender.domain.membership import GroupKey
 from extender.domain.model import PodInfo, Resources
-from extender.domain.planner import Placement, plan_gang
+from extender.domain.planner import NodeRestriction, Placement, plan_gang
 from extender.domain.policy import Policy, Strategy
 from extender.domain.quantity import GPU
 from extender.domain.snapshot import ClusterSnapshot, fits
 
 MAX_SCORE = 10
+# Remember what kube-scheduler's filters said about a member only when it is this
+# many node names or fewer (allow- or deny-list), to bound memory on big clusters.
+RESTRICTION_MEMORY_LIMIT = 256
 
 
 class Verdict(Enum):
@@ -112,6 +115,9 @@ class GangCore:
     ledger: Ledger = field(default_factory=Ledger)
     groups: dict[GroupKey, GroupState] = field(default_factory=dict)
     effects: list[Effect] = field(default_factory=list)
+    # Per member uid: nodes kube-scheduler last offered (or refused) it, so a plan
+    # avoids nodes the scheduler's own filters reject (affinity, ports, ...).
+    restrictions: dict[str, NodeRestriction] = field(default_factory=dict)
 
     # ------------------------------------------------------------------ filter
     def filter(self, pod: PodInfo, candidates: Sequence[str], now: float) -> FilterDecision:
@@ -122,6 +128,7 @@ class GangCore:
             return self._hold(candidates, Verdict.REJECT, pod.group_error)
         assert pod.group is not None
         key = pod.group
+        self._remember_candidates(pod.uid, candidates)
         state = self.groups.setdefault(key, GroupState(first_seen=now))
         spec = self.snapshot.group_spec(key)
         if spec is None:
@@ -181,7 +188,8 @@ class GangCore:
         unbound = [m for m in members if not m.is_bound]
         need = max(1, spec.min_member - len(bound))
         free = self.free_for_planning()
-        allowed = {pod.uid: set(candidates)}
+        allowed = {uid: r for uid, r in self.restrictions.items() if uid != pod.uid}
+        allowed[pod.uid] = NodeRestriction(allowed=frozenset(candidates))
         outcome = plan_gang(unbound, free, self.snapshot.nodes, self.policy, allowed=allowed)
         if not isinstance(outcome, Placement) and len(unbound) > need:
             outcome = plan_gang(
@@ -217,6 +225,19 @@ class GangCore:
                 f"gang {key}: being placed without this member; it is scheduled after",
             )
         return FilterDecision(Verdict.PLANNED, [node], {}, {}, f"planned on {node}")
+
+    def _remember_candidates(self, uid: str, candidates: Sequence[str]) -> None:
+        total = len(self.snapshot.nodes)
+        if len(candidates) >= total:
+            self.restrictions.pop(uid, None)
+        elif len(candidates) <= RESTRICTION_MEMORY_LIMIT:
+            self.restrictions[uid] = NodeRestriction(allowed=frozenset(candidates))
+        elif total - len(candidates) <= RESTRICTION_MEMORY_LIMIT:
+            offered = set(candidates)
+            denied = frozenset(n for n in self.snapshot.nodes if n not in offered)
+            self.restrictions[uid] = NodeRestriction(denied=denied)
+        else:
+            self.restrictions.pop(uid, None)
 
     def _filter_plain(self, pod: PodInfo, candidates: Sequence[str]) -> FilterDecision:
         reserved = set(self.ledger.reserved_nodes())
@@ -346,6 +367,7 @@ class GangCore:
 
     def forget_pod(self, uid: str, now: float) -> None:
         pod = self.snapshot.delete_pod(uid)
+        self.restrictions.pop(uid, None)
         plan = self.ledger.plan_of(uid)
         if plan is not None:
             self._drop(plan, f"member {plan.names[uid]} was deleted", now)

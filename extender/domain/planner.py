@@ -9,13 +9,30 @@ packing that exists; it never returns one that over-commits.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from extender.domain.model import NodeInfo, PodInfo, Resources
 from extender.domain.policy import Policy, Strategy, TopologyMode
 from extender.domain.quantity import CPU, GPU, MEMORY
 from extender.domain.snapshot import add_into, fits
+
+
+@dataclass(frozen=True)
+class NodeRestriction:
+    """Nodes a member may use, as kube-scheduler's own filters last said for it.
+
+    Kept as whichever of allow-list or deny-list is smaller, so memory stays
+    bounded on large clusters.
+    """
+
+    allowed: frozenset[str] | None = None
+    denied: frozenset[str] = frozenset()
+
+    def permits(self, node: str) -> bool:
+        if self.allowed is not None:
+            return node in self.allowed
+        return node not in self.denied
 
 
 @dataclass(frozen=True)
@@ -61,7 +78,7 @@ def _place(
     free: Mapping[str, Resources],
     nodes: Mapping[str, NodeInfo],
     policy: Policy,
-    allowed: Mapping[str, Collection[str]],
+    allowed: Mapping[str, NodeRestriction],
 ) -> tuple[dict[str, str], PodInfo | None]:
     """Greedy placement inside `free` (not mutated). Returns placements and the first misfit.
 
@@ -78,7 +95,7 @@ def _place(
         if (
             node
             and node in remaining
-            and (pod.uid not in allowed or node in allowed[pod.uid])
+            and (pod.uid not in allowed or allowed[pod.uid].permits(node))
             and node_accepts(nodes[node], pod)
             and fits(pod.requests, remaining[node])
         ):
@@ -90,7 +107,7 @@ def _place(
         best_node: str | None = None
         best_rank = None
         for name, room in remaining.items():
-            if choices is not None and name not in choices:
+            if choices is not None and not choices.permits(name):
                 continue
             if not fits(pod.requests, room) or not node_accepts(nodes[name], pod):
                 continue
@@ -131,13 +148,13 @@ def plan_gang(
     nodes: Mapping[str, NodeInfo],
     policy: Policy,
     *,
-    allowed: Mapping[str, Collection[str]] | None = None,
+    allowed: Mapping[str, NodeRestriction] | None = None,
 ) -> Placement | Shortfall:
     """Place every member at once, or say what is missing.
 
     `free` is free capacity per node after bound pods and other gangs' reservations.
-    `allowed` optionally restricts a member (by uid) to some nodes, e.g. the
-    candidates kube-scheduler's own filters left for the pod being filtered.
+    `allowed` optionally restricts members (by uid) to the nodes kube-scheduler's
+    own filters left for them (affinity, host ports... that the planner does not model).
     """
     allowed = allowed or {}
     if policy.topology is not None:

@@ -244,3 +244,18 @@ def test_prioritize_binpacks_plain_pods(node_gpus: int, expected: int) -> None:
     plain = make_pod("plain").obj()
     core = core_with(nodes, [*pods, plain])
     assert core.prioritize(pod_info(core, "plain"), ["n1"]) == {"n1": expected}
+
+
+def test_plan_respects_nodes_kube_scheduler_refused_a_member_earlier() -> None:
+    # kube-scheduler's own filters (affinity, host ports...) refused n1 to w1 when it
+    # last filtered w1; the plan made at w0's filter must not put w1 on n1.
+    nodes = [make_node("n1").gpus(8).obj(), make_node("n2").gpus(8).obj()]
+    pods = [make_pod(f"w{i}").group("g").min_available(3).gpus(1).obj() for i in range(2)]
+    core = core_with(nodes, pods)
+    assert core.filter(pod_info(core, "w1"), ["n2"], T0).verdict is Verdict.WAIT  # 2/3 exist
+    core.observe_pod(PodInfo.from_api(make_pod("w2").group("g").min_available(3).gpus(1).obj()), T0)
+    decision = core.filter(pod_info(core, "w0"), ["n1", "n2"], T0 + 1)
+    assert decision.verdict is Verdict.PLANNED
+    plan = next(iter(core.ledger.plans.values()))
+    assert plan.placements[pod_info(core, "w1").uid] == "n2"
+    assert plan.placements[pod_info(core, "w0").uid] == "n1"  # binpack still fills n1 first
