@@ -59,6 +59,15 @@ def test_seed_horovod_job_waits_for_a_gpu_node_then_binds_all_four(
         lambda: get_podgroup(raw, namespace, "hvd")["status"].get("phase") in ("Scheduled", "Running"),
         what="PodGroup phase Scheduled/Running",
     )
+    events = wait_until(
+        lambda: [
+            e
+            for e in raw.call("GET", f"/api/v1/namespaces/{namespace}/events")["items"]
+            if e.get("reason") == "GangScheduled"
+        ],
+        what="GangScheduled events",
+    )
+    assert {e["involvedObject"]["name"] for e in events} >= {"hvd-master", "hvd-worker-0", "hvd-worker-1", "hvd-worker-2"}
 
 
 def test_gang_with_only_three_of_four_members_created_binds_none(gang_stack, raw, namespace, gpu_nodes) -> None:

@@ -1,0 +1,51 @@
+"""`gang-extender dev up` / `dev down`: what a newcomer runs by hand."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from extender.kube.rawapi import RawApi, load_api_client
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _run(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "extender", *args], capture_output=True, text=True, timeout=600, env=env
+    )
+
+
+def test_dev_up_prints_how_to_use_the_cluster_and_dev_down_stops_everything(tmp_path: Path, bin_dir: Path) -> None:
+    workdir = tmp_path / "dev"
+    env = {**os.environ, "GANG_E2E_BIN_DIR": str(bin_dir)}
+    up = _run("dev", "up", "--workdir", str(workdir), "--nodes", "2", "--gpus", "4", env=env)
+    try:
+        assert up.returncode == 0, up.stdout + up.stderr
+        assert "export KUBECONFIG=" in up.stdout
+        assert "gang-extender dev down" in up.stdout
+        info = json.loads((workdir / "ready.json").read_text())
+        raw = RawApi(load_api_client(info["kubeconfig"]))
+        nodes = raw.call("GET", "/api/v1/nodes")["items"]
+        assert sorted(n["metadata"]["name"] for n in nodes) == sorted(info["nodes"])
+        assert all(n["status"]["allocatable"]["nvidia.com/gpu"] == "4" for n in nodes)
+        lease = raw.call("GET", "/apis/coordination.k8s.io/v1/namespaces/gang-system/leases/gang-extender")
+        assert lease["spec"]["holderIdentity"], "the gang kube-scheduler runs"
+        supervisor = int((workdir / "supervisor.pid").read_text())
+        again = _run("dev", "up", "--workdir", str(workdir), env=env)
+        assert again.returncode == 1 and "already running" in again.stdout
+    finally:
+        down = _run("dev", "down", "--workdir", str(workdir), env=env)
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert not _alive(supervisor)
+    leftovers = subprocess.run(["pgrep", "-f", str(workdir)], capture_output=True, text=True).stdout.split()
+    assert leftovers == [], f"processes still running from {workdir}: {leftovers}"
