@@ -22,6 +22,7 @@ from extender.devcluster.cluster import ClusterError, LocalCluster, new_namespac
 from extender.devcluster.nodes import add_gpu_nodes, wait_for_nodes_ready
 from extender.devcluster.stack import REPO, GangStack
 from extender.kube.rawapi import KubeError, RawApi, path_of
+from extender.kube.writers import podgroup_path
 
 READY_FILE = "ready.json"
 PID_FILE = "supervisor.pid"
@@ -181,18 +182,7 @@ def dev_down(workdir: Path) -> int:
 
 # ---------------------------------------------------------------- the demo
 def _podgroup(raw: RawApi, namespace: str, name: str) -> dict[str, Any]:
-    return raw.call(
-        "GET",
-        path_of(
-            "apis",
-            "scheduling.gang-extender.io",
-            "v1alpha1",
-            "namespaces",
-            namespace,
-            "podgroups",
-            name,
-        ),
-    )
+    return raw.call("GET", podgroup_path(namespace, name))
 
 
 def _condition(pg: dict[str, Any]) -> str:

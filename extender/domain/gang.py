@@ -149,14 +149,8 @@ class GangCore:
         plan = self.ledger.plans.get(key)
         if plan is not None:
             node = plan.placements.get(pod.uid)
-            if node is None:
-                return self._hold(
-                    candidates,
-                    Verdict.WAIT,
-                    f"gang {key}: being placed without this member; it is scheduled after",
-                )
-            if node in candidates:
-                return FilterDecision(Verdict.PLANNED, [node], {}, {}, f"planned on {node}")
+            if node is None or node in candidates:
+                return self._planned_answer(plan, pod, candidates)
             self._drop(
                 plan,
                 f"kube-scheduler no longer offers planned node {node} for {pod.ref}",
@@ -217,12 +211,18 @@ class GangCore:
         state.waiting = False
         self._say(state, f"gang {key}: planned {len(plan.placements)} members, binding")
         self.effects.append(PlanCreated(plan))
+        return self._planned_answer(plan, pod, candidates)
+
+    def _planned_answer(
+        self, plan: Plan, pod: PodInfo, candidates: Sequence[str]
+    ) -> FilterDecision:
+        """The pod's planned node; a member the plan left out waits for the next one."""
         node = plan.placements.get(pod.uid)
         if node is None:
             return self._hold(
                 candidates,
                 Verdict.WAIT,
-                f"gang {key}: being placed without this member; it is scheduled after",
+                f"gang {plan.group}: being placed without this member; it is scheduled after",
             )
         return FilterDecision(Verdict.PLANNED, [node], {}, {}, f"planned on {node}")
 

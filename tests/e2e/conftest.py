@@ -21,6 +21,9 @@ from kubernetes import client as k8s
 from extender.devcluster.cluster import LocalCluster, ensure_binaries, new_namespace
 from extender.devcluster.nodes import add_gpu_nodes, wait_for_nodes_ready
 
+# The product under test (service + gang scheduler) and helpers for its scenarios.
+from tests.e2e.gang_fixtures import delete_namespace, gang_stack, injected_namespace, raw  # noqa: F401
+
 E2E_DIR = Path(__file__).parent
 _SESSION_CLUSTER = pytest.StashKey[LocalCluster]()
 
@@ -90,11 +93,7 @@ def namespace(
     """A fresh namespace named after the test, deleted (without waiting) afterwards."""
     name = new_namespace(api, _dns_label(request.node.name, 30))
     yield name
-    try:
-        core.delete_namespace(name)
-    except k8s.ApiException as exc:
-        if exc.status != 404:
-            raise
+    delete_namespace(core, name)
 
 
 POOL_LABEL = "e2e.gang-extender.io/pool"
@@ -137,6 +136,3 @@ def gpu_nodes(api: k8s.ApiClient, core: k8s.CoreV1Api) -> Iterator[Callable[...,
             if exc.status != 404:
                 raise
 
-
-# The product under test (service + gang scheduler) and helpers for its scenarios.
-from tests.e2e.gang_fixtures import gang_stack, injected_namespace, raw  # noqa: E402, F401

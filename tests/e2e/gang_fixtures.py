@@ -18,8 +18,14 @@ from kubernetes import client as k8s
 
 from extender.devcluster.cluster import LocalCluster, new_namespace
 from extender.devcluster.stack import GangStack
-from extender.domain.membership import GROUP_LABEL, INJECT_NAMESPACE_LABEL, SCHEDULER_NAME, TASK_LABEL
+from extender.domain.membership import (
+    GROUP_LABEL,
+    INJECT_NAMESPACE_LABEL,
+    SCHEDULER_NAME,
+    TASK_LABEL,
+)
 from extender.kube.rawapi import KubeError, RawApi, path_of
+from extender.kube.writers import podgroup_path
 
 # Bounded waits: generous for a loaded 2-core CI machine; they bound hangs, they do not measure.
 SETTLE_SECONDS = 90
@@ -45,6 +51,11 @@ def injected_namespace(api: k8s.ApiClient, core: k8s.CoreV1Api, gang_stack: Gang
     """A fresh namespace labelled gang-extender.io/inject=enabled."""
     name = new_namespace(api, "wired", labels={INJECT_NAMESPACE_LABEL: "enabled"})
     yield name
+    delete_namespace(core, name)
+
+
+def delete_namespace(core: k8s.CoreV1Api, name: str) -> None:
+    """Delete without waiting; gone already is fine."""
     try:
         core.delete_namespace(name)
     except k8s.ApiException as exc:
@@ -106,7 +117,7 @@ def podgroup(name: str, min_member: int, **spec: Any) -> dict[str, Any]:
 
 def create(raw: RawApi, namespace: str, obj: dict[str, Any]) -> dict[str, Any]:
     if obj["kind"] == "PodGroup":
-        path = path_of("apis", "scheduling.gang-extender.io", "v1alpha1", "namespaces", namespace, "podgroups")
+        path = podgroup_path(namespace)
     else:
         path = path_of("api", "v1", "namespaces", namespace, "pods")
     return raw.call("POST", path, body=obj)
@@ -119,9 +130,7 @@ def list_pods(raw: RawApi, namespace: str, selector: str | None = None) -> list[
 
 def get_podgroup(raw: RawApi, namespace: str, name: str) -> dict[str, Any] | None:
     try:
-        return raw.call(
-            "GET", path_of("apis", "scheduling.gang-extender.io", "v1alpha1", "namespaces", namespace, "podgroups", name)
-        )
+        return raw.call("GET", podgroup_path(namespace, name))
     except KubeError as err:
         if err.status == 404:
             return None
