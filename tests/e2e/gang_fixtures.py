@@ -47,7 +47,9 @@ def raw(api: k8s.ApiClient) -> RawApi:
 
 
 @pytest.fixture
-def injected_namespace(api: k8s.ApiClient, core: k8s.CoreV1Api, gang_stack: GangStack) -> Iterator[str]:
+def injected_namespace(
+    api: k8s.ApiClient, core: k8s.CoreV1Api, gang_stack: GangStack
+) -> Iterator[str]:
     """A fresh namespace labelled gang-extender.io/inject=enabled."""
     name = new_namespace(api, "wired", labels={INJECT_NAMESPACE_LABEL: "enabled"})
     yield name
@@ -101,7 +103,9 @@ def gang_pod(
         "spec": {
             "schedulerName": scheduler,
             "nodeSelector": node_selector or {},
-            "containers": [{"name": "main", "image": "registry.example/train:1", "resources": resources}],
+            "containers": [
+                {"name": "main", "image": "registry.example/train:1", "resources": resources}
+            ],
         },
     }
 
@@ -125,7 +129,9 @@ def create(raw: RawApi, namespace: str, obj: dict[str, Any]) -> dict[str, Any]:
 
 def list_pods(raw: RawApi, namespace: str, selector: str | None = None) -> list[dict[str, Any]]:
     query = {"labelSelector": selector} if selector else None
-    return raw.call("GET", path_of("api", "v1", "namespaces", namespace, "pods"), query=query)["items"]
+    return raw.call("GET", path_of("api", "v1", "namespaces", namespace, "pods"), query=query)[
+        "items"
+    ]
 
 
 def get_podgroup(raw: RawApi, namespace: str, name: str) -> dict[str, Any] | None:
@@ -178,7 +184,9 @@ class BindRecorder:
         while not self._stop.is_set():
             try:
                 for event in self.raw.stream(
-                    path, query={"watch": "true", "resourceVersion": version, "timeoutSeconds": 5}, read_timeout=10
+                    path,
+                    query={"watch": "true", "resourceVersion": version, "timeoutSeconds": 5},
+                    read_timeout=10,
                 ):
                     obj = event["object"]
                     version = obj["metadata"].get("resourceVersion", version)
@@ -190,7 +198,9 @@ class BindRecorder:
         name = pod["metadata"]["name"]
         node = pod["spec"].get("nodeName")
         gpus = int(
-            ((pod["spec"]["containers"][0].get("resources") or {}).get("limits") or {}).get("nvidia.com/gpu", 0)
+            ((pod["spec"]["containers"][0].get("resources") or {}).get("limits") or {}).get(
+                "nvidia.com/gpu", 0
+            )
         )
         if kind == "DELETED":
             old = self.node_of.pop(name, None)
@@ -201,7 +211,9 @@ class BindRecorder:
             self.first_bound.setdefault(name, time.time())
             self.node_of[name] = node
             self._gpus[node] = self._gpus.get(node, 0) + gpus
-            self.max_gpus_per_node[node] = max(self.max_gpus_per_node.get(node, 0), self._gpus[node])
+            self.max_gpus_per_node[node] = max(
+                self.max_gpus_per_node.get(node, 0), self._gpus[node]
+            )
 
     def stop(self) -> None:
         self._stop.set()

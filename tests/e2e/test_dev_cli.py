@@ -21,11 +21,17 @@ def _alive(pid: int) -> bool:
 
 def _run(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "extender", *args], capture_output=True, text=True, timeout=600, env=env
+        [sys.executable, "-m", "extender", *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
     )
 
 
-def test_dev_up_prints_how_to_use_the_cluster_and_dev_down_stops_everything(tmp_path: Path, bin_dir: Path) -> None:
+def test_dev_up_prints_how_to_use_the_cluster_and_dev_down_stops_everything(
+    tmp_path: Path, bin_dir: Path
+) -> None:
     workdir = tmp_path / "dev"
     env = {**os.environ, "GANG_E2E_BIN_DIR": str(bin_dir)}
     up = _run("dev", "up", "--workdir", str(workdir), "--nodes", "2", "--gpus", "4", env=env)
@@ -38,7 +44,9 @@ def test_dev_up_prints_how_to_use_the_cluster_and_dev_down_stops_everything(tmp_
         nodes = raw.call("GET", "/api/v1/nodes")["items"]
         assert sorted(n["metadata"]["name"] for n in nodes) == sorted(info["nodes"])
         assert all(n["status"]["allocatable"]["nvidia.com/gpu"] == "4" for n in nodes)
-        lease = raw.call("GET", "/apis/coordination.k8s.io/v1/namespaces/gang-system/leases/gang-extender")
+        lease = raw.call(
+            "GET", "/apis/coordination.k8s.io/v1/namespaces/gang-system/leases/gang-extender"
+        )
         assert lease["spec"]["holderIdentity"], "the gang kube-scheduler runs"
         supervisor = int((workdir / "supervisor.pid").read_text())
         again = _run("dev", "up", "--workdir", str(workdir), env=env)
@@ -47,5 +55,7 @@ def test_dev_up_prints_how_to_use_the_cluster_and_dev_down_stops_everything(tmp_
         down = _run("dev", "down", "--workdir", str(workdir), env=env)
     assert down.returncode == 0, down.stdout + down.stderr
     assert not _alive(supervisor)
-    leftovers = subprocess.run(["pgrep", "-f", str(workdir)], capture_output=True, text=True).stdout.split()
+    leftovers = subprocess.run(
+        ["pgrep", "-f", str(workdir)], capture_output=True, text=True
+    ).stdout.split()
     assert leftovers == [], f"processes still running from {workdir}: {leftovers}"

@@ -30,23 +30,46 @@ def test_seed_horovod_job_waits_for_a_gpu_node_then_binds_all_four(
     pool = gpu_nodes(1, gpus=2)
     recorder = BindRecorder(raw, namespace)
     create(raw, namespace, podgroup("hvd", 4, minTaskMember={"master": 1, "worker": 3}))
-    create(raw, namespace, gang_pod("hvd-master", "hvd", cpu="500m", memory="1Gi", task="master", node_selector=pool.node_selector))
+    create(
+        raw,
+        namespace,
+        gang_pod(
+            "hvd-master",
+            "hvd",
+            cpu="500m",
+            memory="1Gi",
+            task="master",
+            node_selector=pool.node_selector,
+        ),
+    )
     for i in range(3):
         create(
             raw,
             namespace,
-            gang_pod(f"hvd-worker-{i}", "hvd", gpus=1, cpu="1", memory="2Gi", task="worker", node_selector=pool.node_selector),
+            gang_pod(
+                f"hvd-worker-{i}",
+                "hvd",
+                gpus=1,
+                cpu="1",
+                memory="2Gi",
+                task="worker",
+                node_selector=pool.node_selector,
+            ),
         )
 
     message = wait_until(
-        lambda: "placeable" in condition_message(get_podgroup(raw, namespace, "hvd"))
-        and condition_message(get_podgroup(raw, namespace, "hvd")),
+        lambda: (
+            "placeable" in condition_message(get_podgroup(raw, namespace, "hvd"))
+            and condition_message(get_podgroup(raw, namespace, "hvd"))
+        ),
         what="the PodGroup condition to say what is missing",
     )
     assert "needs 3 nvidia.com/gpu" in message
     assert "largest free node has 2" in message
     time.sleep(HOLD_OBSERVATION_SECONDS)
-    assert bound(list_pods(raw, namespace)) == [], "no member may be bound while the gang does not fit"
+    assert bound(list_pods(raw, namespace)) == [], (
+        "no member may be bound while the gang does not fit"
+    )
     assert get_podgroup(raw, namespace, "hvd")["status"]["phase"] == "Pending"
 
     added_at = time.time()
@@ -56,7 +79,9 @@ def test_seed_horovod_job_waits_for_a_gpu_node_then_binds_all_four(
     assert len(recorder.first_bound) == 4
     assert min(recorder.first_bound.values()) >= added_at, "a member was bound before the gang fit"
     wait_until(
-        lambda: get_podgroup(raw, namespace, "hvd")["status"].get("phase") in ("Scheduled", "Running"),
+        lambda: (
+            get_podgroup(raw, namespace, "hvd")["status"].get("phase") in ("Scheduled", "Running")
+        ),
         what="PodGroup phase Scheduled/Running",
     )
     events = wait_until(
@@ -67,16 +92,28 @@ def test_seed_horovod_job_waits_for_a_gpu_node_then_binds_all_four(
         ],
         what="GangScheduled events",
     )
-    assert {e["involvedObject"]["name"] for e in events} >= {"hvd-master", "hvd-worker-0", "hvd-worker-1", "hvd-worker-2"}
+    assert {e["involvedObject"]["name"] for e in events} >= {
+        "hvd-master",
+        "hvd-worker-0",
+        "hvd-worker-1",
+        "hvd-worker-2",
+    }
 
 
-def test_gang_with_only_three_of_four_members_created_binds_none(gang_stack, raw, namespace, gpu_nodes) -> None:
+def test_gang_with_only_three_of_four_members_created_binds_none(
+    gang_stack, raw, namespace, gpu_nodes
+) -> None:
     pool = gpu_nodes(2, gpus=8)
     create(raw, namespace, podgroup("partial", 4))
     for i in range(3):
-        create(raw, namespace, gang_pod(f"partial-{i}", "partial", gpus=1, node_selector=pool.node_selector))
+        create(
+            raw,
+            namespace,
+            gang_pod(f"partial-{i}", "partial", gpus=1, node_selector=pool.node_selector),
+        )
     message = wait_until(
-        lambda: condition_message(get_podgroup(raw, namespace, "partial")), what="a PodGroup condition"
+        lambda: condition_message(get_podgroup(raw, namespace, "partial")),
+        what="a PodGroup condition",
     )
     wait_until(
         lambda: "3/4 members exist" in condition_message(get_podgroup(raw, namespace, "partial")),
@@ -87,11 +124,15 @@ def test_gang_with_only_three_of_four_members_created_binds_none(gang_stack, raw
     assert message
 
 
-def test_eight_four_gpu_members_are_binpacked_onto_four_of_six_nodes(gang_stack, raw, namespace, gpu_nodes) -> None:
+def test_eight_four_gpu_members_are_binpacked_onto_four_of_six_nodes(
+    gang_stack, raw, namespace, gpu_nodes
+) -> None:
     pool = gpu_nodes(6, gpus=8)
     create(raw, namespace, podgroup("pack", 8))
     for i in range(8):
-        create(raw, namespace, gang_pod(f"pack-{i}", "pack", gpus=4, node_selector=pool.node_selector))
+        create(
+            raw, namespace, gang_pod(f"pack-{i}", "pack", gpus=4, node_selector=pool.node_selector)
+        )
     pods = wait_until(
         lambda: (lambda ps: ps if len(bound(ps)) == 8 else None)(list_pods(raw, namespace)),
         what="all 8 members bound",
@@ -100,17 +141,28 @@ def test_eight_four_gpu_members_are_binpacked_onto_four_of_six_nodes(gang_stack,
     assert len(nodes) == 4, f"binpack should fill 4 nodes, used {sorted(nodes)}"
 
 
-def test_two_gangs_that_cannot_both_fit_never_both_hold_capacity(gang_stack, raw, namespace, gpu_nodes) -> None:
+def test_two_gangs_that_cannot_both_fit_never_both_hold_capacity(
+    gang_stack, raw, namespace, gpu_nodes
+) -> None:
     pool = gpu_nodes(2, gpus=8)  # 16 GPUs; each gang needs 12
     create(raw, namespace, podgroup("left", 3))
     create(raw, namespace, podgroup("right", 3))
     for i in range(3):  # interleaved, as two jobs submitted at the same moment
-        create(raw, namespace, gang_pod(f"left-{i}", "left", gpus=4, node_selector=pool.node_selector))
-        create(raw, namespace, gang_pod(f"right-{i}", "right", gpus=4, node_selector=pool.node_selector))
+        create(
+            raw, namespace, gang_pod(f"left-{i}", "left", gpus=4, node_selector=pool.node_selector)
+        )
+        create(
+            raw,
+            namespace,
+            gang_pod(f"right-{i}", "right", gpus=4, node_selector=pool.node_selector),
+        )
 
     def one_gang_bound():
         pods = list_pods(raw, namespace)
-        groups = {g: [p for p in pods if p["metadata"]["labels"]["gang-extender.io/group"] == g] for g in ("left", "right")}
+        groups = {
+            g: [p for p in pods if p["metadata"]["labels"]["gang-extender.io/group"] == g]
+            for g in ("left", "right")
+        }
         done = [g for g, ps in groups.items() if len(bound(ps)) == 3]
         return (done, groups) if done else None
 
@@ -119,20 +171,34 @@ def test_two_gangs_that_cannot_both_fit_never_both_hold_capacity(gang_stack, raw
     winner = done[0]
     loser = "right" if winner == "left" else "left"
     time.sleep(HOLD_OBSERVATION_SECONDS)
-    loser_pods = [p for p in list_pods(raw, namespace) if p["metadata"]["labels"]["gang-extender.io/group"] == loser]
+    loser_pods = [
+        p
+        for p in list_pods(raw, namespace)
+        if p["metadata"]["labels"]["gang-extender.io/group"] == loser
+    ]
     assert bound(loser_pods) == [], "the waiting gang holds nothing"
 
     delete_pods(raw, namespace, f"gang-extender.io/group={winner}")
     wait_until(
-        lambda: len(
-            bound([p for p in list_pods(raw, namespace) if p["metadata"]["labels"]["gang-extender.io/group"] == loser])
-        )
-        == 3,
+        lambda: (
+            len(
+                bound(
+                    [
+                        p
+                        for p in list_pods(raw, namespace)
+                        if p["metadata"]["labels"]["gang-extender.io/group"] == loser
+                    ]
+                )
+            )
+            == 3
+        ),
         what=f"gang {loser} bound after {winner} was deleted",
     )
 
 
-def test_plain_gpu_pods_never_take_gpus_reserved_for_a_planned_gang(gang_stack, raw, namespace, gpu_nodes) -> None:
+def test_plain_gpu_pods_never_take_gpus_reserved_for_a_planned_gang(
+    gang_stack, raw, namespace, gpu_nodes
+) -> None:
     pool = gpu_nodes(2, gpus=4)
     recorder = BindRecorder(raw, namespace)
     create(raw, namespace, podgroup("big", 2))
@@ -140,7 +206,8 @@ def test_plain_gpu_pods_never_take_gpus_reserved_for_a_planned_gang(gang_stack, 
     create(raw, namespace, gang_pod("big-1", "big", gpus=4, node_selector=pool.node_selector))
     wait_until(
         lambda: any(
-            "gang-extender.io/planned-node" in (p["metadata"].get("annotations") or {}) or p["spec"].get("nodeName")
+            "gang-extender.io/planned-node" in (p["metadata"].get("annotations") or {})
+            or p["spec"].get("nodeName")
             for p in list_pods(raw, namespace)
         ),
         what="the gang to be planned",
@@ -148,14 +215,31 @@ def test_plain_gpu_pods_never_take_gpus_reserved_for_a_planned_gang(gang_stack, 
     for i in range(4):
         create(raw, namespace, gang_pod(f"plain-{i}", "", gpus=1, node_selector=pool.node_selector))
     wait_until(
-        lambda: len(bound([p for p in list_pods(raw, namespace) if p["metadata"]["name"].startswith("big-")])) == 2,
+        lambda: (
+            len(
+                bound(
+                    [
+                        p
+                        for p in list_pods(raw, namespace)
+                        if p["metadata"]["name"].startswith("big-")
+                    ]
+                )
+            )
+            == 2
+        ),
         what="the gang bound",
     )
     time.sleep(HOLD_OBSERVATION_SECONDS)
     recorder.stop()
-    plain_bound = [p["metadata"]["name"] for p in bound(list_pods(raw, namespace)) if p["metadata"]["name"].startswith("plain-")]
+    plain_bound = [
+        p["metadata"]["name"]
+        for p in bound(list_pods(raw, namespace))
+        if p["metadata"]["name"].startswith("plain-")
+    ]
     assert plain_bound == [], "plain pods took GPUs reserved for the gang"
-    assert all(gpus <= 4 for gpus in recorder.max_gpus_per_node.values()), recorder.max_gpus_per_node
+    assert all(gpus <= 4 for gpus in recorder.max_gpus_per_node.values()), (
+        recorder.max_gpus_per_node
+    )
 
 
 def test_gang_caught_in_the_bind_barrier_by_a_service_kill_ends_fully_bound(
@@ -164,42 +248,90 @@ def test_gang_caught_in_the_bind_barrier_by_a_service_kill_ends_fully_bound(
     pool = gpu_nodes(2, gpus=8)
     create(raw, namespace, podgroup("crash", 4, scheduleTimeoutSeconds=60))
     for i in range(4):
-        create(raw, namespace, gang_pod(f"crash-{i}", "crash", gpus=2, node_selector=pool.node_selector))
+        create(
+            raw,
+            namespace,
+            gang_pod(f"crash-{i}", "crash", gpus=2, node_selector=pool.node_selector),
+        )
     # The plan is written to the members before the first of them reaches bind; the
     # first member then waits in the barrier for the others (which the scheduler retries
     # after its backoff), so killing now catches the gang inside the barrier.
     wait_until(
-        lambda: any("gang-extender.io/planned-node" in (p["metadata"].get("annotations") or {}) for p in list_pods(raw, namespace)),
+        lambda: any(
+            "gang-extender.io/planned-node" in (p["metadata"].get("annotations") or {})
+            for p in list_pods(raw, namespace)
+        ),
         timeout=60,
         what="the gang to be planned",
     )
     gang_stack.restart_service(kill=True)
     bound_at_kill = len(bound(list_pods(raw, namespace)))
     assert bound_at_kill in (0, 4), f"half-bound at the kill: {bound_at_kill}/4"
-    wait_until(lambda: len(bound(list_pods(raw, namespace))) == 4, timeout=120, what="all 4 bound after the restart")
+    wait_until(
+        lambda: len(bound(list_pods(raw, namespace))) == 4,
+        timeout=120,
+        what="all 4 bound after the restart",
+    )
 
 
-def test_annotation_only_group_gets_a_podgroup_created_and_is_scheduled(gang_stack, raw, namespace, gpu_nodes) -> None:
+def test_annotation_only_group_gets_a_podgroup_created_and_is_scheduled(
+    gang_stack, raw, namespace, gpu_nodes
+) -> None:
     pool = gpu_nodes(1, gpus=8)
     for i in range(2):
         create(
             raw,
             namespace,
-            gang_pod(f"anno-{i}", "anno", gpus=1, node_selector=pool.node_selector, annotations={"gang-extender.io/min-available": "2"}),
+            gang_pod(
+                f"anno-{i}",
+                "anno",
+                gpus=1,
+                node_selector=pool.node_selector,
+                annotations={"gang-extender.io/min-available": "2"},
+            ),
         )
-    wait_until(lambda: get_podgroup(raw, namespace, "anno"), what="the PodGroup created from the annotation")
+    wait_until(
+        lambda: get_podgroup(raw, namespace, "anno"),
+        what="the PodGroup created from the annotation",
+    )
     assert get_podgroup(raw, namespace, "anno")["spec"]["minMember"] == 2
     wait_until(lambda: len(bound(list_pods(raw, namespace))) == 2, what="both members bound")
 
 
-def test_members_that_disagree_on_size_are_held_with_an_event(gang_stack, raw, namespace, gpu_nodes) -> None:
+def test_members_that_disagree_on_size_are_held_with_an_event(
+    gang_stack, raw, namespace, gpu_nodes
+) -> None:
     pool = gpu_nodes(1, gpus=8)
-    create(raw, namespace, gang_pod("odd-0", "odd", gpus=1, node_selector=pool.node_selector, annotations={"gang-extender.io/min-available": "2"}))
-    create(raw, namespace, gang_pod("odd-1", "odd", gpus=1, node_selector=pool.node_selector, annotations={"gang-extender.io/min-available": "3"}))
+    create(
+        raw,
+        namespace,
+        gang_pod(
+            "odd-0",
+            "odd",
+            gpus=1,
+            node_selector=pool.node_selector,
+            annotations={"gang-extender.io/min-available": "2"},
+        ),
+    )
+    create(
+        raw,
+        namespace,
+        gang_pod(
+            "odd-1",
+            "odd",
+            gpus=1,
+            node_selector=pool.node_selector,
+            annotations={"gang-extender.io/min-available": "3"},
+        ),
+    )
 
     def disagreement_event():
         events = raw.call("GET", f"/api/v1/namespaces/{namespace}/events")["items"]
-        return [e for e in events if e.get("reason") == "GangWaiting" and "disagree" in e.get("message", "")]
+        return [
+            e
+            for e in events
+            if e.get("reason") == "GangWaiting" and "disagree" in e.get("message", "")
+        ]
 
     wait_until(disagreement_event, what="a GangWaiting event naming the disagreement")
     assert bound(list_pods(raw, namespace)) == []

@@ -11,7 +11,9 @@ from extender.kube.rawapi import KubeError, path_of
 from tests.e2e.gang_fixtures import bound, create, gang_pod, list_pods, podgroup, wait_until
 
 
-def test_volcano_group_annotation_with_min_available_is_gang_scheduled(gang_stack, raw, namespace, gpu_nodes) -> None:
+def test_volcano_group_annotation_with_min_available_is_gang_scheduled(
+    gang_stack, raw, namespace, gpu_nodes
+) -> None:
     pool = gpu_nodes(1, gpus=8)
     for i in range(3):
         pod = gang_pod(f"vc-{i}", "", gpus=2, node_selector=pool.node_selector)
@@ -20,11 +22,17 @@ def test_volcano_group_annotation_with_min_available_is_gang_scheduled(gang_stac
             "gang-extender.io/min-available": "3",
         }
         create(raw, namespace, pod)
-    wait_until(lambda: len(bound(list_pods(raw, namespace))) == 3, what="the Volcano-style group bound")
+    wait_until(
+        lambda: len(bound(list_pods(raw, namespace))) == 3, what="the Volcano-style group bound"
+    )
 
 
-def test_scheduler_plugins_podgroup_and_label_are_honoured(gang_stack, raw, namespace, gpu_nodes) -> None:
-    collection = path_of("apis", "scheduling.x-k8s.io", "v1alpha1", "namespaces", namespace, "podgroups")
+def test_scheduler_plugins_podgroup_and_label_are_honoured(
+    gang_stack, raw, namespace, gpu_nodes
+) -> None:
+    collection = path_of(
+        "apis", "scheduling.x-k8s.io", "v1alpha1", "namespaces", namespace, "podgroups"
+    )
     body = {
         "apiVersion": "scheduling.x-k8s.io/v1alpha1",
         "kind": "PodGroup",
@@ -35,7 +43,9 @@ def test_scheduler_plugins_podgroup_and_label_are_honoured(gang_stack, raw, name
         raw.call("POST", collection, body=body)
     except KubeError as err:
         if err.status == 404:
-            pytest.fail("the scheduling.x-k8s.io PodGroup CRD (deploy/crds/optional) is not installed by the stack")
+            pytest.fail(
+                "the scheduling.x-k8s.io PodGroup CRD (deploy/crds/optional) is not installed by the stack"
+            )
         raise
     pool = gpu_nodes(1, gpus=8)
     for i in range(2):
@@ -44,7 +54,10 @@ def test_scheduler_plugins_podgroup_and_label_are_honoured(gang_stack, raw, name
         create(raw, namespace, pod)
     wait_until(
         lambda: [
-            e for e in raw.call("GET", path_of("api", "v1", "namespaces", namespace, "events"))["items"]
+            e
+            for e in raw.call("GET", path_of("api", "v1", "namespaces", namespace, "events"))[
+                "items"
+            ]
             if e.get("reason") == "GangWaiting" and "2/3 members exist" in e.get("message", "")
         ],
         what="a GangWaiting event saying 2/3 members exist",
@@ -53,18 +66,35 @@ def test_scheduler_plugins_podgroup_and_label_are_honoured(gang_stack, raw, name
     pod = gang_pod("mpi-2", "", gpus=1, node_selector=pool.node_selector)
     pod["metadata"]["labels"] = {"scheduling.x-k8s.io/pod-group": "mpi"}
     create(raw, namespace, pod)
-    wait_until(lambda: len(bound(list_pods(raw, namespace))) == 3, what="the coscheduling group bound")
+    wait_until(
+        lambda: len(bound(list_pods(raw, namespace))) == 3, what="the coscheduling group bound"
+    )
 
 
-def test_status_command_lists_groups_with_phase_and_waiting_reason(gang_stack, cluster, raw, namespace, gpu_nodes) -> None:
+def test_status_command_lists_groups_with_phase_and_waiting_reason(
+    gang_stack, cluster, raw, namespace, gpu_nodes
+) -> None:
     pool = gpu_nodes(1, gpus=2)
     create(raw, namespace, podgroup("toobig", 2))
     for i in range(2):
-        create(raw, namespace, gang_pod(f"toobig-{i}", "toobig", gpus=2, node_selector=pool.node_selector))
+        create(
+            raw,
+            namespace,
+            gang_pod(f"toobig-{i}", "toobig", gpus=2, node_selector=pool.node_selector),
+        )
 
     def status_output() -> str | None:
         out = subprocess.run(
-            [sys.executable, "-m", "extender", "status", "--kubeconfig", str(cluster.kubeconfig), "-n", namespace],
+            [
+                sys.executable,
+                "-m",
+                "extender",
+                "status",
+                "--kubeconfig",
+                str(cluster.kubeconfig),
+                "-n",
+                namespace,
+            ],
             capture_output=True,
             text=True,
             check=True,

@@ -16,17 +16,26 @@ from extender.domain.quantity import QuantityError, parse_quantity, pod_requests
         pytest.param({m.GROUP_LABEL: "job"}, {}, "job", id="gang-extender label"),
         pytest.param({m.COSCHEDULING_GROUP_LABEL: "job"}, {}, "job", id="scheduler-plugins label"),
         pytest.param({}, {m.VOLCANO_GROUP_ANNOTATION: "job"}, "job", id="Volcano annotation"),
-        pytest.param({m.GROUP_LABEL: "job", m.COSCHEDULING_GROUP_LABEL: "job"}, {}, "job", id="two sources agreeing"),
+        pytest.param(
+            {m.GROUP_LABEL: "job", m.COSCHEDULING_GROUP_LABEL: "job"},
+            {},
+            "job",
+            id="two sources agreeing",
+        ),
         pytest.param({}, {}, None, id="no group"),
     ],
 )
-def test_group_sources(labels: dict[str, str], annotations: dict[str, str], expected: str | None) -> None:
+def test_group_sources(
+    labels: dict[str, str], annotations: dict[str, str], expected: str | None
+) -> None:
     assert m.group_name({"labels": labels, "annotations": annotations}) == expected
 
 
 def test_two_sources_naming_different_groups_is_an_error_naming_both() -> None:
     with pytest.raises(m.MembershipError, match="two groups") as err:
-        m.group_name({"labels": {m.GROUP_LABEL: "a"}, "annotations": {m.VOLCANO_GROUP_ANNOTATION: "b"}})
+        m.group_name(
+            {"labels": {m.GROUP_LABEL: "a"}, "annotations": {m.VOLCANO_GROUP_ANNOTATION: "b"}}
+        )
     assert "'a'" in str(err.value) and "'b'" in str(err.value)
 
 
@@ -66,7 +75,9 @@ def test_bad_task_layout_says_what_to_fix(text: str, needle: str) -> None:
         pytest.param({}, {}, None, id="none: the webhook allocates"),
     ],
 )
-def test_task_index_sources(labels: dict[str, str], annotations: dict[str, str], expected: int | None) -> None:
+def test_task_index_sources(
+    labels: dict[str, str], annotations: dict[str, str], expected: int | None
+) -> None:
     assert m.explicit_task_index({"labels": labels, "annotations": annotations}) == expected
 
 
@@ -102,12 +113,20 @@ def test_parse_quantity_rejects_garbage(text: str) -> None:
 def test_pod_requests_follow_kube_scheduler_rules() -> None:
     spec = {
         "containers": [
-            {"resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"nvidia.com/gpu": "2"}}},
+            {
+                "resources": {
+                    "requests": {"cpu": "1", "memory": "1Gi"},
+                    "limits": {"nvidia.com/gpu": "2"},
+                }
+            },
             {"resources": {"requests": {"cpu": "500m"}}},
         ],
         "initContainers": [
             {"resources": {"requests": {"cpu": "4"}}},  # runs alone before: max, not sum
-            {"restartPolicy": "Always", "resources": {"requests": {"cpu": "100m"}}},  # sidecar: adds
+            {
+                "restartPolicy": "Always",
+                "resources": {"requests": {"cpu": "100m"}},
+            },  # sidecar: adds
         ],
         "overhead": {"cpu": "50m"},
     }

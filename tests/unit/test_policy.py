@@ -9,7 +9,14 @@ import pytest
 from extender.cli import main
 from extender.domain.model import NodeInfo, PodInfo
 from extender.domain.planner import Placement, Shortfall, plan_gang
-from extender.domain.policy import Policy, PolicyError, Strategy, Topology, TopologyMode, load_policy
+from extender.domain.policy import (
+    Policy,
+    PolicyError,
+    Strategy,
+    Topology,
+    TopologyMode,
+    load_policy,
+)
 from tests.builders import make_node, make_pod
 
 POLICIES = Path(__file__).resolve().parents[2] / "policies"
@@ -29,12 +36,16 @@ def test_no_policy_file_means_binpack() -> None:
     [
         pytest.param("strategy: pack\n", "field 'strategy'", id="unknown strategy"),
         pytest.param("name: x\nstrategyy: binpack\n", "field 'strategyy'", id="misspelt field"),
-        pytest.param("topology: {mode: required}\n", "field 'topology.key'", id="topology without key"),
+        pytest.param(
+            "topology: {mode: required}\n", "field 'topology.key'", id="topology without key"
+        ),
         pytest.param("- binpack\n", "expected a mapping", id="a list instead of a mapping"),
         pytest.param("name: [unclosed\n", "not valid YAML", id="broken YAML"),
     ],
 )
-def test_bad_policy_file_is_refused_with_the_field_named(tmp_path: Path, text: str, needle: str) -> None:
+def test_bad_policy_file_is_refused_with_the_field_named(
+    tmp_path: Path, text: str, needle: str
+) -> None:
     path = tmp_path / "policy.yaml"
     path.write_text(text)
     with pytest.raises(PolicyError) as err:
@@ -43,7 +54,9 @@ def test_bad_policy_file_is_refused_with_the_field_named(tmp_path: Path, text: s
     assert str(path) in str(err.value)
 
 
-def test_serve_with_a_bad_policy_exits_2_with_the_message(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_serve_with_a_bad_policy_exits_2_with_the_message(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = tmp_path / "policy.yaml"
     path.write_text("strategy: pack\n")
     assert main(["serve", "--policy", str(path)]) == 2
@@ -66,7 +79,9 @@ def _members(count: int, gpus: int) -> list[PodInfo]:
 def test_spread_puts_members_on_different_nodes() -> None:
     nodes = _nodes(("a", 8, "z1"), ("b", 8, "z1"), ("c", 8, "z1"))
     free = {n: dict(i.allocatable) for n, i in nodes.items()}
-    outcome = plan_gang(_members(3, 2), free, nodes, Policy(name="spread", strategy=Strategy.SPREAD))
+    outcome = plan_gang(
+        _members(3, 2), free, nodes, Policy(name="spread", strategy=Strategy.SPREAD)
+    )
     assert isinstance(outcome, Placement)
     assert len(set(outcome.nodes.values())) == 3
 
@@ -96,5 +111,7 @@ def test_required_topology_waits_rather_than_splitting() -> None:
     outcome = plan_gang(_members(2, 3), free, nodes, policy)
     assert isinstance(outcome, Shortfall)
     assert "no single zone domain fits" in outcome.message
-    preferred = plan_gang(_members(2, 3), free, nodes, Policy(name="zone", topology=Topology(key="zone")))
+    preferred = plan_gang(
+        _members(2, 3), free, nodes, Policy(name="zone", topology=Topology(key="zone"))
+    )
     assert isinstance(preferred, Placement)

@@ -44,13 +44,20 @@ class ScriptedApi:
         self.lists = 0
         self.watches: list[dict[str, Any]] = []
 
-    def call(self, method: str, path: str, *, query: dict[str, Any], timeout: float) -> dict[str, Any]:
+    def call(
+        self, method: str, path: str, *, query: dict[str, Any], timeout: float
+    ) -> dict[str, Any]:
         if "continue" not in query:
             self.lists += 1
-            return {"metadata": {"continue": "page2", "resourceVersion": "10"}, "items": [pod("a", "5")]}
+            return {
+                "metadata": {"continue": "page2", "resourceVersion": "10"},
+                "items": [pod("a", "5")],
+            }
         return {"metadata": {"resourceVersion": "10"}, "items": [pod("b", "6")]}
 
-    def stream(self, path: str, *, query: dict[str, Any], read_timeout: float) -> Iterator[dict[str, Any]]:
+    def stream(
+        self, path: str, *, query: dict[str, Any], read_timeout: float
+    ) -> Iterator[dict[str, Any]]:
         self.watches.append(dict(query))
         if len(self.watches) == 1:
             yield {"type": "BOOKMARK", "object": pod("", "11")}
@@ -72,7 +79,11 @@ def test_paged_list_then_watch_then_relist_after_410_and_retry_after_error() -> 
     watcher.start()
     assert sink.done.wait(10)
     watcher.stop()
-    assert sink.calls[:3] == [("page", ["a"], True, False), ("page", ["b"], False, True), ("event", "ADDED", "c")]
+    assert sink.calls[:3] == [
+        ("page", ["a"], True, False),
+        ("page", ["b"], False, True),
+        ("event", "ADDED", "c"),
+    ]
     # 410 Gone: a fresh list, not a watch from the expired version.
     assert sink.calls[3:5] == [("page", ["a"], True, False), ("page", ["b"], False, True)]
     assert api.watches[0]["resourceVersion"] == "10"
@@ -93,7 +104,9 @@ class MissingCrdApi:
     def __init__(self) -> None:
         self.asked = threading.Event()
 
-    def call(self, method: str, path: str, *, query: dict[str, Any], timeout: float) -> dict[str, Any]:
+    def call(
+        self, method: str, path: str, *, query: dict[str, Any], timeout: float
+    ) -> dict[str, Any]:
         self.asked.set()
         raise KubeError(404, "404 page not found")
 
@@ -104,7 +117,9 @@ class MissingCrdApi:
 def test_an_optional_api_that_is_not_installed_counts_as_synced() -> None:
     api = MissingCrdApi()
     sink = RecordingSink()
-    optional = Resource("coscheduling-podgroups", "/apis/scheduling.x-k8s.io/v1alpha1/podgroups", optional=True)
+    optional = Resource(
+        "coscheduling-podgroups", "/apis/scheduling.x-k8s.io/v1alpha1/podgroups", optional=True
+    )
     watcher = Watcher(api, optional, sink, ImmediateLoop(), Metrics())  # type: ignore[arg-type]
     watcher.start()
     assert watcher.synced.wait(5)
