@@ -335,3 +335,33 @@ def test_members_that_disagree_on_size_are_held_with_an_event(
 
     wait_until(disagreement_event, what="a GangWaiting event naming the disagreement")
     assert bound(list_pods(raw, namespace)) == []
+
+
+def test_member_that_never_reaches_bind_times_out_the_barrier_and_nothing_is_bound(
+    gang_stack, raw, namespace, gpu_nodes
+) -> None:
+    # The planner does not model host ports: it plans both members onto the only node,
+    # but kube-scheduler's own NodePorts filter keeps "late" off it (the port is taken),
+    # so "early" waits in the bind barrier until the group's schedule timeout.
+    pool = gpu_nodes(1, gpus=8)
+    port_holder = gang_pod(
+        "port-holder", "", node_selector=pool.node_selector, scheduler="default-scheduler"
+    )
+    port_holder["spec"]["containers"][0]["ports"] = [{"containerPort": 7000, "hostPort": 7000}]
+    create(raw, namespace, port_holder)
+    wait_until(lambda: bound(list_pods(raw, namespace)), what="the port holder bound")
+    create(raw, namespace, podgroup("stuck", 2, scheduleTimeoutSeconds=8))
+    create(raw, namespace, gang_pod("early", "stuck", gpus=1, node_selector=pool.node_selector))
+    late = gang_pod("late", "stuck", gpus=1, node_selector=pool.node_selector)
+    late["spec"]["containers"][0]["ports"] = [{"containerPort": 7000, "hostPort": 7000}]
+    create(raw, namespace, late)
+
+    def timeout_events():
+        events = raw.call("GET", f"/api/v1/namespaces/{namespace}/events")["items"]
+        return [e for e in events if e.get("reason") == "GangTimeout"]
+
+    events = wait_until(timeout_events, what="a GangTimeout event")
+    assert "late" in events[0]["message"]
+    members = [p for p in list_pods(raw, namespace) if p["metadata"]["name"] in ("early", "late")]
+    assert bound(members) == [], "a timed-out barrier must leave nothing bound"
+    assert get_podgroup(raw, namespace, "stuck")["status"]["phase"] in ("Pending", "Scheduling")
