@@ -55,7 +55,7 @@ def _serve(args: argparse.Namespace) -> int:
 def _status(args: argparse.Namespace) -> int:
     from extender.kube.rawapi import KubeError, RawApi, load_api_client, path_of
 
-    raw = RawApi(load_api_client(args.kubeconfig))
+    raw = RawApi(load_api_client(args.kubeconfig or _user_kubeconfig()))
     parts = ["apis", "scheduling.gang-extender.io", "v1alpha1"]
     if args.namespace:
         parts += ["namespaces", args.namespace]
@@ -86,6 +86,13 @@ def _status(args: argparse.Namespace) -> int:
     for row in rows:
         print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)) + "  " + row[-1])
     return 0
+
+
+def _user_kubeconfig() -> str | None:
+    """$KUBECONFIG (its first existing file) or ~/.kube/config; None: in-cluster config."""
+    candidates = [p for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
+    candidates.append(str(Path.home() / ".kube" / "config"))
+    return next((p for p in candidates if Path(p).expanduser().is_file()), None)
 
 
 def _dev_up(args: argparse.Namespace) -> int:

@@ -18,12 +18,13 @@ import logging
 import signal
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import uvicorn
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.responses import PlainTextResponse, Response
+from kubernetes.client.exceptions import ApiException
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from extender.api.extender import create_extender_app
@@ -31,17 +32,23 @@ from extender.api.webhook import create_webhook_app
 from extender.config import Settings
 from extender.coordinator import SchedulingCoordinator
 from extender.domain.gang import Effect, GangBound, GangCore, PlanCreated, PlanDropped, Timeouts
-from extender.domain.membership import INJECT_NAMESPACE_LABEL, GroupKey, task_layout
+from extender.domain.membership import (
+    INJECT_NAMESPACE_LABEL,
+    GroupKey,
+    MembershipError,
+    task_layout,
+)
 from extender.domain.model import GroupSpec, NodeInfo, PodInfo
 from extender.domain.policy import load_policy
 from extender.domain.quantity import GPU
 from extender.domain.status import group_status
+from extender.kube.ca_publish import share_ca
 from extender.kube.cache import CacheSink, WatchCache
 from extender.kube.indexes import IndexAllocator
 from extender.kube.leader import LeaderElector
 from extender.kube.rawapi import KubeError, RawApi, load_api_client
 from extender.kube.webhook_config import write_ca_bundle
-from extender.kube.wiring import WiringController
+from extender.kube.wiring import WiringConflictError, WiringController
 from extender.kube.writers import (
     ApiBinder,
     create_podgroup,
@@ -60,6 +67,12 @@ TICK_SECONDS = 1.0
 # Re-check every group this often even without events (status drift, failed writes).
 RESYNC_SECONDS = 30.0
 EFFECT_WORKERS = 8
+
+
+def _namespace_terminating(err: Exception) -> bool:
+    status = getattr(err, "status", None)
+    text = str(getattr(err, "message", "") or getattr(err, "body", "") or err)
+    return status == 403 and "being terminated" in text
 
 
 def _split(ref: str) -> tuple[str, str]:
@@ -329,9 +342,14 @@ class GangService:
             for key in sorted(dirty):
                 try:
                     await self._reconcile_group(key)
-                except KubeError as err:
+                except (KubeError, ApiException) as err:
+                    if _namespace_terminating(err):
+                        continue  # the namespace and everything in it is going away
                     log.warning("reconcile %s: %s; retrying", key, err)
                     self.state.dirty.add(key)
+                except (WiringConflictError, MembershipError) as err:
+                    # A user's object or spec is in the way: say so; retry on the next change.
+                    log.warning("reconcile %s: %s", key, err)
                 except Exception:
                     log.exception("reconcile %s failed; retrying", key)
                     self.state.dirty.add(key)
@@ -452,6 +470,14 @@ class GangService:
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
         tls = self.tls()
+        if not self.settings.tls_cert:  # one CA for all replicas, published for kube-scheduler
+            tls = await asyncio.to_thread(
+                share_ca,
+                self.api_client,
+                namespace=self.settings.lease_namespace,
+                local=tls,
+                hosts=list(self.settings.tls_hosts),
+            )
         if self.settings.webhook_config_name and not self.settings.tls_cert:
             try:
                 await asyncio.to_thread(
@@ -474,6 +500,7 @@ class GangService:
         webhook_app = create_webhook_app(
             allocator=self.allocator, podgroup_reader=self._podgroup_reader
         )
+        _time_admission(webhook_app, self.metrics)
         configs = [
             uvicorn.Config(
                 extender_app,
@@ -530,6 +557,26 @@ class GangService:
     def shutdown(self) -> None:
         for server in self._servers:
             server.should_exit = True
+
+
+def _time_admission(app: FastAPI, metrics: Metrics) -> None:
+    """Admission latency and errors as verb "admit" (the webhook app itself knows no metrics)."""
+
+    @app.middleware("http")
+    async def timed(
+        request: Request, call_next: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
+        started = time.perf_counter()
+        try:
+            response = await call_next(request)
+        except Exception:
+            metrics.extender_errors.labels(verb="admit").inc()
+            raise
+        finally:
+            metrics.request_seconds.labels(verb="admit").observe(time.perf_counter() - started)
+        if response.status_code >= 400:
+            metrics.extender_errors.labels(verb="admit").inc()
+        return response
 
 
 class _QuietServer(uvicorn.Server):

@@ -125,6 +125,8 @@ def create_extender_app(
         async def work() -> Response:
             args = await read_model(request, ExtenderBindingArgs, max_request_bytes)
             error = await port.bind(args)
+            if error:  # a refused bind (barrier timeout, API error) is an Error body, not a 4xx
+                metrics.extender_errors.labels(verb="bind").inc()
             return json_response({"Error": error})
 
         return await timed("bind", work)

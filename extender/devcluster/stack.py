@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import copy
 import os
+import shutil
 import ssl
 import sys
 import time
+import urllib.error
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +33,8 @@ COSCHEDULING_CRD = DEPLOY / "crds" / "optional" / "podgroups.scheduling.x-k8s.io
 SCHEDULER_CONFIG = DEPLOY / "scheduler" / "scheduler-config.yaml"
 WEBHOOK_CONFIG = DEPLOY / "webhook.yaml"
 SYSTEM_NAMESPACE = "gang-system"
+# ConfigMap in SYSTEM_NAMESPACE where the service publishes its CA (extender.kube.ca_publish).
+PUBLISHED_CA_CONFIGMAP = "gang-extender-ca"
 
 
 def apply_object(raw: RawApi, obj: dict[str, Any]) -> None:
@@ -72,6 +77,36 @@ def load_yaml_documents(path: Path) -> list[dict[str, Any]]:
     return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
 
 
+@dataclass
+class ServiceReplica:
+    """One `gang-extender serve --leader-elect` process of a replicated stack."""
+
+    name: str
+    extender_port: int
+    webhook_port: int
+    metrics_port: int
+    tls_dir: Path
+    process: ManagedProcess | None = None
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.metrics_port}"
+
+    def readyz(self, timeout: float = 2) -> tuple[int, str]:
+        """(HTTP status, body) of /readyz; (0, why) when nothing answers."""
+        try:
+            with urllib.request.urlopen(f"{self.metrics_url}/readyz", timeout=timeout) as resp:
+                return int(resp.status), resp.read().decode()
+        except urllib.error.HTTPError as err:
+            return int(err.code), err.read().decode()
+        except OSError as err:
+            return 0, str(err)
+
+    def metrics_text(self) -> str:
+        with urllib.request.urlopen(f"{self.metrics_url}/metrics", timeout=5) as resp:
+            return str(resp.read().decode())
+
+
 class GangStack:
     """The product running against a LocalCluster."""
 
@@ -94,6 +129,7 @@ class GangStack:
         self.metrics_port = free_port()
         self.service: ManagedProcess | None = None
         self.scheduler: ManagedProcess | None = None
+        self.replicas: list[ServiceReplica] = []
         self.raw = RawApi(cluster.api_client())
 
     # ---- URLs ----
@@ -248,9 +284,122 @@ class GangStack:
         return ssl.create_default_context(cafile=str(self.ca_path))
 
     def stop(self) -> None:
-        for proc in (self.scheduler, self.service):
+        replicas = [r.process for r in self.replicas]
+        for proc in (self.scheduler, self.service, *replicas):
             if proc is not None and proc.alive():
                 proc.stop()
+
+    # ---- several leader-elected replicas (HA), as deploy/service runs them ----
+    def start_replicated(
+        self, count: int, *, extender_port: int, webhook_port: int, timeout: float = 90
+    ) -> list[ServiceReplica]:
+        """The product with `count` service replicas electing a leader (`--leader-elect`).
+
+        kube-scheduler's extender URL and the webhook are pointed at `extender_port`
+        and `webhook_port` on loopback, where the caller runs a stand-in for the
+        Service (something forwarding to the Ready replica). Each replica has its own
+        ports and TLS directory, as pods with an emptyDir do: they share one CA only
+        through the API (Secret and ConfigMap gang-extender-ca), and kube-scheduler
+        trusts the published ConfigMap, as deploy/scheduler mounts it. Returns once
+        one replica is Ready (the leader) and every other one is synced and standing by.
+        """
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.install_crds()
+        apply_object(
+            self.raw,
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SYSTEM_NAMESPACE}},
+        )
+        self.extender_port, self.webhook_port = extender_port, webhook_port
+        self.install_webhook_config()
+        for index in range(count):
+            ports = [free_port() for _ in range(3)]
+            self.replicas.append(
+                ServiceReplica(
+                    name=f"gang-extender-{index}",
+                    extender_port=ports[0],
+                    webhook_port=ports[1],
+                    metrics_port=ports[2],
+                    tls_dir=self.workdir / f"tls-{index}",
+                )
+            )
+        for replica in self.replicas:
+            self.start_replica(replica)
+        self.wait_replicas_settled(timeout)
+        # kube-scheduler's caFile: the CA the replicas published, not any one's tls_dir.
+        self.tls_dir = self.workdir / "published-ca"
+        self.tls_dir.mkdir(parents=True, exist_ok=True)
+        self.ca_path.write_bytes(self.published_ca())
+        self.start_scheduler(timeout=timeout)
+        return self.replicas
+
+    def replica_argv(self, replica: ServiceReplica) -> list[str]:
+        argv = [
+            sys.executable,
+            "-m",
+            "extender",
+            "serve",
+            "--kubeconfig",
+            str(self.cluster.kubeconfig),
+            "--bind-address",
+            "127.0.0.1",
+            "--extender-port",
+            str(replica.extender_port),
+            "--webhook-port",
+            str(replica.webhook_port),
+            "--metrics-port",
+            str(replica.metrics_port),
+            "--tls-dir",
+            str(replica.tls_dir),
+            "--leader-elect",
+        ]
+        if self.policy is not None:
+            argv += ["--policy", str(self.policy)]
+        return argv
+
+    def start_replica(self, replica: ServiceReplica, *, fresh_tls: bool = True) -> ManagedProcess:
+        """Start (or restart) one replica; `fresh_tls` empties its TLS dir like a new pod's."""
+        if fresh_tls:
+            shutil.rmtree(replica.tls_dir, ignore_errors=True)
+        # POD_NAME is the leader-election identity, as the Deployment sets it.
+        env = {"PYTHONUNBUFFERED": "1", "POD_NAME": replica.name, **self.env}
+        replica.process = self.cluster.start_process(
+            replica.name, self.replica_argv(replica), env=env
+        )
+        return replica.process
+
+    def leader(self) -> ServiceReplica | None:
+        """The replica whose /readyz answers 200 (only the leader is ready)."""
+        for replica in self.replicas:
+            alive = replica.process is not None and replica.process.alive()
+            if alive and replica.readyz()[0] == 200:
+                return replica
+        return None
+
+    def wait_replicas_settled(self, timeout: float = 90) -> ServiceReplica:
+        """Until one live replica is Ready and every other live one is synced but not leader."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            live = [r for r in self.replicas if r.process is not None and r.process.alive()]
+            if not live:
+                raise ClusterError(
+                    f"every gang-extender replica exited:\n{self.cluster.tail_logs()}"
+                )
+            answers = {r.name: r.readyz() for r in live}
+            ready = [r for r in live if answers[r.name][0] == 200]
+            standing_by = [r for r in live if "not the leader" in answers[r.name][1]]
+            if len(ready) == 1 and len(ready) + len(standing_by) == len(live):
+                return ready[0]
+            time.sleep(0.2)
+        raise ClusterError(
+            f"replicas did not settle on one leader in {timeout}s:\n{self.cluster.tail_logs()}"
+        )
+
+    def published_ca(self) -> bytes:
+        """ca.crt of ConfigMap gang-system/gang-extender-ca (what deploy/scheduler mounts)."""
+        path = path_of(
+            "api", "v1", "namespaces", SYSTEM_NAMESPACE, "configmaps", PUBLISHED_CA_CONFIGMAP
+        )
+        return str(self.raw.call("GET", path)["data"]["ca.crt"]).encode()
 
 
 def env_flag(name: str) -> bool:

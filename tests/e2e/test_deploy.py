@@ -1,0 +1,395 @@
+"""deploy/ against the real API server: what `kubectl apply -k deploy/` would do.
+
+Rendered with the kustomize built into the pinned kubectl; everything is accepted
+by a server-side dry-run; the Namespace, CRD and RBAC are really applied, and the
+service accounts are then asked, verb by verb, what they may do. The scheduler
+ConfigMap is the file the e2e gang scheduler runs.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from extender.devcluster.cluster import LocalCluster
+from extender.devcluster.stack import SCHEDULER_CONFIG, GangStack
+
+REPO = Path(__file__).resolve().parents[2]
+DEPLOY = REPO / "deploy"
+OPTIONAL_CRD = DEPLOY / "crds" / "optional" / "podgroups.scheduling.x-k8s.io.yaml"
+SERVICE_SA = "system:serviceaccount:gang-system:gang-extender"
+SCHEDULER_SA = "system:serviceaccount:gang-system:gang-scheduler"
+# Applied for real: cluster-wide definitions and who may do what. The workloads and
+# the webhook stay dry-run (the image is not on this cluster, and the session's
+# gang stack owns MutatingWebhookConfiguration gang-extender).
+REALLY_APPLIED = {
+    "Namespace",
+    "CustomResourceDefinition",
+    "ServiceAccount",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "Role",
+    "RoleBinding",
+}
+
+
+def kubectl(
+    cluster: LocalCluster, *args: str, stdin: str | None = None, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(
+        [str(cluster.bin_dir / "kubectl"), f"--kubeconfig={cluster.kubeconfig}", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={k: v for k, v in os.environ.items() if k != "KUBECONFIG"},
+    )
+    if check and result.returncode != 0:
+        pytest.fail(
+            f"kubectl {' '.join(args)} failed ({result.returncode}):\n{result.stderr}\n{result.stdout}"
+        )
+    return result
+
+
+def render(cluster: LocalCluster, directory: Path) -> list[dict[str, Any]]:
+    out = kubectl(cluster, "kustomize", str(directory)).stdout
+    return [doc for doc in yaml.safe_load_all(out) if doc]
+
+
+def dump(docs: list[dict[str, Any]]) -> str:
+    return yaml.safe_dump_all(docs, sort_keys=False)
+
+
+def dry_run(cluster: LocalCluster, docs: list[dict[str, Any]]) -> str:
+    """`kubectl apply --dry-run=server` of `docs`, as on a cluster without gang-extender.
+
+    The session's gang stack may already run MutatingWebhookConfiguration
+    gang-extender with a loopback `url`; applying ours over it would merge `service`
+    into that and be invalid for a reason a real install never meets. So the
+    webhook configuration is dry-run under another name: validated as a new object.
+    """
+    fresh = copy.deepcopy(docs)
+    for doc in fresh:
+        if doc["kind"] == "MutatingWebhookConfiguration":
+            doc["metadata"]["name"] += "-dry-run"
+    return kubectl(cluster, "apply", "--dry-run=server", "-f", "-", stdin=dump(fresh)).stdout
+
+
+def find(docs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    matches = [d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name]
+    assert len(matches) == 1, f"expected one {kind} {name}, found {len(matches)}"
+    return matches[0]
+
+
+def can_i(cluster: LocalCluster, user: str, verb: str, resource: str, *flags: str) -> bool:
+    result = kubectl(cluster, "auth", "can-i", verb, resource, f"--as={user}", *flags, check=False)
+    answer = result.stdout.strip()
+    assert answer in ("yes", "no"), f"can-i {verb} {resource}: {result.stderr}"
+    return answer == "yes"
+
+
+@pytest.fixture(scope="module")
+def rendered(cluster: LocalCluster) -> list[dict[str, Any]]:
+    return render(cluster, DEPLOY)
+
+
+@pytest.fixture(scope="module")
+def applied(cluster: LocalCluster, rendered: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Namespace, CRDs and RBAC really applied (the CRDs then Established).
+
+    The optional scheduler-plugins CRD too, so `can-i` knows its resource (GangStack
+    installs the same file).
+    """
+    definitions = [d for d in rendered if d["kind"] in REALLY_APPLIED]
+    kubectl(cluster, "apply", "-f", "-", stdin=dump(definitions))
+    kubectl(cluster, "apply", "-f", str(OPTIONAL_CRD))
+    for crd in ("podgroups.scheduling.gang-extender.io", "podgroups.scheduling.x-k8s.io"):
+        kubectl(cluster, "wait", "--for=condition=Established", "--timeout=60s", f"crd/{crd}")
+    return definitions
+
+
+def test_deploy_renders_everything_the_install_needs(rendered) -> None:
+    kinds = {(d["kind"], d["metadata"]["name"]) for d in rendered}
+    for expected in [
+        ("Namespace", "gang-system"),
+        ("CustomResourceDefinition", "podgroups.scheduling.gang-extender.io"),
+        ("ServiceAccount", "gang-extender"),
+        ("ServiceAccount", "gang-scheduler"),
+        ("ClusterRole", "gang-extender"),
+        ("Deployment", "gang-extender"),
+        ("Deployment", "gang-scheduler"),
+        ("Service", "gang-extender"),
+        ("PodDisruptionBudget", "gang-extender"),
+        ("MutatingWebhookConfiguration", "gang-extender"),
+    ]:
+        assert expected in kinds, f"{expected} missing from `kubectl kustomize deploy/`"
+
+
+def test_everything_in_deploy_is_accepted_by_a_server_side_dry_run(
+    cluster, rendered, applied
+) -> None:
+    output = dry_run(cluster, rendered)
+    for doc in rendered:
+        assert doc["metadata"]["name"] in output, (
+            f"{doc['kind']} {doc['metadata']['name']} not in:\n{output}"
+        )
+
+
+def test_the_crd_is_served_with_its_printer_columns(cluster, applied) -> None:
+    crd = yaml.safe_load(
+        kubectl(cluster, "get", "crd", "podgroups.scheduling.gang-extender.io", "-o", "yaml").stdout
+    )
+    columns = [c["name"] for c in crd["spec"]["versions"][0]["additionalPrinterColumns"]]
+    assert columns[:4] == ["Phase", "Min", "Scheduled", "Running"] and columns[-1] == "Age"
+    kubectl(cluster, "get", "podgroups", "-A")  # served
+
+
+@pytest.mark.parametrize(
+    ("verb", "resource", "flags"),
+    [
+        pytest.param("list", "nodes", (), id="watch cache lists nodes"),
+        pytest.param("watch", "nodes", (), id="watch cache watches nodes"),
+        pytest.param("list", "pods", ("-A",), id="watch cache lists every pod"),
+        pytest.param("watch", "pods", ("-A",), id="watch cache watches every pod"),
+        pytest.param("patch", "pods", ("-n", "team-a"), id="planned-node annotation on a member"),
+        pytest.param(
+            "create", "pods", ("--subresource=binding", "-n", "team-a"), id="the extender binds"
+        ),
+        pytest.param("list", "namespaces", (), id="which namespaces opted in"),
+        pytest.param("create", "events", ("-n", "team-a"), id="GangWaiting and friends"),
+        pytest.param("get", "secrets", ("-n", "team-a"), id="read the group's ssh Secret by name"),
+        pytest.param("create", "secrets", ("-n", "team-a"), id="create the group's ssh Secret"),
+        pytest.param("patch", "configmaps", ("-n", "team-a"), id="update the group's hostfile"),
+        pytest.param(
+            "create", "services", ("-n", "team-a"), id="create the group's headless Service"
+        ),
+        pytest.param(
+            "create",
+            "podgroups.scheduling.gang-extender.io",
+            ("-n", "team-a"),
+            id="PodGroup from min-available",
+        ),
+        pytest.param(
+            "patch",
+            "podgroups.scheduling.gang-extender.io",
+            ("--subresource=status", "-n", "team-a"),
+            id="PodGroup status",
+        ),
+        pytest.param(
+            "watch", "podgroups.scheduling.x-k8s.io", ("-A",), id="read scheduler-plugins PodGroups"
+        ),
+        pytest.param(
+            "patch",
+            "mutatingwebhookconfigurations/gang-extender",
+            (),
+            id="its own webhook caBundle",
+        ),
+        pytest.param(
+            "update", "leases/gang-extender-service", ("-n", "gang-system"), id="renew its Lease"
+        ),
+        pytest.param("create", "leases", ("-n", "gang-system"), id="create its Lease"),
+    ],
+)
+def test_the_service_account_may_do_what_the_service_does(
+    cluster, applied, verb, resource, flags
+) -> None:
+    assert can_i(cluster, SERVICE_SA, verb, resource, *flags)
+
+
+@pytest.mark.parametrize(
+    ("verb", "resource", "flags"),
+    [
+        pytest.param("delete", "pods", ("-n", "team-a"), id="never deletes pods"),
+        pytest.param("create", "pods", ("-n", "team-a"), id="never creates pods"),
+        pytest.param(
+            "create", "pods", ("--subresource=eviction", "-n", "team-a"), id="never evicts"
+        ),
+        pytest.param("update", "nodes", (), id="never changes nodes"),
+        pytest.param("list", "secrets", ("-A",), id="cannot list Secrets anywhere"),
+        pytest.param("watch", "secrets", ("-n", "team-a"), id="cannot watch Secrets"),
+        pytest.param("delete", "secrets", ("-n", "team-a"), id="never deletes Secrets"),
+        pytest.param(
+            "delete",
+            "podgroups.scheduling.gang-extender.io",
+            ("-n", "team-a"),
+            id="never deletes PodGroups",
+        ),
+        pytest.param(
+            "patch",
+            "podgroups.scheduling.x-k8s.io",
+            ("-n", "team-a"),
+            id="never writes scheduler-plugins PodGroups",
+        ),
+        pytest.param(
+            "patch",
+            "mutatingwebhookconfigurations/someone-else",
+            (),
+            id="only its own webhook configuration",
+        ),
+        pytest.param(
+            "update", "leases/gang-extender", ("-n", "gang-system"), id="not the scheduler's Lease"
+        ),
+        pytest.param(
+            "update", "leases/kube-scheduler", ("-n", "kube-system"), id="no Lease elsewhere"
+        ),
+        pytest.param("create", "clusterrolebindings", (), id="cannot grant itself more"),
+    ],
+)
+def test_the_service_account_may_not_do_more(cluster, applied, verb, resource, flags) -> None:
+    assert not can_i(cluster, SERVICE_SA, verb, resource, *flags)
+
+
+@pytest.mark.parametrize(
+    ("verb", "resource", "flags", "allowed"),
+    [
+        pytest.param("list", "pods", ("-A",), True, id="schedules pods"),
+        pytest.param("list", "nodes", (), True, id="sees nodes"),
+        pytest.param("list", "persistentvolumeclaims", ("-A",), True, id="volume binding"),
+        pytest.param(
+            "update", "leases/gang-extender", ("-n", "gang-system"), True, id="its own Lease"
+        ),
+        pytest.param(
+            "get",
+            "configmaps/extension-apiserver-authentication",
+            ("-n", "kube-system"),
+            True,
+            id="authenticates /metrics callers",
+        ),
+        pytest.param(
+            "update",
+            "leases/gang-extender-service",
+            ("-n", "gang-system"),
+            False,
+            id="not the service's Lease",
+        ),
+        pytest.param("get", "secrets", ("-n", "gang-system"), False, id="no Secrets"),
+        pytest.param("delete", "nodes", (), False, id="never deletes nodes"),
+    ],
+)
+def test_the_gang_scheduler_account(cluster, applied, verb, resource, flags, allowed) -> None:
+    assert can_i(cluster, SCHEDULER_SA, verb, resource, *flags) is allowed
+
+
+def test_the_scheduler_configmap_is_the_file_the_e2e_scheduler_runs(
+    rendered, gang_stack: GangStack
+) -> None:
+    configmaps = [
+        d
+        for d in rendered
+        if d["kind"] == "ConfigMap" and d["metadata"]["name"].startswith("gang-scheduler-config-")
+    ]
+    assert len(configmaps) == 1
+    assert configmaps[0]["data"] == {"scheduler-config.yaml": SCHEDULER_CONFIG.read_text()}
+    assert SCHEDULER_CONFIG == DEPLOY / "scheduler" / "scheduler-config.yaml"
+
+    # The running e2e scheduler was started with that file, rewritten only for loopback.
+    assert gang_stack.scheduler is not None
+    config_arg = next(a for a in gang_stack.scheduler.argv if a.startswith("--config="))
+    running = yaml.safe_load(Path(config_arg.removeprefix("--config=")).read_text())
+    deployed = yaml.safe_load(SCHEDULER_CONFIG.read_text())
+    running["clientConnection"]["kubeconfig"] = deployed["clientConnection"]["kubeconfig"]
+    for ours, theirs in zip(running["extenders"], deployed["extenders"], strict=True):
+        ours["urlPrefix"] = theirs["urlPrefix"]
+        ours["tlsConfig"]["caFile"] = theirs["tlsConfig"]["caFile"]
+    assert running == deployed
+
+    # The Deployment runs it from the generated ConfigMap, and mounts the CA at its caFile.
+    deployment = find(rendered, "Deployment", "gang-scheduler")
+    pod = deployment["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounts = {m["name"]: m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
+    command = pod["containers"][0]["command"]
+    config_path = next(a for a in command if a.startswith("--config=")).removeprefix("--config=")
+    config_volume = next(n for n, path in mounts.items() if config_path.startswith(path + "/"))
+    assert volumes[config_volume]["configMap"]["name"] == configmaps[0]["metadata"]["name"]
+    ca_file = Path(deployed["extenders"][0]["tlsConfig"]["caFile"])
+    ca_volume = next(n for n, path in mounts.items() if str(ca_file.parent) == path)
+    assert volumes[ca_volume]["configMap"]["name"] == "gang-extender-ca"
+    assert {"key": "ca.crt", "path": ca_file.name} in volumes[ca_volume]["configMap"]["items"]
+
+
+def test_the_service_publishes_the_ca_the_scheduler_mounts(cluster, gang_stack: GangStack) -> None:
+    """ConfigMap gang-system/gang-extender-ca holds the CA the service serves under."""
+    published = gang_stack.published_ca()
+    assert published == gang_stack.ca_path.read_bytes()
+
+
+def test_cert_manager_component_swaps_the_tls_source(cluster, tmp_path) -> None:
+    """deploy/overlays/cert-manager added to deploy/, as docs/deploy.md shows."""
+    relative = os.path.relpath(DEPLOY, tmp_path)
+    (tmp_path / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "resources": [relative],
+                "components": [f"{relative}/overlays/cert-manager"],
+            }
+        )
+    )
+    docs = render(cluster, tmp_path)
+    service = find(docs, "Deployment", "gang-extender")["spec"]["template"]["spec"]
+    args = service["containers"][0]["args"]
+    assert "--leader-elect" in args
+    assert any(a.startswith("--tls-cert=") for a in args) and any(
+        a.startswith("--tls-key=") for a in args
+    )
+    assert {v["name"]: v for v in service["volumes"]}["certs"]["secret"][
+        "secretName"
+    ] == "gang-extender-tls"
+    scheduler = find(docs, "Deployment", "gang-scheduler")["spec"]["template"]["spec"]
+    ca_volume = {v["name"]: v for v in scheduler["volumes"]}["extender-ca"]
+    assert "configMap" not in ca_volume and ca_volume["secret"]["secretName"] == "gang-extender-tls"
+    webhook = find(docs, "MutatingWebhookConfiguration", "gang-extender")
+    assert (
+        webhook["metadata"]["annotations"]["cert-manager.io/inject-ca-from"]
+        == "gang-system/gang-extender-serving"
+    )
+    serving = find(docs, "Certificate", "gang-extender-serving")
+    assert "gang-extender.gang-system.svc" in serving["spec"]["dnsNames"]
+    # Everything but cert-manager's own kinds is still valid for the API server.
+    plain = [d for d in docs if not d["apiVersion"].startswith("cert-manager.io/")]
+    dry_run(cluster, plain)
+
+
+def test_monitoring_renders(cluster) -> None:
+    docs = render(cluster, DEPLOY / "monitoring")
+    kinds = sorted(d["kind"] for d in docs)
+    assert kinds == ["ConfigMap", "PrometheusRule", "ServiceMonitor"]
+    dashboard = find(docs, "ConfigMap", "gang-extender-dashboard")
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    # The Prometheus Operator CRDs are not on this cluster; the ConfigMap is plain.
+    dry_run(cluster, [dashboard])
+
+
+@pytest.mark.parametrize("name", ["gang-extender", "gang-scheduler"])
+def test_the_pods_pass_the_restricted_pod_security_standard(
+    cluster, rendered, applied, name
+) -> None:
+    """gang-system enforces `restricted`; a Pod of each Deployment's template is admitted."""
+    namespace = find(rendered, "Namespace", "gang-system")
+    kubectl(
+        cluster, "apply", "-f", "-", stdin=dump([namespace])
+    )  # its labels, whoever touched it since
+    template = find(rendered, "Deployment", name)["spec"]["template"]
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"{name}-psa-check",
+            "namespace": "gang-system",
+            "labels": template["metadata"]["labels"],
+        },
+        "spec": template["spec"],
+    }
+    result = kubectl(
+        cluster, "create", "--dry-run=server", "-f", "-", stdin=dump([pod]), check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert "violate" not in result.stderr, result.stderr

@@ -1,0 +1,389 @@
+"""deploy/, the Dockerfile and the examples, read as files (no cluster, no kubectl).
+
+The e2e twin, tests/e2e/test_deploy.py, renders deploy/ with kustomize and has the
+API server accept it; these checks are the properties a reviewer looks for:
+non-root, probes, resources, least-privilege RBAC, and that the pieces agree with
+each other and with the code (ports, names, metric names, the pinned version).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from extender.config import Settings
+from extender.metrics import Metrics
+
+REPO = Path(__file__).resolve().parents[2]
+DEPLOY = REPO / "deploy"
+K8S_VERSION = re.search(
+    r"^K8S_VERSION=(\S+)$", (REPO / "hack" / "build-control-plane.sh").read_text(), re.M
+)
+
+
+def load(path: Path) -> list[dict[str, Any]]:
+    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+
+
+def objects() -> list[dict[str, Any]]:
+    """Every Kubernetes object under deploy/ (kustomization files excluded)."""
+    found = []
+    for path in sorted(DEPLOY.rglob("*.yaml")):
+        for doc in load(path):
+            if "kustomize.config.k8s.io" not in doc.get("apiVersion", ""):
+                found.append({**doc, "_file": str(path.relative_to(REPO))})
+    return found
+
+
+def one(kind: str, name: str) -> dict[str, Any]:
+    matches = [
+        o
+        for o in objects()
+        if o["kind"] == kind and o["metadata"]["name"] == name and "overlays" not in o["_file"]
+    ]
+    assert len(matches) == 1, f"{kind} {name}: {[m['_file'] for m in matches]}"
+    return matches[0]
+
+
+SERVICE = "gang-extender"
+SCHEDULER = "gang-scheduler"
+
+
+def pod_spec(name: str) -> dict[str, Any]:
+    return one("Deployment", name)["spec"]["template"]["spec"]
+
+
+def container(name: str) -> dict[str, Any]:
+    containers = pod_spec(name)["containers"]
+    assert len(containers) == 1
+    return containers[0]
+
+
+@pytest.mark.parametrize(
+    "path", sorted(DEPLOY.rglob("*.yaml")), ids=lambda p: str(p.relative_to(DEPLOY))
+)
+def test_every_yaml_file_in_deploy_parses(path: Path) -> None:
+    docs = load(path)
+    assert docs, f"{path} holds no document"
+    for doc in docs:
+        assert doc.get("apiVersion") and doc.get("kind"), (
+            f"{path}: a document without apiVersion/kind"
+        )
+
+
+def test_kustomizations_name_only_files_that_exist() -> None:
+    for path in DEPLOY.rglob("kustomization.yaml"):
+        (spec,) = load(path)
+        entries = list(spec.get("resources", [])) + [
+            p["path"] for p in spec.get("patches", []) if "path" in p
+        ]
+        entries += [f for gen in spec.get("configMapGenerator", []) for f in gen.get("files", [])]
+        for entry in entries:
+            assert (path.parent / entry).exists(), f"{path.relative_to(REPO)} names missing {entry}"
+
+
+@pytest.mark.parametrize("name", [SERVICE, SCHEDULER])
+def test_deployments_run_as_non_root_with_nothing_to_escalate(name: str) -> None:
+    spec, main = pod_spec(name), container(name)
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    assert spec["securityContext"]["runAsUser"] != 0
+    assert spec["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
+    security = main["securityContext"]
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["readOnlyRootFilesystem"] is True
+    assert security["capabilities"]["drop"] == ["ALL"]
+    assert "privileged" not in security
+
+
+@pytest.mark.parametrize("name", [SERVICE, SCHEDULER])
+def test_deployments_have_probes_resources_and_two_replicas(name: str) -> None:
+    deployment = one("Deployment", name)
+    main = container(name)
+    assert deployment["spec"]["replicas"] == 2
+    assert main["livenessProbe"] and main["readinessProbe"]
+    for kind in ("requests", "limits"):
+        assert {"cpu", "memory"} <= set(main["resources"][kind]), f"{name} {kind}"
+
+
+def test_the_service_is_ready_only_as_leader_with_its_identity_and_a_writable_tls_dir() -> None:
+    main = container(SERVICE)
+    health = {p["name"]: p["containerPort"] for p in main["ports"]}
+    assert main["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert main["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert main["readinessProbe"]["httpGet"]["port"] == "metrics"
+    assert "--leader-elect" in main["args"]
+    env = {e["name"]: e for e in main["env"]}
+    assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    tls_dir = next(a for a in main["args"] if a.startswith("--tls-dir=")).removeprefix("--tls-dir=")
+    mounts = {m["mountPath"]: m["name"] for m in main["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod_spec(SERVICE)["volumes"]}
+    assert "emptyDir" in volumes[mounts[tls_dir]], (
+        "readOnlyRootFilesystem needs a writable --tls-dir"
+    )
+    defaults = Settings()
+    assert health == {
+        "extender": defaults.extender_port,
+        "webhook": defaults.webhook_port,
+        "metrics": defaults.metrics_port,
+    }
+
+
+def test_the_service_fronts_the_ports_the_scheduler_and_the_webhook_call() -> None:
+    service = one("Service", SERVICE)
+    ports = {p["name"]: p["port"] for p in service["spec"]["ports"]}
+    assert (
+        service["spec"]["selector"] == one("Deployment", SERVICE)["spec"]["selector"]["matchLabels"]
+    )
+    assert "publishNotReadyAddresses" not in service["spec"], (
+        "only the Ready leader may get traffic"
+    )
+    (config,) = load(DEPLOY / "scheduler" / "scheduler-config.yaml")
+    url = config["extenders"][0]["urlPrefix"]
+    assert url == f"https://{SERVICE}.gang-system.svc:{ports['extender']}"
+    assert f"{SERVICE}.gang-system.svc" in Settings().tls_hosts, (
+        "the self-managed cert must cover the Service name"
+    )
+    (webhook,) = load(DEPLOY / "webhook.yaml")
+    target = webhook["webhooks"][0]["clientConfig"]["service"]
+    assert (target["namespace"], target["name"], target["port"]) == (
+        "gang-system",
+        SERVICE,
+        ports["webhook"],
+    )
+    metrics = one("Service", "gang-extender-metrics")["spec"]
+    assert metrics["publishNotReadyAddresses"] is True and metrics["clusterIP"] == "None"
+
+
+def test_pdb_covers_the_service_pods() -> None:
+    pdb = one("PodDisruptionBudget", SERVICE)["spec"]
+    assert (
+        pdb["selector"]["matchLabels"]
+        == one("Deployment", SERVICE)["spec"]["selector"]["matchLabels"]
+    )
+    assert pdb["maxUnavailable"] == 1
+    assert pdb["unhealthyPodEvictionPolicy"] == "AlwaysAllow", (
+        "the never-Ready standby must stay evictable"
+    )
+
+
+def test_the_gang_scheduler_is_the_pinned_upstream_image_running_the_deploy_config() -> None:
+    assert K8S_VERSION is not None
+    main = container(SCHEDULER)
+    assert main["image"] == f"registry.k8s.io/kube-scheduler:{K8S_VERSION.group(1)}"
+    (config,) = load(DEPLOY / "scheduler" / "scheduler-config.yaml")
+    config_arg = next(a for a in main["command"] if a.startswith("--config="))
+    mounts = {m["name"]: m["mountPath"] for m in main["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod_spec(SCHEDULER)["volumes"]}
+    config_dir = str(Path(config_arg.removeprefix("--config=")).parent)
+    assert config_arg.endswith("/scheduler-config.yaml")
+    config_volume = next(n for n, p in mounts.items() if p == config_dir)
+    assert volumes[config_volume]["configMap"]["name"] == "gang-scheduler-config"
+    ca_file = Path(config["extenders"][0]["tlsConfig"]["caFile"])
+    ca_volume = next(n for n, p in mounts.items() if p == str(ca_file.parent))
+    assert volumes[ca_volume]["configMap"] == {
+        "name": "gang-extender-ca",
+        "items": [{"key": "ca.crt", "path": ca_file.name}],
+    }
+    (generator,) = load(DEPLOY / "scheduler" / "kustomization.yaml")[0]["configMapGenerator"]
+    assert generator["name"] == "gang-scheduler-config" and generator["files"] == [
+        "scheduler-config.yaml"
+    ]
+    assert config["leaderElection"]["resourceName"] in _lease_names(SCHEDULER)
+
+
+def _lease_names(account: str) -> set[str]:
+    names: set[str] = set()
+    for binding in (o for o in objects() if o["kind"] == "RoleBinding"):
+        if any(s["name"] == account for s in binding["subjects"]):
+            ours = [
+                o
+                for o in objects()
+                if o["kind"] == "Role" and o["metadata"]["name"] == binding["roleRef"]["name"]
+            ]
+            for rule in (ours[0] if ours else {}).get("rules", []):  # built-in Roles have no file
+                if "leases" in rule["resources"]:
+                    names.update(rule.get("resourceNames", []))
+    return names
+
+
+def test_the_service_may_renew_exactly_its_configured_lease() -> None:
+    assert _lease_names(SERVICE) == {Settings().lease_name}
+
+
+def _rules() -> list[tuple[str, dict[str, Any]]]:
+    return [
+        (f"{o['kind']} {o['metadata']['name']}", rule)
+        for o in objects()
+        if o["kind"] in ("Role", "ClusterRole")
+        for rule in o.get("rules", [])
+    ]
+
+
+def test_rbac_has_no_wildcards() -> None:
+    assert _rules(), "no RBAC rules found"
+    for where, rule in _rules():
+        for field in ("verbs", "resources", "apiGroups", "resourceNames", "nonResourceURLs"):
+            assert "*" not in rule.get(field, []), f"{where}: wildcard in {field}: {rule}"
+
+
+def test_rbac_never_deletes_nor_lists_secrets() -> None:
+    for where, rule in _rules():
+        assert not {"delete", "deletecollection", "escalate", "bind", "impersonate"} & set(
+            rule["verbs"]
+        ), f"{where}: {rule}"
+        if "secrets" in rule["resources"]:
+            assert not {"list", "watch"} & set(rule["verbs"]), f"{where} may list Secrets: {rule}"
+
+
+def test_the_scheduler_is_bound_to_the_builtin_scheduler_roles() -> None:
+    bound = {
+        o["roleRef"]["name"]
+        for o in objects()
+        if o["kind"] == "ClusterRoleBinding" and any(s["name"] == SCHEDULER for s in o["subjects"])
+    }
+    assert bound == {"system:kube-scheduler", "system:volume-scheduler"}
+
+
+def test_the_namespace_enforces_the_restricted_pod_security_standard() -> None:
+    labels = one("Namespace", "gang-system")["metadata"]["labels"]
+    assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
+
+
+def test_the_optional_coscheduling_crd_matches_scheduler_plugins() -> None:
+    (crd,) = load(DEPLOY / "crds" / "optional" / "podgroups.scheduling.x-k8s.io.yaml")
+    assert crd["spec"]["group"] == "scheduling.x-k8s.io"
+    (version,) = crd["spec"]["versions"]
+    assert version["name"] == "v1alpha1" and version["subresources"] == {"status": {}}
+    schema = version["schema"]["openAPIV3Schema"]["properties"]
+    assert {"minMember", "scheduleTimeoutSeconds", "minResources"} <= set(
+        schema["spec"]["properties"]
+    )
+    assert {"phase", "running", "succeeded", "failed"} <= set(schema["status"]["properties"])
+
+
+# ---- monitoring: every metric named exists in extender/metrics.py ----
+def _exported_names() -> set[str]:
+    names = set()
+    for family in Metrics().registry.collect():
+        names.add(family.name)
+        names.update(sample.name for sample in family.samples)
+        if family.type == "histogram":
+            names.update(f"{family.name}_{suffix}" for suffix in ("bucket", "count", "sum"))
+        if family.type == "counter":
+            names.add(f"{family.name}_total")
+    return names
+
+
+def _referenced_names(text: str) -> set[str]:
+    return set(re.findall(r"\bgang_extender_[a-z_]+\b", text))
+
+
+def test_alerts_and_dashboard_use_only_metrics_the_service_exports() -> None:
+    exported = _exported_names()
+    rules = one("PrometheusRule", "gang-extender")
+    exprs = "\n".join(r["expr"] for g in rules["spec"]["groups"] for r in g["rules"])
+    dashboard = json.loads((DEPLOY / "monitoring" / "grafana-dashboard.json").read_text())
+    queries = "\n".join(t["expr"] for p in dashboard["panels"] for t in p.get("targets", []))
+    for where, text in (("PrometheusRule", exprs), ("dashboard", queries)):
+        referenced = _referenced_names(text)
+        assert referenced, where
+        assert referenced <= exported, (
+            f"{where} names unknown metrics: {sorted(referenced - exported)}"
+        )
+    alerts = {r["alert"] for g in rules["spec"]["groups"] for r in g["rules"]}
+    assert {
+        "GangExtenderGangsStuckPending",
+        "GangExtenderBindBarrierTimeouts",
+        "GangExtenderRequestErrors",
+    } <= alerts
+
+
+def test_the_dashboard_shows_every_metric() -> None:
+    dashboard = json.loads((DEPLOY / "monitoring" / "grafana-dashboard.json").read_text())
+    queries = "\n".join(t["expr"] for p in dashboard["panels"] for t in p.get("targets", []))
+    families = {
+        f.name + ("_total" if f.type == "counter" else "") for f in Metrics().registry.collect()
+    }
+    shown = {name for name in families if re.search(rf"\b{name}(_bucket|_count|_sum)?\b", queries)}
+    assert shown == families, f"not on the dashboard: {sorted(families - shown)}"
+
+
+def test_the_servicemonitor_scrapes_the_metrics_service() -> None:
+    monitor = one("ServiceMonitor", "gang-extender")["spec"]
+    service = one("Service", "gang-extender-metrics")
+    assert monitor["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert monitor["endpoints"][0]["port"] in {p["name"] for p in service["spec"]["ports"]}
+
+
+# ---- the image ----
+def test_dockerfile_is_multi_stage_pinned_and_non_root() -> None:
+    text = (REPO / "Dockerfile").read_text()
+    base = re.search(r"^ARG PYTHON_IMAGE=(\S+)$", text, re.M)
+    assert base is not None and re.fullmatch(
+        r"python:3\.11\.\d+-slim-\w+@sha256:[0-9a-f]{64}", base.group(1)
+    )
+    stages = re.findall(r"^FROM (\S+)(?: AS (\w+))?$", text, re.M)
+    assert stages == [("${PYTHON_IMAGE}", "builder"), ("${PYTHON_IMAGE}", "")]
+    final = text[text.rindex("\nFROM ") :]
+    assert re.search(r"^USER 65532:65532$", final, re.M)
+    assert re.search(r'^ENTRYPOINT \["gang-extender", "serve"\]$', final, re.M)
+    assert "pip wheel" in text[: text.rindex("\nFROM ")], "the wheel is built in the builder stage"
+    assert not re.search(r"apt-get|gcc|build-essential", final), "no build tools in the final image"
+    ignore = (REPO / ".dockerignore").read_text().split()
+    assert ignore[ignore.index("*") :][:1] == ["*"], ".dockerignore is an allow-list"
+    for needed in ("pyproject.toml", "README.md", "constraints.txt", "extender/"):
+        assert f"!{needed}" in ignore
+
+
+def test_constraints_pin_every_runtime_dependency() -> None:
+    pins = dict(
+        line.split("==")
+        for line in (REPO / "constraints.txt").read_text().splitlines()
+        if line and not line.startswith("#")
+    )
+    project = (REPO / "pyproject.toml").read_text()
+    deps = re.findall(
+        r'^\s+"([A-Za-z0-9_.-]+)[<>=!~]', project.split("[project.optional-dependencies]")[0], re.M
+    )
+    assert deps
+    for dep in deps:
+        assert dep.lower().replace("_", "-") in pins, f"{dep} is not pinned in constraints.txt"
+
+
+# ---- examples ----
+def test_deepspeed_example_is_an_indexed_job_of_four_two_gpu_workers() -> None:
+    docs = {d["kind"]: d for d in load(REPO / "examples" / "deepspeed" / "deepspeed-job.yaml")}
+    group, job = docs["PodGroup"], docs["Job"]
+    assert group["spec"]["minMember"] == 4
+    assert (
+        job["spec"]["completionMode"] == "Indexed"
+        and job["spec"]["completions"] == job["spec"]["parallelism"] == 4
+    )
+    template = job["spec"]["template"]
+    assert template["metadata"]["labels"]["gang-extender.io/group"] == group["metadata"]["name"]
+    assert template["spec"]["schedulerName"] == "gang-extender"
+    (main,) = template["spec"]["containers"]
+    assert main["resources"]["limits"]["nvidia.com/gpu"] == 2
+    assert "deepspeed --hostfile /etc/volcano/hostfile" in main["command"][-1]
+
+
+def test_mpijob_example_uses_the_scheduler_plugins_podgroup_and_label() -> None:
+    docs = load(REPO / "examples" / "mpijob" / "mpijob.yaml")
+    (group,) = [d for d in docs if d["kind"] == "PodGroup"]
+    assert group["apiVersion"] == "scheduling.x-k8s.io/v1alpha1"
+    workloads = [d for d in docs if d["kind"] in ("Job", "StatefulSet")]
+    members = 0
+    for workload in workloads:
+        template = workload["spec"]["template"]
+        assert (
+            template["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"]
+            == group["metadata"]["name"]
+        )
+        assert template["spec"]["schedulerName"] == "gang-extender"
+        members += workload["spec"].get("replicas", 1)
+    assert members == group["spec"]["minMember"]
