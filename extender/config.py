@@ -1,7 +1,7 @@
 """Service settings: every tuning constant lives here, with its reason.
 
 Read from `GANG_*` environment variables and overridden by `gang-extender serve`
-flags (see `extender.cli`). Documented in docs/configuration.md.
+flags (see `extender.cli`). Documented in docs/deploy.md (configuration reference).
 """
 
 from __future__ import annotations
@@ -57,8 +57,9 @@ class Settings(BaseSettings):
     # After a plan is dropped, wait before planning the same group again so
     # another gang gets its turn at the capacity.
     replan_backoff_seconds: float = Field(default=2.0, ge=0)
-    # Batch PodGroup status writes: at most one write per group per interval.
-    status_write_interval_seconds: float = Field(default=1.0, ge=0)
+    # The reconcile tick: plan expiry, PodGroup status, Events and wiring of groups
+    # that changed are handled at most this often (status is written only on change).
+    reconcile_interval_seconds: float = Field(default=1.0, gt=0)
     # Largest request body the extender accepts; a 5,000-node NodeNames list is ~150 KB.
     max_request_bytes: int = Field(default=16 * 1024 * 1024, gt=0)
 

@@ -62,8 +62,6 @@ from extender.tls import TLSMaterial, ensure_serving_cert, provided_cert
 log = logging.getLogger(__name__)
 
 POOL_LABEL = "gang-extender.io/pool"
-# Periodic work: plan expiry, status and wiring of groups that changed.
-TICK_SECONDS = 1.0
 # Re-check every group this often even without events (status drift, failed writes).
 RESYNC_SECONDS = 30.0
 EFFECT_WORKERS = 8
@@ -327,7 +325,7 @@ class GangService:
     async def _reconcile_loop(self) -> None:
         last_resync = 0.0
         while True:
-            await asyncio.sleep(TICK_SECONDS)
+            await asyncio.sleep(self.settings.reconcile_interval_seconds)
             self.coordinator.tick()
             if self.cache is None or not self.cache.synced():
                 continue
