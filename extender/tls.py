@@ -10,7 +10,6 @@ change the bundle; only a missing, damaged or expiring CA does.
 from __future__ import annotations
 
 import datetime as dt
-import ipaddress
 import os
 import tempfile
 from dataclasses import dataclass
@@ -18,13 +17,18 @@ from pathlib import Path
 
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.hazmat.primitives.asymmetric.types import (
-    CertificateIssuerPrivateKeyTypes,
-    PrivateKeyTypes,
+from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
+
+from extender.x509build import (
+    as_ip,
+    build_ca,
+    build_leaf,
+    cert_pem,
+    new_ec_key,
+    private_key_pem,
 )
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 CA_CERT_FILE = "ca.crt"
 CA_KEY_FILE = "ca.key"
@@ -73,12 +77,12 @@ def ensure_serving_cert(tls_dir: Path, hosts: list[str]) -> TLSMaterial:
     ca = _load_valid_ca(paths, now)
     if ca is None:
         ca = _new_ca(now)
-        _write(paths.ca_key, _key_pem(ca.key), PRIVATE_FILE_MODE)
-        _write(paths.ca_cert, _cert_pem(ca.cert), PUBLIC_FILE_MODE)
+        _write(paths.ca_key, private_key_pem(ca.key), PRIVATE_FILE_MODE)
+        _write(paths.ca_cert, cert_pem(ca.cert), PUBLIC_FILE_MODE)
     if not _serving_cert_usable(paths, ca.cert, hosts, now):
         key, cert = _new_serving_cert(ca, hosts, now)
-        _write(paths.key, _key_pem(key), PRIVATE_FILE_MODE)
-        _write(paths.cert, _cert_pem(cert), PUBLIC_FILE_MODE)
+        _write(paths.key, private_key_pem(key), PRIVATE_FILE_MODE)
+        _write(paths.cert, cert_pem(cert), PUBLIC_FILE_MODE)
     return TLSMaterial(
         cert_path=paths.cert,
         key_path=paths.key,
@@ -183,40 +187,20 @@ def _covers(cert: x509.Certificate, hosts: list[str]) -> bool:
     dns = set(san.get_values_for_type(x509.DNSName))
     ips = {str(ip) for ip in san.get_values_for_type(x509.IPAddress)}
     for host in hosts:
-        ip = _as_ip(host)
+        ip = as_ip(host)
         if (ip is not None and str(ip) not in ips) or (ip is None and host not in dns):
             return False
     return True
 
 
 def _new_ca(now: dt.datetime) -> _Authority:
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, CA_COMMON_NAME)])
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - CLOCK_SKEW)
-        .not_valid_after(now + CA_VALIDITY)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-        .sign(key, hashes.SHA256())
+    key = new_ec_key()
+    cert = build_ca(
+        key=key,
+        common_name=CA_COMMON_NAME,
+        not_before=now - CLOCK_SKEW,
+        not_after=now + CA_VALIDITY,
+        path_length=0,
     )
     return _Authority(key=key, cert=cert)
 
@@ -224,51 +208,20 @@ def _new_ca(now: dt.datetime) -> _Authority:
 def _new_serving_cert(
     ca: _Authority, hosts: list[str], now: dt.datetime
 ) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    alt_names: list[x509.GeneralName] = []
-    for host in hosts:
-        ip = _as_ip(host)
-        alt_names.append(x509.IPAddress(ip) if ip is not None else x509.DNSName(host))
-    issuer_key: CertificateIssuerPrivateKeyTypes = ca.key
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hosts[0])]))
-        .issuer_name(ca.cert.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - CLOCK_SKEW)
-        .not_valid_after(min(now + SERVING_VALIDITY, ca.cert.not_valid_after_utc))
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=True,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=False,
-                crl_sign=False,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(x509.SubjectAlternativeName(alt_names), critical=False)
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca.key.public_key()),
-            critical=False,
-        )
-        .sign(issuer_key, hashes.SHA256())
+    key = new_ec_key()
+    cert = build_leaf(
+        ca_cert=ca.cert,
+        ca_key=ca.key,
+        public_key=key.public_key(),
+        common_name=hosts[0],
+        sans=hosts,
+        server=True,
+        client=False,
+        key_encipherment=True,
+        not_before=now - CLOCK_SKEW,
+        not_after=min(now + SERVING_VALIDITY, ca.cert.not_valid_after_utc),
     )
     return key, cert
-
-
-def _as_ip(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
-    try:
-        return ipaddress.ip_address(host)
-    except ValueError:
-        return None
 
 
 def _same_public_key(key: PrivateKeyTypes, cert: x509.Certificate) -> bool:
@@ -294,18 +247,6 @@ def _read_key(path: Path) -> PrivateKeyTypes:
     except (ValueError, TypeError) as error:
         # TypeError: the key is encrypted; the service cannot prompt for a password.
         raise TLSError(f"{path} is not an unencrypted PEM private key: {error}") from None
-
-
-def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
-    return key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
-    )
-
-
-def _cert_pem(cert: x509.Certificate) -> bytes:
-    return cert.public_bytes(serialization.Encoding.PEM)
 
 
 def _write(path: Path, content: bytes, mode: int) -> None:

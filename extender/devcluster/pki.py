@@ -9,15 +9,15 @@ the apiserver then trusts through the same CA bundle).
 from __future__ import annotations
 
 import datetime as dt
-import ipaddress
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from extender.x509build import build_ca, build_leaf, cert_pem, new_ec_key, private_key_pem
 
 CA_NAME = "gang-extender-devcluster-ca"
 APISERVER_SANS: tuple[str, ...] = (
@@ -58,18 +58,6 @@ def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
-def _new_key() -> ec.EllipticCurvePrivateKey:
-    return ec.generate_private_key(ec.SECP256R1())
-
-
-def _key_pem(key: PrivateKey) -> bytes:
-    return key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
-    )
-
-
 def _write(path: Path, data: bytes, private: bool = False) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(data)
@@ -77,56 +65,20 @@ def _write(path: Path, data: bytes, private: bool = False) -> None:
         path.chmod(0o600)
 
 
-def _subject(common_name: str, organizations: Sequence[str] = ()) -> x509.Name:
-    attrs = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in organizations]
-    attrs.append(x509.NameAttribute(NameOID.COMMON_NAME, common_name))
-    return x509.Name(attrs)
-
-
-def _san_entries(sans: Iterable[str]) -> list[x509.GeneralName]:
-    entries: list[x509.GeneralName] = []
-    for san in sans:
-        try:
-            entries.append(x509.IPAddress(ipaddress.ip_address(san)))
-        except ValueError:
-            entries.append(x509.DNSName(san))
-    return entries
-
-
 def create_ca(pki_dir: Path, common_name: str = CA_NAME) -> CertPair:
     """Write a self-signed CA as ``ca.crt`` / ``ca.key`` in ``pki_dir``."""
-    key = _new_key()
-    name = _subject(common_name)
+    key = new_ec_key()
     now = _now()
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + _VALIDITY * 10)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-        .sign(key, hashes.SHA256())
+    cert = build_ca(
+        key=key,
+        common_name=common_name,
+        not_before=now - dt.timedelta(minutes=5),
+        not_after=now + _VALIDITY * 10,
+        path_length=None,
     )
     pair = CertPair(pki_dir / "ca.crt", pki_dir / "ca.key")
-    _write(pair.cert, cert.public_bytes(serialization.Encoding.PEM))
-    _write(pair.key, _key_pem(key), private=True)
+    _write(pair.cert, cert_pem(cert))
+    _write(pair.key, private_key_pem(key), private=True)
     return pair
 
 
@@ -157,50 +109,24 @@ def issue_cert(
     if not server and not client:
         server = client = True
     ca_cert, ca_key = _load_ca(ca)
-    key = _new_key()
+    key = new_ec_key()
     now = _now()
-    usages = []
-    if server:
-        usages.append(ExtendedKeyUsageOID.SERVER_AUTH)
-    if client:
-        usages.append(ExtendedKeyUsageOID.CLIENT_AUTH)
-    builder = (
-        x509.CertificateBuilder()
-        .subject_name(_subject(common_name, organizations))
-        .issuer_name(ca_cert.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + _VALIDITY)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=False,
-                crl_sign=False,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
-            critical=False,
-        )
+    cert = build_leaf(
+        ca_cert=ca_cert,
+        ca_key=ca_key,
+        public_key=key.public_key(),
+        common_name=common_name,
+        organizations=organizations,
+        sans=sans,
+        server=server,
+        client=client,
+        key_encipherment=False,
+        not_before=now - dt.timedelta(minutes=5),
+        not_after=now + _VALIDITY,
     )
-    if sans:
-        builder = builder.add_extension(
-            x509.SubjectAlternativeName(_san_entries(sans)), critical=False
-        )
-    cert = builder.sign(ca_key, hashes.SHA256())
     pair = CertPair(out_dir / f"{name}.crt", out_dir / f"{name}.key")
-    _write(pair.cert, cert.public_bytes(serialization.Encoding.PEM))
-    _write(pair.key, _key_pem(key), private=True)
+    _write(pair.cert, cert_pem(cert))
+    _write(pair.key, private_key_pem(key), private=True)
     return pair
 
 
