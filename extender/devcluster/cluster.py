@@ -661,13 +661,13 @@ class LocalCluster:
         # and a serving cert left from the old one would fail verification.
         for name in ("kube-controller-manager", "kube-scheduler"):
             pki.issue_cert(
-                    self._pki.ca,
-                    self.pki_dir,
-                    f"{name}-serving",
-                    common_name=name,
-                    sans=["127.0.0.1", "localhost"],
-                    server=True,
-                )
+                self._pki.ca,
+                self.pki_dir,
+                f"{name}-serving",
+                common_name=name,
+                sans=["127.0.0.1", "localhost"],
+                server=True,
+            )
 
     def _component_kubeconfig(self, name: str) -> Path:
         return self.workdir / "kubeconfigs" / name

@@ -135,4 +135,3 @@ def gpu_nodes(api: k8s.ApiClient, core: k8s.CoreV1Api) -> Iterator[Callable[...,
         except k8s.ApiException as exc:
             if exc.status != 404:
                 raise
-
