@@ -124,10 +124,15 @@ class SchedulingCoordinator:
     # ---- plumbing ----
     def _known(self, pod: dict[str, Any]) -> PodInfo:
         """The scheduler's copy of the pod, or ours when we have it (ours carries plan notes)."""
-        info = PodInfo.from_api(pod)
-        cached = self.core.snapshot.pods.get(info.uid)
+        # Look the pod up by the uid PodInfo.from_api would give it, and parse only
+        # a pod the cache has not seen: filter and prioritize come for every pod.
+        meta = pod["metadata"]
+        cached = self.core.snapshot.pods.get(
+            meta.get("uid") or f"{meta.get('namespace')}/{meta['name']}"
+        )
         if cached is not None:
             return cached
+        info = PodInfo.from_api(pod)
         self.core.snapshot.upsert_pod(info)
         return info
 

@@ -15,12 +15,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, ValidationError
 
-from extender.api.wire import (
-    ExtenderArgs,
-    ExtenderBindingArgs,
-    ExtenderFilterResult,
-    NodeList,
-)
+from extender.api.wire import ExtenderArgs, ExtenderBindingArgs
 from extender.domain.gang import FilterDecision
 from extender.metrics import Metrics
 
@@ -73,18 +68,27 @@ async def read_model(request: Request, model: type[Model], max_bytes: int) -> Mo
 
 
 def filter_result(args: ExtenderArgs, decision: FilterDecision) -> dict[str, Any]:
-    result = ExtenderFilterResult(
-        FailedNodes=decision.failed,
-        FailedAndUnresolvableNodes=decision.unresolvable,
-    )
+    """ExtenderFilterResult as a plain dict, keys in the model's field order.
+
+    The same JSON as `ExtenderFilterResult(...).model_dump()`, without validating
+    and copying an answer that lists up to every node of the cluster twice.
+    """
+    nodes: dict[str, Any] | None = None
+    names: list[str] | None = None
     if args.NodeNames is not None or args.Nodes is None:
-        result.NodeNames = decision.nodes
+        names = decision.nodes
     else:
         keep = set(decision.nodes)
-        result.Nodes = NodeList(
-            items=[n for n in args.Nodes.items if (n.get("metadata") or {}).get("name") in keep]
-        )
-    return result.model_dump()
+        nodes = {
+            "items": [n for n in args.Nodes.items if (n.get("metadata") or {}).get("name") in keep]
+        }
+    return {
+        "Nodes": nodes,
+        "NodeNames": names,
+        "FailedNodes": decision.failed,
+        "FailedAndUnresolvableNodes": decision.unresolvable,
+        "Error": "",
+    }
 
 
 def create_extender_app(

@@ -277,18 +277,30 @@ class GangCore:
         if plan is not None:
             planned = plan.placements[pod.uid]
             return {n: MAX_SCORE if n == planned else 0 for n in candidates}
-        return {n: self._score(n) for n in candidates}
+        return self._scores(candidates)
 
-    def _score(self, node: str) -> int:
-        info = self.snapshot.nodes.get(node)
-        total = info.allocatable.get(GPU, 0) if info else 0
-        if total <= 0:
-            return 0
-        free = self.free_after_reservations(node).get(GPU, 0)
-        used_fraction = (total - max(0, free)) / total
-        if self.policy.strategy is Strategy.SPREAD:
-            used_fraction = 1 - used_fraction
-        return round(used_fraction * MAX_SCORE)
+    def _scores(self, candidates: Collection[str]) -> dict[str, int]:
+        """Each node's GPU fill after bound pods and reservations, 0..MAX_SCORE (spread: inverted).
+
+        One loop with its lookups bound once: this runs over every candidate for
+        every pod, and per-node calls were most of the cost at 5,000 nodes.
+        """
+        nodes, used, reserved = self.snapshot.nodes, self.snapshot.used, self.ledger.reserved
+        spread = self.policy.strategy is Strategy.SPREAD
+        scores: dict[str, int] = {}
+        for node in candidates:
+            info = nodes.get(node)
+            total = info.allocatable.get(GPU, 0) if info else 0
+            if total <= 0:
+                scores[node] = 0
+                continue
+            # As free_after_reservations(node)[GPU], without building the full dict.
+            free = total - used(node).get(GPU, 0) - reserved(node).get(GPU, 0)
+            used_fraction = (total - max(0, free)) / total
+            if spread:
+                used_fraction = 1 - used_fraction
+            scores[node] = round(used_fraction * MAX_SCORE)
+        return scores
 
     # ------------------------------------------------------------------ bind
     def arrive(self, uid: str, node: str, now: float) -> BindDecision:

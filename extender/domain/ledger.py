@@ -77,7 +77,7 @@ class Ledger:
             return None
         plan = self.plans[key]
         plan.bound.add(uid)
-        add_into(self._reserved[plan.placements[uid]], plan.requests[uid], -1)
+        self._release(plan.placements[uid], plan.requests[uid])
         self.generation += 1
         return plan
 
@@ -88,9 +88,17 @@ class Ledger:
         for uid, node in plan.placements.items():
             if self._plan_of.get(uid) == group:
                 del self._plan_of[uid]
-                add_into(self._reserved[node], plan.requests[uid], -1)
+                self._release(node, plan.requests[uid])
         self.generation += 1
         return plan
+
+    def _release(self, node: str, requests: Mapping[str, int]) -> None:
+        """Give a reservation back; a node with nothing left reserved leaves the index,
+        so `reserved_nodes()` costs the reservations held, not every node ever reserved."""
+        reserved = self._reserved[node]
+        add_into(reserved, requests, -1)
+        if not any(reserved.values()):
+            del self._reserved[node]
 
     def reserved(self, node: str) -> Mapping[str, int]:
         return self._reserved.get(node, {})

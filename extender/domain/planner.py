@@ -8,6 +8,7 @@ packing that exists; it never returns one that over-commits.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -73,6 +74,19 @@ def _rank(strategy: Strategy, pod: PodInfo, node: str, free: Resources, on_node:
     return (gpu_left, cpu_left, node)
 
 
+def _static_key(strategy: Strategy, node: str, free: Resources) -> tuple[int, int, str]:
+    """Orders nodes no member was placed on yet exactly as `_rank` does, for any pod.
+
+    On such a node `on_node` is 0 and `_rank` only shifts free GPU and cpu by the
+    pod's (constant) request, so this order is the rank order: the first node in it
+    that the pod fits and may use is its best untouched node. Keep in step with `_rank`.
+    """
+    gpu, cpu = free.get(GPU, 0), free.get(CPU, 0)
+    if strategy is Strategy.SPREAD:
+        return (-gpu, -cpu, node)
+    return (gpu, cpu, node)
+
+
 def _place(
     members: Sequence[PodInfo],
     free: Mapping[str, Resources],
@@ -84,42 +98,70 @@ def _place(
 
     Placement goes on past a misfit so the count of placeable members is honest
     ("3/4 members placeable"); a plan is only used when there is no misfit.
+
+    Cost: nodes are sorted once by `_static_key`; each member then takes the first
+    node in that order it fits and may use (usually among the first looked at)
+    and compares it with the few nodes members were already placed on. So a plan
+    costs one sort of the cluster rather than members x nodes checks.
     """
-    remaining = {name: dict(res) for name, res in free.items()}
+    strategy = policy.strategy
+    # Copy-on-write: a node's room is copied only once a member is placed on it.
+    remaining: dict[str, Resources] = dict(free)
+    touched: set[str] = set()
     on_node: dict[str, int] = defaultdict(int)
     placed: dict[str, str] = {}
     misfit: PodInfo | None = None
+
+    def place(pod: PodInfo, node: str) -> None:
+        if node not in touched:
+            touched.add(node)
+            remaining[node] = dict(remaining[node])
+        placed[pod.uid] = node
+        add_into(remaining[node], pod.requests, -1)
+        on_node[node] += 1
+
+    def usable(pod: PodInfo, node: str, choices: NodeRestriction | None) -> bool:
+        return (
+            (choices is None or choices.permits(node))
+            and fits(pod.requests, remaining[node])
+            and node_accepts(nodes[node], pod)
+        )
+
     # Members that already carry a planned node (a plan from before a restart) keep it when it fits.
     for pod in members:
         node = pod.planned_node
-        if (
-            node
-            and node in remaining
-            and (pod.uid not in allowed or allowed[pod.uid].permits(node))
-            and node_accepts(nodes[node], pod)
-            and fits(pod.requests, remaining[node])
-        ):
-            placed[pod.uid] = node
-            add_into(remaining[node], pod.requests, -1)
-            on_node[node] += 1
+        if node and node in remaining and usable(pod, node, allowed.get(pod.uid)):
+            place(pod, node)
+    order = sorted(remaining, key=lambda n: _static_key(strategy, n, remaining[n]))
+    order_gpus = [free[n].get(GPU, 0) for n in order]  # ascending (binpack), descending (spread)
     for pod in sorted((p for p in members if p.uid not in placed), key=_size_key):
         choices = allowed.get(pod.uid)
+        gpus = pod.requests.get(GPU, 0)
         best_node: str | None = None
         best_rank = None
-        for name, room in remaining.items():
-            if choices is not None and not choices.permits(name):
+        # The best untouched node: the first usable one in rank order. A pod asking
+        # for GPUs fits no node with fewer free, which the order puts first (binpack,
+        # skipped by bisection) or last (spread, where the scan stops).
+        start = bisect_left(order_gpus, gpus) if gpus > 0 and strategy is not Strategy.SPREAD else 0
+        for i in range(start, len(order)):
+            name = order[i]
+            if strategy is Strategy.SPREAD and gpus > 0 and order_gpus[i] < gpus:
+                break
+            if name in touched or not usable(pod, name, choices):
                 continue
-            if not fits(pod.requests, room) or not node_accepts(nodes[name], pod):
+            best_node, best_rank = name, _rank(strategy, pod, name, remaining[name], 0)
+            break
+        # Nodes members were placed on rank by their new room (and member count).
+        for name in touched:
+            if not usable(pod, name, choices):
                 continue
-            rank = _rank(policy.strategy, pod, name, room, on_node[name])
+            rank = _rank(strategy, pod, name, remaining[name], on_node[name])
             if best_rank is None or rank < best_rank:
                 best_node, best_rank = name, rank
         if best_node is None:
             misfit = misfit or pod
             continue
-        placed[pod.uid] = best_node
-        add_into(remaining[best_node], pod.requests, -1)
-        on_node[best_node] += 1
+        place(pod, best_node)
     return placed, misfit
 
 

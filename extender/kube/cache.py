@@ -10,8 +10,10 @@ the core single-threaded.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -21,7 +23,7 @@ from extender.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
-LIST_PAGE_SIZE = 500
+LIST_PAGE_SIZE = 1000
 # Server closes a watch after this long; we reopen from the last resourceVersion.
 WATCH_SECONDS = 300
 # Back off between failed attempts, doubling up to the cap.
@@ -29,6 +31,9 @@ RETRY_MIN_SECONDS = 0.5
 RETRY_MAX_SECONDS = 10.0
 # An optional API (a CRD that may not be installed) is looked for again this often.
 MISSING_API_RECHECK_SECONDS = 30.0
+# Python's cyclic GC is paused during the first list at most this long (see
+# WatchCache.start); a list that never completes does not keep it off.
+SYNC_GC_PAUSE_MAX_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
@@ -185,10 +190,40 @@ class WatchCache:
         ),
     ) -> None:
         self.watchers = [Watcher(raw, r, sink, loop, metrics) for r in resources]
+        self.loop = loop
 
     def start(self) -> None:
+        """Start every watcher, with the cyclic GC paused until the first lists are applied.
+
+        Why: a list of 50,000 pods allocates millions of JSON containers that all
+        live until their page is applied, and the generational GC traverses them
+        again and again as they survive (a 500-pod page parses ~6x slower with it
+        on). Once synced, the cache's long-lived objects are frozen out of later
+        collections (`gc.freeze`), so full collections, and the pauses they put
+        into request handling, stay small. Frozen objects that become garbage are
+        still freed by reference counting (the cache's objects hold no reference
+        cycles), and GC resumes even if a list hangs.
+        """
+        if gc.isenabled():
+            gc.disable()
+            threading.Thread(
+                target=self._resume_gc_after_sync, name="gc-after-sync", daemon=True
+            ).start()
         for watcher in self.watchers:
             watcher.start()
+
+    def _resume_gc_after_sync(self) -> None:
+        deadline = time.monotonic() + SYNC_GC_PAUSE_MAX_SECONDS
+        for watcher in self.watchers:
+            watcher.synced.wait(max(0.0, deadline - time.monotonic()))
+        if not self.synced():
+            gc.enable()
+            return
+        # Pages handed to the loop before `synced` was set are applied before this runs.
+        try:
+            self.loop.call_soon_threadsafe(_freeze_and_enable_gc)
+        except RuntimeError:  # the loop is closed: nothing left to protect
+            gc.enable()
 
     def stop(self) -> None:
         for watcher in self.watchers:
@@ -199,3 +234,9 @@ class WatchCache:
 
     def absent(self, kind: str) -> bool:
         return any(w.absent for w in self.watchers if w.resource.kind == kind)
+
+
+def _freeze_and_enable_gc() -> None:
+    gc.collect()
+    gc.freeze()
+    gc.enable()
