@@ -1,0 +1,260 @@
+"""Run every benchmark on one local control plane; write results.{md,json,png}.
+
+    .venv/bin/python -m bench            # the issue's sizes (~11 min on 2 cores)
+    .venv/bin/python -m bench --quick    # smaller sizes (~3-4 min), same code paths
+    .venv/bin/python -m bench --only latency,webhook
+
+See bench/README.md. Only 127.0.0.1 is contacted; every loop is bounded in
+count and time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shutil
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # `python bench/run.py`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import orjson
+
+from bench import report
+from bench.env import BenchEnv, machine_info
+from bench.kubeclient import FastApi
+from bench.service import BenchStack
+from bench.workloads import gang, latency, plain, webhook
+from extender.devcluster.cluster import LocalCluster
+
+log = logging.getLogger("bench")
+
+REPO = Path(__file__).resolve().parents[1]
+WORKLOADS = ("webhook", "plain", "gang", "latency")  # run order: latency grows the cluster last
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "full": {
+        "latency_sizes": "1000x10000,5000x10000,5000x50000",
+        "requests": 2000,
+        "binds": 200,
+        "plans": 20,
+        "seconds_per_scenario": 15.0,
+        "restarts": 3,
+        "settle_timeout": 180.0,
+        "plain_nodes": 1000,
+        "plain_pods": 2000,
+        "gangs": 100,
+        "gang_size": 8,
+        "gang_nodes": 200,
+        "webhook_pods": 200,
+        "timeout": 600.0,
+    },
+    "quick": {
+        "latency_sizes": "1000x10000,5000x10000",
+        "requests": 300,
+        "binds": 50,
+        "plans": 5,
+        "seconds_per_scenario": 5.0,
+        "restarts": 1,
+        # quick: do not wait out the TTL controller's node rewrites at 5,000 nodes
+        "settle_timeout": 30.0,
+        "plain_nodes": 200,
+        "plain_pods": 400,
+        "gangs": 20,
+        "gang_size": 8,
+        "gang_nodes": 40,
+        "webhook_pods": 60,
+        "timeout": 180.0,
+    },
+}
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
+    p.add_argument("--quick", action="store_true", help="smaller sizes, ~3-4 minutes")
+    p.add_argument(
+        "--only", default=",".join(WORKLOADS), help=f"comma list of {', '.join(WORKLOADS)}"
+    )
+    p.add_argument("--out", type=Path, default=REPO / "bench" / "results", help="results directory")
+    p.add_argument(
+        "--workdir", type=Path, default=REPO / ".dev" / "bench", help="cluster workdir (wiped)"
+    )
+    p.add_argument("--no-profile", action="store_true", help="skip py-spy during workload 1")
+    p.add_argument(
+        "--service-src",
+        type=Path,
+        help="run the service from this source tree (a copy of the repo) for before/after runs",
+    )
+    p.add_argument("--latency-sizes", help="NODESxPODS,... (default: the preset's)")
+    for name in (
+        "requests",
+        "binds",
+        "plans",
+        "restarts",
+        "plain_nodes",
+        "plain_pods",
+        "gangs",
+        "gang_nodes",
+        "webhook_pods",
+    ):
+        p.add_argument(f"--{name.replace('_', '-')}", type=int)
+    p.add_argument("--timeout", type=float, help="bound on each scheduling run (s)")
+    p.add_argument("--settle-timeout", type=float, help="bound on each wait for Node writes (s)")
+    p.add_argument("-v", "--verbose", action="store_true")
+    return p.parse_args(argv)
+
+
+def _sizes(text: str) -> list[tuple[int, int]]:
+    out = []
+    for part in text.split(","):
+        nodes, _, pods = part.strip().partition("x")
+        out.append((int(nodes), int(pods)))
+    return out
+
+
+def _commit() -> str:
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(REPO), "describe", "--always", "--dirty"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return head.stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "?"
+
+
+def _round_times(obj: Any) -> Any:
+    """Bind-time series are kept for the plots, at millisecond precision."""
+    if isinstance(obj, dict):
+        return {
+            k: (round(v, 3) if isinstance(v, float) and k != "ratio" else _round_times(v))
+            for k, v in obj.items()
+        }
+    if isinstance(obj, list):
+        return [_round_times(v) for v in obj]
+    return obj
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+    )
+    mode = "quick" if args.quick else "full"
+    cfg = dict(PRESETS[mode])
+    for key in list(cfg):
+        value = getattr(args, key, None)
+        if value is not None:
+            cfg[key] = value
+    only = [w.strip() for w in args.only.split(",") if w.strip()]
+    unknown = set(only) - set(WORKLOADS)
+    if unknown:
+        print(f"unknown workload(s): {', '.join(sorted(unknown))}", file=sys.stderr)
+        return 2
+    args.out.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(args.workdir, ignore_errors=True)
+
+    started = time.monotonic()
+    results: dict[str, Any] = {
+        "meta": {
+            "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+            "mode": mode,
+            "config": cfg,
+            "workloads": only,
+            "machine": machine_info(),
+            "commit": _commit(),
+            "service_src": str(args.service_src) if args.service_src else None,
+        }
+    }
+    scheduler_plugins = None
+    if "gang" in only:
+        from bench import coscheduling
+
+        scheduler_plugins = coscheduling.ensure_built()
+        results["meta"]["scheduler_plugins"] = scheduler_plugins.name.removeprefix(
+            "scheduler-plugins-"
+        )
+
+    cluster = LocalCluster(args.workdir / "cluster")
+    results["meta"]["control_plane"] = cluster.bin_dir.parent.name.removeprefix("k8s-")
+    try:
+        cluster.start()
+        stack = BenchStack(cluster)
+        stack.start()
+        env = BenchEnv(cluster, stack, FastApi(cluster), settle_timeout=cfg["settle_timeout"])
+        log.info("control plane and gang stack up in %.1fs", time.monotonic() - started)
+        for name in WORKLOADS:
+            if name not in only:
+                continue
+            t = time.monotonic()
+            log.info("=== workload %s", name)
+            try:
+                if name == "webhook":
+                    results[name] = webhook.run(
+                        env, webhook.WebhookConfig(pods=cfg["webhook_pods"], seconds=cfg["timeout"])
+                    )
+                elif name == "plain":
+                    results[name] = plain.run(
+                        env,
+                        plain.PlainConfig(
+                            nodes=cfg["plain_nodes"], pods=cfg["plain_pods"], timeout=cfg["timeout"]
+                        ),
+                    )
+                elif name == "gang":
+                    results[name] = gang.run(
+                        env,
+                        gang.GangConfig(
+                            gangs=cfg["gangs"],
+                            size=cfg["gang_size"],
+                            nodes=cfg["gang_nodes"],
+                            gpus_per_node=8,
+                            timeout=cfg["timeout"],
+                            scheduler_plugins=scheduler_plugins,
+                        ),
+                    )
+                elif name == "latency":
+                    results[name] = latency.LatencyWorkload(
+                        env,
+                        latency.LatencyConfig(
+                            sizes=_sizes(args.latency_sizes or cfg["latency_sizes"]),
+                            requests=cfg["requests"],
+                            binds=cfg["binds"],
+                            plans=cfg["plans"],
+                            seconds_per_scenario=cfg["seconds_per_scenario"],
+                            restarts=cfg["restarts"],
+                            profile_dir=None if args.no_profile else args.out,
+                            service_src=args.service_src,
+                        ),
+                    ).run()
+            except Exception as exc:  # one failed workload must not lose the others' results
+                log.error("workload %s failed:\n%s", name, traceback.format_exc())
+                results[name] = {"error": repr(exc)}
+            results[name]["seconds"] = round(time.monotonic() - t, 1)
+            log.info("=== workload %s done in %.0fs", name, time.monotonic() - t)
+    finally:
+        cluster.stop()
+    results["meta"]["duration_s"] = round(time.monotonic() - started, 1)
+    results = _round_times(results)
+
+    (args.out / "results.json").write_bytes(
+        orjson.dumps(results, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS)
+    )
+    (args.out / "results.md").write_text(report.markdown(results))
+    if not report.plot(results, args.out / "results.png"):
+        log.warning("matplotlib is missing: no results.png (pip install -e '.[bench]')")
+    log.info("wrote %s/results.{md,json,png} in %.0fs", args.out, results["meta"]["duration_s"])
+    failed = [w for w in only if "error" in results.get(w, {})]
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

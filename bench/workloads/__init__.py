@@ -1,0 +1,1 @@
+"""The four workloads of the benchmark (issue 5)."""

@@ -1,0 +1,86 @@
+"""Shared by the scheduling workloads: create pods fast, time them until bound."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from bench.env import CREATE_WORKERS, BenchEnv
+from bench.kubeclient import BindWatch, bulk, delete_pods, pods_path, wait_for
+from bench.stats import percentile, summary_ms
+
+
+def create_and_time(
+    env: BenchEnv,
+    namespace: str,
+    bodies: Sequence[dict[str, Any]],
+    *,
+    timeout: float,
+    workers: int = CREATE_WORKERS,
+) -> dict[str, Any]:
+    """Create the pods in parallel, wait until all are bound; throughput and latencies.
+
+    Throughput is pods / (last bind seen - first create sent), on one monotonic
+    clock; binds are seen through a watch opened before the first create.
+    """
+    watch = BindWatch(env.api, namespace).start()
+    created_at: dict[str, float] = {}
+    lock = threading.Lock()
+
+    def create(body: dict[str, Any]) -> None:
+        env.api.create(pods_path(namespace), body)
+        with lock:
+            created_at[body["metadata"]["name"]] = time.monotonic()
+
+    names = [b["metadata"]["name"] for b in bodies]
+    started = time.monotonic()
+    made = bulk(bodies, create, workers=workers, deadline=started + timeout)
+    creates_done = time.monotonic()
+    left = max(1.0, timeout - (creates_done - started))
+    complete = watch.wait_bound(names, left)
+    watch.stop()
+    bound = {n: t for n, t in watch.bound_at.items() if n in created_at}
+    last = max(bound.values()) if bound else time.monotonic()
+    span = last - started
+    latencies = [bound[n] - created_at[n] for n in bound]
+    return {
+        "pods": len(names),
+        "created": made.done,
+        "create_errors": made.errors,
+        "bound": len(bound),
+        "complete": complete and len(bound) == len(names),
+        "create_seconds": round(creates_done - started, 2),
+        "seconds": round(span, 2),
+        "pods_per_second": round(len(bound) / span, 1) if span > 0 else 0.0,
+        "create_to_bind": summary_ms(latencies),
+        "node_of": dict(watch.node_of),
+        "bound_at": {n: t - started for n, t in bound.items()},
+        "created_at": {n: t - started for n, t in created_at.items()},
+    }
+
+
+def steady_rate(bound_at: dict[str, float], low: float = 10, high: float = 90) -> float:
+    """Pods/s between the low and high percentiles of bind times (ignores ramp-up and tail)."""
+    times = sorted(bound_at.values())
+    if len(times) < 10:
+        return 0.0
+    t_low, t_high = percentile(times, low), percentile(times, high)
+    count = sum(1 for t in times if t_low <= t <= t_high)
+    return round(count / (t_high - t_low), 1) if t_high > t_low else 0.0
+
+
+def clear(env: BenchEnv, namespace: str, timeout: float = 120) -> None:
+    """Delete every pod (and PodGroup) of the namespace and wait until they are gone."""
+    env.clear_namespace(namespace)
+
+    def empty() -> bool:
+        page = env.api.call("GET", pods_path(namespace), query={"limit": 1})
+        return not page.get("items")
+
+    wait_for(empty, timeout=timeout, what=f"pods of {namespace} deleted", interval=0.5)
+
+
+def delete_all_pods(env: BenchEnv, namespace: str) -> None:
+    delete_pods(env.api, namespace)

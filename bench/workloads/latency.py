@@ -1,0 +1,310 @@
+"""Workload 1: extender latency over HTTPS at cluster scale, memory and start-up time.
+
+For each size (nodes, bound pods) the cache holds, the service is restarted
+(start-up to /readyz is timed, VmRSS read from /proc), then each verb is called
+in a bounded loop over one keep-alive HTTPS connection verified against the
+stack's CA, with `NodeNames` (nodeCacheCapable) listing every node, as
+kube-scheduler does with `percentageOfNodesToScore: 100`.
+
+Nodes are plain Node objects (no kubelet, no kwok) and bound pods are created
+with `spec.nodeName` set: the service's cache cannot tell them from real ones,
+and the control plane stays idle while latencies are measured.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from bench.env import CREATE_WORKERS, BenchEnv
+from bench.kubeclient import bulk, pods_path
+from bench.objects import UNSERVED_SCHEDULER, gang_member, pod_body
+from bench.profile import as_text, summarize
+from bench.service import ExtenderClient, PySpy, binding_args, extender_args, restart_service
+from bench.stats import summary_ms
+from bench.workloads.common import clear
+
+log = logging.getLogger("bench.latency")
+
+WORKLOAD = "cache"
+GANG_SIZE = 8
+#: Requests before each measured loop (connection, caches, first-call costs).
+WARMUP_REQUESTS = 20
+#: After ready: let the service apply the last pages and settle its GC before timing.
+SETTLE_SECONDS = 2.0
+
+
+@dataclass
+class LatencyConfig:
+    sizes: list[tuple[int, int]]  # (nodes, bound pods), ascending
+    requests: int  # per scenario
+    binds: int
+    plans: int  # gangs planned (one filter each) per size
+    seconds_per_scenario: float  # bound on each loop's time
+    restarts: int = 1  # service starts timed per size (the median is reported)
+    profile_dir: Path | None = None  # py-spy of the largest size's verbs, when set
+    service_src: Path | None = None
+
+
+@dataclass
+class Probes:
+    """Pods the verbs are asked about (in their API form, as kube-scheduler sends them)."""
+
+    plain: dict[str, Any]
+    held: dict[str, Any]
+    bind: list[dict[str, Any]] = field(default_factory=list)
+    direct: list[dict[str, Any]] = field(default_factory=list)
+    gangs: list[list[dict[str, Any]]] = field(default_factory=list)
+
+
+def _loop(
+    client: ExtenderClient, verb: str, body: bytes, count: int, seconds: float
+) -> tuple[list[float], bytes]:
+    last = b""
+    for _ in range(WARMUP_REQUESTS):
+        _, status, last = client.post(verb, body)
+        if status != 200:
+            raise RuntimeError(f"/{verb} answered {status}: {last[:300]!r}")
+    samples: list[float] = []
+    deadline = time.monotonic() + seconds
+    while len(samples) < count and time.monotonic() < deadline:
+        took, status, last = client.post(verb, body)
+        if status != 200:
+            raise RuntimeError(f"/{verb} answered {status}: {last[:300]!r}")
+        samples.append(took)
+    return samples, last
+
+
+class LatencyWorkload:
+    def __init__(self, env: BenchEnv, cfg: LatencyConfig) -> None:
+        self.env = env
+        self.cfg = cfg
+        self.nodes: list[str] = []
+        self.pods = 0
+        self.namespace = ""
+        self.probe_namespace = ""
+
+    # ---- cluster contents ----
+    def _grow(self, nodes: int, pods: int) -> None:
+        env = self.env
+        if len(self.nodes) < nodes:
+            self.nodes += env.add_nodes(
+                nodes - len(self.nodes), WORKLOAD, kwok=False, prefix="cache", start=len(self.nodes)
+            )
+        if self.pods < pods:
+            ns = self.namespace
+            width = len(self.nodes)
+
+            def create(i: int) -> None:
+                # Pods go round the nodes; every fifth round holds a GPU, so 10 pods
+                # per node leave 6 of 8 GPUs free.
+                body = pod_body(
+                    f"bound-{i:06d}",
+                    WORKLOAD,
+                    scheduler=UNSERVED_SCHEDULER,
+                    gpus=1 if (i // width) % 5 == 0 else 0,
+                    node_name=self.nodes[i % width],
+                )
+                env.api.create(pods_path(ns), body)
+
+            result = bulk(range(self.pods, pods), create, workers=CREATE_WORKERS)
+            if result.errors:
+                raise RuntimeError(f"bound pods: {result.errors} failed: {result.first_error}")
+            log.info("created %d bound pods in %.1fs", result.done, result.seconds)
+            self.pods = pods
+
+    def _probes(self, tag: str) -> Probes:
+        env, ns, cfg = self.env, self.probe_namespace, self.cfg
+
+        def make(body: dict[str, Any]) -> dict[str, Any]:
+            return env.api.create(pods_path(ns), body)
+
+        probes = Probes(
+            plain=make(pod_body(f"plain-{tag}", WORKLOAD, scheduler=UNSERVED_SCHEDULER)),
+            held=make(gang_member(f"held-{tag}-0", f"held-{tag}", GANG_SIZE, WORKLOAD)),
+        )
+        bodies = [
+            pod_body(f"{kind}-{tag}-{k:04d}", WORKLOAD, scheduler=UNSERVED_SCHEDULER)
+            for kind in ("bind", "direct")
+            for k in range(cfg.binds)
+        ]
+        bodies += [
+            gang_member(f"plan-{tag}-{g:03d}-{m}", f"plan-{tag}-{g:03d}", GANG_SIZE, WORKLOAD)
+            for g in range(cfg.plans)
+            for m in range(GANG_SIZE)
+        ]
+        made: dict[str, dict[str, Any]] = {}
+
+        def create(body: dict[str, Any]) -> None:
+            obj = make(body)
+            made[obj["metadata"]["name"]] = obj
+
+        result = bulk(bodies, create, workers=CREATE_WORKERS)
+        if result.errors:
+            raise RuntimeError(f"probe pods: {result.errors} failed: {result.first_error}")
+        probes.bind = [made[f"bind-{tag}-{k:04d}"] for k in range(cfg.binds)]
+        probes.direct = [made[f"direct-{tag}-{k:04d}"] for k in range(cfg.binds)]
+        probes.gangs = [
+            [made[f"plan-{tag}-{g:03d}-{m}"] for m in range(GANG_SIZE)] for g in range(cfg.plans)
+        ]
+        return probes
+
+    # ---- one size ----
+    def measure(self, index: int, nodes: int, pods: int, *, profile: bool) -> dict[str, Any]:
+        env, cfg = self.env, self.cfg
+        self._grow(nodes, pods)
+        tag = f"s{index}"
+        probes = self._probes(tag)
+        quiet_wait = env.wait_nodes_settled() + env.wait_quiet()
+        starts = [
+            restart_service(env, f"gang-extender-{tag}-{attempt}", service_src=cfg.service_src)
+            for attempt in range(cfg.restarts)
+        ]
+        pid = env.stack.service.pid if env.stack.service else 0
+        rss_ready = env.rss_mb(pid)
+        time.sleep(SETTLE_SECONDS)
+        ready = sorted(s.ready_s for s in starts)
+        healthz = sorted(s.healthz_s for s in starts)
+        log.info(
+            "size %d nodes / %d pods: ready in %s s, RSS %.0f MB",
+            nodes,
+            pods,
+            ", ".join(f"{r:.2f}" for r in ready),
+            rss_ready.get("VmRSS", 0),
+        )
+        names = self.nodes[:nodes]
+        client = ExtenderClient(env)
+        verbs: dict[str, Any] = {}
+        spy: PySpy | None = None
+        if profile and cfg.profile_dir is not None:
+            # raw stacks (MBs) stay with the cluster's logs; the summary goes to results
+            spy = PySpy(
+                pid,
+                env.cluster.workdir.parent / f"profile-{nodes}-nodes.txt",
+                seconds=8 * cfg.seconds_per_scenario,
+            )
+        cpu_before = env.cpu_seconds(pid)
+
+        def loop(label: str, verb: str, body: bytes) -> bytes:
+            samples, last = _loop(client, verb, body, cfg.requests, cfg.seconds_per_scenario)
+            verbs[label] = {
+                **summary_ms(samples),
+                "response_bytes": len(last),
+                "request_bytes": len(body),
+            }
+            return last
+
+        # 1. a pod without a group, nothing reserved: every candidate passes
+        out = orjson.loads(loop("filter plain pod", "filter", extender_args(probes.plain, names)))
+        kept = len(out["NodeNames"] or [])
+        assert kept == nodes, f"filter of a plain pod kept {kept} of {nodes} nodes: {out}"[:2000]
+        loop("prioritize plain pod", "prioritize", extender_args(probes.plain, names))
+        # 2. a member of a gang short of its quorum: held on every node (unresolvable)
+        out = orjson.loads(
+            loop("filter gang member, held", "filter", extender_args(probes.held, names))
+        )
+        assert len(out["FailedAndUnresolvableNodes"]) == nodes
+        # 3. bind a plain pod through the extender (a real pods/binding), vs the same
+        #    binding sent straight to the API server: the difference is our overhead
+        ext_binds, direct_binds = [], []
+        for k, pod in enumerate(probes.bind):
+            took, status, data = client.post("bind", binding_args(pod, names[k % nodes]))
+            if status != 200 or orjson.loads(data).get("Error"):
+                raise RuntimeError(f"bind through the extender failed: {status} {data[:300]!r}")
+            ext_binds.append(took)
+        for k, pod in enumerate(probes.direct):
+            meta = pod["metadata"]
+            binding = {
+                "apiVersion": "v1",
+                "kind": "Binding",
+                "metadata": {
+                    "name": meta["name"],
+                    "namespace": meta["namespace"],
+                    "uid": meta["uid"],
+                },
+                "target": {"apiVersion": "v1", "kind": "Node", "name": names[k % nodes]},
+            }
+            started = time.perf_counter()
+            status, data = env.api.request(
+                "POST", f"{pods_path(meta['namespace'])}/{meta['name']}/binding", binding
+            )
+            direct_binds.append(time.perf_counter() - started)
+            if status != 201:
+                raise RuntimeError(f"direct binding failed: {status} {data[:300]!r}")
+        verbs["bind plain pod (extender)"] = summary_ms(ext_binds)
+        verbs["bind plain pod (direct to API server)"] = summary_ms(direct_binds)
+        # 4. the first member of a complete gang: plans all 8 members over every node
+        plan_samples = []
+        for gang in probes.gangs:
+            took, status, data = client.post("filter", extender_args(gang[0], names))
+            if status != 200 or len(orjson.loads(data).get("NodeNames") or []) != 1:
+                raise RuntimeError(f"gang planning failed: {status} {data[:300]!r}")
+            plan_samples.append(took)
+        verbs["filter gang member, plans the gang"] = summary_ms(plan_samples)
+        if probes.gangs:
+            member = probes.gangs[0][1]
+            out = orjson.loads(
+                loop("filter gang member, planned", "filter", extender_args(member, names))
+            )
+            assert len(out["NodeNames"] or []) == 1, f"planned member: {out}"[:3000]
+            loop("prioritize gang member, planned", "prioritize", extender_args(member, names))
+            loop("filter plain pod, gangs reserved", "filter", extender_args(probes.plain, names))
+        client.close()
+        cpu = env.cpu_seconds(pid) - cpu_before
+        # The next size starts from no plans or reservations: its probes are its own.
+        clear(env, self.probe_namespace)
+        result: dict[str, Any] = {
+            "nodes": nodes,
+            "bound_pods": pods,
+            # median of the restarts (each one under "ready_all_s")
+            "healthz_s": round(healthz[len(healthz) // 2], 2),
+            "ready_s": round(ready[len(ready) // 2], 2),
+            "ready_all_s": [round(r, 2) for r in ready],
+            "quiet_wait_s": round(quiet_wait, 1),
+            "rss_ready_mb": round(rss_ready.get("VmRSS", 0), 1),
+            "rss_after_mb": round(env.rss_mb(pid).get("VmRSS", 0), 1),
+            "rss_peak_mb": round(env.rss_mb(pid).get("VmHWM", 0), 1),
+            "service_cpu_s_during_verbs": round(cpu, 2),
+            "verbs": verbs,
+            "bind_overhead_ms": {
+                q: round(
+                    verbs["bind plain pod (extender)"][f"{q}_ms"]
+                    - verbs["bind plain pod (direct to API server)"][f"{q}_ms"],
+                    3,
+                )
+                for q in ("p50", "p99")
+            },
+        }
+        if (
+            spy is not None
+            and cfg.profile_dir is not None
+            and spy.wait(timeout=10 * cfg.seconds_per_scenario + 30)
+        ):
+            text = as_text(
+                f"service at {nodes} nodes / {pods} pods, during the verbs", summarize(spy.out)
+            )
+            text += "\n" + as_text("inside POST /filter", summarize(spy.out, within="filter_route"))
+            text += "\n" + as_text(
+                "inside POST /prioritize", summarize(spy.out, within="prioritize_route")
+            )
+            summary_path = cfg.profile_dir / f"profile-{nodes}-nodes.summary.txt"
+            summary_path.write_text(text)
+            result["profile"] = str(summary_path)
+        return result
+
+    def run(self) -> dict[str, Any]:
+        # The verbs are driven by the bench alone: no kube-scheduler may act on the probes.
+        if self.env.stack.scheduler is not None:
+            self.env.stack.scheduler.stop()
+        self.namespace = self.env.namespace("bench-cache")
+        self.probe_namespace = self.env.namespace("bench-probe")
+        sizes = []
+        for i, (nodes, pods) in enumerate(self.cfg.sizes):
+            last = i == len(self.cfg.sizes) - 1
+            sizes.append(self.measure(i, nodes, pods, profile=last))
+        return {"sizes": sizes}

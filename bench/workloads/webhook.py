@@ -1,0 +1,93 @@
+"""Workload 4: what the mutating webhook adds to a pod create.
+
+Group members are created one at a time (round trip = POST until the API
+server's answer), alternating between a namespace labelled
+`gang-extender.io/inject: enabled` (the API server calls the webhook, which
+allocates a task index and injects hostname, env, mounts) and one without the
+label (the webhook is never called). Pods name a scheduler nobody serves, so
+no scheduling traffic mixes in. A third series, pods without a group in the
+labelled namespace, shows that the CEL matchConditions keep them off the webhook.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from bench.env import BenchEnv
+from bench.kubeclient import pods_path
+from bench.objects import UNSERVED_SCHEDULER, gang_member, pod_body
+from bench.stats import summary_ms
+from extender.domain.membership import INJECT_NAMESPACE_LABEL
+
+WORKLOAD = "webhook"
+GROUP_SIZE = 8
+
+
+@dataclass
+class WebhookConfig:
+    pods: int  # per series
+    seconds: float  # bound on the whole loop
+
+
+def run(env: BenchEnv, cfg: WebhookConfig) -> dict[str, Any]:
+    on = env.namespace("bench-webhook-on", labels={INJECT_NAMESPACE_LABEL: "enabled"})
+    off = env.namespace("bench-webhook-off")
+    series: dict[str, list[float]] = {
+        "with webhook": [],
+        "without webhook": [],
+        "no group, labelled ns": [],
+    }
+    mutated = 0
+
+    def create(namespace: str, body: dict[str, Any]) -> tuple[float, dict[str, Any]]:
+        started = time.perf_counter()
+        obj = env.api.create(pods_path(namespace), body)
+        return time.perf_counter() - started, obj
+
+    # warm-up: first TLS handshakes, the webhook's first index allocation
+    for i in range(GROUP_SIZE):
+        create(
+            on, gang_member(f"warm-{i}", "warm", GROUP_SIZE, WORKLOAD, scheduler=UNSERVED_SCHEDULER)
+        )
+        create(
+            off,
+            gang_member(f"warm-{i}", "warm", GROUP_SIZE, WORKLOAD, scheduler=UNSERVED_SCHEDULER),
+        )
+    deadline = time.monotonic() + cfg.seconds
+    for i in range(cfg.pods):
+        if time.monotonic() > deadline:
+            break
+        group = f"g{i // GROUP_SIZE:03d}"
+        took, obj = create(
+            on, gang_member(f"m-{i:04d}", group, GROUP_SIZE, WORKLOAD, scheduler=UNSERVED_SCHEDULER)
+        )
+        series["with webhook"].append(took)
+        mutated += bool(obj["spec"].get("hostname"))
+        took, _ = create(
+            off,
+            gang_member(f"m-{i:04d}", group, GROUP_SIZE, WORKLOAD, scheduler=UNSERVED_SCHEDULER),
+        )
+        series["without webhook"].append(took)
+        took, _ = create(on, pod_body(f"plain-{i:04d}", WORKLOAD, scheduler=UNSERVED_SCHEDULER))
+        series["no group, labelled ns"].append(took)
+    summaries = {label: summary_ms(samples) for label, samples in series.items()}
+    # The namespace grows by 3 pods per round: compare the first and last quarter.
+    quarter = max(1, len(series["with webhook"]) // 4)
+    trend = {
+        label: {
+            "first_quarter_p50_ms": summary_ms(samples[:quarter]).get("p50_ms"),
+            "last_quarter_p50_ms": summary_ms(samples[-quarter:]).get("p50_ms"),
+        }
+        for label, samples in series.items()
+    }
+    with_hook, without = summaries["with webhook"], summaries["without webhook"]
+    return {
+        "series": summaries,
+        "mutated": mutated,
+        "trend": trend,
+        "added_ms": {
+            q: round(with_hook[f"{q}_ms"] - without[f"{q}_ms"], 3) for q in ("p50", "p99")
+        },
+    }
