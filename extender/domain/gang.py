@@ -118,6 +118,8 @@ class GangCore:
     # Per member uid: nodes kube-scheduler last offered (or refused) it, so a plan
     # avoids nodes the scheduler's own filters reject (affinity, ports, ...).
     restrictions: dict[str, NodeRestriction] = field(default_factory=dict)
+    # Node -> prioritize score, kept current by `_refresh_node_scores`; 0 scores are absent.
+    _node_scores: dict[str, int] = field(default_factory=dict)
 
     # ------------------------------------------------------------------ filter
     def filter(self, pod: PodInfo, candidates: Sequence[str], now: float) -> FilterDecision:
@@ -280,27 +282,40 @@ class GangCore:
         return self._scores(candidates)
 
     def _scores(self, candidates: Collection[str]) -> dict[str, int]:
-        """Each node's GPU fill after bound pods and reservations, 0..MAX_SCORE (spread: inverted).
+        """Each node's score from the board; a node without GPUs (or unknown) scores 0."""
+        board = self._refresh_node_scores()
+        return {node: board.get(node, 0) for node in candidates}
 
-        One loop with its lookups bound once: this runs over every candidate for
-        every pod, and per-node calls were most of the cost at 5,000 nodes.
+    def _refresh_node_scores(self) -> dict[str, int]:
+        """Rescore the nodes whose capacity or reservations changed since the last call.
+
+        Why a board: prioritize comes for every pod with every feasible node (5,000
+        on a large cluster), while a bind changes one node; scoring all of them per
+        request was most of prioritize's cost.
         """
-        nodes, used, reserved = self.snapshot.nodes, self.snapshot.used, self.ledger.reserved
-        spread = self.policy.strategy is Strategy.SPREAD
-        scores: dict[str, int] = {}
-        for node in candidates:
-            info = nodes.get(node)
-            total = info.allocatable.get(GPU, 0) if info else 0
-            if total <= 0:
-                scores[node] = 0
-                continue
-            # As free_after_reservations(node)[GPU], without building the full dict.
-            free = total - used(node).get(GPU, 0) - reserved(node).get(GPU, 0)
-            used_fraction = (total - max(0, free)) / total
-            if spread:
-                used_fraction = 1 - used_fraction
-            scores[node] = round(used_fraction * MAX_SCORE)
-        return scores
+        changed = self.snapshot.capacity_changed | self.ledger.capacity_changed
+        self.snapshot.capacity_changed.clear()
+        self.ledger.capacity_changed.clear()
+        board = self._node_scores
+        for node in changed:
+            score = self._node_score(node)
+            if score:
+                board[node] = score
+            else:
+                board.pop(node, None)
+        return board
+
+    def _node_score(self, node: str) -> int:
+        """GPU fill after bound pods and reservations, 0..MAX_SCORE (spread: inverted)."""
+        info = self.snapshot.nodes.get(node)
+        total = info.allocatable.get(GPU, 0) if info else 0
+        if total <= 0:
+            return 0
+        free = total - self.snapshot.used(node).get(GPU, 0) - self.ledger.reserved(node).get(GPU, 0)
+        used_fraction = (total - max(0, free)) / total
+        if self.policy.strategy is Strategy.SPREAD:
+            used_fraction = 1 - used_fraction
+        return round(used_fraction * MAX_SCORE)
 
     # ------------------------------------------------------------------ bind
     def arrive(self, uid: str, node: str, now: float) -> BindDecision:

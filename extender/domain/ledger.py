@@ -50,6 +50,8 @@ class Ledger:
         self._plan_of: dict[str, GroupKey] = {}
         self._next_id = 1
         self.generation = 0
+        # Nodes whose reservations changed since the core last drained this set.
+        self.capacity_changed: set[str] = set()
 
     def new_plan_id(self) -> int:
         self._next_id += 1
@@ -63,6 +65,7 @@ class Ledger:
             if uid in plan.bound:
                 continue
             add_into(self._reserved[node], plan.requests[uid])
+            self.capacity_changed.add(node)
             self._plan_of[uid] = plan.group
         self.generation += 1
 
@@ -97,6 +100,7 @@ class Ledger:
         so `reserved_nodes()` costs the reservations held, not every node ever reserved."""
         reserved = self._reserved[node]
         add_into(reserved, requests, -1)
+        self.capacity_changed.add(node)
         if not any(reserved.values()):
             del self._reserved[node]
 

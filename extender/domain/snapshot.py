@@ -36,14 +36,19 @@ class ClusterSnapshot:
         # Bumped on every change that can alter what fits where; lets the core
         # memoise "this gang does not fit" until something changes.
         self.generation = 0
+        # Nodes whose allocatable or used capacity changed since the core last
+        # drained this set: it rescores only those (see GangCore.prioritize).
+        self.capacity_changed: set[str] = set()
 
     # ---- nodes ----
     def upsert_node(self, node: NodeInfo) -> None:
         self.nodes[node.name] = node
+        self.capacity_changed.add(node.name)
         self.generation += 1
 
     def delete_node(self, name: str) -> None:
         if self.nodes.pop(name, None) is not None:
+            self.capacity_changed.add(name)
             self.generation += 1
 
     # ---- pods ----
@@ -55,6 +60,7 @@ class ClusterSnapshot:
         self.pods[pod.uid] = pod
         if pod.holds_capacity and pod.node_name is not None:
             add_into(self._used[pod.node_name], pod.requests)
+            self.capacity_changed.add(pod.node_name)
         if pod.group is not None:
             self._members[pod.group].add(pod.uid)
         self.generation += 1
@@ -70,6 +76,7 @@ class ClusterSnapshot:
     def _forget(self, pod: PodInfo) -> None:
         if pod.holds_capacity and pod.node_name is not None:
             add_into(self._used[pod.node_name], pod.requests, -1)
+            self.capacity_changed.add(pod.node_name)
         if pod.group is not None:
             members = self._members.get(pod.group)
             if members is not None:
@@ -81,6 +88,7 @@ class ClusterSnapshot:
         self, nodes: Iterable[NodeInfo], pods: Iterable[PodInfo], groups: Iterable[GroupSpec]
     ) -> None:
         """Rebuild from a fresh list (start-up, or a watch that expired with 410)."""
+        self.capacity_changed.update(self.nodes)
         self.nodes = {}
         self.pods = {}
         self._used = defaultdict(dict)

@@ -126,3 +126,61 @@ def test_gangs_filtered_in_any_order_never_half_hold_or_overcommit(
     for key, plan in core.ledger.plans.items():
         members = core.snapshot.members(key)
         assert {m.uid for m in members} == set(plan.placements)
+
+
+def reference_score(core: GangCore, node: str, spread: bool) -> int:
+    """Prioritize's score from first principles: GPU fill after bound pods and reservations."""
+    info = core.snapshot.nodes.get(node)
+    total = info.allocatable.get(GPU, 0) if info else 0
+    if total <= 0:
+        return 0
+    free = core.snapshot.free(node).get(GPU, 0) - core.ledger.reserved(node).get(GPU, 0)
+    fill = (total - max(0, free)) / total
+    return round((1 - fill if spread else fill) * 10)
+
+
+operations = st.lists(
+    st.tuples(
+        st.sampled_from(["node", "drop-node", "bind", "unbind", "gang", "forget-gang"]),
+        st.integers(min_value=0, max_value=5),
+        st.integers(min_value=0, max_value=8),
+    ),
+    max_size=40,
+)
+
+
+@given(operations, st.sampled_from([Policy(), Policy(name="spread", strategy=Strategy.SPREAD)]))
+@settings(max_examples=300, deadline=None)
+def test_prioritize_scores_stay_current_through_any_sequence_of_changes(ops, policy) -> None:
+    # The score board is updated incrementally; after every change it must equal
+    # a fresh computation for every node, including removed and unknown ones.
+    core = GangCore(policy=policy, timeouts=Timeouts(60, 30, 2))
+    probe = PodInfo.from_api(make_pod("probe").gpus(1).obj())
+    names = [f"n{i}" for i in range(6)] + ["unknown"]
+    spread = policy.strategy is Strategy.SPREAD
+    for step, (op, i, gpus) in enumerate(ops):
+        node = f"n{i}"
+        if op == "node":
+            core.snapshot.upsert_node(NodeInfo.from_api(make_node(node).gpus(gpus).obj()))
+        elif op == "drop-node":
+            core.snapshot.delete_node(node)
+        elif op == "bind":
+            pod = make_pod(f"p{step}").gpus(gpus).node(node).obj()
+            core.observe_pod(PodInfo.from_api(pod), float(step))
+        elif op == "unbind":
+            bound = sorted(uid for uid, p in core.snapshot.pods.items() if p.node_name)
+            if bound:
+                core.forget_pod(bound[i % len(bound)], float(step))
+        elif op == "gang":
+            for m in range(2):
+                pod = make_pod(f"g{step}-{m}").group(f"g{step}").min_available(2).gpus(gpus)
+                core.observe_pod(PodInfo.from_api(pod.obj()), float(step))
+            member = PodInfo.from_api(
+                make_pod(f"g{step}-0").group(f"g{step}").min_available(2).gpus(gpus).obj()
+            )
+            core.filter(member, list(core.snapshot.nodes), float(step))
+        elif op == "forget-gang" and core.ledger.plans:
+            plan = sorted(core.ledger.plans.values(), key=lambda p: p.plan_id)[0]
+            core.forget_pod(next(iter(sorted(plan.placements))), float(step))
+        got = core.prioritize(probe, names)
+        assert got == {n: reference_score(core, n, spread) for n in names}, (step, op)
