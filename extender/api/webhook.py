@@ -2,10 +2,12 @@
 
 A thin shell: the decisions are `extender.injection.admission`'s; this module
 only reads the body, looks up the PodGroup, asks the allocator for an index when
-the pod brings none, and writes the AdmissionReview back.
+the pod brings none (or to claim the one it brings, denied when another live member
+of its task holds it), and writes the AdmissionReview back.
 
-HTTP status: 400 only for a body that is not an AdmissionReview (the caller's
-bug); every decision about a pod, including a denial, is a 200 AdmissionReview.
+HTTP status: 400, with {"error": ...}, only for a body that is too large, not JSON
+or not an AdmissionReview (the caller's bug); every decision about a pod, including
+a denial, is a 200 AdmissionReview.
 """
 
 from __future__ import annotations
@@ -21,13 +23,17 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from kubernetes.client.exceptions import ApiException
 
+from extender.api.body import BodyError, read_json_body
 from extender.injection.admission import (
     AdmissionDenied,
     AdmissionRequest,
     ReviewError,
     allowed_response,
+    carries_wiring,
     check_member_index,
     denied_response,
+    index_owner,
+    index_taken_message,
     no_free_index_message,
     parse_review,
     pod_group,
@@ -35,12 +41,16 @@ from extender.injection.admission import (
     render_pod_patch,
     wants_wiring,
 )
-from extender.kube.indexes import IndexAllocator, NoFreeIndexError
+from extender.kube.indexes import Claimant, IndexAllocator, IndexTakenError, NoFreeIndexError
 
 log = logging.getLogger(__name__)
 
 PodGroupReader = Callable[[str, str], dict[str, Any] | None]
 """(namespace, name) -> the PodGroup as a JSON dict, or None when there is none."""
+
+# Largest AdmissionReview body read. The API server refuses a request body over 3 MiB,
+# so a review carrying one pod (an UPDATE carries two) stays well below this.
+MAX_REQUEST_BYTES = 8 * 1024 * 1024
 
 # A denial because the API server could not be read: temporary, the creator retries.
 UNAVAILABLE_CODE = 503
@@ -48,18 +58,23 @@ UNAVAILABLE_REASON = "ServiceUnavailable"
 
 
 def create_webhook_app(
-    *, allocator: IndexAllocator, podgroup_reader: PodGroupReader | None = None
+    *,
+    allocator: IndexAllocator,
+    podgroup_reader: PodGroupReader | None = None,
+    max_request_bytes: int = MAX_REQUEST_BYTES,
 ) -> FastAPI:
-    """The webhook's FastAPI app. `podgroup_reader` gives spec.minTaskMember; None: no PodGroups."""
+    """The webhook's FastAPI app. `podgroup_reader` gives spec.minTaskMember; None: no PodGroups.
+
+    A body over `max_request_bytes` is answered with HTTP 400 before it is read in full.
+    """
     app = FastAPI(title="gang-extender webhook", docs_url=None, redoc_url=None, openapi_url=None)
 
     @app.post("/mutate")
     async def mutate(request: Request) -> Response:
-        body = await request.body()
         try:
-            review = parse_review(orjson.loads(body))
-        except orjson.JSONDecodeError as error:
-            return _json({"error": f"body is not JSON: {error}"}, status=400)
+            review = parse_review(await read_json_body(request, max_request_bytes))
+        except BodyError as error:
+            return _json({"error": error.message}, status=400)
         except ReviewError as error:
             return _json({"error": str(error)}, status=400)
         return _json(await admit(review, allocator=allocator, podgroup_reader=podgroup_reader))
@@ -92,26 +107,56 @@ async def admit(
         return _deny(review, str(denial))
 
     index = membership.explicit_index
-    remembered = False
-    if index is None:
-        limit = membership.task_limit()
-        try:
+    meta = pod.get("metadata") or {}
+    try:
+        if index is None:
             index = await allocator.allocate(
                 namespace=namespace,
                 group=group,
                 task=membership.task,
-                limit=limit,
+                limit=membership.task_limit(),
+                dry_run=review.dry_run,
+                claimant=Claimant(name=str(meta.get("name") or "")),
+            )
+        else:
+            # An index the pod brings is taken through the same per-group lock as an
+            # allocated one, so two concurrent creates cannot both hold it.
+            await allocator.claim(
+                namespace=namespace,
+                group=group,
+                task=membership.task,
+                index=index,
+                claimant=Claimant(
+                    name=str(meta.get("name") or ""),
+                    owner=index_owner(meta),
+                    rewiring=carries_wiring(pod, membership, index),
+                ),
                 dry_run=review.dry_run,
             )
-        except NoFreeIndexError as full:
-            return _deny(review, no_free_index_message(membership, full.limit))
-        except (ApiException, urllib3.exceptions.HTTPError) as error:
-            message = (
-                f"gang-extender could not list the pods of group {group!r} to pick a free "
-                f"task index ({_describe(error)}); the create can be retried"
-            )
-            return _deny(review, message, code=UNAVAILABLE_CODE)
-        remembered = not review.dry_run
+    except NoFreeIndexError as full:
+        return _deny(review, no_free_index_message(membership, full.limit))
+    except IndexTakenError as taken:
+        message = index_taken_message(
+            membership,
+            meta,
+            index=taken.index,
+            holder=taken.holder,
+            stored=taken.stored,
+            hold_left=taken.hold_left,
+        )
+        return _deny(review, message)
+    except (ApiException, urllib3.exceptions.HTTPError) as error:
+        purpose = (
+            "pick a free task index"
+            if membership.explicit_index is None
+            else f"check that task index {membership.explicit_index} is free"
+        )
+        message = (
+            f"gang-extender could not list the pods of group {group!r} to {purpose} "
+            f"({_describe(error)}); the create can be retried"
+        )
+        return _deny(review, message, code=UNAVAILABLE_CODE)
+    remembered = not review.dry_run
 
     try:
         check_member_index(membership, index)

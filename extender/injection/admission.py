@@ -5,7 +5,9 @@ The HTTP route (`extender.api.webhook`) is a thin shell around these steps:
 1. `parse_review` the body (malformed -> HTTP 400, not a denial: it is our caller's bug);
 2. `pod_group` names the group (None: allow untouched);
 3. `read_membership` validates what the pod asks for against the declared layout;
-4. the route finds an index when the pod has none (the only stateful step);
+4. the route finds an index when the pod has none, or checks that the one it brings
+   is not held by another member (`index_owner`, `carries_wiring` and
+   `index_taken_message` serve that check; the only stateful step);
 5. `check_member_index` and `render_pod_patch` give the JSON patch;
 6. `allowed_response` / `denied_response` wrap it in an AdmissionReview.
 
@@ -16,6 +18,7 @@ carries the wiring (webhook reinvocation) gets an empty patch.
 from __future__ import annotations
 
 import base64
+import math
 import posixpath
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -27,6 +30,7 @@ from extender.domain.membership import (
     GROUP_LABEL,
     JOB_COMPLETION_INDEX_ANNOTATION,
     SSH_PATH_ANNOTATION,
+    STATEFULSET_POD_INDEX_LABEL,
     TASK_INDEX_ANNOTATION,
     MembershipError,
     explicit_task_index,
@@ -235,6 +239,87 @@ def no_free_index_message(membership: PodMembership, limit: int) -> str:
         f"(indexes 0..{limit - 1} all taken), the most the layout {layout} allows; "
         f"raise the count of {membership.task!r} in the layout, or delete a member first"
     )
+
+
+def index_owner(meta: Mapping[str, Any]) -> str:
+    """The uid of the Indexed Job whose completion index is the pod's index, else "".
+
+    The Job controller keeps at most one non-terminating pod per completion index, so a
+    pod of the same Job with the same index whose create we admitted but which is not
+    stored is this pod's earlier attempt (the create failed after us, e.g. on a quota),
+    not a rival. Only when the index comes from the Job: a gang-extender.io/task-index
+    in a Job's template is the same in every pod, and two of those are rivals.
+    """
+    annotations = meta.get("annotations") or {}
+    if TASK_INDEX_ANNOTATION in annotations or JOB_COMPLETION_INDEX_ANNOTATION not in annotations:
+        return ""
+    for owner in meta.get("ownerReferences") or []:
+        api_version = str(owner.get("apiVersion") or "")
+        if (
+            owner.get("controller")
+            and owner.get("kind") == "Job"
+            and api_version.startswith("batch/")
+        ):
+            return str(owner.get("uid") or "")
+    return ""
+
+
+def carries_wiring(pod: Mapping[str, Any], membership: PodMembership, index: int) -> bool:
+    """The pod already carries this webhook's wiring as member `index`.
+
+    So the API server is calling the webhook again for the same create (reinvocation,
+    after another webhook changed the pod): the index held for the first call is this
+    pod's own. Judged by the task-index annotation and both group volumes, which a pod
+    gets from this webhook, not from a workload's template.
+    """
+    meta = pod.get("metadata") or {}
+    if (meta.get("annotations") or {}).get(TASK_INDEX_ANNOTATION) != str(index):
+        return False
+    volumes = {
+        volume.get("name"): volume for volume in (pod.get("spec") or {}).get("volumes") or []
+    }
+    svc = (volumes.get(names.SVC_VOLUME) or {}).get("configMap") or {}
+    ssh = (volumes.get(names.SSH_VOLUME) or {}).get("secret") or {}
+    return svc.get("name") == names.svc_configmap_name(membership.group) and ssh.get(
+        "secretName"
+    ) == names.ssh_secret_name(membership.group)
+
+
+def index_taken_message(
+    membership: PodMembership,
+    meta: Mapping[str, Any],
+    *,
+    index: int,
+    holder: str,
+    stored: bool,
+    hold_left: float,
+) -> str:
+    """The denial for a pod whose own index another live member of its task holds."""
+    task, where = membership.task, f"{membership.namespace}/{membership.group}"
+    who = f"pod {holder!r}" if holder else "another pod"
+    if stored:
+        taken = f"task {task!r} index {index} of group {where} is already taken by {who}"
+    else:
+        taken = (
+            f"task {task!r} index {index} of group {where} was given to {who} moments ago, "
+            f"which the API server has not stored yet (if that create failed, the index is "
+            f"free again in {max(1, math.ceil(hold_left))} s)"
+        )
+    annotations = meta.get("annotations") or {}
+    if TASK_INDEX_ANNOTATION in annotations:
+        fix = f"give this pod another {TASK_INDEX_ANNOTATION} or remove it to have one allocated"
+    else:
+        source = (
+            f"annotation {JOB_COMPLETION_INDEX_ANNOTATION} (Indexed Job)"
+            if JOB_COMPLETION_INDEX_ANNOTATION in annotations
+            else f"label {STATEFULSET_POD_INDEX_LABEL} (StatefulSet)"
+        )
+        fix = (
+            f"this pod's index comes from {source}: give each workload of the group its "
+            f"own task (label gang-extender.io/task), or set {TASK_INDEX_ANNOTATION} to a "
+            f"free index"
+        )
+    return f"{taken}; {fix}"
 
 
 def render_pod_patch(

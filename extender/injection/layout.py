@@ -227,6 +227,11 @@ def is_finished(pod: Mapping[str, Any]) -> bool:
     return (pod.get("status") or {}).get("phase") in FINISHED_PHASES
 
 
+def is_deleting(pod: Mapping[str, Any]) -> bool:
+    """The pod is being deleted (terminating): its controller may already replace it."""
+    return bool((pod.get("metadata") or {}).get("deletionTimestamp"))
+
+
 def _pod_name(pod: Mapping[str, Any]) -> str:
     return str((pod.get("metadata") or {}).get("name") or "")
 

@@ -1,26 +1,42 @@
-"""Task indexes for pods that bring none (Deployments, plain pods): lowest free, never twice.
+"""Task indexes of a group's members: never two live members with the same task+index.
+
+Two ways a pod gets its index, both through one per-group lock:
+
+- `allocate`: a pod that brings none (Deployments, plain pods) gets the lowest free one;
+- `claim`: a pod that brings one (annotation, Indexed Job, StatefulSet) is checked
+  against the group's other members and raises IndexTakenError when it is held.
 
 Why both a lock and a memory: the API server calls the webhook for many pods of
 one group at once (a Deployment scaling to 20), and a pod we gave an index to is
 not visible in a list until the API server has stored it, after the webhook
 answered. So per group:
 
-1. take the group's asyncio lock (one allocation at a time per group);
+1. take the group's asyncio lock (one allocation or claim at a time per group);
 2. list the group's pods from the API server (a consistent read, not a cache);
 3. taken = indexes of active pods of the task + indexes handed out in the last
    `hold_seconds` that no listed pod shows yet;
-4. hand out the lowest index not taken, and remember it (unless dry run).
+4. hand out the lowest index not taken (allocate), or the pod's own index when
+   nobody else holds it (claim), and remember it (unless dry run).
 
-A remembered index is forgotten once a pod showing it is listed, or after
-`hold_seconds` (the create failed later, e.g. another webhook denied it).
+A remembered index is forgotten once its pod is listed (by name; a pod without a
+name yet: once a live pod shows the index), or after `hold_seconds` (the create
+failed later, e.g. another webhook denied it).
 This holds within one process; the webhook runs on the leader replica only.
+
+Who holds an index, for a claim: a listed pod of the task showing it that is
+neither finished nor being deleted (a finished or terminating pod's index is free
+for its replacement, as an Indexed Job or StatefulSet recreates it), and that has
+another name (a pod of the same name is the replacement: the API server stores one
+pod per name); or a remembered index that is not the claimant's own (see Claimant).
+Allocation stays more careful: a pod being deleted still holds its index there.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -29,7 +45,7 @@ import orjson
 import urllib3
 
 from extender.domain.membership import MembershipError, group_name, task_name
-from extender.injection.layout import is_finished, member_index
+from extender.injection.layout import is_deleting, is_finished, member_index
 
 PodLister = Callable[[str, str], list[dict[str, Any]]]
 """(namespace, group) -> the group's pods as API JSON dicts. Blocking; run in a thread."""
@@ -52,16 +68,64 @@ class NoFreeIndexError(Exception):
         self.limit = limit
 
 
+class IndexTakenError(Exception):
+    """The index a pod brings is held by another member of the same group and task."""
+
+    def __init__(
+        self, *, task: str, index: int, holder: str, stored: bool, hold_left: float = 0.0
+    ) -> None:
+        who = f"pod {holder!r}" if holder else "a pod whose name the API server assigns"
+        super().__init__(f"index {index} of task {task!r} is taken by {who}")
+        self.task = task
+        self.index = index
+        # The holder's name; "" for a pod admitted with generateName and not stored yet.
+        self.holder = holder
+        # False: the holder was admitted moments ago and the API server has not stored
+        # it yet (or its create failed); its hold lapses in `hold_left` seconds.
+        self.stored = stored
+        self.hold_left = hold_left
+
+
+@dataclass(frozen=True)
+class Claimant:
+    """The pod that claims (or is allocated) an index: what makes a remembered index its own.
+
+    A remembered index is the claimant's own, not another pod's, when it was handed out
+    for a pod of the same `name`; or of the same `owner` (set only for pods whose index
+    a controller keeps one pod per, i.e. an Indexed Job's uid: its retried create);
+    or when the claimant is `rewiring`, i.e. already carries this webhook's wiring for
+    that index: the API server calling the webhook again for the same create.
+    """
+
+    name: str = ""
+    owner: str = ""
+    rewiring: bool = False
+
+    def owns(self, hold: _Hold) -> bool:
+        return (
+            self.rewiring
+            or (bool(self.name) and self.name == hold.name)
+            or (bool(self.owner) and self.owner == hold.owner)
+        )
+
+
+@dataclass(frozen=True)
+class _Hold:
+    until: float  # when the hold ends (clock seconds)
+    name: str = ""  # the pod's name; "" when the API server will generate it
+    owner: str = ""  # see Claimant.owner
+
+
 @dataclass
 class _GroupState:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     users: int = 0
-    # (task, index) -> when the hold ends (clock seconds)
-    handed_out: dict[tuple[str, int], float] = field(default_factory=dict)
+    # (task, index) -> the hold on it
+    handed_out: dict[tuple[str, int], _Hold] = field(default_factory=dict)
 
 
 class IndexAllocator:
-    """Lowest free task index per group, atomic within this process."""
+    """Lowest free task index per group, and checked explicit ones; atomic within this process."""
 
     def __init__(
         self,
@@ -80,7 +144,14 @@ class IndexAllocator:
         self._groups: dict[tuple[str, str], _GroupState] = {}
 
     async def allocate(
-        self, *, namespace: str, group: str, task: str, limit: int | None, dry_run: bool
+        self,
+        *,
+        namespace: str,
+        group: str,
+        task: str,
+        limit: int | None,
+        dry_run: bool,
+        claimant: Claimant | None = None,
     ) -> int:
         """The lowest free index of `task` in the group, below `limit` when one is given.
 
@@ -88,23 +159,42 @@ class IndexAllocator:
         list fails. With `dry_run` nothing is remembered: the answer may be handed out
         again, which is right, since a dry-run pod is never stored.
         """
-        key = (namespace, group)
-        state = self._groups.setdefault(key, _GroupState())
-        state.users += 1
-        try:
-            async with state.lock:
-                pods = await asyncio.to_thread(self._lister, namespace, group)
-                now = self._clock()
-                taken = self._taken(state, pods, task, now)
-                index = lowest_free(taken)
-                if limit is not None and index >= limit:
-                    raise NoFreeIndexError(task=task, limit=limit)
-                if not dry_run:
-                    state.handed_out[(task, index)] = now + self._hold_seconds
-                return index
-        finally:
-            state.users -= 1
-            self._forget_if_idle(key, state)
+        async with self._locked(namespace, group) as state:
+            pods = await asyncio.to_thread(self._lister, namespace, group)
+            now = self._clock()
+            self._forget_seen(state, pods, now)
+            index = lowest_free(self._taken(state, pods, task))
+            if limit is not None and index >= limit:
+                raise NoFreeIndexError(task=task, limit=limit)
+            if not dry_run:
+                self._hold(state, task, index, claimant or Claimant(), now)
+            return index
+
+    async def claim(
+        self,
+        *,
+        namespace: str,
+        group: str,
+        task: str,
+        index: int,
+        claimant: Claimant,
+        dry_run: bool,
+    ) -> None:
+        """Take the index a pod brings, or raise IndexTakenError naming who holds it.
+
+        Atomic with `allocate` and other claims of the group: of two concurrent
+        creates with one index, the second sees the first's hold. ApiException when
+        the list fails. With `dry_run` the check is made and nothing is remembered.
+        """
+        async with self._locked(namespace, group) as state:
+            pods = await asyncio.to_thread(self._lister, namespace, group)
+            now = self._clock()
+            self._forget_seen(state, pods, now)
+            taken = self._holder(state, pods, task, index, claimant, now)
+            if taken is not None:
+                raise taken
+            if not dry_run:
+                self._hold(state, task, index, claimant, now)
 
     def release(self, *, namespace: str, group: str, task: str, index: int) -> None:
         """Forget an index handed out for a pod that will not be created (it was denied)."""
@@ -116,27 +206,82 @@ class IndexAllocator:
         self._forget_if_idle(key, state)
 
     def remembered(self, *, namespace: str, group: str) -> dict[tuple[str, int], float]:
-        """Indexes handed out and not yet seen (for tests and debugging)."""
+        """Indexes handed out and not yet seen, with when their hold ends (tests, debugging)."""
         state = self._groups.get((namespace, group))
-        return dict(state.handed_out) if state is not None else {}
+        if state is None:
+            return {}
+        return {held: hold.until for held, hold in state.handed_out.items()}
 
-    def _taken(
-        self, state: _GroupState, pods: list[dict[str, Any]], task: str, now: float
-    ) -> set[int]:
-        visible: set[tuple[str, int]] = set()
+    @asynccontextmanager
+    async def _locked(self, namespace: str, group: str) -> AsyncIterator[_GroupState]:
+        key = (namespace, group)
+        state = self._groups.setdefault(key, _GroupState())
+        state.users += 1
+        try:
+            async with state.lock:
+                yield state
+        finally:
+            state.users -= 1
+            self._forget_if_idle(key, state)
+
+    def _hold(
+        self, state: _GroupState, task: str, index: int, claimant: Claimant, now: float
+    ) -> None:
+        state.handed_out[(task, index)] = _Hold(
+            until=now + self._hold_seconds, name=claimant.name, owner=claimant.owner
+        )
+
+    def _forget_seen(self, state: _GroupState, pods: list[dict[str, Any]], now: float) -> None:
+        """Drop holds that lapsed or whose pod the list shows (it now speaks for itself)."""
+        names: set[str] = set()
+        live: set[tuple[str, int]] = set()
+        for pod in pods:
+            meta = pod.get("metadata") or {}
+            names.add(str(meta.get("name") or ""))
+            index = member_index(meta)
+            if index is not None and not is_finished(pod) and not is_deleting(pod):
+                live.add((task_name(meta), index))
+        for held, hold in list(state.handed_out.items()):
+            seen = hold.name in names if hold.name else held in live
+            if seen or hold.until <= now:
+                del state.handed_out[held]
+
+    def _taken(self, state: _GroupState, pods: list[dict[str, Any]], task: str) -> set[int]:
+        taken: set[int] = set()
         for pod in pods:
             if is_finished(pod):
                 continue  # a finished pod's index is free for its replacement
             meta = pod.get("metadata") or {}
             index = member_index(meta)
-            if index is not None:
-                visible.add((task_name(meta), index))
-        for held, until in list(state.handed_out.items()):
-            if held in visible or until <= now:
-                del state.handed_out[held]
-        taken = {index for each_task, index in visible if each_task == task}
+            if index is not None and task_name(meta) == task:
+                taken.add(index)
         taken |= {index for each_task, index in state.handed_out if each_task == task}
         return taken
+
+    def _holder(
+        self,
+        state: _GroupState,
+        pods: list[dict[str, Any]],
+        task: str,
+        index: int,
+        claimant: Claimant,
+        now: float,
+    ) -> IndexTakenError | None:
+        for pod in pods:
+            if is_finished(pod) or is_deleting(pod):
+                continue  # its replacement may take the index
+            meta = pod.get("metadata") or {}
+            name = str(meta.get("name") or "")
+            if claimant.name and name == claimant.name:
+                continue  # the replacement itself (the API server keeps one pod per name)
+            if task_name(meta) == task and member_index(meta) == index:
+                return IndexTakenError(task=task, index=index, holder=name, stored=True)
+        hold = state.handed_out.get((task, index))
+        if hold is not None and not claimant.owns(hold):
+            return IndexTakenError(
+                task=task, index=index, holder=hold.name, stored=False, hold_left=hold.until - now
+            )
+        return None
 
     def _forget_if_idle(self, key: tuple[str, str], state: _GroupState) -> None:
         # Bounded memory: a group nobody is allocating for and with nothing held is dropped.

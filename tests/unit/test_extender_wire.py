@@ -6,8 +6,6 @@ Regenerate after a deliberate format change with UPDATE_GOLDEN=1.
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +19,7 @@ from extender.domain.model import GroupSpec, NodeInfo, PodInfo
 from extender.domain.policy import Policy
 from extender.metrics import Metrics
 from tests.builders import make_node, make_pod, make_podgroup
+from tests.golden_files import expected_golden
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "extender"
 T0 = 1_800_000_000.0
@@ -127,9 +126,8 @@ async def test_wire_format_matches_golden(case: str) -> None:
     assert response.status_code == 200
     path = GOLDEN / f"{case}.json"
     actual = {"verb": verb, "request": request, "response": response.json()}
-    if os.environ.get("UPDATE_GOLDEN") == "1" or not path.exists():
-        path.write_text(json.dumps(actual, indent=2, sort_keys=True) + "\n")
-    expected = json.loads(path.read_text())
+    # A missing golden file fails the test; UPDATE_GOLDEN=1 writes it (tests/golden_files.py).
+    expected = expected_golden(path, actual)
     assert actual["response"] == expected["response"]
     assert actual["request"] == expected["request"]
 

@@ -1,4 +1,7 @@
-"""Task indexes for pods that bring none: lowest free, never twice, also under concurrent creates."""
+"""Task indexes: lowest free for pods that bring none, checked for pods that bring one.
+
+Never two live members with the same task+index, also under concurrent creates.
+"""
 
 from __future__ import annotations
 
@@ -14,7 +17,13 @@ from extender.domain.membership import (
     TASK_INDEX_ANNOTATION,
     VOLCANO_GROUP_ANNOTATION,
 )
-from extender.kube.indexes import IndexAllocator, NoFreeIndexError, api_pod_lister
+from extender.kube.indexes import (
+    Claimant,
+    IndexAllocator,
+    IndexTakenError,
+    NoFreeIndexError,
+    api_pod_lister,
+)
 from tests.builders import make_pod
 from tests.unit.test_webhook_wiring import FakeApiServer
 
@@ -221,6 +230,215 @@ def test_api_errors_propagate_and_leave_nothing_remembered() -> None:
 def test_exactly_one_of_api_client_or_lister() -> None:
     with pytest.raises(ValueError, match="exactly one"):
         IndexAllocator()
+
+
+def claim(
+    allocator: IndexAllocator,
+    index: int,
+    *,
+    name: str = "",
+    owner: str = "",
+    rewiring: bool = False,
+    task: str = "worker",
+    dry_run: bool = False,
+) -> None:
+    asyncio.run(
+        allocator.claim(
+            namespace=NS,
+            group="g",
+            task=task,
+            index=index,
+            claimant=Claimant(name=name, owner=owner, rewiring=rewiring),
+            dry_run=dry_run,
+        )
+    )
+
+
+def terminating(pod: dict[str, Any]) -> dict[str, Any]:
+    pod["metadata"]["deletionTimestamp"] = "2030-01-01T00:00:00Z"
+    return pod
+
+
+class TestClaim:
+    """An index the pod brings (annotation, Indexed Job, StatefulSet) is checked, not trusted."""
+
+    def test_a_free_index_is_claimed_and_remembered(self) -> None:
+        allocator = IndexAllocator(lister=FakeCluster([member("a", 0)]).list)
+        claim(allocator, 1, name="b")
+        assert set(allocator.remembered(namespace=NS, group="g")) == {("worker", 1)}
+
+    def test_an_index_a_live_member_holds_is_refused_naming_the_holder(self) -> None:
+        allocator = IndexAllocator(lister=FakeCluster([member("a", 0)]).list)
+        with pytest.raises(IndexTakenError) as raised:
+            claim(allocator, 0, name="b")
+        assert (raised.value.holder, raised.value.stored) == ("a", True)
+        assert (raised.value.task, raised.value.index) == ("worker", 0)
+        assert allocator.remembered(namespace=NS, group="g") == {}
+
+    def test_the_same_index_of_another_task_is_free(self) -> None:
+        allocator = IndexAllocator(lister=FakeCluster([member("m", 0, task="master")]).list)
+        claim(allocator, 0, name="w", task="worker")
+
+    @pytest.mark.parametrize(
+        "holder",
+        [
+            pytest.param(member("old", 0, phase="Failed"), id="failed"),
+            pytest.param(member("old", 0, phase="Succeeded"), id="succeeded"),
+            pytest.param(terminating(member("old", 0)), id="terminating"),
+        ],
+    )
+    def test_a_finished_or_terminating_holder_leaves_the_index_to_its_replacement(
+        self, holder: dict[str, Any]
+    ) -> None:
+        claim(IndexAllocator(lister=FakeCluster([holder]).list), 0, name="new")
+
+    def test_a_pod_of_the_same_name_is_the_replacement_itself(self) -> None:
+        # A StatefulSet recreates train-0 under the same name; the API server stores one.
+        claim(IndexAllocator(lister=FakeCluster([member("train-0", 0)]).list), 0, name="train-0")
+
+    def test_an_index_claimed_but_not_yet_stored_is_refused_to_another_pod(self) -> None:
+        clock = Clock()
+        allocator = IndexAllocator(lister=FakeCluster().list, hold_seconds=60, clock=clock)
+        claim(allocator, 0, name="a")
+        clock.now += 15
+        with pytest.raises(IndexTakenError) as raised:
+            claim(allocator, 0, name="b")
+        assert (raised.value.holder, raised.value.stored) == ("a", False)
+        assert raised.value.hold_left == 45
+
+    def test_an_unseen_claim_is_freed_after_the_hold(self) -> None:
+        clock = Clock()
+        allocator = IndexAllocator(lister=FakeCluster().list, hold_seconds=60, clock=clock)
+        claim(allocator, 0, name="a")
+        clock.now += 61  # the create failed after admission: pod a was never stored
+        claim(allocator, 0, name="b")
+
+    def test_a_claim_is_forgotten_once_its_pod_is_listed(self) -> None:
+        cluster = FakeCluster()
+        allocator = IndexAllocator(lister=cluster.list)
+        claim(allocator, 0, name="a")
+        cluster.store(member("a", 0))
+        claim(allocator, 1, name="b")
+        assert set(allocator.remembered(namespace=NS, group="g")) == {("worker", 1)}
+
+    def test_a_claim_is_not_forgotten_because_the_terminating_pod_it_replaces_is_listed(
+        self,
+    ) -> None:
+        # Why: the old pod still shows index 0 while it terminates; it is not the
+        # replacement, so the replacement's claim must keep holding index 0.
+        allocator = IndexAllocator(lister=FakeCluster([terminating(member("old", 0))]).list)
+        claim(allocator, 0)  # the replacement, its name still to be generated
+        with pytest.raises(IndexTakenError):
+            claim(allocator, 0, name="rival")
+
+    def test_a_retried_create_of_the_same_name_may_take_its_own_unstored_index(self) -> None:
+        allocator = IndexAllocator(lister=FakeCluster().list)
+        claim(allocator, 0, name="a")  # admitted, then refused by a quota after us
+        claim(allocator, 0, name="a")
+
+    def test_a_retried_create_of_the_same_indexed_job_may_take_its_own_unstored_index(
+        self,
+    ) -> None:
+        allocator = IndexAllocator(lister=FakeCluster().list)
+        claim(allocator, 0, owner="job-uid")
+        claim(allocator, 0, owner="job-uid")
+        with pytest.raises(IndexTakenError):
+            claim(allocator, 0, owner="other-job-uid")
+
+    def test_a_reinvoked_pod_keeps_the_index_held_for_its_first_call(self) -> None:
+        allocator = IndexAllocator(lister=FakeCluster().list)
+        assert allocate(allocator) == 0  # first call: a generateName pod, index allocated
+        claim(allocator, 0, rewiring=True)  # second call: it now carries index 0
+        with pytest.raises(IndexTakenError):
+            claim(allocator, 0)  # another pod that merely brings index 0
+
+    def test_allocation_skips_a_claimed_index_and_a_claim_refuses_an_allocated_one(
+        self,
+    ) -> None:
+        allocator = IndexAllocator(lister=FakeCluster().list)
+        claim(allocator, 0, name="explicit")
+        assert allocate(allocator) == 1
+        with pytest.raises(IndexTakenError) as raised:
+            claim(allocator, 1, name="late")
+        assert (raised.value.holder, raised.value.stored) == ("", False)
+
+    def test_dry_run_checks_but_remembers_nothing(self) -> None:
+        allocator = IndexAllocator(lister=FakeCluster([member("a", 0)]).list)
+        with pytest.raises(IndexTakenError):
+            claim(allocator, 0, name="b", dry_run=True)
+        claim(allocator, 1, name="b", dry_run=True)
+        assert allocator.remembered(namespace=NS, group="g") == {}
+        claim(allocator, 1, name="c")
+
+    def test_api_errors_propagate_and_leave_nothing_remembered(self) -> None:
+        def lister(namespace: str, group: str) -> list[dict[str, Any]]:
+            raise OSError("connection refused")
+
+        allocator = IndexAllocator(lister=lister)
+        with pytest.raises(OSError):
+            claim(allocator, 0, name="a")
+        assert allocator.remembered(namespace=NS, group="g") == {}
+
+    def test_of_twenty_concurrent_creates_with_one_index_exactly_one_gets_it(self) -> None:
+        cluster = FakeCluster(latency=0.02)
+        allocator = IndexAllocator(lister=cluster.list)
+
+        async def create(name: str) -> bool:
+            try:
+                await allocator.claim(
+                    namespace=NS,
+                    group="g",
+                    task="worker",
+                    index=0,
+                    claimant=Claimant(name=name),
+                    dry_run=False,
+                )
+            except IndexTakenError:
+                return False
+            await asyncio.sleep(random.random() * 0.005)
+            cluster.store(member(name, 0))
+            return True
+
+        async def main() -> list[bool]:
+            return await asyncio.gather(*(create(f"p{i}") for i in range(20)))
+
+        assert sum(asyncio.run(main())) == 1
+
+    def test_concurrent_claims_and_allocations_never_share_an_index(self) -> None:
+        cluster = FakeCluster(latency=0.02)
+        allocator = IndexAllocator(lister=cluster.list)
+
+        async def explicit(name: str, index: int) -> int | None:
+            try:
+                await allocator.claim(
+                    namespace=NS,
+                    group="g",
+                    task="worker",
+                    index=index,
+                    claimant=Claimant(name=name),
+                    dry_run=False,
+                )
+            except IndexTakenError:
+                return None
+            cluster.store(member(name, index))
+            return index
+
+        async def allocated(name: str) -> int:
+            index = await allocator.allocate(
+                namespace=NS, group="g", task="worker", limit=None, dry_run=False
+            )
+            cluster.store(member(name, index))
+            return index
+
+        async def main() -> list[int | None]:
+            creates = [explicit(f"e{i}", i % 3) for i in range(6)]
+            creates += [allocated(f"a{i}") for i in range(6)]
+            random.shuffle(creates)
+            return await asyncio.gather(*creates)
+
+        admitted = [index for index in asyncio.run(main()) if index is not None]
+        assert len(admitted) == len(set(admitted))
+        assert len(cluster.pods) == len(admitted) >= 6  # allocation always finds a free one
 
 
 class TestApiPodLister:
