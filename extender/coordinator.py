@@ -96,7 +96,6 @@ class SchedulingCoordinator:
             remaining = (deadline - self.clock()) if deadline is not None else 0.0
             if remaining <= 0:
                 message = self.core.barrier_timed_out(plan_id, group, self.clock())
-                self.metrics.barrier_timeouts.inc()
                 self.flush_effects()
                 return message
             try:
@@ -126,14 +125,16 @@ class SchedulingCoordinator:
         """The scheduler's copy of the pod, or ours when we have it (ours carries plan notes)."""
         # Look the pod up by the uid PodInfo.from_api would give it, and parse only
         # a pod the cache has not seen: filter and prioritize come for every pod.
-        meta = pod["metadata"]
-        cached = self.core.snapshot.pods.get(
-            meta.get("uid") or f"{meta.get('namespace')}/{meta['name']}"
-        )
+        cached = self.core.snapshot.pods.get(pod["metadata"]["uid"])
         if cached is not None:
             return cached
         info = PodInfo.from_api(pod)
-        self.core.snapshot.upsert_pod(info)
+        # A pod the watch has not delivered yet is recorded, so a gang member known only
+        # from a request still joins its group's quorum and is refused a lone bind. One
+        # that claims a node is not: kube-scheduler only asks about pods it is placing,
+        # and only the watch may say what holds capacity.
+        if not info.is_bound:
+            self.core.snapshot.upsert_pod(info)
         return info
 
     def flush_effects(self) -> None:
@@ -141,6 +142,13 @@ class SchedulingCoordinator:
         if not effects:
             return
         for effect in effects:
+            # Counted here, not at the waiter: the periodic expiry may drop the plan first.
+            if (
+                isinstance(effect, PlanDropped)
+                and effect.timed_out
+                and effect.plan.barrier_started is not None
+            ):
+                self.metrics.barrier_timeouts.inc()
             if isinstance(effect, PlanDropped | GangBound):
                 # Wake waiters of a dropped plan; forget the event of a finished one.
                 event = self._barriers.pop(effect.plan.plan_id, None)

@@ -15,6 +15,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, ValidationError
 
+from extender.api.body import BodyError, read_json_body
 from extender.api.wire import ExtenderArgs, ExtenderBindingArgs
 from extender.domain.gang import FilterDecision
 from extender.metrics import Metrics
@@ -45,16 +46,10 @@ def json_response(body: Any, status: int = 200) -> Response:
 
 
 async def read_model(request: Request, model: type[Model], max_bytes: int) -> Model:
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > max_bytes:
-        raise BadRequest(f"request body of {declared} bytes exceeds the {max_bytes} byte limit")
-    body = await request.body()
-    if len(body) > max_bytes:
-        raise BadRequest(f"request body of {len(body)} bytes exceeds the {max_bytes} byte limit")
     try:
-        raw = orjson.loads(body)
-    except orjson.JSONDecodeError as err:
-        raise BadRequest(f"body is not JSON: {err}") from None
+        raw = await read_json_body(request, max_bytes)
+    except BodyError as err:
+        raise BadRequest(err.message) from None
     if not isinstance(raw, dict):
         raise BadRequest(f"expected a JSON object for {model.__name__}")
     try:

@@ -10,12 +10,65 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 
 class _Wire(BaseModel):
     # Unknown keys are ignored: newer schedulers may add fields.
     model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+
+class _Resources(_Wire):
+    requests: dict[str, str | int | float] | None = None
+    limits: dict[str, str | int | float] | None = None
+
+
+class _Container(_Wire):
+    resources: _Resources | None = None
+    restartPolicy: str | None = None
+
+
+class _Toleration(_Wire):
+    key: str | None = None
+    operator: str | None = None
+    value: str | None = None
+    effect: str | None = None
+
+
+class _PodMeta(_Wire):
+    name: str = Field(min_length=1)
+    namespace: str | None = None
+    uid: str = Field(min_length=1)
+    labels: dict[str, str] | None = None
+    annotations: dict[str, str] | None = None
+    creationTimestamp: str | None = None
+    deletionTimestamp: str | None = None
+
+
+class _PodSpec(_Wire):
+    containers: list[_Container] | None = None
+    initContainers: list[_Container] | None = None
+    overhead: dict[str, str | int | float] | None = None
+    nodeName: str | None = None
+    schedulerName: str | None = None
+    nodeSelector: dict[str, str] | None = None
+    tolerations: list[_Toleration] | None = None
+
+
+class _PodStatus(_Wire):
+    phase: str | None = None
+
+
+class PodShape(_Wire):
+    """The parts of a Pod the scheduling core reads, with their types.
+
+    Checked on every request so that a pod of the wrong shape is a 400 naming the
+    field, not a crash deep in the core; the pod itself stays a plain dict.
+    """
+
+    metadata: _PodMeta
+    spec: _PodSpec | None = None
+    status: _PodStatus | None = None
 
 
 class NodeList(_Wire):
@@ -29,10 +82,16 @@ class ExtenderArgs(_Wire):
 
     @field_validator("Pod")
     @classmethod
-    def _pod_has_identity(cls, pod: dict[str, Any]) -> dict[str, Any]:
-        meta = pod.get("metadata")
-        if not isinstance(meta, dict) or not meta.get("name"):
-            raise ValueError("Pod.metadata.name is required")
+    def _pod_has_a_readable_shape(cls, pod: dict[str, Any]) -> dict[str, Any]:
+        try:
+            PodShape.model_validate(pod)
+        except ValidationError as err:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc'])}: "
+                + ("should be an object" if e["type"] == "model_type" else e["msg"])
+                for e in err.errors()
+            )
+            raise ValueError(f"not a Pod this extender can read: {problems}") from None
         return pod
 
     def candidate_names(self) -> list[str]:

@@ -126,6 +126,7 @@ def test_deploy_renders_everything_the_install_needs(rendered) -> None:
         ("Deployment", "gang-scheduler"),
         ("Service", "gang-extender"),
         ("PodDisruptionBudget", "gang-extender"),
+        ("NetworkPolicy", "gang-extender"),
         ("MutatingWebhookConfiguration", "gang-extender"),
     ]:
         assert expected in kinds, f"{expected} missing from `kubectl kustomize deploy/`"

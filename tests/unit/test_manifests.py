@@ -387,3 +387,22 @@ def test_mpijob_example_uses_the_scheduler_plugins_podgroup_and_label() -> None:
         assert template["spec"]["schedulerName"] == "gang-extender"
         members += workload["spec"].get("replicas", 1)
     assert members == group["spec"]["minMember"]
+
+
+def test_only_the_gang_scheduler_may_reach_the_extender_port() -> None:
+    # The extender binds what it is asked to and does not authenticate its client.
+    policy = one("NetworkPolicy", SERVICE)
+    service_labels = one("Deployment", SERVICE)["spec"]["template"]["metadata"]["labels"]
+    scheduler_labels = one("Deployment", SCHEDULER)["spec"]["template"]["metadata"]["labels"]
+    ports = {p["name"] for p in pod_spec(SERVICE)["containers"][0]["ports"]}
+    selector = policy["spec"]["podSelector"]["matchLabels"]
+    assert selector.items() <= service_labels.items()
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    rules = policy["spec"]["ingress"]
+    by_port = {p["port"]: rule for rule in rules for p in rule["ports"]}
+    assert set(by_port) == ports == {"extender", "webhook", "metrics"}
+    extender_from = by_port["extender"]["from"]
+    assert [f["podSelector"]["matchLabels"] for f in extender_from] == [
+        {"app.kubernetes.io/name": scheduler_labels["app.kubernetes.io/name"]}
+    ]
+    assert "from" not in by_port["webhook"] and "from" not in by_port["metrics"]

@@ -1,0 +1,185 @@
+"""What the extender does with requests it should not trust: malformed pods, pods that
+claim a node, and barriers that time out however the timeout is noticed."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from typing import Any
+
+import pytest
+
+from extender.api.wire import ExtenderBindingArgs
+from extender.coordinator import SchedulingCoordinator
+from extender.domain.gang import GangCore, Timeouts, Verdict
+from extender.domain.model import GroupSpec, NodeInfo, PodInfo
+from extender.domain.policy import Policy
+from extender.metrics import Metrics
+from tests.builders import make_node, make_pod, make_podgroup
+from tests.unit.test_extender_wire import ROOMY, RecordingBinder, build, seed_pods
+
+
+def broken(path: list[str | int], value: Any) -> dict[str, Any]:
+    pod = make_pod("odd").gpus(1).obj()
+    target: Any = pod
+    for step in path[:-1]:
+        target = target[step]
+    target[path[-1]] = value
+    return pod
+
+
+MALFORMED_PODS = [
+    pytest.param(
+        broken(["spec", "containers"], "busybox"), "spec.containers", id="containers-not-a-list"
+    ),
+    pytest.param(
+        broken(["spec", "containers", 0], "busybox"),
+        "spec.containers.0",
+        id="container-not-an-object",
+    ),
+    pytest.param(
+        broken(["spec", "containers", 0, "resources", "requests"], ["nvidia.com/gpu"]),
+        "spec.containers.0.resources.requests",
+        id="requests-not-a-map",
+    ),
+    pytest.param(
+        broken(["metadata", "labels"], ["a", "b"]), "metadata.labels", id="labels-not-a-map"
+    ),
+    pytest.param(broken(["metadata", "uid"], ""), "metadata.uid", id="empty-uid"),
+    pytest.param(
+        broken(["spec", "tolerations"], "all"), "spec.tolerations", id="tolerations-not-a-list"
+    ),
+    pytest.param(broken(["spec"], 7), "spec", id="spec-not-an-object"),
+]
+
+
+@pytest.mark.parametrize("verb", ["filter", "prioritize"])
+@pytest.mark.parametrize(("pod", "field"), MALFORMED_PODS)
+async def test_a_pod_of_the_wrong_shape_gets_400_naming_the_field(
+    verb: str, pod: dict[str, Any], field: str
+) -> None:
+    client, _, _ = build(ROOMY, seed_pods())
+    async with client:
+        response = await client.post(f"/{verb}", json={"Pod": pod, "NodeNames": ["n1", "n2"]})
+        assert response.status_code == 400
+        error = response.json()["Error"]
+        assert f"not a Pod this extender can read: {field}: " in error
+        # The service is still up and answering.
+        ok = await client.post(
+            "/filter", json={"Pod": make_pod("plain").obj(), "NodeNames": ["n1"]}
+        )
+        assert ok.status_code == 200
+
+
+async def test_a_request_pod_that_claims_a_node_does_not_take_its_capacity() -> None:
+    # kube-scheduler only asks about pods it is placing; only the watch says what is bound.
+    client, _, core = build(ROOMY, seed_pods())
+    claims_n2 = make_pod("impostor").gpus(4).node("n2").obj()
+    wants_n2 = make_pod("plain").gpus(4).obj()
+    async with client:
+        before = (
+            await client.post("/prioritize", json={"Pod": wants_n2, "NodeNames": ["n2"]})
+        ).json()
+        await client.post("/prioritize", json={"Pod": claims_n2, "NodeNames": ["n2"]})
+        after = (
+            await client.post("/prioritize", json={"Pod": wants_n2, "NodeNames": ["n2"]})
+        ).json()
+        fit = (
+            await client.post("/filter", json={"Pod": wants_n2, "NodeNames": ["n1", "n2"]})
+        ).json()
+    assert before == after == [{"Host": "n2", "Score": 0}]
+    assert core.snapshot.free_gpus("n2") == 4
+    assert claims_n2["metadata"]["uid"] not in core.snapshot.pods
+    assert fit["NodeNames"] == ["n1", "n2"]
+
+
+async def test_a_pending_gang_member_seen_first_in_a_request_is_recorded_and_refused_a_lone_bind() -> (
+    None
+):
+    # The watch may deliver a pod after kube-scheduler asks about it; the member must still
+    # be known as one, so a bind without a plan is refused rather than done alone.
+    client, binder, core = build(ROOMY, [])
+    early = make_pod("early").group("job").gpus(1).obj()
+    async with client:
+        held = (await client.post("/filter", json={"Pod": early, "NodeNames": ["n1", "n2"]})).json()
+        bind = await client.post(
+            "/bind",
+            json={
+                "PodName": "early",
+                "PodNamespace": "default",
+                "PodUID": early["metadata"]["uid"],
+                "Node": "n1",
+            },
+        )
+    assert held["NodeNames"] == [] and set(held["FailedAndUnresolvableNodes"]) == {"n1", "n2"}
+    assert early["metadata"]["uid"] in core.snapshot.pods
+    assert "has no plan" in bind.json()["Error"]
+    assert binder.bound == []
+
+
+class Clock:
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def counter(metrics: Metrics, name: str) -> float:
+    value = metrics.registry.get_sample_value(name)
+    assert value is not None, f"{name} is not exported"
+    return value
+
+
+async def test_a_barrier_expired_by_the_periodic_tick_counts_as_one_barrier_timeout() -> None:
+    clock = Clock(1_000.0)
+    core = GangCore(policy=Policy(), timeouts=Timeouts(60, 30, 2))
+    for node in (make_node("n1").gpus(4).obj(),):
+        core.snapshot.upsert_node(NodeInfo.from_api(node))
+    members = [make_pod(f"w{i}").group("job").gpus(1).obj() for i in range(2)]
+    for pod in members:
+        core.observe_pod(PodInfo.from_api(pod), clock.now)
+    core.snapshot.upsert_podgroup(
+        GroupSpec.from_podgroup(make_podgroup("job", 2), source="PodGroup")
+    )
+    metrics = Metrics()
+    binder = RecordingBinder()
+    coordinator = SchedulingCoordinator(
+        core, binder, metrics, effect_sink=lambda e: None, clock=clock
+    )
+
+    decision = coordinator.filter(copy.deepcopy(members[0]), ["n1"])
+    assert decision.verdict is Verdict.PLANNED
+    first = asyncio.create_task(
+        coordinator.bind(
+            ExtenderBindingArgs(
+                PodName="w0",
+                PodNamespace="default",
+                PodUID=members[0]["metadata"]["uid"],
+                Node="n1",
+            )
+        )
+    )
+    await asyncio.sleep(0)  # w0 is inside the barrier; w1 never arrives
+    clock.now += 61  # past the group's schedule timeout and the barrier timeout
+    coordinator.tick()
+    error = await asyncio.wait_for(first, timeout=5)
+
+    assert "timeout" in error
+    assert binder.bound == []
+    assert counter(metrics, "gang_extender_bind_barrier_timeouts_total") == 1
+
+
+async def test_a_chunked_body_without_length_is_cut_off_at_the_limit() -> None:
+    # No Content-Length: the limit has to hold while the stream is read.
+    client, _, _ = build(ROOMY, seed_pods())
+
+    async def endless_names():
+        yield b'{"Pod": {"metadata": {"name": "p", "uid": "u"}}, "NodeNames": ['
+        for i in range(200_000):
+            yield b'"node-%07d",' % i
+
+    async with client:
+        response = await client.post("/filter", content=endless_names())
+    assert response.status_code == 400
+    assert "exceeds the 1048576 byte limit (reading stopped after" in response.json()["Error"]
