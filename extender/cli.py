@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import signal
 import sys
 from pathlib import Path
@@ -14,41 +15,93 @@ from extender import __version__
 DEFAULT_DEV_DIR = Path(os.environ.get("GANG_DEV_DIR", ".dev/cluster"))
 
 
+# Usage or configuration error: the exit status of argparse itself.
+EXIT_USAGE = 2
+
+# The flag of each setting `serve` takes from the command line (others are env-only).
+SERVE_FLAGS = (
+    "kubeconfig",
+    "bind_address",
+    "extender_port",
+    "webhook_port",
+    "metrics_port",
+    "tls_cert",
+    "tls_key",
+    "tls_dir",
+    "policy",
+    "log_level",
+    "leader_elect",
+    "lease_namespace",
+    "bind_barrier_timeout_seconds",
+    "webhook_config_name",
+)
+
+
+def _fail(message: str) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def _setting_source(field: str, from_flags: dict[str, Any]) -> str:
+    if field in from_flags:
+        return "--" + field.replace("_", "-")
+    return "GANG_" + field.upper()
+
+
+def _settings_error(err: Exception, from_flags: dict[str, Any]) -> str:
+    """One line naming each bad setting where it came from (flag or GANG_* variable)."""
+    from pydantic import ValidationError
+
+    if isinstance(err, ValidationError):
+        problems = []
+        for e in err.errors():
+            field = str(e["loc"][0]) if e["loc"] else ""
+            source = _setting_source(field, from_flags) if field else "settings"
+            message = str(e["msg"]).removeprefix("Value error, ")
+            if e.get("type") == "extra_forbidden":
+                problems.append(f"{source}: not a setting")
+            elif "input" in e and not isinstance(e["input"], dict):
+                problems.append(f"{source}={e['input']!r}: {message}")
+            else:
+                problems.append(f"{source}: {message}")
+        return "invalid setting: " + "; ".join(problems)
+    # pydantic-settings could not decode a variable (a list setting takes JSON).
+    match = re.search(r'field "(\w+)"', str(err))
+    if match:
+        return (
+            f"invalid setting: {_setting_source(match.group(1), from_flags)}: cannot be "
+            f"parsed; list settings take JSON, e.g. GANG_TLS_HOSTS='[\"localhost\"]'"
+        )
+    return f"invalid setting: {err}"
+
+
 def _serve(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+    from pydantic_settings import SettingsError
+
     from extender.config import Settings
     from extender.domain.policy import PolicyError, load_policy
-    from extender.service import serve
+    from extender.service import StartupError, serve
 
     overrides: dict[str, Any] = {}
-    for field in (
-        "kubeconfig",
-        "bind_address",
-        "extender_port",
-        "webhook_port",
-        "metrics_port",
-        "tls_cert",
-        "tls_key",
-        "tls_dir",
-        "policy",
-        "log_level",
-        "leader_elect",
-        "lease_namespace",
-        "bind_barrier_timeout_seconds",
-        "webhook_config_name",
-    ):
+    for field in SERVE_FLAGS:
         value = getattr(args, field, None)
         if value is not None:
             overrides[field] = value
-    settings = Settings(**overrides)
+    try:
+        settings = Settings(**overrides)
+    except (ValidationError, SettingsError) as err:
+        return _fail(_settings_error(err, overrides))
     if bool(settings.tls_cert) != bool(settings.tls_key):
-        print("error: --tls-cert and --tls-key go together", file=sys.stderr)
-        return 2
+        return _fail("--tls-cert and --tls-key go together")
     try:
         load_policy(settings.policy)
     except PolicyError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    serve(settings)
+        return _fail(str(err))
+    try:
+        serve(settings)
+    except StartupError as err:
+        return _fail(str(err))
     return 0
 
 
@@ -137,7 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--tls-key", type=Path, help="serving key (PEM)")
     serve.add_argument("--tls-dir", type=Path, help="where the self-managed CA and cert live")
     serve.add_argument("--policy", type=Path, help="placement policy file (policies/*.yaml)")
-    serve.add_argument("--log-level", help="DEBUG, INFO, WARNING (default INFO)")
+    serve.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR (default INFO)")
     serve.add_argument(
         "--leader-elect", action="store_true", default=None, help="elect a leader on a Lease"
     )

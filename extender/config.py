@@ -8,8 +8,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+MAX_PORT = 65535
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
 class Settings(BaseSettings):
@@ -19,9 +22,15 @@ class Settings(BaseSettings):
         default=None, description="kubeconfig file; in-cluster config when unset"
     )
     bind_address: str = Field(default="0.0.0.0", description="address all listeners bind")
-    extender_port: int = Field(default=8443, description="HTTPS scheduler-extender port")
-    webhook_port: int = Field(default=9443, description="HTTPS admission-webhook port")
-    metrics_port: int = Field(default=8080, description="HTTP /metrics, /healthz, /readyz port")
+    extender_port: int = Field(
+        default=8443, ge=0, le=MAX_PORT, description="HTTPS scheduler-extender port"
+    )
+    webhook_port: int = Field(
+        default=9443, ge=0, le=MAX_PORT, description="HTTPS admission-webhook port"
+    )
+    metrics_port: int = Field(
+        default=8080, ge=0, le=MAX_PORT, description="HTTP /metrics, /healthz, /readyz port"
+    )
 
     tls_cert: Path | None = Field(default=None, description="serving cert (PEM); with tls_key")
     tls_key: Path | None = Field(default=None, description="serving key (PEM); with tls_cert")
@@ -69,4 +78,33 @@ class Settings(BaseSettings):
     lease_duration_seconds: float = Field(default=15.0, gt=0)
     lease_renew_seconds: float = Field(default=5.0, gt=0)
 
-    log_level: str = Field(default="INFO")
+    # API writes the controller makes on the core's behalf (planned-node annotations,
+    # Events): a transient failure (no answer, 408, 429, 5xx) is tried again, up to
+    # this many attempts in all, waiting api_write_backoff_seconds after the first
+    # failure and doubling up to api_write_backoff_max_seconds. What still fails is
+    # logged and counted in gang_extender_api_write_errors_total.
+    api_write_attempts: int = Field(default=4, ge=1)
+    api_write_backoff_seconds: float = Field(default=0.2, gt=0)
+    api_write_backoff_max_seconds: float = Field(default=2.0, gt=0)
+    # One write must not hold a group's effects for long: a slow API server fails
+    # the attempt, and the retry above tries again.
+    api_write_timeout_seconds: float = Field(default=10.0, gt=0)
+    # Groups whose effects are carried out at the same time. One group's effects
+    # always run one after another, in the order the core emitted them.
+    effect_concurrency: int = Field(default=8, ge=1)
+    # A CA bundle that could not be written into the MutatingWebhookConfiguration
+    # (the API server could not call the webhook) is written again in the
+    # background, doubling the wait up to the maximum; the replica is not Ready
+    # until it succeeds.
+    ca_bundle_retry_min_seconds: float = Field(default=1.0, gt=0)
+    ca_bundle_retry_max_seconds: float = Field(default=30.0, gt=0)
+
+    log_level: str = Field(default="INFO", description="DEBUG, INFO, WARNING, ERROR")
+
+    @field_validator("log_level")
+    @classmethod
+    def _known_log_level(cls, value: str) -> str:
+        level = value.strip().upper()
+        if level not in LOG_LEVELS:
+            raise ValueError(f"unknown log level {value!r}; use one of {', '.join(LOG_LEVELS)}")
+        return level

@@ -79,7 +79,8 @@ class SchedulingCoordinator:
             event = self._barriers.setdefault(decision.plan_id, asyncio.Event())
             if decision.verdict is BindVerdict.RELEASE:
                 event.set()
-            error = await self._wait_barrier(decision.plan_id, decision.group, event)
+            with self.metrics.barrier_waiting.track_inprogress():
+                error = await self._wait_barrier(decision.plan_id, decision.group, event)
             if error:
                 return error
         return await self._bind_now(args)

@@ -73,6 +73,11 @@ class Metrics:
             "Pods with capacity planned but not yet bound.",
             registry=r,
         )
+        self.barrier_waiting = Gauge(
+            "gang_extender_bind_barrier_waiting",
+            "Binds held at a gang's bind barrier, waiting for the rest of the gang.",
+            registry=r,
+        )
         self.gpus = Gauge(
             "gang_extender_gpus",
             "nvidia.com/gpu per node pool (label gang-extender.io/pool, else 'default'), by state.",
@@ -89,6 +94,12 @@ class Metrics:
             "gang_extender_watch_restarts_total",
             "Watch restarts, per resource and cause (expired = 410 Gone, error).",
             ["resource", "cause"],
+            registry=r,
+        )
+        self.api_write_errors = Counter(
+            "gang_extender_api_write_errors_total",
+            "API writes that failed for good (after retries), by what was written.",
+            ["kind"],
             registry=r,
         )
         self.is_leader = Gauge(

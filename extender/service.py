@@ -5,26 +5,37 @@ webhook and the group reconciler from `Settings`, then serves the extender
 (HTTPS), the webhook (HTTPS) and metrics/health (HTTP) until SIGTERM.
 
 The group reconciler turns core state into API objects: PodGroup status and
-auto-created PodGroups, Events (GangWaiting, GangScheduled, GangTimeout), plan
-annotations, and (through the wiring controller) each group's Secret, Service
-and ConfigMap.
+auto-created PodGroups, Events (GangWaiting, GangScheduled, GangTimeout,
+GangMisconfigured), plan annotations, and (through the wiring controller) each
+group's Secret, Service and ConfigMap.
+
+Effects the core emits (PlanCreated, PlanDropped, GangBound) and the Events of a
+group are carried out per group, one after another in the order they were
+emitted (a clear of the planned-node annotations never overtakes the set it
+undoes); different groups run in parallel. A transient API failure is tried again
+with a bounded backoff; what still fails is logged with its status code and
+reason (never the response body) and counted in
+gang_extender_api_write_errors_total.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import signal
 import time
-from collections import defaultdict
-from collections.abc import Awaitable, Callable, Iterator
-from typing import Any
+from collections import defaultdict, deque
+from collections.abc import Awaitable, Callable, Hashable, Iterator, Sequence
+from typing import Any, NamedTuple
 
+import urllib3
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import PlainTextResponse, Response
 from kubernetes.client.exceptions import ApiException
+from kubernetes.config.config_exception import ConfigException
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from extender.api.extender import create_extender_app
@@ -39,38 +50,111 @@ from extender.domain.membership import (
     task_layout,
 )
 from extender.domain.model import GroupSpec, NodeInfo, PodInfo
-from extender.domain.policy import load_policy
+from extender.domain.policy import PolicyError, load_policy
 from extender.domain.quantity import GPU
-from extender.domain.status import group_status
+from extender.domain.status import GroupStatus, group_status
 from extender.kube.ca_publish import share_ca
 from extender.kube.cache import CacheSink, WatchCache
 from extender.kube.indexes import IndexAllocator
 from extender.kube.leader import LeaderElector
 from extender.kube.rawapi import KubeError, RawApi, load_api_client
-from extender.kube.webhook_config import write_ca_bundle
+from extender.kube.webhook_config import WebhookConfigError, write_ca_bundle
 from extender.kube.wiring import WiringConflictError, WiringController
 from extender.kube.writers import (
     ApiBinder,
+    api_error_summary,
     create_podgroup,
     emit_event,
+    is_transient,
     set_planned_node,
     write_podgroup_status,
 )
 from extender.metrics import Metrics
-from extender.tls import TLSMaterial, ensure_serving_cert, provided_cert
+from extender.tls import TLSError, TLSMaterial, ensure_serving_cert, provided_cert
 
 log = logging.getLogger(__name__)
 
 POOL_LABEL = "gang-extender.io/pool"
 # Re-check every group this often even without events (status drift, failed writes).
 RESYNC_SECONDS = 30.0
-EFFECT_WORKERS = 8
+HTTP_NOT_FOUND = 404
+GPU_STATES = ("bound", "reserved", "free")
+# The PodGroup condition that says what a user must fix before the group can be
+# wired (absent when nothing is wrong); the `Scheduled` condition stays first.
+CONFIGURED_CONDITION = "Configured"
+# Warning Event on the members for the same problems.
+MISCONFIGURED_EVENT = "GangMisconfigured"
+
+# kind label of gang_extender_api_write_errors_total
+WRITE_PLANNED_NODE = "planned-node"
+WRITE_EVENT = "event"
+WRITE_RECONCILE = "reconcile"
+WRITE_CA_BUNDLE = "ca-bundle"
+
+
+class StartupError(Exception):
+    """The service cannot start with this configuration; the message says what to fix."""
+
+
+class _Problem(NamedTuple):
+    """Something about a group only its user can fix, shown in an Event and a condition."""
+
+    reason: str
+    message: str
 
 
 def _namespace_terminating(err: Exception) -> bool:
     status = getattr(err, "status", None)
     text = str(getattr(err, "message", "") or getattr(err, "body", "") or err)
     return status == 403 and "being terminated" in text
+
+
+class GroupQueues:
+    """Runs the jobs of one group one after another, in the order submitted.
+
+    Jobs of different groups run concurrently, at most `concurrency` at a time. A
+    group's queue (and its task) exists only while it has work. Jobs must handle
+    their own errors; one that raises anyway is logged and the next one runs.
+    Submit only from the event loop.
+    """
+
+    def __init__(self, concurrency: int) -> None:
+        self._queues: dict[Hashable, deque[Callable[[], Awaitable[None]]]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._slots = asyncio.Semaphore(concurrency)
+
+    def submit(self, key: Hashable, job: Callable[[], Awaitable[None]]) -> None:
+        queue = self._queues.get(key)
+        if queue is None:
+            queue = self._queues[key] = deque()
+            task = asyncio.get_running_loop().create_task(
+                self._drain(key, queue), name=f"effects {key}"
+            )
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        queue.append(job)
+
+    async def _drain(self, key: Hashable, queue: deque[Callable[[], Awaitable[None]]]) -> None:
+        try:
+            while queue:
+                job = queue.popleft()
+                async with self._slots:
+                    try:
+                        await job()
+                    except Exception:
+                        log.exception("an API write for %s failed", key)
+        finally:
+            if self._queues.get(key) is queue:
+                del self._queues[key]
+
+    async def join(self) -> None:
+        """Until every job submitted so far (and any they submit) is done."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    def cancel(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
 
 
 def _split(ref: str) -> tuple[str, str]:
@@ -192,8 +276,11 @@ class GangService:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.metrics = Metrics()
-        self.policy = load_policy(settings.policy)
-        self.api_client = load_api_client(str(settings.kubeconfig) if settings.kubeconfig else None)
+        try:
+            self.policy = load_policy(settings.policy)
+        except PolicyError as err:
+            raise StartupError(str(err)) from None
+        self.api_client = _api_client(settings)
         self.raw = RawApi(self.api_client)
         self.core = GangCore(
             policy=self.policy,
@@ -222,11 +309,15 @@ class GangService:
             if settings.leader_elect
             else None
         )
-        self._effects: asyncio.Queue[Effect] = asyncio.Queue()
+        self._effects = GroupQueues(settings.effect_concurrency)
         self._written_status: dict[GroupKey, dict[str, Any]] = {}
         self._announced: dict[GroupKey, str] = {}
         self._wired: dict[GroupKey, str] = {}
+        self._problems: dict[GroupKey, tuple[_Problem, ...]] = {}
         self._first_created: dict[GroupKey, float] = {}
+        self._gpu_pools: set[str] = set()
+        # Only a self-managed CA has to be written into the webhook configuration.
+        self._ca_bundle_written = not (settings.webhook_config_name and not settings.tls_cert)
         self.cache: WatchCache | None = None
         self._servers: list[uvicorn.Server] = []
 
@@ -234,6 +325,11 @@ class GangService:
     def ready(self) -> tuple[bool, str]:
         if self.cache is None or not self.cache.synced():
             return False, "caches not synced"
+        if not self._ca_bundle_written:
+            return False, (
+                f"CA bundle not written into MutatingWebhookConfiguration "
+                f"{self.settings.webhook_config_name} (retrying; the log says why)"
+            )
         if self.leader is not None and not self.leader.is_leader:
             return False, "not the leader"
         return True, "ok"
@@ -241,42 +337,83 @@ class GangService:
     # ---- effects: API writes the core asked for ----
     def _queue_effects(self, effects: list[Effect]) -> None:
         for effect in effects:
-            self._effects.put_nowait(effect)
+            self._effects.submit(effect.plan.group, functools.partial(self._carry_out, effect))
 
-    async def _effect_worker(self) -> None:
+    async def _write(self, kind: str, key: GroupKey, what: str, call: Callable[[], object]) -> bool:
+        """One API write for group `key`, tried again on transient failures.
+
+        True when done, or moot: a 404 (the pod or its namespace was deleted
+        meanwhile) or a namespace being terminated. False when it failed for good:
+        then it is logged with status code and reason, and counted under `kind`.
+        """
+        s = self.settings
+        delay = s.api_write_backoff_seconds
+        attempt = 1
         while True:
-            effect = await self._effects.get()
             try:
-                await self._carry_out(effect)
+                await asyncio.to_thread(call)
+                return True
             except KubeError as err:
-                log.warning("could not write effect %s: %s", type(effect).__name__, err)
+                if err.status == HTTP_NOT_FOUND or _namespace_terminating(err):
+                    log.debug("gang %s: %s: gone meanwhile (%s)", key, what, err.status)
+                    return True
+                error: Exception = err
+                transient = is_transient(err)
+            except urllib3.exceptions.HTTPError as err:  # the connection broke mid-request
+                error, transient = err, True
             except Exception:
-                log.exception("effect %s failed", type(effect).__name__)
+                log.exception("gang %s: %s failed", key, what)
+                self.metrics.api_write_errors.labels(kind=kind).inc()
+                return False
+            if not transient or attempt >= s.api_write_attempts:
+                log.warning(
+                    "gang %s: %s failed after %d attempt(s): %s",
+                    key,
+                    what,
+                    attempt,
+                    api_error_summary(error),
+                )
+                self.metrics.api_write_errors.labels(kind=kind).inc()
+                return False
+            attempt += 1
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, s.api_write_backoff_max_seconds)
+
+    async def _set_planned_nodes(
+        self, key: GroupKey, members: Sequence[tuple[str, str | None]]
+    ) -> None:
+        """Set (node) or clear (None) the planned-node annotation of `members` (ns/name)."""
+        timeout = self.settings.api_write_timeout_seconds
+
+        def write(ref: str, node: str | None) -> Callable[[], None]:
+            return lambda: set_planned_node(self.raw, *_split(ref), node, timeout=timeout)
+
+        await asyncio.gather(
+            *(
+                self._write(
+                    WRITE_PLANNED_NODE,
+                    key,
+                    f"{'set' if node else 'clear'} planned node of pod {ref}",
+                    write(ref, node),
+                )
+                for ref, node in members
+            )
+        )
 
     async def _carry_out(self, effect: Effect) -> None:
         plan = effect.plan
         self.state.dirty.add(plan.group)
         if isinstance(effect, PlanCreated):
             log.info("gang %s planned: %s", plan.group, sorted(plan.placements.values()))
-            await asyncio.gather(
-                *(
-                    asyncio.to_thread(set_planned_node, self.raw, *_split(plan.names[uid]), node)
-                    for uid, node in plan.placements.items()
-                ),
-                return_exceptions=True,
+            await self._set_planned_nodes(
+                plan.group, [(plan.names[uid], node) for uid, node in plan.placements.items()]
             )
         elif isinstance(effect, PlanDropped):
             kind = "timeout" if effect.timed_out else "other"
             self.metrics.plans_dropped.labels(reason=kind).inc()
             log.info("gang %s plan dropped: %s", plan.group, effect.reason)
             unbound = [uid for uid in plan.placements if uid not in plan.bound]
-            await asyncio.gather(
-                *(
-                    asyncio.to_thread(set_planned_node, self.raw, *_split(plan.names[uid]), None)
-                    for uid in unbound
-                ),
-                return_exceptions=True,
-            )
+            await self._set_planned_nodes(plan.group, [(plan.names[uid], None) for uid in unbound])
             reason = "GangTimeout" if effect.timed_out else "GangWaiting"
             await self._event_on_members(plan.group, reason, effect.reason, "Warning")
         elif isinstance(effect, GangBound):
@@ -300,26 +437,40 @@ class GangService:
         self, key: GroupKey, reason: str, message: str, event_type: str
     ) -> None:
         pods = list(self.state.group_pods.get(key, {}).values())
+        timeout = self.settings.api_write_timeout_seconds
+
+        def write(meta: dict[str, Any]) -> Callable[[], None]:
+            involved = {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "namespace": meta["namespace"],
+                "name": meta["name"],
+                "uid": meta.get("uid", ""),
+            }
+            return lambda: emit_event(
+                self.raw,
+                involved=involved,
+                reason=reason,
+                message=message,
+                event_type=event_type,
+                timeout=timeout,
+            )
+
         await asyncio.gather(
             *(
-                asyncio.to_thread(
-                    emit_event,
-                    self.raw,
-                    involved={
-                        "apiVersion": "v1",
-                        "kind": "Pod",
-                        "namespace": p["metadata"]["namespace"],
-                        "name": p["metadata"]["name"],
-                        "uid": p["metadata"].get("uid", ""),
-                    },
-                    reason=reason,
-                    message=message,
-                    event_type=event_type,
+                self._write(
+                    WRITE_EVENT,
+                    key,
+                    f"Event {reason} on pod {p['metadata']['namespace']}/{p['metadata']['name']}",
+                    write(p["metadata"]),
                 )
                 for p in pods
-            ),
-            return_exceptions=True,
+            )
         )
+
+    def _queue_event(self, key: GroupKey, reason: str, message: str, event_type: str) -> None:
+        """An Event on every member, after the group's effects queued so far."""
+        self._effects.submit(key, lambda: self._event_on_members(key, reason, message, event_type))
 
     # ---- the group reconciler ----
     async def _reconcile_loop(self) -> None:
@@ -340,13 +491,15 @@ class GangService:
             for key in sorted(dirty):
                 try:
                     await self._reconcile_group(key)
-                except (KubeError, ApiException) as err:
+                except (KubeError, ApiException, urllib3.exceptions.HTTPError) as err:
                     if _namespace_terminating(err):
                         continue  # the namespace and everything in it is going away
-                    log.warning("reconcile %s: %s; retrying", key, err)
+                    # Status and reason only: an ApiException's text holds the response body.
+                    log.warning("reconcile %s: %s; retrying", key, api_error_summary(err))
+                    self.metrics.api_write_errors.labels(kind=WRITE_RECONCILE).inc()
                     self.state.dirty.add(key)
                 except (WiringConflictError, MembershipError) as err:
-                    # A user's object or spec is in the way: say so; retry on the next change.
+                    # _reconcile_group reports these to the user; this is a safety net.
                     log.warning("reconcile %s: %s", key, err)
                 except Exception:
                     log.exception("reconcile %s failed; retrying", key)
@@ -358,7 +511,7 @@ class GangService:
         podgroup = self.state.podgroup_object(key)
         if spec is not None and spec.source == "annotation" and spec.error is None and pods:
             layout = None
-            with contextlib.suppress(ValueError):
+            with contextlib.suppress(MembershipError):  # reported by _layout_problem
                 layout = task_layout(pods[0]["metadata"])
             await asyncio.to_thread(
                 create_podgroup,
@@ -368,11 +521,16 @@ class GangService:
                 min_member=spec.min_member,
                 min_task_member=layout,
             )
-        if podgroup is not None and podgroup.get("apiVersion", "").startswith(
+        ours = podgroup is not None and podgroup.get("apiVersion", "").startswith(
             "scheduling.gang-extender.io/"
-        ):
+        )
+        if ours:
             await self._write_status(key)
-        await self._announce_waiting(key)
+        self._announce_waiting(key)
+        problems: list[_Problem] = []
+        layout_problem = self._layout_problem(key, podgroup, pods)
+        if layout_problem is not None:
+            problems.append(layout_problem)
         if self.state.injected(key.namespace) and podgroup is not None and pods:
             fingerprint = repr(
                 (
@@ -381,29 +539,98 @@ class GangService:
                 )
             )
             if self._wired.get(key) != fingerprint:
-                await asyncio.to_thread(
-                    self.wiring.reconcile,
-                    namespace=key.namespace,
-                    group=key.name,
-                    podgroup=podgroup,
-                    pods=pods,
+                try:
+                    await asyncio.to_thread(
+                        self.wiring.reconcile,
+                        namespace=key.namespace,
+                        group=key.name,
+                        podgroup=podgroup,
+                        pods=pods,
+                    )
+                except WiringConflictError as err:
+                    problems.append(_Problem("WiringConflict", f"gang {key}: {err}"))
+                except MembershipError as err:
+                    problems.append(
+                        _Problem(
+                            "InvalidSpec",
+                            f"gang {key}: {err}; the group's Secret, Service and "
+                            f"ConfigMap are not written until it is fixed",
+                        )
+                    )
+                else:
+                    self._wired[key] = fingerprint
+        await self._report_problems(key, tuple(problems), write_status=ours)
+
+    @staticmethod
+    def _layout_problem(
+        key: GroupKey, podgroup: dict[str, Any] | None, pods: list[dict[str, Any]]
+    ) -> _Problem | None:
+        """A member's `gang-extender.io/tasks` annotation that does not parse, when it counts.
+
+        It counts unless the PodGroup sets spec.minTaskMember (which wins). The webhook
+        denies such pods in injected namespaces; elsewhere they are admitted, and the
+        annotation would be ignored without a word.
+        """
+        spec = (podgroup or {}).get("spec") or {}
+        if spec.get("minTaskMember"):
+            return None
+        for pod in sorted(pods, key=lambda p: str(p["metadata"].get("name", ""))):
+            try:
+                task_layout(pod["metadata"])
+            except MembershipError as err:
+                return _Problem(
+                    "InvalidTaskLayout",
+                    f"gang {key}: pod {pod['metadata'].get('name')}: {err}; fix the "
+                    f"annotation in the pods' template, or set spec.minTaskMember on "
+                    f"PodGroup {key.name} (the annotation is ignored until then)",
                 )
-                self._wired[key] = fingerprint
+        return None
+
+    async def _report_problems(
+        self, key: GroupKey, problems: tuple[_Problem, ...], *, write_status: bool
+    ) -> None:
+        """Tell the user what to fix: a Warning Event per new problem, and the condition."""
+        previous = self._problems.get(key, ())
+        if problems == previous:
+            return
+        if problems:
+            self._problems[key] = problems
+        else:
+            self._problems.pop(key, None)
+        for problem in problems:
+            if problem not in previous:
+                log.warning("gang %s: %s", key, problem.message)
+                self._queue_event(key, MISCONFIGURED_EVENT, problem.message, "Warning")
+        if write_status:
+            await self._write_status(key)
+
+    def _status_body(self, key: GroupKey, status: GroupStatus, when: str) -> dict[str, Any]:
+        body = status.as_api(when)
+        problems = self._problems.get(key)
+        if problems:
+            body["conditions"].append(
+                {
+                    "type": CONFIGURED_CONDITION,
+                    "status": "False",
+                    "reason": problems[0].reason,
+                    "message": "; ".join(p.message for p in problems),
+                    "lastTransitionTime": when,
+                }
+            )
+        return body
 
     async def _write_status(self, key: GroupKey) -> None:
         status = group_status(self.core, key)
         if status is None:
             return
-        previous = self._written_status.get(key)
-        comparable = status.as_api("")
-        if previous == comparable:
+        comparable = self._status_body(key, status, "")
+        if self._written_status.get(key) == comparable:
             return
-        await asyncio.to_thread(
-            write_podgroup_status, self.raw, key.namespace, key.name, status.as_api(_utc_now())
-        )
+        body = self._status_body(key, status, _utc_now())
+        await asyncio.to_thread(write_podgroup_status, self.raw, key.namespace, key.name, body)
         self._written_status[key] = comparable
 
-    async def _announce_waiting(self, key: GroupKey) -> None:
+    def _announce_waiting(self, key: GroupKey) -> None:
         """One GangWaiting Event per member each time the waiting reason changes."""
         status = group_status(self.core, key)
         if status is None or status.phase not in ("Pending",):
@@ -412,7 +639,7 @@ class GangService:
             return
         self._announced[key] = status.message
         event_type = "Warning" if status.reason == "InvalidSpec" else "Normal"
-        await self._event_on_members(key, "GangWaiting", status.message, event_type)
+        self._queue_event(key, "GangWaiting", status.message, event_type)
 
     def _update_gauges(self) -> None:
         phases: dict[str, int] = defaultdict(int)
@@ -436,13 +663,35 @@ class GangService:
         for pool, states in pools.items():
             for state, value in states.items():
                 self.metrics.gpus.labels(pool=pool, state=state).set(value)
+        for pool in self._gpu_pools - pools.keys():  # its last GPU node is gone
+            for state in GPU_STATES:
+                with contextlib.suppress(KeyError):
+                    self.metrics.gpus.remove(pool, state)
+        self._gpu_pools = set(pools)
 
     # ---- listeners ----
     def tls(self) -> TLSMaterial:
+        """The serving cert and key; StartupError when they cannot be read or made."""
         s = self.settings
         if s.tls_cert and s.tls_key:
-            return provided_cert(s.tls_cert, s.tls_key, None)
-        return ensure_serving_cert(s.tls_dir, list(s.tls_hosts))
+            try:
+                return provided_cert(s.tls_cert, s.tls_key, None)
+            except TLSError as err:
+                raise StartupError(f"--tls-cert/--tls-key: {err}") from None
+            except OSError as err:
+                raise StartupError(
+                    f"--tls-cert/--tls-key: cannot read {err.filename}: {err.strerror}; "
+                    f"give readable PEM files"
+                ) from None
+        try:
+            return ensure_serving_cert(s.tls_dir, list(s.tls_hosts))
+        except TLSError as err:
+            raise StartupError(f"self-managed TLS in {s.tls_dir}: {err}") from None
+        except OSError as err:
+            raise StartupError(
+                f"self-managed TLS: cannot use {err.filename or s.tls_dir}: {err.strerror}; "
+                f"set --tls-dir (GANG_TLS_DIR) to a writable directory"
+            ) from None
 
     def health_app(self) -> FastAPI:
         app = FastAPI(title="gang-extender health", docs_url=None, redoc_url=None)
@@ -465,9 +714,42 @@ class GangService:
     def _podgroup_reader(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self.state.podgroup_object(GroupKey(namespace, name))
 
-    async def run(self) -> None:
+    async def _write_ca_bundle(self, ca_pem: bytes, retry_in: float) -> bool:
+        name = self.settings.webhook_config_name
+        if not name:
+            return True
+        try:
+            await asyncio.to_thread(write_ca_bundle, self.api_client, name, ca_pem)
+        except WebhookConfigError as err:  # our own text: says what to apply
+            why = str(err)
+        except Exception as err:
+            why = api_error_summary(err)
+        else:
+            self._ca_bundle_written = True
+            return True
+        self.metrics.api_write_errors.labels(kind=WRITE_CA_BUNDLE).inc()
+        log.warning(
+            "could not write the CA bundle into MutatingWebhookConfiguration %s: %s; "
+            "not Ready until it is written, trying again in %.0fs",
+            name,
+            why,
+            retry_in,
+        )
+        return False
+
+    async def _keep_writing_ca_bundle(self, ca_pem: bytes) -> None:
+        """Until the CA bundle is in the webhook configuration (bounded backoff)."""
+        delay = self.settings.ca_bundle_retry_min_seconds
+        while True:
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, self.settings.ca_bundle_retry_max_seconds)
+            if await self._write_ca_bundle(ca_pem, retry_in=delay):
+                log.info("CA bundle written; the webhook can be called")
+                return
+
+    async def run(self, tls: TLSMaterial | None = None) -> None:
         loop = asyncio.get_running_loop()
-        tls = self.tls()
+        tls = tls or self.tls()
         if not self.settings.tls_cert:  # one CA for all replicas, published for kube-scheduler
             tls = await asyncio.to_thread(
                 share_ca,
@@ -476,17 +758,13 @@ class GangService:
                 local=tls,
                 hosts=list(self.settings.tls_hosts),
             )
-        if self.settings.webhook_config_name and not self.settings.tls_cert:
-            try:
-                await asyncio.to_thread(
-                    write_ca_bundle, self.api_client, self.settings.webhook_config_name, tls.ca_pem
-                )
-            except Exception as err:
-                log.warning(
-                    "could not write the CA bundle into MutatingWebhookConfiguration %s: %s",
-                    self.settings.webhook_config_name,
-                    err,
-                )
+        tasks: list[asyncio.Task[None]] = []
+        if not self._ca_bundle_written and not await self._write_ca_bundle(
+            tls.ca_pem, retry_in=self.settings.ca_bundle_retry_min_seconds
+        ):
+            tasks.append(
+                asyncio.create_task(self._keep_writing_ca_bundle(tls.ca_pem), name="ca-bundle")
+            )
         self.cache = WatchCache(self.raw, self.state, loop, self.metrics)
         self.cache.start()
         if self.leader is not None:
@@ -530,11 +808,7 @@ class GangService:
         self._servers = [_QuietServer(c) for c in configs]
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.shutdown)
-        tasks = [asyncio.create_task(self._reconcile_loop(), name="reconcile")]
-        tasks += [
-            asyncio.create_task(self._effect_worker(), name=f"effects-{i}")
-            for i in range(EFFECT_WORKERS)
-        ]
+        tasks.append(asyncio.create_task(self._reconcile_loop(), name="reconcile"))
         log.info(
             "serving extender :%d, webhook :%d, metrics :%d (policy %s)",
             s.extender_port,
@@ -547,6 +821,7 @@ class GangService:
         finally:
             for task in tasks:
                 task.cancel()
+            self._effects.cancel()
             self.cache.stop()
             if self.leader is not None:
                 self.leader.stop()
@@ -585,10 +860,42 @@ class _QuietServer(uvicorn.Server):
         yield
 
 
+def _api_client(settings: Settings) -> Any:
+    """The API client from settings.kubeconfig (else in-cluster); StartupError if unusable."""
+    path = settings.kubeconfig
+    hint = "give a readable kubeconfig with --kubeconfig (or GANG_KUBECONFIG)"
+    if path is not None:
+        if not path.is_file():
+            raise StartupError(f"kubeconfig {path} does not exist or is not a file; {hint}")
+        try:
+            path.read_bytes()
+        except OSError as err:
+            raise StartupError(
+                f"kubeconfig {path} cannot be read ({err.strerror}); {hint}"
+            ) from None
+    try:
+        return load_api_client(str(path) if path is not None else None)
+    except Exception as err:
+        # Only the library's own messages are quoted: a YAML error would quote the
+        # file's text, which may hold a token.
+        why = str(err) if isinstance(err, ConfigException) else type(err).__name__
+        if path is None:
+            raise StartupError(
+                f"no kubeconfig given and no in-cluster configuration ({why}); {hint}"
+            ) from None
+        raise StartupError(f"kubeconfig {path} is not usable ({why}); {hint}") from None
+
+
 def serve(settings: Settings) -> None:
+    """Run until SIGTERM; StartupError (before anything listens) on bad configuration."""
     logging.basicConfig(
         level=settings.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     service = GangService(settings)
-    asyncio.run(service.run())
+    try:
+        tls = service.tls()
+    except StartupError:
+        service.binder.close()
+        raise
+    asyncio.run(service.run(tls))

@@ -5,6 +5,14 @@ watches from the list's resourceVersion with bookmarks. A 410 Gone (expired
 resourceVersion) or any stream error relists; every restart is counted. Events
 go to a sink on the event loop thread (`loop.call_soon_threadsafe`), which keeps
 the core single-threaded.
+
+`synced` means what client-go's HasSynced means: the first complete list has been
+applied to the sink. It is set on the event loop right after the last page was
+applied (never on the watch thread, which runs ahead of the loop), and it stays set
+through later relists: while one runs, the sink keeps the last complete view and
+only adds to it until the final page removes what is gone, so it is never less
+complete than a view that was good enough a moment ago. (Clearing it would make
+every routine 410 relist take the leader out of its Service.)
 """
 
 from __future__ import annotations
@@ -106,7 +114,7 @@ class Watcher:
             except KubeError as err:
                 if err.status == 404 and self.resource.optional:
                     self.absent = True
-                    self.synced.set()
+                    self._deliver(self._mark_synced)
                     self._stop.wait(MISSING_API_RECHECK_SECONDS)
                     version = None
                     continue
@@ -140,14 +148,24 @@ class Watcher:
             meta = page.get("metadata") or {}
             token = meta.get("continue")
             items = page.get("items") or []
-            self._deliver(self.sink.on_page, self.resource.kind, items, first, not token)
-            first = False
             if not token:
                 self.absent = False
-                self.synced.set()
-                self.metrics.cache_synced.labels(resource=self.resource.kind).set(1)
+            self._deliver(self._apply_page, items, first, not token)
+            first = False
+            if not token:
                 return str(meta.get("resourceVersion", ""))
             query["continue"] = token
+
+    def _apply_page(self, items: list[dict[str, Any]], first: bool, last: bool) -> None:
+        """On the event loop: hand a page to the sink; after the final one, the list is in."""
+        self.sink.on_page(self.resource.kind, items, first, last)
+        if last:
+            self._mark_synced()
+
+    def _mark_synced(self) -> None:
+        """On the event loop, after everything handed over before it was applied."""
+        self.synced.set()
+        self.metrics.cache_synced.labels(resource=self.resource.kind).set(1)
 
     def _watch(self, version: str) -> str:
         query: dict[str, Any] = {
@@ -219,7 +237,8 @@ class WatchCache:
         if not self.synced():
             gc.enable()
             return
-        # Pages handed to the loop before `synced` was set are applied before this runs.
+        # `synced` is set on the loop once the final pages are applied, so the cache's
+        # objects exist by now; the freeze runs on the loop after whatever is queued.
         try:
             self.loop.call_soon_threadsafe(_freeze_and_enable_gc)
         except RuntimeError:  # the loop is closed: nothing left to protect

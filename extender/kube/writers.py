@@ -18,6 +18,30 @@ from extender.kube.rawapi import KubeError, RawApi, path_of
 
 PODGROUP_API = "scheduling.gang-extender.io/v1alpha1"
 BINDING_TIMEOUT_SECONDS = 10.0
+# Callers on the event loop pass settings.api_write_timeout_seconds; RawApi's default otherwise.
+WRITE_TIMEOUT_SECONDS = 30.0
+# Answers worth trying again: no answer at all (0), request timeout, throttled, and
+# the server-side failures a restarting or overloaded API server gives.
+TRANSIENT_STATUSES = frozenset({0, 408, 429, 500, 502, 503, 504})
+
+
+def is_transient(err: KubeError) -> bool:
+    return err.status in TRANSIENT_STATUSES
+
+
+def api_error_summary(err: BaseException) -> str:
+    """What an API failure was, safe to log: the status code and reason, never a body.
+
+    A response body can echo what was sent (a Secret's data), and the kubernetes
+    client's ApiException puts the whole body and headers into str(err).
+    """
+    status = getattr(err, "status", None)
+    if status is None:
+        return type(err).__name__
+    if status == 0:
+        return "no answer from the API server"
+    reason = str(getattr(err, "reason", "") or "").strip()
+    return f"status {status} {reason}".rstrip()
 
 
 class ApiBinder:
@@ -49,7 +73,14 @@ class ApiBinder:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
 
-def set_planned_node(raw: RawApi, namespace: str, name: str, node: str | None) -> None:
+def set_planned_node(
+    raw: RawApi,
+    namespace: str,
+    name: str,
+    node: str | None,
+    *,
+    timeout: float = WRITE_TIMEOUT_SECONDS,
+) -> None:
     """Record (or clear) a member's planned node on the pod.
 
     The annotation makes a plan survive a restart, and the pod update makes
@@ -61,6 +92,7 @@ def set_planned_node(raw: RawApi, namespace: str, name: str, node: str | None) -
         path_of("api", "v1", "namespaces", namespace, "pods", name),
         body=patch,
         content_type="application/merge-patch+json",
+        timeout=timeout,
     )
 
 
@@ -71,6 +103,7 @@ def emit_event(
     reason: str,
     message: str,
     event_type: str = "Normal",
+    timeout: float = WRITE_TIMEOUT_SECONDS,
 ) -> None:
     """A core/v1 Event on an object (`involved` = {kind, namespace, name, uid, apiVersion})."""
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -93,7 +126,12 @@ def emit_event(
         "lastTimestamp": now,
         "count": 1,
     }
-    raw.call("POST", path_of("api", "v1", "namespaces", namespace, "events"), body=body)
+    raw.call(
+        "POST",
+        path_of("api", "v1", "namespaces", namespace, "events"),
+        body=body,
+        timeout=timeout,
+    )
 
 
 def podgroup_path(namespace: str, name: str | None = None, *, status: bool = False) -> str:

@@ -1,0 +1,377 @@
+"""The service's API writes: per-group ordering, bounded retries, failures surfaced.
+
+The API server is replaced by a fake `RawApi` (the project's own wrapper); the
+service runs its real effect queues, reconciler pieces and metrics.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from extender.config import Settings
+from extender.domain.gang import GangBound, PlanCreated, PlanDropped
+from extender.domain.ledger import Plan
+from extender.domain.membership import (
+    INJECT_NAMESPACE_LABEL,
+    PLANNED_NODE_ANNOTATION,
+    TASKS_ANNOTATION,
+    GroupKey,
+    MembershipError,
+)
+from extender.kube.rawapi import KubeError
+from extender.kube.wiring import WiringConflictError
+from extender.service import GangService
+from tests.builders import make_node, make_pod, make_podgroup
+
+GROUP = GroupKey("default", "job")
+OTHER = GroupKey("default", "other")
+
+
+class FakeRaw:
+    """Stands in for RawApi: records each request when it completes; scriptable."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, Any]] = []
+        self.attempts: list[tuple[str, str, Any]] = []
+        self.lock = threading.Lock()
+        # Called before a request completes; may sleep or raise.
+        self.hook: Callable[[str, str, Any], None] = lambda method, path, body: None
+
+    def call(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Any = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        timeout: float = 30.0,
+    ) -> dict[str, Any]:
+        with self.lock:
+            self.attempts.append((method, path, body))
+        self.hook(method, path, body)
+        with self.lock:
+            self.calls.append((method, path, body))
+        return {}
+
+    def patches_of(self, pod: str) -> list[str | None]:
+        return [
+            body["metadata"]["annotations"][PLANNED_NODE_ANNOTATION]
+            for method, path, body in self.calls
+            if method == "PATCH" and path.endswith(f"/pods/{pod}")
+        ]
+
+    def events(self, reason: str | None = None) -> list[dict[str, Any]]:
+        return [
+            body
+            for method, path, body in self.calls
+            if method == "POST"
+            and path.endswith("/events")
+            and (reason is None or body["reason"] == reason)
+        ]
+
+    def status_patches(self, group: str) -> list[dict[str, Any]]:
+        return [
+            body["status"]
+            for method, path, body in self.calls
+            if method == "PATCH" and path.endswith(f"/podgroups/{group}/status")
+        ]
+
+
+@pytest.fixture
+def raw() -> FakeRaw:
+    return FakeRaw()
+
+
+@pytest.fixture
+def service(monkeypatch: pytest.MonkeyPatch, raw: FakeRaw) -> Iterator[GangService]:
+    monkeypatch.setattr("extender.service.load_api_client", lambda path: object())
+    settings = Settings(
+        api_write_attempts=3,
+        api_write_backoff_seconds=0.001,
+        api_write_backoff_max_seconds=0.002,
+        webhook_config_name=None,
+    )
+    svc = GangService(settings)
+    svc.raw = raw  # type: ignore[assignment]
+    yield svc
+    svc.binder.close()
+
+
+def plan(group: GroupKey, pods: dict[str, str], plan_id: int = 1) -> Plan:
+    """`pods`: pod name -> planned node."""
+    return Plan(
+        group=group,
+        plan_id=plan_id,
+        placements={f"uid-{name}": node for name, node in pods.items()},
+        requests={},
+        names={f"uid-{name}": f"{group.namespace}/{name}" for name in pods},
+        created_at=0.0,
+        deadline=60.0,
+    )
+
+
+def write_errors(svc: GangService) -> dict[str, float]:
+    return {
+        sample.labels["kind"]: sample.value
+        for metric in svc.metrics.registry.collect()
+        if metric.name == "gang_extender_api_write_errors"
+        for sample in metric.samples
+        if sample.name.endswith("_total")
+    }
+
+
+def slow_sets(seconds: float) -> Callable[[str, str, Any], None]:
+    """Setting a planned node takes `seconds`; clearing it is instant."""
+
+    def hook(method: str, path: str, body: Any) -> None:
+        if method == "PATCH" and body["metadata"]["annotations"][PLANNED_NODE_ANNOTATION]:
+            time.sleep(seconds)
+
+    return hook
+
+
+async def test_a_plan_drop_never_overtakes_the_plan_it_drops(
+    service: GangService, raw: FakeRaw
+) -> None:
+    raw.hook = slow_sets(0.2)
+    the_plan = plan(GROUP, {"w0": "n1", "w1": "n2"})
+    service._queue_effects([PlanCreated(the_plan)])
+    service._queue_effects([PlanDropped(the_plan, reason="a member was deleted")])
+    await service._effects.join()
+    # Set first, then cleared: no stale planned-node annotation is left behind.
+    assert raw.patches_of("w0") == ["n1", None]
+    assert raw.patches_of("w1") == ["n2", None]
+
+
+async def test_other_groups_are_not_held_up_by_a_slow_group(
+    service: GangService, raw: FakeRaw
+) -> None:
+    raw.hook = slow_sets(0.3)
+    service._queue_effects([PlanCreated(plan(GROUP, {"w0": "n1"}))])
+    service._queue_effects([PlanDropped(plan(OTHER, {"o0": "n3"}), reason="gone")])
+    await service._effects.join()
+    order = [path.rsplit("/", 1)[1] for method, path, _ in raw.calls if method == "PATCH"]
+    assert order == ["o0", "w0"]
+
+
+async def test_a_transient_failure_is_retried(service: GangService, raw: FakeRaw) -> None:
+    failures = [KubeError(503, "try later", "ServiceUnavailable"), KubeError(0, "refused")]
+
+    def hook(method: str, path: str, body: Any) -> None:
+        if failures:
+            raise failures.pop(0)
+
+    raw.hook = hook
+    service._queue_effects([PlanCreated(plan(GROUP, {"w0": "n1"}))])
+    await service._effects.join()
+    assert raw.patches_of("w0") == ["n1"]
+    assert len(raw.attempts) == 3
+    assert write_errors(service) == {}
+
+
+async def test_a_write_that_keeps_failing_is_logged_with_status_and_counted(
+    service: GangService, raw: FakeRaw, caplog: pytest.LogCaptureFixture
+) -> None:
+    def hook(method: str, path: str, body: Any) -> None:
+        raise KubeError(500, "etcd said: SECRET-DATA-FROM-THE-BODY", "InternalError")
+
+    raw.hook = hook
+    with caplog.at_level(logging.WARNING, logger="extender.service"):
+        service._queue_effects([PlanCreated(plan(GROUP, {"w0": "n1"}))])
+        await service._effects.join()
+    assert len(raw.attempts) == service.settings.api_write_attempts
+    assert write_errors(service) == {"planned-node": 1.0}
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1
+    assert "default/job" in warnings[0]
+    assert "500 InternalError" in warnings[0]
+    assert "SECRET-DATA" not in caplog.text
+
+
+async def test_a_refused_write_is_not_retried(service: GangService, raw: FakeRaw) -> None:
+    def hook(method: str, path: str, body: Any) -> None:
+        raise KubeError(403, "pods is forbidden", "Forbidden")
+
+    raw.hook = hook
+    service._queue_effects([PlanCreated(plan(GROUP, {"w0": "n1"}))])
+    await service._effects.join()
+    assert len(raw.attempts) == 1
+    assert write_errors(service) == {"planned-node": 1.0}
+
+
+async def test_a_pod_deleted_meanwhile_is_not_an_error(
+    service: GangService, raw: FakeRaw, caplog: pytest.LogCaptureFixture
+) -> None:
+    def hook(method: str, path: str, body: Any) -> None:
+        raise KubeError(404, 'pods "w0" not found', "NotFound")
+
+    raw.hook = hook
+    with caplog.at_level(logging.WARNING, logger="extender.service"):
+        service._queue_effects([PlanDropped(plan(GROUP, {"w0": "n1"}), reason="deleted")])
+        await service._effects.join()
+    assert len(raw.attempts) == 1
+    assert write_errors(service) == {}
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def observe(svc: GangService, kind: str, *objects: dict[str, Any]) -> None:
+    svc.state.on_page(kind, list(objects), True, False)
+
+
+async def test_event_failures_are_counted_not_dropped(service: GangService, raw: FakeRaw) -> None:
+    pods = [make_pod(n).group("job").min_available(2).obj() for n in ("w0", "w1")]
+    observe(service, "pods", *pods)
+
+    def hook(method: str, path: str, body: Any) -> None:
+        if path.endswith("/events"):
+            raise KubeError(429, "slow down", "TooManyRequests")
+
+    raw.hook = hook
+    service._queue_effects([GangBound(plan(GROUP, {"w0": "n1", "w1": "n1"}))])
+    await service._effects.join()
+    assert write_errors(service) == {"event": 2.0}
+    posts = [a for a in raw.attempts if a[1].endswith("/events")]
+    assert len(posts) == 2 * service.settings.api_write_attempts
+
+
+def gpu_samples(svc: GangService) -> dict[tuple[str, str], float]:
+    return {
+        (s.labels["pool"], s.labels["state"]): s.value
+        for metric in svc.metrics.registry.collect()
+        if metric.name == "gang_extender_gpus"
+        for s in metric.samples
+    }
+
+
+def test_gpu_gauges_of_a_pool_that_is_gone_are_removed(service: GangService) -> None:
+    a100 = make_node("a1").gpus(8).label("gang-extender.io/pool", "a100").obj()
+    t4 = make_node("t1").gpus(4).label("gang-extender.io/pool", "t4").obj()
+    observe(service, "nodes", a100, t4)
+    service._update_gauges()
+    assert {pool for pool, _ in gpu_samples(service)} == {"a100", "t4"}
+    service.state.on_event("nodes", "DELETED", t4)
+    service._update_gauges()
+    assert gpu_samples(service) == {
+        ("a100", "bound"): 0.0,
+        ("a100", "reserved"): 0.0,
+        ("a100", "free"): 8.0,
+    }
+
+
+class FakeWiring:
+    def __init__(self) -> None:
+        self.error: Exception | None = None
+        self.calls = 0
+
+    def reconcile(self, **kwargs: Any) -> None:
+        self.calls += 1
+        if self.error is not None:
+            raise self.error
+
+
+def injected_namespace() -> dict[str, Any]:
+    return {"metadata": {"name": "default", "labels": {INJECT_NAMESPACE_LABEL: "enabled"}}}
+
+
+def conditions_of(status: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["type"]: c for c in status["conditions"]}
+
+
+async def test_a_wiring_conflict_is_told_to_the_user(service: GangService, raw: FakeRaw) -> None:
+    wiring = FakeWiring()
+    service.wiring = wiring  # type: ignore[assignment]
+    observe(service, "namespaces", injected_namespace())
+    pg = make_podgroup("job", 2)
+    pg["metadata"]["resourceVersion"] = "1"
+    observe(service, "podgroups", pg)
+    observe(service, "pods", *(make_pod(n).group("job").obj() for n in ("w0", "w1")))
+    wiring.error = WiringConflictError(
+        "Secret default/job-ssh is not managed by gang-extender; delete or rename it"
+    )
+
+    await service._reconcile_group(GROUP)
+    await service._effects.join()
+    warnings = raw.events("GangMisconfigured")
+    assert sorted(e["involvedObject"]["name"] for e in warnings) == ["w0", "w1"]
+    assert all(e["type"] == "Warning" for e in warnings)
+    assert "delete or rename it" in warnings[0]["message"]
+    configured = conditions_of(raw.status_patches("job")[-1])["Configured"]
+    assert configured["status"] == "False"
+    assert configured["reason"] == "WiringConflict"
+    assert "Secret default/job-ssh" in configured["message"]
+    assert raw.status_patches("job")[-1]["conditions"][0]["type"] == "Scheduled"
+
+    # The same problem again: no second round of Events.
+    await service._reconcile_group(GROUP)
+    await service._effects.join()
+    assert len(raw.events("GangMisconfigured")) == 2
+
+    # Fixed: the condition goes away.
+    wiring.error = None
+    await service._reconcile_group(GROUP)
+    await service._effects.join()
+    assert "Configured" not in conditions_of(raw.status_patches("job")[-1])
+    assert len(raw.events("GangMisconfigured")) == 2
+
+
+async def test_a_bad_task_layout_of_the_podgroup_is_told_to_the_user(
+    service: GangService, raw: FakeRaw
+) -> None:
+    wiring = FakeWiring()
+    wiring.error = MembershipError("PodGroup default/job: spec.minTaskMember.master must be >= 1")
+    service.wiring = wiring  # type: ignore[assignment]
+    observe(service, "namespaces", injected_namespace())
+    observe(service, "podgroups", make_podgroup("job", 1))
+    observe(service, "pods", make_pod("w0").group("job").obj())
+    await service._reconcile_group(GROUP)
+    await service._effects.join()
+    [event] = raw.events("GangMisconfigured")
+    assert "spec.minTaskMember.master must be >= 1" in event["message"]
+    assert conditions_of(raw.status_patches("job")[-1])["Configured"]["reason"] == "InvalidSpec"
+
+
+async def test_a_malformed_tasks_annotation_is_not_silently_ignored(
+    service: GangService, raw: FakeRaw
+) -> None:
+    pods = [
+        make_pod(n).group("job").min_available(2).annotation(TASKS_ANNOTATION, "master=one").obj()
+        for n in ("w0", "w1")
+    ]
+    observe(service, "pods", *pods)
+    await service._reconcile_group(GROUP)
+    await service._effects.join()
+    # The PodGroup is still created (without a layout) ...
+    [created] = [b for m, p, b in raw.calls if m == "POST" and p.endswith("/podgroups")]
+    assert "minTaskMember" not in created["spec"]
+    # ... and the members say why the layout was ignored and what to fix.
+    warnings = raw.events("GangMisconfigured")
+    assert len(warnings) == 2
+    assert TASKS_ANNOTATION in warnings[0]["message"]
+    assert "'one' is not a whole number" in warnings[0]["message"]
+    assert "minTaskMember" in warnings[0]["message"]
+
+    # Once the PodGroup is seen, its status carries the same message.
+    observe(service, "podgroups", created)
+    await service._reconcile_group(GROUP)
+    await service._effects.join()
+    configured = conditions_of(raw.status_patches("job")[-1])["Configured"]
+    assert configured["reason"] == "InvalidTaskLayout"
+    assert TASKS_ANNOTATION in configured["message"]
+    assert len(raw.events("GangMisconfigured")) == 2
+
+
+async def test_waiting_events_go_through_the_group_queue(
+    service: GangService, raw: FakeRaw
+) -> None:
+    observe(service, "pods", make_pod("w0").group("job").min_available(2).obj())
+    await service._reconcile_group(GROUP)
+    assert raw.events("GangWaiting") == []  # queued, not written inline by the reconciler
+    await service._effects.join()
+    assert [e["involvedObject"]["name"] for e in raw.events("GangWaiting")] == ["w0"]
