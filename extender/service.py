@@ -256,6 +256,7 @@ class ClusterState(CacheSink):
             else:
                 store[spec.key] = obj
                 self.core.snapshot.upsert_podgroup(spec)
+                self.core.group_changed(spec.key, now)
             self.dirty.add(spec.key)
         elif kind == "namespaces":
             name = obj["metadata"]["name"]

@@ -17,6 +17,14 @@ Filter decision order for a pod:
  6. Plan every unbound member (or, failing that, just enough to reach minMember)
     on capacity free of bound pods and other gangs' reservations -> PLANNED, or
     WAIT with what is missing.
+
+Steps 4-6 also run when the watch delivers a change to a held group
+(`group_changed`): kube-scheduler retries held members only on an event, and the
+plan's annotations are one.
+
+Bind (`arrive`): a planned member joins its plan's barrier; a member without a
+plan is refused; a plain pod is bound at once unless a gang reserved the room on
+its node after it passed filter (then refused, and kube-scheduler retries it).
 """
 
 from __future__ import annotations
@@ -27,7 +35,7 @@ from enum import Enum
 
 from extender.domain.ledger import Ledger, Plan
 from extender.domain.membership import GroupKey
-from extender.domain.model import PodInfo, Resources
+from extender.domain.model import GroupSpec, PodInfo, Resources
 from extender.domain.planner import NodeRestriction, Placement, plan_gang
 from extender.domain.policy import Policy, Strategy
 from extender.domain.quantity import GPU
@@ -160,32 +168,48 @@ class GangCore:
             )
             return self._hold(candidates, Verdict.WAIT, self.groups[key].message)
 
-        if now < state.retry_after:
-            return self._hold(candidates, Verdict.WAIT, state.message)
+        outcome = self._try_plan(key, state, spec, now, asking=pod, candidates=candidates)
+        if isinstance(outcome, str):
+            return self._hold(candidates, Verdict.WAIT, outcome)
+        return self._planned_answer(outcome, pod, candidates)
 
+    def _try_plan(
+        self,
+        key: GroupKey,
+        state: GroupState,
+        spec: GroupSpec,
+        now: float,
+        *,
+        asking: PodInfo | None,
+        candidates: Sequence[str] | None,
+    ) -> Plan | str:
+        """Steps 4-6 for a group: its new plan, or why it waits (also kept in `state`).
+
+        `asking` is the member kube-scheduler is filtering, with the nodes it offers;
+        None when the watch delivered a change (see `observe_pod`).
+        """
+        if now < state.retry_after:
+            return state.message
         members = self.snapshot.members(key)
-        if pod.uid not in {m.uid for m in members}:
-            members = sorted([*members, pod], key=lambda p: (p.created, p.name))
+        if asking is not None and asking.uid not in {m.uid for m in members}:
+            members = sorted([*members, asking], key=lambda p: (p.created, p.name))
         bound = [m for m in members if m.is_bound]
         if len(members) < spec.min_member:
-            return self._hold(
-                candidates,
-                Verdict.WAIT,
-                self._say(
-                    state,
-                    f"gang {key}: {len(members)}/{spec.min_member} members exist; "
-                    "waiting for the rest to be created",
-                ),
+            return self._say(
+                state,
+                f"gang {key}: {len(members)}/{spec.min_member} members exist; "
+                "waiting for the rest to be created",
             )
         generation = (self.snapshot.generation, self.ledger.generation)
         if state.shortfall_generation == generation:
-            return self._hold(candidates, Verdict.WAIT, state.message)
+            return state.message
 
         unbound = [m for m in members if not m.is_bound]
         need = max(1, spec.min_member - len(bound))
         free = self.free_for_planning()
-        allowed = {uid: r for uid, r in self.restrictions.items() if uid != pod.uid}
-        allowed[pod.uid] = NodeRestriction(allowed=frozenset(candidates))
+        allowed = dict(self.restrictions)
+        if asking is not None and candidates is not None:
+            allowed[asking.uid] = NodeRestriction(allowed=frozenset(candidates))
         outcome = plan_gang(unbound, free, self.snapshot.nodes, self.policy, allowed=allowed)
         if not isinstance(outcome, Placement) and len(unbound) > need:
             outcome = plan_gang(
@@ -193,9 +217,7 @@ class GangCore:
             )
         if not isinstance(outcome, Placement):
             state.shortfall_generation = generation
-            return self._hold(
-                candidates, Verdict.WAIT, self._say(state, f"gang {key}: {outcome.message}")
-            )
+            return self._say(state, f"gang {key}: {outcome.message}")
 
         timeout = spec.schedule_timeout_seconds or self.timeouts.schedule_timeout_seconds
         members_by_uid = {m.uid: m for m in unbound}
@@ -213,7 +235,7 @@ class GangCore:
         state.waiting = False
         self._say(state, f"gang {key}: planned {len(plan.placements)} members, binding")
         self.effects.append(PlanCreated(plan))
-        return self._planned_answer(plan, pod, candidates)
+        return plan
 
     def _planned_answer(
         self, plan: Plan, pod: PodInfo, candidates: Sequence[str]
@@ -332,6 +354,18 @@ class GangCore:
                     group=pod.group,
                     message=f"gang {pod.group} has no plan for {pod.ref} ({reason}); retrying",
                 )
+            # A gang may have reserved this node since the plain pod passed filter.
+            if (
+                pod is not None
+                and self.ledger.reserved(node)
+                and not fits(pod.requests, self.free_after_reservations(node))
+            ):
+                owners = ", ".join(str(g) for g in self.ledger.owners(node))
+                return BindDecision(
+                    BindVerdict.ERROR,
+                    message=f"capacity on {node} was reserved for gang {owners} after "
+                    f"{pod.ref} passed filter; retrying",
+                )
             return BindDecision(BindVerdict.BIND_NOW)
         planned = plan.placements[uid]
         if planned != node:
@@ -378,6 +412,8 @@ class GangCore:
         self.snapshot.upsert_pod(pod)
         plan = self.ledger.plan_of(pod.uid)
         if plan is None:
+            if pod.group is not None and pod.is_active_member:
+                self.group_changed(pod.group, now)
             return
         if pod.deleting or pod.phase in ("Succeeded", "Failed"):
             self._drop(plan, f"member {pod.ref} is gone", now)
@@ -391,6 +427,22 @@ class GangCore:
                     state, f"gang {plan.group}: all {len(plan.placements)} planned members bound"
                 )
                 self.effects.append(GangBound(plan))
+
+    def group_changed(self, key: GroupKey, now: float) -> None:
+        """A member or the PodGroup of `key` changed: plan now if that completes a held gang.
+
+        Why not wait for filter: kube-scheduler parks held members until some event,
+        and a member it never filters (created with a scheduling gate, as Kueue does)
+        sends none. The plan's annotations on the members are that event. Only groups
+        kube-scheduler has asked about are planned here.
+        """
+        state = self.groups.get(key)
+        if state is None or not state.waiting or key in self.ledger.plans:
+            return
+        spec = self.snapshot.group_spec(key)
+        if spec is None or spec.error is not None:
+            return
+        self._try_plan(key, state, spec, now, asking=None, candidates=None)
 
     def forget_pod(self, uid: str, now: float) -> None:
         pod = self.snapshot.delete_pod(uid)

@@ -145,6 +145,45 @@ def test_plain_pod_cannot_take_capacity_reserved_for_a_gang() -> None:
     assert "reserved for gang default/g" in decision.failed["n1"]
 
 
+def test_plain_pod_that_passed_filter_before_a_gang_reserved_its_node_is_refused_at_bind() -> None:
+    nodes = [make_node("n1").gpus(4).obj(), make_node("n2").gpus(4).obj()]
+    pods = [make_pod(f"w{i}").group("g").min_available(4).gpus(1).obj() for i in range(4)]
+    plain = make_pod("plain").gpus(1).obj()
+    core = core_with(nodes, [*pods, plain])
+    assert core.filter(pod_info(core, "plain"), ["n1"], T0).nodes == ["n1"]
+    # The gang is planned onto n1 (binpack) before the plain pod's bind arrives.
+    assert core.filter(pod_info(core, "w0"), ["n1", "n2"], T0).nodes == ["n1"]
+    refused = core.arrive(pod_info(core, "plain").uid, "n1", T0 + 1)
+    assert refused.verdict is BindVerdict.ERROR
+    assert "reserved for gang default/g after default/plain passed filter" in refused.message
+    # Beside the reservation there is room: n2 is not reserved.
+    assert core.arrive(pod_info(core, "plain").uid, "n2", T0 + 1).verdict is BindVerdict.BIND_NOW
+
+
+def test_the_member_that_completes_a_held_gang_gets_it_planned_when_the_watch_delivers_it() -> None:
+    # kube-scheduler parked the held members; a gated last member is never filtered.
+    nodes = [make_node("n1").gpus(4).obj()]
+    pods = [make_pod(f"w{i}").group("g").min_available(4).gpus(1).obj() for i in range(3)]
+    core = core_with(nodes, pods)
+    held = core.filter(pod_info(core, "w0"), ["n1"], T0)
+    assert held.verdict is Verdict.WAIT and "3/4 members exist" in held.message
+    core.drain_effects()
+    last = make_pod("w3").group("g").min_available(4).gpus(1).obj()
+    core.observe_pod(PodInfo.from_api(last), T0 + 1)
+    created = [e for e in core.drain_effects() if isinstance(e, PlanCreated)]
+    assert [sorted(e.plan.names.values()) for e in created] == [
+        ["default/w0", "default/w1", "default/w2", "default/w3"]
+    ]
+
+
+def test_a_group_kube_scheduler_never_asked_about_is_not_planned_from_the_watch() -> None:
+    nodes = [make_node("n1").gpus(4).obj()]
+    pods = [make_pod(f"w{i}").group("g").min_available(2).gpus(1).obj() for i in range(2)]
+    core = core_with(nodes, pods)
+    assert core.ledger.plans == {}
+    assert not any(isinstance(e, PlanCreated) for e in core.drain_effects())
+
+
 def test_bind_waits_for_every_member_then_releases() -> None:
     nodes = [make_node("n1").gpus(4).obj()]
     pods = [make_pod(f"w{i}").group("g").min_available(3).gpus(1).obj() for i in range(3)]
