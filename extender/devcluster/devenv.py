@@ -226,16 +226,22 @@ def run_demo(workdir: Path, *, keep: bool) -> int:
         print(cluster.kubectl("apply", "-n", namespace, "-f", str(example)).rstrip(), flush=True)
 
         message = _wait_for(lambda: _held_message(raw, namespace, group), DEMO_TIMEOUT_SECONDS)
-        bound = [
-            p["metadata"]["name"] for p in _pods(raw, namespace, group) if p["spec"].get("nodeName")
-        ]
+        min_member = int(_podgroup(raw, namespace, group)["spec"]["minMember"])
+        pods = _pods(raw, namespace, group)
+        bound = [p["metadata"]["name"] for p in pods if p["spec"].get("nodeName")]
         print(f"== held: {message}")
-        print(f"   members bound so far: {len(bound)} (none is bound before all 4 fit)", flush=True)
+        print(
+            f"   members: {len(pods)} created, {len(bound)} bound "
+            f"(gang-extender binds none until all {min_member} fit)",
+            flush=True,
+        )
+        if bound:
+            raise ClusterError(f"members {', '.join(bound)} were bound while the gang was held")
 
         print("== adding a node with 4 GPUs", flush=True)
         second = add_gpu_nodes(api, 1, gpus=4, name_prefix="gpu-big")
         wait_for_nodes_ready(api, second)
-        _wait_for(lambda: _all_bound(raw, namespace, group), DEMO_TIMEOUT_SECONDS)
+        _wait_for(lambda: _all_bound(raw, namespace, group, min_member), DEMO_TIMEOUT_SECONDS)
         pg = _wait_for(lambda: _placed_podgroup(raw, namespace, group), DEMO_TIMEOUT_SECONDS)
         print(f"== placed: {_condition(pg)} (phase {pg['status'].get('phase')})")
         for pod in _pods(raw, namespace, group):
@@ -288,9 +294,9 @@ def _placed_podgroup(raw: RawApi, namespace: str, group: str) -> dict[str, Any] 
     return pg if (pg.get("status") or {}).get("phase") in ("Scheduled", "Running") else None
 
 
-def _all_bound(raw: RawApi, namespace: str, group: str) -> bool:
+def _all_bound(raw: RawApi, namespace: str, group: str, min_member: int) -> bool:
     pods = _pods(raw, namespace, group)
-    return len(pods) == 4 and all(p["spec"].get("nodeName") for p in pods)
+    return len(pods) >= min_member and all(p["spec"].get("nodeName") for p in pods)
 
 
 def _configmap(raw: RawApi, namespace: str, name: str) -> dict[str, Any] | None:

@@ -88,6 +88,7 @@ def gang_pod(
     node_selector: dict[str, str] | None = None,
     annotations: dict[str, str] | None = None,
     scheduler: str = SCHEDULER_NAME,
+    gated: bool = False,
 ) -> dict[str, Any]:
     labels = {GROUP_LABEL: group} if group else {}
     if task:
@@ -96,18 +97,39 @@ def gang_pod(
     if gpus:
         resources["limits"]["nvidia.com/gpu"] = gpus
         resources["requests"]["nvidia.com/gpu"] = gpus
+    spec: dict[str, Any] = {
+        "schedulerName": scheduler,
+        "nodeSelector": node_selector or {},
+        "containers": [
+            {"name": "main", "image": "registry.example/train:1", "resources": resources}
+        ],
+    }
+    if gated:
+        # kube-scheduler leaves a gated pod alone until `ungate`: a member that counts
+        # toward its gang but cannot reach bind, which holds the others in the barrier.
+        spec["schedulingGates"] = [{"name": HOLD_GATE}]
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name, "labels": labels, "annotations": annotations or {}},
-        "spec": {
-            "schedulerName": scheduler,
-            "nodeSelector": node_selector or {},
-            "containers": [
-                {"name": "main", "image": "registry.example/train:1", "resources": resources}
-            ],
-        },
+        "spec": spec,
     }
+
+
+HOLD_GATE = "gang-extender.io/test-hold"
+
+
+def ungate(raw: RawApi, namespace: str, name: str) -> None:
+    raw.call(
+        "PATCH",
+        path_of("api", "v1", "namespaces", namespace, "pods", name),
+        body=[{"op": "remove", "path": "/spec/schedulingGates"}],
+        content_type="application/json-patch+json",
+    )
+
+
+def planned(pod: dict[str, Any]) -> bool:
+    return "gang-extender.io/planned-node" in (pod["metadata"].get("annotations") or {})
 
 
 def podgroup(name: str, min_member: int, **spec: Any) -> dict[str, Any]:

@@ -59,3 +59,29 @@ def test_dev_up_prints_how_to_use_the_cluster_and_dev_down_stops_everything(
         ["pgrep", "-f", str(workdir)], capture_output=True, text=True
     ).stdout.split()
     assert leftovers == [], f"processes still running from {workdir}: {leftovers}"
+
+
+def test_the_readme_demo_shows_the_seed_gang_held_then_placed_with_its_hostfile(
+    tmp_path: Path, bin_dir: Path
+) -> None:
+    # `make demo` runs exactly this command once the venv and binaries exist.
+    workdir = tmp_path / "demo"
+    env = {**os.environ, "GANG_E2E_BIN_DIR": str(bin_dir)}
+    demo = _run("demo", "--workdir", str(workdir), env=env)
+    out = demo.stdout
+    assert demo.returncode == 0, out + demo.stderr
+    held, placed = out.index("== held: "), out.index("== placed: ")
+    assert held < placed
+    held_line = out[held:].splitlines()[0]
+    assert "lm-horovod-job" in held_line and "nvidia.com/gpu" in held_line
+    assert "members: 4 created, 0 bound (gang-extender binds none until all 4 fit)" in out
+    assert "4/4 members bound" in out[placed:].splitlines()[0]
+    # One line per member with its node, then the MPI/DeepSpeed hostfile with 4 hosts.
+    members = [line for line in out[placed:].splitlines() if " -> " in line]
+    assert len(members) == 4 and all("gpu-" in line for line in members)
+    hostfile = out[out.index("== /etc/volcano/hostfile") :].splitlines()[1:5]
+    assert [line.split()[1] for line in hostfile] == ["slots=1"] * 4, hostfile
+    leftovers = subprocess.run(
+        ["pgrep", "-f", str(workdir)], capture_output=True, text=True
+    ).stdout.split()
+    assert leftovers == [], f"processes still running from {workdir}: {leftovers}"

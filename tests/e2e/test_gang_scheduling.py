@@ -17,7 +17,9 @@ from tests.e2e.gang_fixtures import (
     gang_pod,
     get_podgroup,
     list_pods,
+    planned,
     podgroup,
+    ungate,
     wait_until,
 )
 
@@ -111,17 +113,15 @@ def test_gang_with_only_three_of_four_members_created_binds_none(
             namespace,
             gang_pod(f"partial-{i}", "partial", gpus=1, node_selector=pool.node_selector),
         )
-    message = wait_until(
-        lambda: condition_message(get_podgroup(raw, namespace, "partial")),
-        what="a PodGroup condition",
-    )
     wait_until(
         lambda: "3/4 members exist" in condition_message(get_podgroup(raw, namespace, "partial")),
         what="the condition to say 3/4 members exist",
     )
     time.sleep(HOLD_OBSERVATION_SECONDS)
     assert bound(list_pods(raw, namespace)) == []
-    assert message
+    assert condition_message(get_podgroup(raw, namespace, "partial")) == (
+        f"gang {namespace}/partial: 3/4 members exist; waiting for the rest to be created"
+    )
 
 
 def test_eight_four_gpu_members_are_binpacked_onto_four_of_six_nodes(
@@ -177,6 +177,8 @@ def test_two_gangs_that_cannot_both_fit_never_both_hold_capacity(
         if p["metadata"]["labels"]["gang-extender.io/group"] == loser
     ]
     assert bound(loser_pods) == [], "the waiting gang holds nothing"
+    # Nor does it hold a reservation: a plan would be written on its members.
+    assert not any(planned(p) for p in loser_pods), "the waiting gang holds a reservation"
 
     delete_pods(raw, namespace, f"gang-extender.io/group={winner}")
     wait_until(
@@ -199,74 +201,89 @@ def test_two_gangs_that_cannot_both_fit_never_both_hold_capacity(
 def test_plain_gpu_pods_never_take_gpus_reserved_for_a_planned_gang(
     gang_stack, raw, namespace, gpu_nodes
 ) -> None:
+    # 2 nodes x 4 GPUs. The gang reserves 3 GPUs on each node; big-1 is gated, so big-0
+    # waits in the bind barrier and the reservation stays while plain pods arrive.
     pool = gpu_nodes(2, gpus=4)
     recorder = BindRecorder(raw, namespace)
-    create(raw, namespace, podgroup("big", 2))
-    create(raw, namespace, gang_pod("big-0", "big", gpus=4, node_selector=pool.node_selector))
-    create(raw, namespace, gang_pod("big-1", "big", gpus=4, node_selector=pool.node_selector))
+    create(raw, namespace, podgroup("big", 2, scheduleTimeoutSeconds=120))
+    create(raw, namespace, gang_pod("big-0", "big", gpus=3, node_selector=pool.node_selector))
+    create(
+        raw,
+        namespace,
+        gang_pod("big-1", "big", gpus=3, node_selector=pool.node_selector, gated=True),
+    )
     wait_until(
-        lambda: any(
-            "gang-extender.io/planned-node" in (p["metadata"].get("annotations") or {})
-            or p["spec"].get("nodeName")
-            for p in list_pods(raw, namespace)
-        ),
-        what="the gang to be planned",
+        lambda: all(planned(p) for p in list_pods(raw, namespace)), what="the gang to be planned"
     )
     for i in range(4):
         create(raw, namespace, gang_pod(f"plain-{i}", "", gpus=1, node_selector=pool.node_selector))
+
+    def plain_bound() -> list[str]:
+        pods = bound(list_pods(raw, namespace))
+        return sorted(
+            p["metadata"]["name"] for p in pods if p["metadata"]["name"].startswith("plain-")
+        )
+
+    # 8 GPUs - 6 reserved = room for exactly 2 plain pods, one per node.
+    wait_until(lambda: len(plain_bound()) == 2, what="2 plain pods bound beside the reservation")
+    time.sleep(HOLD_OBSERVATION_SECONDS)
+    assert len(plain_bound()) == 2, "plain pods took GPUs reserved for the gang"
+    assert [p["metadata"]["name"] for p in bound(list_pods(raw, namespace))] == plain_bound()
+
+    ungate(raw, namespace, "big-1")
     wait_until(
         lambda: (
-            len(
-                bound(
-                    [
-                        p
-                        for p in list_pods(raw, namespace)
-                        if p["metadata"]["name"].startswith("big-")
-                    ]
-                )
-            )
-            == 2
+            {"big-0", "big-1"} <= {p["metadata"]["name"] for p in bound(list_pods(raw, namespace))}
         ),
-        what="the gang bound",
+        what="the gang bound on the GPUs it reserved",
     )
-    time.sleep(HOLD_OBSERVATION_SECONDS)
     recorder.stop()
-    plain_bound = [
-        p["metadata"]["name"]
-        for p in bound(list_pods(raw, namespace))
-        if p["metadata"]["name"].startswith("plain-")
-    ]
-    assert plain_bound == [], "plain pods took GPUs reserved for the gang"
+    assert len(plain_bound()) == 2
     assert all(gpus <= 4 for gpus in recorder.max_gpus_per_node.values()), (
         recorder.max_gpus_per_node
     )
 
 
+def barrier_waiting(gang_stack) -> int:
+    """Members the service holds at bind barriers right now (its own gauge)."""
+    for line in gang_stack.metrics_text().splitlines():
+        if line.startswith("gang_extender_bind_barrier_waiting "):
+            return int(float(line.split()[1]))
+    raise AssertionError("gang_extender_bind_barrier_waiting is not exported")
+
+
 def test_gang_caught_in_the_bind_barrier_by_a_service_kill_ends_fully_bound(
     gang_stack, raw, namespace, gpu_nodes
 ) -> None:
+    # crash-3 is gated, so crash-0..2 reach bind and wait in the barrier for it: the
+    # kill lands while three binds are held, and no member may be bound alone by the
+    # restarted service either.
     pool = gpu_nodes(2, gpus=8)
-    create(raw, namespace, podgroup("crash", 4, scheduleTimeoutSeconds=60))
+    create(raw, namespace, podgroup("crash", 4, scheduleTimeoutSeconds=120))
     for i in range(4):
         create(
             raw,
             namespace,
-            gang_pod(f"crash-{i}", "crash", gpus=2, node_selector=pool.node_selector),
+            gang_pod(
+                f"crash-{i}", "crash", gpus=2, node_selector=pool.node_selector, gated=(i == 3)
+            ),
         )
-    # The plan is written to the members before the first of them reaches bind; the
-    # first member then waits in the barrier for the others (which the scheduler retries
-    # after its backoff), so killing now catches the gang inside the barrier.
     wait_until(
-        lambda: any(
-            "gang-extender.io/planned-node" in (p["metadata"].get("annotations") or {})
-            for p in list_pods(raw, namespace)
-        ),
+        lambda: barrier_waiting(gang_stack) == 3,
         timeout=60,
-        what="the gang to be planned",
+        what="three members waiting in the bind barrier",
     )
+    assert bound(list_pods(raw, namespace)) == []
     gang_stack.restart_service(kill=True)
-    bound_at_kill = len(bound(list_pods(raw, namespace)))
-    assert bound_at_kill in (0, 4), f"half-bound at the kill: {bound_at_kill}/4"
+    # The scheduler retries the three binds against the new process; they meet again in
+    # the rebuilt barrier, and still nothing is bound while crash-3 cannot arrive.
+    wait_until(
+        lambda: barrier_waiting(gang_stack) == 3,
+        timeout=60,
+        what="the three members back in the barrier after the restart",
+    )
+    assert bound(list_pods(raw, namespace)) == []
+    ungate(raw, namespace, "crash-3")
     wait_until(
         lambda: len(bound(list_pods(raw, namespace))) == 4,
         timeout=120,

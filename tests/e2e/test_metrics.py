@@ -27,6 +27,7 @@ from tests.e2e.gang_fixtures import (
     get_podgroup,
     list_pods,
     podgroup,
+    ungate,
     wait_until,
 )
 
@@ -47,9 +48,14 @@ def scrape(stack: GangStack) -> Samples:
     return samples
 
 
-def value(samples: Samples, name: str, **labels: str) -> float:
-    """One sample's value; 0 when it is not exported (a labelled child never touched)."""
-    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
+def value(samples: Samples, name: str, *, default: float | None = None, **labels: str) -> float:
+    """One sample's value. A sample that is not exported fails the test, unless the
+    caller names a `default` (a labelled child nothing has touched yet is not exported)."""
+    key = (name, tuple(sorted(labels.items())))
+    if key not in samples:
+        assert default is not None, f"{name}{labels} is not exported"
+        return default
+    return samples[key]
 
 
 def groups_by_phase(samples: Samples) -> dict[str, float]:
@@ -85,7 +91,11 @@ def test_metrics_after_a_gang_run_show_what_the_run_implies(metrics_stack: GangS
     total_gpus = NODES * GPUS_PER_NODE
 
     wait_until(
-        lambda: value(scrape(stack), "gang_extender_gpus", pool=pool, state="free") == total_gpus,
+        # The new pool is not exported until the service has seen its nodes.
+        lambda: (
+            value(scrape(stack), "gang_extender_gpus", default=0.0, pool=pool, state="free")
+            == total_gpus
+        ),
         what="the pool's GPUs counted free",
     )
     before = scrape(stack)
@@ -117,12 +127,41 @@ def test_metrics_after_a_gang_run_show_what_the_run_implies(metrics_stack: GangS
         before, "gang_extender_gangs_bound_total"
     )
 
-    # Completed: the last member arrives, the gang is placed and bound.
+    # Planned: the last member arrives gated, so the gang is planned and its other
+    # members wait in the bind barrier while the reservation is held.
     create(
         raw,
         namespace,
-        gang_pod(f"train-{MEMBERS - 1}", "train", gpus=1, node_selector={POOL_LABEL: pool}),
+        gang_pod(
+            f"train-{MEMBERS - 1}",
+            "train",
+            gpus=1,
+            node_selector={POOL_LABEL: pool},
+            gated=True,
+        ),
     )
+
+    def planned() -> Samples | None:
+        s = scrape(stack)
+        return (
+            s
+            if value(s, "gang_extender_reservations") == MEMBERS
+            and value(s, "gang_extender_bind_barrier_waiting") == MEMBERS - 1
+            # Pool gauges are refreshed on the reconcile tick, a moment later.
+            and value(s, "gang_extender_gpus", pool=pool, state="reserved") == MEMBERS
+            else None
+        )
+
+    reserved = wait_until(
+        planned, what=f"{MEMBERS} members reserved, {MEMBERS - 1} waiting at the barrier"
+    )
+    assert value(reserved, "gang_extender_gpus", pool=pool, state="reserved") == MEMBERS
+    assert value(reserved, "gang_extender_gpus", pool=pool, state="bound") == 0
+    assert value(reserved, "gang_extender_gpus", pool=pool, state="free") == total_gpus - MEMBERS
+    assert bound(list_pods(raw, namespace)) == []
+
+    # Completed: the last member may be scheduled; the gang is bound.
+    ungate(raw, namespace, f"train-{MEMBERS - 1}")
     wait_until(
         lambda: len(bound(list_pods(raw, namespace))) == MEMBERS,
         what=f"all {MEMBERS} members bound",
@@ -174,7 +213,7 @@ def test_metrics_after_a_gang_run_show_what_the_run_implies(metrics_stack: GangS
     assert value(after, "gang_extender_request_duration_seconds_count", verb="admit") >= MEMBERS, (
         "every member went through the webhook"
     )
-    assert value(after, "gang_extender_request_errors_total", verb="bind") == 0
+    assert value(after, "gang_extender_request_errors_total", verb="bind", default=0.0) == 0
     assert value(after, "gang_extender_bind_barrier_timeouts_total") == 0
     # Gauges: one group, in the phase its PodGroup shows; the pool's GPUs add up.
     assert groups_by_phase(after) == {**dict.fromkeys(PHASES, 0.0), phase: 1.0}
@@ -182,6 +221,7 @@ def test_metrics_after_a_gang_run_show_what_the_run_implies(metrics_stack: GangS
     assert value(after, "gang_extender_gpus", pool=pool, state="reserved") == 0
     assert value(after, "gang_extender_gpus", pool=pool, state="free") == total_gpus - MEMBERS
     assert value(after, "gang_extender_reservations") == 0
+    assert value(after, "gang_extender_bind_barrier_waiting") == 0
     # Caches: listed and watching.
     for resource in ("pods", "nodes", "podgroups", "namespaces"):
         assert value(after, "gang_extender_cache_synced", resource=resource) == 1, resource
