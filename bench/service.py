@@ -29,35 +29,10 @@ STOP_GRACE_SECONDS = 3.0
 
 
 class BenchStack(GangStack):
-    """The product as GangStack runs it, with the service started via bench.service_main.
-
-    That shim only keeps SIGPIPE ignored (see its docstring); argv, flags and
-    config are GangStack's own.
-    """
+    """The product as GangStack runs it, with this checkout importable (for `--service-src`)."""
 
     def __init__(self, cluster: LocalCluster) -> None:
         super().__init__(cluster, env={"PYTHONPATH": str(REPO)})
-
-    def service_argv(self) -> list[str]:
-        argv = super().service_argv()
-        argv[argv.index("extender")] = "bench.service_main"
-        return argv
-
-
-@dataclass
-class StartTimes:
-    healthz_s: float  # process start -> /healthz 200 (imports, TLS, listeners up)
-    ready_s: float  # process start -> /readyz 200 (caches listed and synced)
-
-
-def _status(url: str) -> int:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as resp:
-            return int(resp.status)
-    except urllib.error.HTTPError as err:
-        return int(err.code)
-    except OSError:
-        return 0
 
 
 def restart_service(env: BenchEnv, name: str, *, service_src: Path | None = None) -> StartTimes:

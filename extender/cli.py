@@ -207,7 +207,8 @@ def build_parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", help="list pod groups: phase, placed/min, waiting reason")
     status.add_argument("--kubeconfig", help="kubeconfig (default: $KUBECONFIG or ~/.kube/config)")
     status.add_argument("-n", "--namespace", help="only this namespace")
-    status.set_defaults(func=_status)
+    # A table piped into `head` should end quietly: die on a closed pipe like a Unix tool.
+    status.set_defaults(func=_status, default_sigpipe=True)
 
     dev = sub.add_parser("dev", help="a local control plane with fake GPU nodes")
     dev_sub = dev.add_subparsers(dest="dev_command", metavar="COMMAND", required=True)
@@ -238,7 +239,10 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "command", None):
         parser.print_help()
         return 2
-    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    # Only for printing commands: a server with SIGPIPE at its default dies silently
+    # (exit -13) the first time it writes to a connection its peer has closed.
+    if getattr(args, "default_sigpipe", False):
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     result = args.func(args)
     return int(result or 0)
 

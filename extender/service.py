@@ -32,6 +32,7 @@ from typing import Any, NamedTuple
 
 import urllib3
 import uvicorn
+import uvloop
 from fastapi import FastAPI, Request
 from fastapi.responses import PlainTextResponse, Response
 from kubernetes.client.exceptions import ApiException
@@ -899,4 +900,7 @@ def serve(settings: Settings) -> None:
     except StartupError:
         service.binder.close()
         raise
-    asyncio.run(service.run(tls))
+    # uvloop: a libuv event loop, several times cheaper per request than asyncio's own;
+    # with httptools (picked by uvicorn's http="auto") it is most of an extender call.
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(service.run(tls))

@@ -6,6 +6,7 @@ Every case stops before anything listens or talks to an API server.
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -173,3 +174,17 @@ def test_bad_policy_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> 
 def test_missing_policy_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     line = serve_error(capsys, "--policy", str(tmp_path / "none.yaml"))
     assert "cannot read" in line
+
+
+def test_serve_keeps_sigpipe_ignored_so_a_closed_connection_cannot_kill_the_service(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # With SIGPIPE at its default, the first write to a connection the peer closed
+    # ends the process with no log line (exit -13). Only printing commands reset it.
+    before = signal.getsignal(signal.SIGPIPE)
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    try:
+        assert main(["serve", "--log-level", "bogus"]) == 2
+        assert signal.getsignal(signal.SIGPIPE) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGPIPE, before)
