@@ -35,6 +35,22 @@ class BenchStack(GangStack):
         super().__init__(cluster, env={"PYTHONPATH": str(REPO)})
 
 
+@dataclass
+class StartTimes:
+    healthz_s: float  # process start -> /healthz 200 (imports, TLS, listeners up)
+    ready_s: float  # process start -> /readyz 200 (caches listed and synced)
+
+
+def _status(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as resp:
+            return int(resp.status)
+    except urllib.error.HTTPError as err:
+        return int(err.code)
+    except OSError:
+        return 0
+
+
 def restart_service(env: BenchEnv, name: str, *, service_src: Path | None = None) -> StartTimes:
     """Stop the running service and start a new one on the same ports; time it to ready.
 
