@@ -10,9 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from extender.api.extender import create_extender_app
+from extender.api.extender import HostPriorityEncoder, create_extender_app
 from extender.coordinator import BindError, SchedulingCoordinator
 from extender.domain.gang import GangCore, Timeouts
 from extender.domain.model import GroupSpec, NodeInfo, PodInfo
@@ -245,3 +248,24 @@ async def test_failed_binding_is_reported_in_the_error_field() -> None:
         )
     assert response.status_code == 200
     assert "not found" in response.json()["Error"]
+
+
+@given(
+    st.lists(
+        st.dictionaries(
+            st.text(min_size=1, max_size=12), st.integers(min_value=0, max_value=10), max_size=20
+        ),
+        max_size=6,
+    ),
+    st.integers(min_value=0, max_value=8),
+)
+@settings(max_examples=200, deadline=None)
+def test_prioritize_answers_are_the_json_of_the_scores_whatever_the_table_holds(
+    answers: list[dict[str, int]], max_hosts: int
+) -> None:
+    # One encoder across several answers: entries cached from earlier answers (other
+    # scores for the same host, a table past its cap) must never leak into a later one.
+    encoder = HostPriorityEncoder(max_hosts=max_hosts)
+    for scores in answers:
+        expected = orjson.dumps([{"Host": h, "Score": s} for h, s in scores.items()])
+        assert encoder.encode(scores) == expected
