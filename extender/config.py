@@ -69,6 +69,10 @@ class Settings(BaseSettings):
     # The reconcile tick: plan expiry, PodGroup status, Events and wiring of groups
     # that changed are handled at most this often (status is written only on change).
     reconcile_interval_seconds: float = Field(default=1.0, gt=0)
+    # On SIGTERM, open connections get this long to finish before they are closed:
+    # kube-scheduler keeps a keep-alive connection to the extender for good, and
+    # without a bound the process would wait for the kubelet's SIGKILL.
+    shutdown_grace_seconds: int = Field(default=5, gt=0)
     # Largest request body the extender accepts; a 5,000-node NodeNames list is ~150 KB.
     max_request_bytes: int = Field(default=16 * 1024 * 1024, gt=0)
 

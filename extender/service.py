@@ -788,6 +788,7 @@ class GangService:
                 ssl_keyfile=str(tls.key_path),
                 log_level="warning",
                 access_log=False,
+                timeout_graceful_shutdown=s.shutdown_grace_seconds,
                 timeout_keep_alive=75,
             ),
             uvicorn.Config(
@@ -798,6 +799,7 @@ class GangService:
                 ssl_keyfile=str(tls.key_path),
                 log_level="warning",
                 access_log=False,
+                timeout_graceful_shutdown=s.shutdown_grace_seconds,
             ),
             uvicorn.Config(
                 self.health_app(),
@@ -805,6 +807,7 @@ class GangService:
                 port=s.metrics_port,
                 log_level="warning",
                 access_log=False,
+                timeout_graceful_shutdown=s.shutdown_grace_seconds,
             ),
         ]
         self._servers = [_QuietServer(c) for c in configs]

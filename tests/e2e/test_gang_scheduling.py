@@ -80,6 +80,11 @@ def test_seed_horovod_job_waits_for_a_gpu_node_then_binds_all_four(
     recorder.stop()
     assert len(recorder.first_bound) == 4
     assert min(recorder.first_bound.values()) >= added_at, "a member was bound before the gang fit"
+    binds = sorted(recorder.first_bound.values())
+    print(
+        f"\nseed gang: GPU node added -> all 4 bound in {binds[-1] - added_at:.2f}s "
+        f"(first to last bind {binds[-1] - binds[0]:.3f}s)"
+    )
     wait_until(
         lambda: (
             get_podgroup(raw, namespace, "hvd")["status"].get("phase") in ("Scheduled", "Running")
@@ -128,6 +133,7 @@ def test_eight_four_gpu_members_are_binpacked_onto_four_of_six_nodes(
     gang_stack, raw, namespace, gpu_nodes
 ) -> None:
     pool = gpu_nodes(6, gpus=8)
+    created_at = time.time()
     create(raw, namespace, podgroup("pack", 8))
     for i in range(8):
         create(
@@ -137,6 +143,7 @@ def test_eight_four_gpu_members_are_binpacked_onto_four_of_six_nodes(
         lambda: (lambda ps: ps if len(bound(ps)) == 8 else None)(list_pods(raw, namespace)),
         what="all 8 members bound",
     )
+    print(f"\nbinpack gang: 8 members created -> all bound in {time.time() - created_at:.2f}s")
     nodes = {p["spec"]["nodeName"] for p in pods}
     assert len(nodes) == 4, f"binpack should fill 4 nodes, used {sorted(nodes)}"
 
