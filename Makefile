@@ -34,6 +34,7 @@ lint: $(BIN)/gang-extender
 	$(BIN)/mypy
 
 bench: $(BIN)/gang-extender control-plane
+	$(BIN)/pip install --quiet -e '.[dev,bench]'   # matplotlib (plot), py-spy (profile)
 	$(BIN)/python -m bench
 
 dev-up: $(BIN)/gang-extender control-plane

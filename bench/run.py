@@ -188,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     results["meta"]["control_plane"] = cluster.bin_dir.parent.name.removeprefix("k8s-")
     try:
         cluster.start()
-        stack = BenchStack(cluster)
+        stack = BenchStack(cluster, args.service_src)
         stack.start()
         env = BenchEnv(cluster, stack, FastApi(cluster), settle_timeout=cfg["settle_timeout"])
         log.info("control plane and gang stack up in %.1fs", time.monotonic() - started)

@@ -29,10 +29,12 @@ STOP_GRACE_SECONDS = 3.0
 
 
 class BenchStack(GangStack):
-    """The product as GangStack runs it, with this checkout importable (for `--service-src`)."""
+    """The product as GangStack runs it; with `service_src`, the service is imported
+    from that source tree (before/after runs of every workload on one machine)."""
 
-    def __init__(self, cluster: LocalCluster) -> None:
-        super().__init__(cluster, env={"PYTHONPATH": str(REPO)})
+    def __init__(self, cluster: LocalCluster, service_src: Path | None = None) -> None:
+        path = [str(service_src)] if service_src is not None else []
+        super().__init__(cluster, env={"PYTHONPATH": os.pathsep.join([*path, str(REPO)])})
 
 
 @dataclass
