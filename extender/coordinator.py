@@ -74,6 +74,8 @@ class SchedulingCoordinator:
         self.flush_effects()
         if decision.verdict is BindVerdict.ERROR:
             return decision.message
+        if decision.verdict is BindVerdict.BIND_NOW:
+            return await self._bind_assumed(args)
         if decision.verdict in (BindVerdict.WAIT, BindVerdict.RELEASE):
             assert decision.plan_id is not None and decision.group is not None
             event = self._barriers.setdefault(decision.plan_id, asyncio.Event())
@@ -103,6 +105,33 @@ class SchedulingCoordinator:
                 await asyncio.wait_for(event.wait(), timeout=remaining)
             except TimeoutError:
                 continue
+
+    async def _bind_assumed(self, args: ExtenderBindingArgs) -> str:
+        """Bind a pod outside any plan, counted on its node before the API call returns.
+
+        Why: two such binds can be in flight at once, and each is checked against the
+        gangs' reservations (`GangCore.arrive`); counting a pod only after its binding
+        returned let both take the last free room beside a reservation. This is
+        kube-scheduler's "assume"; it is undone if the binding fails.
+        """
+        pod = self.core.snapshot.pods.get(args.PodUID)
+        undo: tuple[PodInfo, PodInfo] | None = None  # (as it was, as assumed)
+        if pod is not None and not pod.is_bound:
+            assumed = dataclasses.replace(pod, node_name=args.Node)
+            self.core.observe_pod(assumed, self.clock())
+            self.flush_effects()
+            undo = (pod, assumed)
+        try:
+            await self.binder.bind(
+                namespace=args.PodNamespace, name=args.PodName, uid=args.PodUID, node=args.Node
+            )
+        except BindError as err:
+            # Undo only our own assumption: the watch may have said more in the meantime.
+            if undo is not None and self.core.snapshot.pods.get(args.PodUID) is undo[1]:
+                self.core.observe_pod(undo[0], self.clock())
+                self.flush_effects()
+            return f"binding {args.PodNamespace}/{args.PodName} to {args.Node}: {err}"
+        return ""
 
     async def _bind_now(self, args: ExtenderBindingArgs) -> str:
         try:

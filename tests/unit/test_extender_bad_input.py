@@ -183,3 +183,78 @@ async def test_a_chunked_body_without_length_is_cut_off_at_the_limit() -> None:
         response = await client.post("/filter", content=endless_names())
     assert response.status_code == 400
     assert "exceeds the 1048576 byte limit (reading stopped after" in response.json()["Error"]
+
+
+class GatedBinder(RecordingBinder):
+    """Holds every binding until `release` is set, so several are in flight at once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = asyncio.Event()
+        self.started = 0
+
+    async def bind(self, *, namespace: str, name: str, uid: str, node: str) -> None:
+        self.started += 1
+        await self.release.wait()
+        await super().bind(namespace=namespace, name=name, uid=uid, node=node)
+
+
+async def test_two_plain_binds_in_flight_cannot_both_take_the_last_room_beside_a_reservation() -> (
+    None
+):
+    # n1 and n2 have 4 GPUs; the gang reserves 3 on each. kube-scheduler may not see
+    # the reservation (a member it has not assumed), so the extender's bind is the guard.
+    clock = Clock(1_000.0)
+    core = GangCore(policy=Policy(), timeouts=Timeouts(60, 30, 2))
+    for name in ("n1", "n2"):
+        core.snapshot.upsert_node(NodeInfo.from_api(make_node(name).gpus(4).obj()))
+    members = [make_pod(f"big-{i}").group("big").gpus(3).obj() for i in range(2)]
+    plain = [make_pod(f"plain-{i}").gpus(1).obj() for i in range(2)]
+    for pod in [*members, *plain]:
+        core.observe_pod(PodInfo.from_api(pod), clock.now)
+    core.snapshot.upsert_podgroup(
+        GroupSpec.from_podgroup(make_podgroup("big", 2), source="PodGroup")
+    )
+    binder = GatedBinder()
+    coordinator = SchedulingCoordinator(
+        core, binder, Metrics(), effect_sink=lambda e: None, clock=clock
+    )
+    assert coordinator.filter(copy.deepcopy(members[0]), ["n1", "n2"]).verdict is Verdict.PLANNED
+    assert core.ledger.reserved("n2")
+
+    def bind(pod: dict[str, Any]) -> asyncio.Task[str]:
+        meta = pod["metadata"]
+        args = ExtenderBindingArgs(
+            PodName=meta["name"], PodNamespace="default", PodUID=meta["uid"], Node="n2"
+        )
+        return asyncio.create_task(coordinator.bind(args))
+
+    first, second = bind(plain[0]), bind(plain[1])
+    await asyncio.sleep(0)
+    binder.release.set()
+    answers = await asyncio.gather(first, second)
+
+    assert answers[0] == ""
+    assert "was reserved for gang default/big" in answers[1]
+    assert [name for _, name, _ in binder.bound] == ["plain-0"]
+    assert core.snapshot.free_gpus("n2") - core.ledger.reserved("n2")["nvidia.com/gpu"] == 0
+
+
+async def test_a_failed_plain_bind_gives_its_assumed_room_back() -> None:
+    client, binder, core = build(ROOMY, seed_pods())
+    plain = make_pod("plain").gpus(2).obj()
+    core.observe_pod(PodInfo.from_api(plain), 0.0)
+    binder.fail_with = 'pods "plain" is forbidden'
+    async with client:
+        answer = await client.post(
+            "/bind",
+            json={
+                "PodName": "plain",
+                "PodNamespace": "default",
+                "PodUID": plain["metadata"]["uid"],
+                "Node": "n2",
+            },
+        )
+    assert "forbidden" in answer.json()["Error"]
+    assert core.snapshot.free_gpus("n2") == 4
+    assert core.snapshot.pods[plain["metadata"]["uid"]].node_name is None
