@@ -104,17 +104,23 @@ async def test_a_pending_gang_member_seen_first_in_a_request_is_recorded_and_ref
         held = (await client.post("/filter", json={"Pod": early, "NodeNames": ["n1", "n2"]})).json()
         bind = await client.post(
             "/bind",
-            json={
-                "PodName": "early",
-                "PodNamespace": "default",
-                "PodUID": early["metadata"]["uid"],
-                "Node": "n1",
-            },
+            json=binding(early, "n1"),
         )
     assert held["NodeNames"] == [] and set(held["FailedAndUnresolvableNodes"]) == {"n1", "n2"}
     assert early["metadata"]["uid"] in core.snapshot.pods
     assert "has no plan" in bind.json()["Error"]
     assert binder.bound == []
+
+
+def binding(pod: dict[str, Any], node: str) -> dict[str, str]:
+    """ExtenderBindingArgs for `pod` on `node`, as kube-scheduler sends them."""
+    meta = pod["metadata"]
+    return {
+        "PodName": meta["name"],
+        "PodNamespace": meta.get("namespace") or "default",
+        "PodUID": meta["uid"],
+        "Node": node,
+    }
 
 
 class Clock:
@@ -150,16 +156,7 @@ async def test_a_barrier_expired_by_the_periodic_tick_counts_as_one_barrier_time
 
     decision = coordinator.filter(copy.deepcopy(members[0]), ["n1"])
     assert decision.verdict is Verdict.PLANNED
-    first = asyncio.create_task(
-        coordinator.bind(
-            ExtenderBindingArgs(
-                PodName="w0",
-                PodNamespace="default",
-                PodUID=members[0]["metadata"]["uid"],
-                Node="n1",
-            )
-        )
-    )
+    first = asyncio.create_task(coordinator.bind(ExtenderBindingArgs(**binding(members[0], "n1"))))
     await asyncio.sleep(0)  # w0 is inside the barrier; w1 never arrives
     clock.now += 61  # past the group's schedule timeout and the barrier timeout
     coordinator.tick()
@@ -223,11 +220,7 @@ async def test_two_plain_binds_in_flight_cannot_both_take_the_last_room_beside_a
     assert core.ledger.reserved("n2")
 
     def bind(pod: dict[str, Any]) -> asyncio.Task[str]:
-        meta = pod["metadata"]
-        args = ExtenderBindingArgs(
-            PodName=meta["name"], PodNamespace="default", PodUID=meta["uid"], Node="n2"
-        )
-        return asyncio.create_task(coordinator.bind(args))
+        return asyncio.create_task(coordinator.bind(ExtenderBindingArgs(**binding(pod, "n2"))))
 
     first, second = bind(plain[0]), bind(plain[1])
     await asyncio.sleep(0)
@@ -248,12 +241,7 @@ async def test_a_failed_plain_bind_gives_its_assumed_room_back() -> None:
     async with client:
         answer = await client.post(
             "/bind",
-            json={
-                "PodName": "plain",
-                "PodNamespace": "default",
-                "PodUID": plain["metadata"]["uid"],
-                "Node": "n2",
-            },
+            json=binding(plain, "n2"),
         )
     assert "forbidden" in answer.json()["Error"]
     assert core.snapshot.free_gpus("n2") == 4
