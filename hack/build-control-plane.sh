@@ -28,14 +28,9 @@ fi
 command -v go >/dev/null || { echo "go is required to build the control plane (https://go.dev/dl)" >&2; exit 1; }
 mkdir -p "$bin"
 start=$(date +%s)
-echo "building control plane $K8S_VERSION into $bin (first run only; ~15-30 min on 2 cores)" >&2
+echo "building control plane $K8S_VERSION into $bin (first run only; ~12 min on 2 cores)" >&2
 
-minor="${K8S_VERSION#v1.}"; minor="${minor%%.*}"
-ldflags="-s -w"
-for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-  ldflags+=" -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
-  ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
-done
+ldflags="$("$here/version-ldflags.sh" "$K8S_VERSION")"
 
 cd "$here/k8s-build"
 export GOFLAGS="-mod=mod -buildvcs=false"

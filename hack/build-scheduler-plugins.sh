@@ -32,12 +32,7 @@ mkdir -p "$out/bin" "$out/manifests/coscheduling"
 start=$(date +%s)
 echo "building scheduler-plugins $SP_VERSION into $out (first run only; ~5-20 min on 2 cores)" >&2
 
-minor="${K8S_VERSION#v1.}"; minor="${minor%%.*}"
-ldflags="-s -w"
-for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-  ldflags+=" -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
-  ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
-done
+ldflags="$("$here/version-ldflags.sh" "$K8S_VERSION")"
 
 cd "$here/scheduler-plugins-build"
 export GOFLAGS="-mod=mod -buildvcs=false"
