@@ -316,7 +316,6 @@ class GangService:
         self._announced: dict[GroupKey, str] = {}
         self._wired: dict[GroupKey, str] = {}
         self._problems: dict[GroupKey, tuple[_Problem, ...]] = {}
-        self._first_created: dict[GroupKey, float] = {}
         self._gpu_pools: set[str] = set()
         # Only a self-managed CA has to be written into the webhook configuration.
         self._ca_bundle_written = not (settings.webhook_config_name and not settings.tls_cert)
@@ -420,10 +419,9 @@ class GangService:
             await self._event_on_members(plan.group, reason, effect.reason, "Warning")
         elif isinstance(effect, GangBound):
             self.metrics.gangs_bound.inc()
-            first = self._first_created.get(plan.group)
             members = [self.core.snapshot.pods.get(uid) for uid in plan.placements]
             created = [p.created for p in members if p is not None and p.created]
-            start = min(created) if created else first
+            start = min(created) if created else None
             if start:
                 self.metrics.gang_wait_seconds.observe(max(0.0, time.time() - start))
             log.info("gang %s bound", plan.group)
@@ -511,6 +509,9 @@ class GangService:
         spec = self.core.snapshot.group_spec(key)
         pods = list(self.state.group_pods.get(key, {}).values())
         podgroup = self.state.podgroup_object(key)
+        if not pods and podgroup is None:
+            self._forget_group(key)
+            return
         if spec is not None and spec.source == "annotation" and spec.error is None and pods:
             layout = None
             with contextlib.suppress(MembershipError):  # reported by _layout_problem
@@ -587,6 +588,12 @@ class GangService:
                     f"PodGroup {key.name} (the annotation is ignored until then)",
                 )
         return None
+
+    def _forget_group(self, key: GroupKey) -> None:
+        """A group with no pods and no PodGroup left: drop what was remembered about it,
+        so the service's memory follows the groups that exist, not all it ever saw."""
+        for memo in (self._written_status, self._announced, self._wired, self._problems):
+            memo.pop(key, None)
 
     async def _report_problems(
         self, key: GroupKey, problems: tuple[_Problem, ...], *, write_status: bool

@@ -375,3 +375,26 @@ async def test_waiting_events_go_through_the_group_queue(
     assert raw.events("GangWaiting") == []  # queued, not written inline by the reconciler
     await service._effects.join()
     assert [e["involvedObject"]["name"] for e in raw.events("GangWaiting")] == ["w0"]
+
+
+async def test_a_group_that_is_gone_leaves_nothing_in_the_services_memory(
+    service: GangService, raw: FakeRaw
+) -> None:
+    wiring = FakeWiring()
+    service.wiring = wiring  # type: ignore[assignment]
+    observe(service, "namespaces", injected_namespace())
+    pg = make_podgroup("job", 2)
+    pg["metadata"]["resourceVersion"] = "1"
+    observe(service, "podgroups", pg)
+    pods = [make_pod(n).group("job").obj() for n in ("w0", "w1")]
+    observe(service, "pods", *pods)
+    await service._reconcile_group(GROUP)
+    await service._effects.join()
+    assert GROUP in service._written_status and GROUP in service._wired
+
+    for pod in pods:
+        service.state.on_event("pods", "DELETED", pod)
+    service.state.on_event("podgroups", "DELETED", pg)
+    await service._reconcile_group(GROUP)
+    memos = (service._written_status, service._announced, service._wired, service._problems)
+    assert [GROUP in memo for memo in memos] == [False, False, False, False]
