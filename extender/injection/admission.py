@@ -278,11 +278,10 @@ def carries_wiring(pod: Mapping[str, Any], membership: PodMembership, index: int
     volumes = {
         volume.get("name"): volume for volume in (pod.get("spec") or {}).get("volumes") or []
     }
-    svc = (volumes.get(names.SVC_VOLUME) or {}).get("configMap") or {}
-    ssh = (volumes.get(names.SSH_VOLUME) or {}).get("secret") or {}
-    return svc.get("name") == names.svc_configmap_name(membership.group) and ssh.get(
-        "secretName"
-    ) == names.ssh_secret_name(membership.group)
+    return all(
+        group_volume.used_by(volumes.get(group_volume.volume["name"]))
+        for group_volume in _group_volumes(membership.group)
+    )
 
 
 def index_taken_message(
@@ -394,40 +393,53 @@ def _workload_identity(pod: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _volume_ops(spec: dict[str, Any], membership: PodMembership) -> list[JsonPatchOp]:
-    group = membership.group
-    wanted = [
-        (
-            {"name": names.SVC_VOLUME, "configMap": {"name": names.svc_configmap_name(group)}},
-            "configMap",
-            "name",
-            names.svc_configmap_name(group),
+@dataclass(frozen=True)
+class _GroupVolume:
+    """A volume the webhook adds for the group, and how to tell one that points at it."""
+
+    volume: dict[str, Any]  # as added to the pod
+    source: str  # "configMap" or "secret"
+    field: str  # the source's field that names the object
+    target: str  # the group's object
+
+    def used_by(self, present: Mapping[str, Any] | None) -> bool:
+        # Compared by source, not equality: API defaulting adds fields on reinvocation.
+        return present is not None and (present.get(self.source) or {}).get(self.field) == (
+            self.target
+        )
+
+
+def _group_volumes(group: str) -> list[_GroupVolume]:
+    svc, ssh = names.svc_configmap_name(group), names.ssh_secret_name(group)
+    return [
+        _GroupVolume(
+            {"name": names.SVC_VOLUME, "configMap": {"name": svc}}, "configMap", "name", svc
         ),
-        (
+        _GroupVolume(
             {
                 "name": names.SSH_VOLUME,
-                "secret": {
-                    "secretName": names.ssh_secret_name(group),
-                    "defaultMode": names.SSH_DEFAULT_MODE,
-                },
+                "secret": {"secretName": ssh, "defaultMode": names.SSH_DEFAULT_MODE},
             },
             "secret",
             "secretName",
-            names.ssh_secret_name(group),
+            ssh,
         ),
     ]
+
+
+def _volume_ops(spec: dict[str, Any], membership: PodMembership) -> list[JsonPatchOp]:
     existing = {volume.get("name"): volume for volume in spec.get("volumes") or []}
     missing = []
-    for volume, source, field, target in wanted:
-        present = existing.get(volume["name"])
+    for wanted in _group_volumes(membership.group):
+        name = wanted.volume["name"]
+        present = existing.get(name)
         if present is None:
-            missing.append(volume)
-        elif (present.get(source) or {}).get(field) != target:
-            # Compared by source, not equality: API defaulting adds fields on reinvocation.
+            missing.append(wanted.volume)
+        elif not wanted.used_by(present):
             raise AdmissionDenied(
-                f"the pod already has a volume named {volume['name']!r} that is not "
-                f"{source} {target!r}; rename that volume (gang-extender uses the name "
-                f"{volume['name']!r} for the group's {source})"
+                f"the pod already has a volume named {name!r} that is not "
+                f"{wanted.source} {wanted.target!r}; rename that volume (gang-extender uses "
+                f"the name {name!r} for the group's {wanted.source})"
             )
     return append_items(spec, "/spec", "volumes", missing)
 
