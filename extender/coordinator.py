@@ -75,7 +75,7 @@ class SchedulingCoordinator:
         if decision.verdict is BindVerdict.ERROR:
             return decision.message
         if decision.verdict is BindVerdict.BIND_NOW:
-            return await self._bind_assumed(args)
+            return await self._bind_now(args, assume=True)
         if decision.verdict in (BindVerdict.WAIT, BindVerdict.RELEASE):
             assert decision.plan_id is not None and decision.group is not None
             event = self._barriers.setdefault(decision.plan_id, asyncio.Event())
@@ -85,7 +85,7 @@ class SchedulingCoordinator:
                 error = await self._wait_barrier(decision.plan_id, decision.group, event)
             if error:
                 return error
-        return await self._bind_now(args)
+        return await self._bind_now(args, assume=False)
 
     async def _wait_barrier(self, plan_id: int, group: Any, event: asyncio.Event) -> str:
         while True:
@@ -106,21 +106,20 @@ class SchedulingCoordinator:
             except TimeoutError:
                 continue
 
-    async def _bind_assumed(self, args: ExtenderBindingArgs) -> str:
-        """Bind a pod outside any plan, counted on its node before the API call returns.
+    async def _bind_now(self, args: ExtenderBindingArgs, *, assume: bool) -> str:
+        """POST the binding and count the pod on its node, before or after the call.
 
-        Why: two such binds can be in flight at once, and each is checked against the
-        gangs' reservations (`GangCore.arrive`); counting a pod only after its binding
-        returned let both take the last free room beside a reservation. This is
-        kube-scheduler's "assume"; it is undone if the binding fails.
+        `assume` (a pod outside any plan): counted before the call returns, as
+        kube-scheduler "assumes" a pod, and undone if the binding fails. Two such binds
+        can be in flight at once, each checked against the gangs' reservations
+        (`GangCore.arrive`); counting a pod only afterwards let both take the last room
+        beside a reservation. A planned member is counted after the call: counting it
+        releases its reservation, and a failed binding must still find and drop its plan.
         """
-        pod = self.core.snapshot.pods.get(args.PodUID)
         undo: tuple[PodInfo, PodInfo] | None = None  # (as it was, as assumed)
-        if pod is not None and not pod.is_bound:
-            assumed = dataclasses.replace(pod, node_name=args.Node)
-            self.core.observe_pod(assumed, self.clock())
-            self.flush_effects()
-            undo = (pod, assumed)
+        pod = self.core.snapshot.pods.get(args.PodUID)
+        if assume and pod is not None and not pod.is_bound:
+            undo = (pod, self._count_on_node(pod, args.Node))
         try:
             await self.binder.bind(
                 namespace=args.PodNamespace, name=args.PodName, uid=args.PodUID, node=args.Node
@@ -129,26 +128,23 @@ class SchedulingCoordinator:
             # Undo only our own assumption: the watch may have said more in the meantime.
             if undo is not None and self.core.snapshot.pods.get(args.PodUID) is undo[1]:
                 self.core.observe_pod(undo[0], self.clock())
-                self.flush_effects()
-            return f"binding {args.PodNamespace}/{args.PodName} to {args.Node}: {err}"
-        return ""
-
-    async def _bind_now(self, args: ExtenderBindingArgs) -> str:
-        try:
-            await self.binder.bind(
-                namespace=args.PodNamespace, name=args.PodName, uid=args.PodUID, node=args.Node
-            )
-        except BindError as err:
             self.core.bind_failed(args.PodUID, str(err), self.clock())
             self.flush_effects()
             return f"binding {args.PodNamespace}/{args.PodName} to {args.Node}: {err}"
-        # Count it as bound now rather than when the watch catches up, so the
-        # next filter does not offer the same room twice.
-        pod = self.core.snapshot.pods.get(args.PodUID)
-        if pod is not None and not pod.is_bound:
-            self.core.observe_pod(dataclasses.replace(pod, node_name=args.Node), self.clock())
-            self.flush_effects()
+        if not assume:
+            # Now rather than when the watch catches up, so the next filter does not
+            # offer the same room twice.
+            pod = self.core.snapshot.pods.get(args.PodUID)
+            if pod is not None and not pod.is_bound:
+                self._count_on_node(pod, args.Node)
         return ""
+
+    def _count_on_node(self, pod: PodInfo, node: str) -> PodInfo:
+        """Record `pod` as bound to `node` in the core; the recorded copy."""
+        bound = dataclasses.replace(pod, node_name=node)
+        self.core.observe_pod(bound, self.clock())
+        self.flush_effects()
+        return bound
 
     # ---- plumbing ----
     def _known(self, pod: dict[str, Any]) -> PodInfo:
