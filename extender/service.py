@@ -51,7 +51,7 @@ from extender.domain.membership import (
     task_layout,
 )
 from extender.domain.model import GroupSpec, NodeInfo, PodInfo
-from extender.domain.policy import PolicyError, load_policy
+from extender.domain.policy import PolicyError
 from extender.domain.quantity import GPU
 from extender.domain.status import GroupStatus, group_status
 from extender.kube.ca_publish import share_ca
@@ -71,6 +71,7 @@ from extender.kube.writers import (
     write_podgroup_status,
 )
 from extender.metrics import Metrics
+from extender.policy_file import load_policy
 from extender.tls import TLSError, TLSMaterial, ensure_serving_cert, provided_cert
 
 log = logging.getLogger(__name__)

@@ -1,15 +1,16 @@
-"""Placement policy: how the planner orders nodes, loaded from `policies/*.yaml`.
+"""Placement policy: how the planner orders nodes, validated from a decoded mapping.
 
-A policy file is validated strictly (unknown fields are errors) so a typo stops
+A policy is validated strictly (unknown fields are errors) so a typo stops
 start-up with a message that names the field, instead of silently binpacking.
+Reading and decoding `policies/*.yaml` is `extender.policy_file`'s job: the
+domain does no I/O.
 """
 
 from __future__ import annotations
 
 from enum import StrEnum
-from pathlib import Path
+from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 
@@ -42,22 +43,14 @@ class PolicyError(ValueError):
     """A policy file that cannot be used; the message names the file and field."""
 
 
-def load_policy(path: Path | None) -> Policy:
-    """Read a policy file; the default (binpack, no topology) when `path` is None."""
-    if path is None:
-        return Policy()
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except OSError as err:
-        raise PolicyError(f"policy file {path}: cannot read: {err.strerror}") from None
-    except yaml.YAMLError as err:
-        raise PolicyError(f"policy file {path}: not valid YAML: {err}") from None
+def policy_from_mapping(raw: Any, *, source: str) -> Policy:
+    """Validate a decoded policy document; `source` names it in errors ("policy file x.yaml")."""
     if not isinstance(raw, dict):
-        raise PolicyError(f"policy file {path}: expected a mapping at the top level")
+        raise PolicyError(f"{source}: expected a mapping at the top level")
     try:
         return Policy.model_validate(raw)
     except ValidationError as err:
         problems = "; ".join(
             f"field '{'.'.join(str(p) for p in e['loc'])}': {e['msg']}" for e in err.errors()
         )
-        raise PolicyError(f"policy file {path}: {problems}") from None
+        raise PolicyError(f"{source}: {problems}") from None

@@ -15,8 +15,8 @@ from extender.domain.policy import (
     Strategy,
     Topology,
     TopologyMode,
-    load_policy,
 )
+from extender.policy_file import load_policy
 from tests.builders import make_node, make_pod
 
 POLICIES = Path(__file__).resolve().parents[2] / "policies"
