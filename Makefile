@@ -32,6 +32,7 @@ e2e: $(BIN)/gang-extender control-plane
 lint: $(BIN)/gang-extender
 	$(BIN)/ruff check extender tests
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-cache
 
 bench: $(BIN)/gang-extender control-plane
 	$(BIN)/pip install --quiet -e '.[dev,bench]'   # matplotlib (plot), py-spy (profile)
