@@ -82,6 +82,24 @@ class Settings(BaseSettings):
     lease_duration_seconds: float = Field(default=15.0, gt=0)
     lease_renew_seconds: float = Field(default=5.0, gt=0)
 
+    # Watch cache (list + watch of nodes, pods, PodGroups, namespaces). A relist is
+    # read in pages of this many objects, so one answer's memory stays bounded on a
+    # large cluster.
+    list_page_size: int = Field(default=1000, gt=0)
+    # The API server closes a watch after this long; it is reopened from the last
+    # resourceVersion, so nothing is missed, and reconnects are spread out.
+    watch_timeout_seconds: int = Field(default=300, gt=0)
+    # A failed list or watch is tried again after this, doubling up to the cap: an
+    # API server that is restarting is not hammered, one that is back is found soon.
+    watch_retry_min_seconds: float = Field(default=0.5, gt=0)
+    watch_retry_max_seconds: float = Field(default=10.0, gt=0)
+    # An optional API (a CRD that may not be installed, e.g. scheduler-plugins'
+    # PodGroup) is looked for again this often, so installing it later is noticed.
+    optional_api_recheck_seconds: float = Field(default=30.0, gt=0)
+    # Python's cyclic GC is paused during the first list (it parses ~100 MB of pod
+    # JSON at 50,000 pods) at most this long; a list that never ends does not keep it off.
+    sync_gc_pause_max_seconds: float = Field(default=60.0, gt=0)
+
     # API writes the controller makes on the core's behalf (planned-node annotations,
     # Events): a transient failure (no answer, 408, 429, 5xx) is tried again, up to
     # this many attempts in all, waiting api_write_backoff_seconds after the first

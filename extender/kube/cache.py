@@ -26,22 +26,41 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from extender.config import Settings
 from extender.kube.rawapi import KubeError, RawApi
 from extender.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
-LIST_PAGE_SIZE = 1000
-# Server closes a watch after this long; we reopen from the last resourceVersion.
-WATCH_SECONDS = 300
-# Back off between failed attempts, doubling up to the cap.
-RETRY_MIN_SECONDS = 0.5
-RETRY_MAX_SECONDS = 10.0
-# An optional API (a CRD that may not be installed) is looked for again this often.
-MISSING_API_RECHECK_SECONDS = 30.0
-# Python's cyclic GC is paused during the first list at most this long (see
-# WatchCache.start); a list that never completes does not keep it off.
-SYNC_GC_PAUSE_MAX_SECONDS = 60.0
+
+@dataclass(frozen=True)
+class CacheTuning:
+    """How the cache lists, watches and backs off; each value's reason is in `Settings`."""
+
+    list_page_size: int
+    watch_seconds: int
+    retry_min_seconds: float
+    retry_max_seconds: float
+    missing_api_recheck_seconds: float
+    sync_gc_pause_max_seconds: float
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> CacheTuning:
+        return cls(
+            list_page_size=settings.list_page_size,
+            watch_seconds=settings.watch_timeout_seconds,
+            retry_min_seconds=settings.watch_retry_min_seconds,
+            retry_max_seconds=settings.watch_retry_max_seconds,
+            missing_api_recheck_seconds=settings.optional_api_recheck_seconds,
+            sync_gc_pause_max_seconds=settings.sync_gc_pause_max_seconds,
+        )
+
+
+# A watch's read times out this long after the server should have closed it: a
+# connection that died silently is noticed, a slow close is not cut off.
+WATCH_READ_SLACK_SECONDS = 30
+# Settings' defaults, without reading the environment.
+DEFAULT_TUNING = CacheTuning.from_settings(Settings.model_construct())
 
 
 @dataclass(frozen=True)
@@ -80,8 +99,10 @@ class Watcher:
         sink: CacheSink,
         loop: asyncio.AbstractEventLoop,
         metrics: Metrics,
+        tuning: CacheTuning = DEFAULT_TUNING,
     ) -> None:
         self.raw = raw
+        self.tuning = tuning
         self.resource = resource
         self.sink = sink
         self.loop = loop
@@ -103,19 +124,19 @@ class Watcher:
         self.loop.call_soon_threadsafe(fn, *args)
 
     def _run(self) -> None:
-        delay = RETRY_MIN_SECONDS
+        delay = self.tuning.retry_min_seconds
         version: str | None = None
         while not self._stop.is_set():
             try:
                 if version is None:
                     version = self._list()
                 version = self._watch(version)
-                delay = RETRY_MIN_SECONDS
+                delay = self.tuning.retry_min_seconds
             except KubeError as err:
                 if err.status == 404 and self.resource.optional:
                     self.absent = True
                     self._deliver(self._mark_synced)
-                    self._stop.wait(MISSING_API_RECHECK_SECONDS)
+                    self._stop.wait(self.tuning.missing_api_recheck_seconds)
                     version = None
                     continue
                 cause = "expired" if err.status == 410 else "error"
@@ -128,7 +149,7 @@ class Watcher:
                 )
                 version = None
                 self._stop.wait(delay)
-                delay = min(delay * 2, RETRY_MAX_SECONDS)
+                delay = min(delay * 2, self.tuning.retry_max_seconds)
             except Exception as err:  # a broken stream, bad JSON: relist, never die
                 self.metrics.watch_restarts.labels(resource=self.resource.kind, cause="error").inc()
                 log.warning(
@@ -136,10 +157,10 @@ class Watcher:
                 )
                 version = None
                 self._stop.wait(delay)
-                delay = min(delay * 2, RETRY_MAX_SECONDS)
+                delay = min(delay * 2, self.tuning.retry_max_seconds)
 
     def _list(self) -> str:
-        query: dict[str, Any] = {"limit": LIST_PAGE_SIZE}
+        query: dict[str, Any] = {"limit": self.tuning.list_page_size}
         if self.resource.field_selector:
             query["fieldSelector"] = self.resource.field_selector
         first = True
@@ -172,12 +193,14 @@ class Watcher:
             "watch": "true",
             "resourceVersion": version,
             "allowWatchBookmarks": "true",
-            "timeoutSeconds": WATCH_SECONDS,
+            "timeoutSeconds": self.tuning.watch_seconds,
         }
         if self.resource.field_selector:
             query["fieldSelector"] = self.resource.field_selector
         for event in self.raw.stream(
-            self.resource.path, query=query, read_timeout=WATCH_SECONDS + 30
+            self.resource.path,
+            query=query,
+            read_timeout=self.tuning.watch_seconds + WATCH_READ_SLACK_SECONDS,
         ):
             if self._stop.is_set():
                 break
@@ -206,9 +229,11 @@ class WatchCache:
             COSCHEDULING_PODGROUPS,
             NAMESPACES,
         ),
+        tuning: CacheTuning = DEFAULT_TUNING,
     ) -> None:
-        self.watchers = [Watcher(raw, r, sink, loop, metrics) for r in resources]
+        self.watchers = [Watcher(raw, r, sink, loop, metrics, tuning) for r in resources]
         self.loop = loop
+        self.tuning = tuning
 
     def start(self) -> None:
         """Start every watcher, with the cyclic GC paused until the first lists are applied.
@@ -231,7 +256,7 @@ class WatchCache:
             watcher.start()
 
     def _resume_gc_after_sync(self) -> None:
-        deadline = time.monotonic() + SYNC_GC_PAUSE_MAX_SECONDS
+        deadline = time.monotonic() + self.tuning.sync_gc_pause_max_seconds
         for watcher in self.watchers:
             watcher.synced.wait(max(0.0, deadline - time.monotonic()))
         if not self.synced():

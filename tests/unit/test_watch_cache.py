@@ -126,3 +126,35 @@ def test_an_optional_api_that_is_not_installed_counts_as_synced() -> None:
     assert watcher.absent
     watcher.stop()
     assert sink.calls == []
+
+
+def test_the_configured_page_size_and_watch_timeout_reach_the_api_server() -> None:
+    """Settings -> CacheTuning -> the list and watch queries (not the built-in defaults)."""
+    from extender.config import Settings
+    from extender.kube.cache import CacheTuning
+
+    settings = Settings(list_page_size=7, watch_timeout_seconds=42)
+    sink = RecordingSink()
+    api = ScriptedApi(sink)
+    listed: list[dict[str, Any]] = []
+    call = api.call
+
+    def recording_call(method: str, path: str, *, query: dict[str, Any], timeout: float) -> Any:
+        listed.append(dict(query))
+        return call(method, path, query=query, timeout=timeout)
+
+    api.call = recording_call  # type: ignore[method-assign]
+    tuning = CacheTuning.from_settings(settings)
+    watcher = Watcher(api, PODS, sink, ImmediateLoop(), Metrics(), tuning)  # type: ignore[arg-type]
+    watcher.start()
+    assert sink.done.wait(10)
+    watcher.stop()
+    assert {q["limit"] for q in listed} == {7}
+    assert api.watches[0]["timeoutSeconds"] == 42
+
+
+def test_default_tuning_is_the_settings_defaults() -> None:
+    from extender.config import Settings
+    from extender.kube.cache import DEFAULT_TUNING, CacheTuning
+
+    assert CacheTuning.from_settings(Settings()) == DEFAULT_TUNING
