@@ -76,8 +76,6 @@ from extender.tls import TLSError, TLSMaterial, ensure_serving_cert, provided_ce
 log = logging.getLogger(__name__)
 
 POOL_LABEL = "gang-extender.io/pool"
-# Re-check every group this often even without events (status drift, failed writes).
-RESYNC_SECONDS = 30.0
 HTTP_NOT_FOUND = 404
 GPU_STATES = ("bound", "reserved", "free")
 # The PodGroup condition that says what a user must fix before the group can be
@@ -483,7 +481,7 @@ class GangService:
             if self.leader is not None and not self.leader.is_leader:
                 continue
             now = time.time()
-            if now - last_resync > RESYNC_SECONDS:
+            if now - last_resync > self.settings.resync_seconds:
                 self.state.dirty.update(self.core.snapshot.group_keys())
                 last_resync = now
             dirty, self.state.dirty = self.state.dirty, set()
@@ -796,7 +794,7 @@ class GangService:
                 log_level="warning",
                 access_log=False,
                 timeout_graceful_shutdown=s.shutdown_grace_seconds,
-                timeout_keep_alive=75,
+                timeout_keep_alive=s.extender_keep_alive_seconds,
             ),
             uvicorn.Config(
                 webhook_app,
