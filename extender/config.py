@@ -69,6 +69,12 @@ class Settings(BaseSettings):
     # The reconcile tick: plan expiry, PodGroup status, Events and wiring of groups
     # that changed are handled at most this often (status is written only on change).
     reconcile_interval_seconds: float = Field(default=1.0, gt=0)
+    # Every group is re-checked this often even without events, so status drift and
+    # failed writes are corrected.
+    resync_seconds: float = Field(default=30.0, gt=0)
+    # Idle extender connections stay open this long, so kube-scheduler reuses its
+    # connection instead of a TLS handshake per call (uvicorn's own default is 5 s).
+    extender_keep_alive_seconds: int = Field(default=75, gt=0)
     # On SIGTERM, open connections get this long to finish before they are closed:
     # kube-scheduler keeps a keep-alive connection to the extender for good, and
     # without a bound the process would wait for the kubelet's SIGKILL.

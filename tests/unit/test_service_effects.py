@@ -1,7 +1,8 @@
 """The service's API writes: per-group ordering, bounded retries, failures surfaced.
 
-The API server is replaced by a fake `RawApi` (the project's own wrapper); the
-service runs its real effect queues, reconciler pieces and metrics.
+The API server is replaced by a fake `RawApi` (the project's own wrapper) and the
+wiring controller by a fake, both handed to `create_service`; the service runs its
+real effect queues, writer, reconciler, gauges and metrics.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from extender.domain.membership import (
 )
 from extender.kube.rawapi import KubeError
 from extender.kube.wiring import WiringConflictError
-from extender.service import GangService
+from extender.service import Deps, GangService, create_service
 from tests.builders import make_node, make_pod, make_podgroup
 
 GROUP = GroupKey("default", "job")
@@ -89,17 +90,34 @@ def raw() -> FakeRaw:
     return FakeRaw()
 
 
+class FakeWiring:
+    def __init__(self) -> None:
+        self.error: Exception | None = None
+        self.calls = 0
+
+    def reconcile(self, **kwargs: Any) -> None:
+        self.calls += 1
+        if self.error is not None:
+            raise self.error
+
+
 @pytest.fixture
-def service(monkeypatch: pytest.MonkeyPatch, raw: FakeRaw) -> Iterator[GangService]:
-    monkeypatch.setattr("extender.service.load_api_client", lambda path: object())
+def wiring() -> FakeWiring:
+    return FakeWiring()
+
+
+@pytest.fixture
+def service(raw: FakeRaw, wiring: FakeWiring) -> Iterator[GangService]:
     settings = Settings(
         api_write_attempts=3,
         api_write_backoff_seconds=0.001,
         api_write_backoff_max_seconds=0.002,
         webhook_config_name=None,
     )
-    svc = GangService(settings)
-    svc.raw = raw  # type: ignore[assignment]
+    svc = create_service(
+        settings,
+        Deps(api_client=object(), raw=raw, wiring=wiring),  # type: ignore[arg-type]
+    )
     yield svc
     svc.binder.close()
 
@@ -142,9 +160,9 @@ async def test_a_plan_drop_never_overtakes_the_plan_it_drops(
 ) -> None:
     raw.hook = slow_sets(0.2)
     the_plan = plan(GROUP, {"w0": "n1", "w1": "n2"})
-    service._queue_effects([PlanCreated(the_plan)])
-    service._queue_effects([PlanDropped(the_plan, reason="a member was deleted")])
-    await service._effects.join()
+    service.writer.queue_effects([PlanCreated(the_plan)])
+    service.writer.queue_effects([PlanDropped(the_plan, reason="a member was deleted")])
+    await service.queues.join()
     # Set first, then cleared: no stale planned-node annotation is left behind.
     assert raw.patches_of("w0") == ["n1", None]
     assert raw.patches_of("w1") == ["n2", None]
@@ -154,9 +172,9 @@ async def test_other_groups_are_not_held_up_by_a_slow_group(
     service: GangService, raw: FakeRaw
 ) -> None:
     raw.hook = slow_sets(0.3)
-    service._queue_effects([PlanCreated(plan(GROUP, {"w0": "n1"}))])
-    service._queue_effects([PlanDropped(plan(OTHER, {"o0": "n3"}), reason="gone")])
-    await service._effects.join()
+    service.writer.queue_effects([PlanCreated(plan(GROUP, {"w0": "n1"}))])
+    service.writer.queue_effects([PlanDropped(plan(OTHER, {"o0": "n3"}), reason="gone")])
+    await service.queues.join()
     order = [path.rsplit("/", 1)[1] for method, path, _ in raw.calls if method == "PATCH"]
     assert order == ["o0", "w0"]
 
@@ -169,8 +187,8 @@ async def test_a_transient_failure_is_retried(service: GangService, raw: FakeRaw
             raise failures.pop(0)
 
     raw.hook = hook
-    service._queue_effects([PlanCreated(plan(GROUP, {"w0": "n1"}))])
-    await service._effects.join()
+    service.writer.queue_effects([PlanCreated(plan(GROUP, {"w0": "n1"}))])
+    await service.queues.join()
     assert raw.patches_of("w0") == ["n1"]
     assert len(raw.attempts) == 3
     assert write_errors(service) == {}
@@ -183,9 +201,9 @@ async def test_a_write_that_keeps_failing_is_logged_with_status_and_counted(
         raise KubeError(500, "etcd said: SECRET-DATA-FROM-THE-BODY", "InternalError")
 
     raw.hook = hook
-    with caplog.at_level(logging.WARNING, logger="extender.service"):
-        service._queue_effects([PlanCreated(plan(GROUP, {"w0": "n1"}))])
-        await service._effects.join()
+    with caplog.at_level(logging.WARNING, logger="extender.controller.effects"):
+        service.writer.queue_effects([PlanCreated(plan(GROUP, {"w0": "n1"}))])
+        await service.queues.join()
     assert len(raw.attempts) == service.settings.api_write_attempts
     assert write_errors(service) == {"planned-node": 1.0}
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
@@ -200,8 +218,8 @@ async def test_a_refused_write_is_not_retried(service: GangService, raw: FakeRaw
         raise KubeError(403, "pods is forbidden", "Forbidden")
 
     raw.hook = hook
-    service._queue_effects([PlanCreated(plan(GROUP, {"w0": "n1"}))])
-    await service._effects.join()
+    service.writer.queue_effects([PlanCreated(plan(GROUP, {"w0": "n1"}))])
+    await service.queues.join()
     assert len(raw.attempts) == 1
     assert write_errors(service) == {"planned-node": 1.0}
 
@@ -213,9 +231,9 @@ async def test_a_pod_deleted_meanwhile_is_not_an_error(
         raise KubeError(404, 'pods "w0" not found', "NotFound")
 
     raw.hook = hook
-    with caplog.at_level(logging.WARNING, logger="extender.service"):
-        service._queue_effects([PlanDropped(plan(GROUP, {"w0": "n1"}), reason="deleted")])
-        await service._effects.join()
+    with caplog.at_level(logging.WARNING, logger="extender.controller.effects"):
+        service.writer.queue_effects([PlanDropped(plan(GROUP, {"w0": "n1"}), reason="deleted")])
+        await service.queues.join()
     assert len(raw.attempts) == 1
     assert write_errors(service) == {}
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
@@ -234,8 +252,8 @@ async def test_event_failures_are_counted_not_dropped(service: GangService, raw:
             raise KubeError(429, "slow down", "TooManyRequests")
 
     raw.hook = hook
-    service._queue_effects([GangBound(plan(GROUP, {"w0": "n1", "w1": "n1"}))])
-    await service._effects.join()
+    service.writer.queue_effects([GangBound(plan(GROUP, {"w0": "n1", "w1": "n1"}))])
+    await service.queues.join()
     assert write_errors(service) == {"event": 2.0}
     posts = [a for a in raw.attempts if a[1].endswith("/events")]
     assert len(posts) == 2 * service.settings.api_write_attempts
@@ -254,26 +272,15 @@ def test_gpu_gauges_of_a_pool_that_is_gone_are_removed(service: GangService) -> 
     a100 = make_node("a1").gpus(8).label("gang-extender.io/pool", "a100").obj()
     t4 = make_node("t1").gpus(4).label("gang-extender.io/pool", "t4").obj()
     observe(service, "nodes", a100, t4)
-    service._update_gauges()
+    service.gauges.update()
     assert {pool for pool, _ in gpu_samples(service)} == {"a100", "t4"}
     service.state.on_event("nodes", "DELETED", t4)
-    service._update_gauges()
+    service.gauges.update()
     assert gpu_samples(service) == {
         ("a100", "bound"): 0.0,
         ("a100", "reserved"): 0.0,
         ("a100", "free"): 8.0,
     }
-
-
-class FakeWiring:
-    def __init__(self) -> None:
-        self.error: Exception | None = None
-        self.calls = 0
-
-    def reconcile(self, **kwargs: Any) -> None:
-        self.calls += 1
-        if self.error is not None:
-            raise self.error
 
 
 def injected_namespace() -> dict[str, Any]:
@@ -284,9 +291,9 @@ def conditions_of(status: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {c["type"]: c for c in status["conditions"]}
 
 
-async def test_a_wiring_conflict_is_told_to_the_user(service: GangService, raw: FakeRaw) -> None:
-    wiring = FakeWiring()
-    service.wiring = wiring  # type: ignore[assignment]
+async def test_a_wiring_conflict_is_told_to_the_user(
+    service: GangService, raw: FakeRaw, wiring: FakeWiring
+) -> None:
     observe(service, "namespaces", injected_namespace())
     pg = make_podgroup("job", 2)
     pg["metadata"]["resourceVersion"] = "1"
@@ -296,8 +303,8 @@ async def test_a_wiring_conflict_is_told_to_the_user(service: GangService, raw: 
         "Secret default/job-ssh is not managed by gang-extender; delete or rename it"
     )
 
-    await service._reconcile_group(GROUP)
-    await service._effects.join()
+    await service.reconciler.reconcile_group(GROUP)
+    await service.queues.join()
     warnings = raw.events("GangMisconfigured")
     assert sorted(e["involvedObject"]["name"] for e in warnings) == ["w0", "w1"]
     assert all(e["type"] == "Warning" for e in warnings)
@@ -309,29 +316,27 @@ async def test_a_wiring_conflict_is_told_to_the_user(service: GangService, raw: 
     assert raw.status_patches("job")[-1]["conditions"][0]["type"] == "Scheduled"
 
     # The same problem again: no second round of Events.
-    await service._reconcile_group(GROUP)
-    await service._effects.join()
+    await service.reconciler.reconcile_group(GROUP)
+    await service.queues.join()
     assert len(raw.events("GangMisconfigured")) == 2
 
     # Fixed: the condition goes away.
     wiring.error = None
-    await service._reconcile_group(GROUP)
-    await service._effects.join()
+    await service.reconciler.reconcile_group(GROUP)
+    await service.queues.join()
     assert "Configured" not in conditions_of(raw.status_patches("job")[-1])
     assert len(raw.events("GangMisconfigured")) == 2
 
 
 async def test_a_bad_task_layout_of_the_podgroup_is_told_to_the_user(
-    service: GangService, raw: FakeRaw
+    service: GangService, raw: FakeRaw, wiring: FakeWiring
 ) -> None:
-    wiring = FakeWiring()
     wiring.error = MembershipError("PodGroup default/job: spec.minTaskMember.master must be >= 1")
-    service.wiring = wiring  # type: ignore[assignment]
     observe(service, "namespaces", injected_namespace())
     observe(service, "podgroups", make_podgroup("job", 1))
     observe(service, "pods", make_pod("w0").group("job").obj())
-    await service._reconcile_group(GROUP)
-    await service._effects.join()
+    await service.reconciler.reconcile_group(GROUP)
+    await service.queues.join()
     [event] = raw.events("GangMisconfigured")
     assert "spec.minTaskMember.master must be >= 1" in event["message"]
     assert conditions_of(raw.status_patches("job")[-1])["Configured"]["reason"] == "InvalidSpec"
@@ -345,8 +350,8 @@ async def test_a_malformed_tasks_annotation_is_not_silently_ignored(
         for n in ("w0", "w1")
     ]
     observe(service, "pods", *pods)
-    await service._reconcile_group(GROUP)
-    await service._effects.join()
+    await service.reconciler.reconcile_group(GROUP)
+    await service.queues.join()
     # The PodGroup is still created (without a layout) ...
     [created] = [b for m, p, b in raw.calls if m == "POST" and p.endswith("/podgroups")]
     assert "minTaskMember" not in created["spec"]
@@ -359,8 +364,8 @@ async def test_a_malformed_tasks_annotation_is_not_silently_ignored(
 
     # Once the PodGroup is seen, its status carries the same message.
     observe(service, "podgroups", created)
-    await service._reconcile_group(GROUP)
-    await service._effects.join()
+    await service.reconciler.reconcile_group(GROUP)
+    await service.queues.join()
     configured = conditions_of(raw.status_patches("job")[-1])["Configured"]
     assert configured["reason"] == "InvalidTaskLayout"
     assert TASKS_ANNOTATION in configured["message"]
@@ -371,30 +376,34 @@ async def test_waiting_events_go_through_the_group_queue(
     service: GangService, raw: FakeRaw
 ) -> None:
     observe(service, "pods", make_pod("w0").group("job").min_available(2).obj())
-    await service._reconcile_group(GROUP)
+    await service.reconciler.reconcile_group(GROUP)
     assert raw.events("GangWaiting") == []  # queued, not written inline by the reconciler
-    await service._effects.join()
+    await service.queues.join()
     assert [e["involvedObject"]["name"] for e in raw.events("GangWaiting")] == ["w0"]
 
 
 async def test_a_group_that_is_gone_leaves_nothing_in_the_services_memory(
-    service: GangService, raw: FakeRaw
+    service: GangService, raw: FakeRaw, wiring: FakeWiring
 ) -> None:
-    wiring = FakeWiring()
-    service.wiring = wiring  # type: ignore[assignment]
     observe(service, "namespaces", injected_namespace())
     pg = make_podgroup("job", 2)
     pg["metadata"]["resourceVersion"] = "1"
     observe(service, "podgroups", pg)
     pods = [make_pod(n).group("job").obj() for n in ("w0", "w1")]
     observe(service, "pods", *pods)
-    await service._reconcile_group(GROUP)
-    await service._effects.join()
-    assert GROUP in service._written_status and GROUP in service._wired
+    await service.reconciler.reconcile_group(GROUP)
+    await service.queues.join()
+    reconciler = service.reconciler
+    assert GROUP in reconciler._written_status and GROUP in reconciler._wired
 
     for pod in pods:
         service.state.on_event("pods", "DELETED", pod)
     service.state.on_event("podgroups", "DELETED", pg)
-    await service._reconcile_group(GROUP)
-    memos = (service._written_status, service._announced, service._wired, service._problems)
+    await service.reconciler.reconcile_group(GROUP)
+    memos = (
+        reconciler._written_status,
+        reconciler._announced,
+        reconciler._wired,
+        reconciler._problems,
+    )
     assert [GROUP in memo for memo in memos] == [False, False, False, False]

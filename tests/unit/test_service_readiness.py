@@ -7,14 +7,14 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import pytest
 from kubernetes.client.exceptions import ApiException
 
+from extender.bootstrap import CaBundle, readiness
 from extender.config import Settings
 from extender.kube.cache import CacheSink, Resource, WatchCache, Watcher
 from extender.kube.webhook_config import WebhookConfigError
 from extender.metrics import Metrics
-from extender.service import GangService
+from extender.service import Deps, create_service
 
 PODS = Resource("pods", "/api/v1/pods")
 
@@ -100,56 +100,50 @@ def test_an_absent_optional_api_is_synced_through_the_loop() -> None:
     watcher.stop()
 
 
-class SyncedCache:
-    def synced(self) -> bool:
-        return True
-
-    def stop(self) -> None:
-        pass
+class FakeRaw:
+    def call(self, *args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("no API call expected")
 
 
-@pytest.fixture
-def service(monkeypatch: pytest.MonkeyPatch) -> Iterator[GangService]:
-    monkeypatch.setattr("extender.service.load_api_client", lambda path: object())
-    svc = GangService(
-        Settings(
-            webhook_config_name="gang-extender",
-            ca_bundle_retry_min_seconds=0.001,
-            ca_bundle_retry_max_seconds=0.002,
-        )
+def fake_deps(write_ca_bundle: Callable[[str, bytes], None] | None = None) -> Deps:
+    return Deps(
+        api_client=object(),
+        raw=FakeRaw(),  # type: ignore[arg-type]
+        write_ca_bundle=write_ca_bundle,
     )
-    svc.cache = SyncedCache()  # type: ignore[assignment]
-    yield svc
-    svc.binder.close()
 
 
-async def test_not_ready_until_the_ca_bundle_is_written(
-    service: GangService, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_not_ready_until_the_ca_bundle_is_written() -> None:
     outcomes: list[Exception | None] = [
         WebhookConfigError("MutatingWebhookConfiguration gang-extender does not exist"),
         ApiException(status=503, reason="Service Unavailable"),
         None,
     ]
-    written: list[bytes] = []
+    written: list[tuple[str, bytes]] = []
 
-    def write_ca_bundle(api_client: Any, name: str, ca_pem: bytes) -> None:
+    def write_ca_bundle(name: str, ca_pem: bytes) -> None:
         outcome = outcomes.pop(0)
         if outcome is not None:
             raise outcome
-        written.append(ca_pem)
+        written.append((name, ca_pem))
 
-    monkeypatch.setattr("extender.service.write_ca_bundle", write_ca_bundle)
-    assert not await service._write_ca_bundle(b"CA", retry_in=0.001)
-    ready, why = service.ready()
+    metrics = Metrics()
+    settings = Settings(
+        webhook_config_name="gang-extender",
+        ca_bundle_retry_min_seconds=0.001,
+        ca_bundle_retry_max_seconds=0.002,
+    )
+    bundle = CaBundle(settings, metrics, write_ca_bundle)
+    assert not await bundle.write(b"CA", retry_in=0.001)
+    ready, why = readiness(caches_synced=True, ca_bundle=bundle, leader=None)
     assert not ready
     assert "CA bundle" in why and "gang-extender" in why
-    await asyncio.wait_for(service._keep_writing_ca_bundle(b"CA"), 5)
-    assert written == [b"CA"]
-    assert service.ready() == (True, "ok")
+    await asyncio.wait_for(bundle.keep_writing(b"CA"), 5)
+    assert written == [("gang-extender", b"CA")]
+    assert readiness(caches_synced=True, ca_bundle=bundle, leader=None) == (True, "ok")
     errors = {
         s.labels["kind"]: s.value
-        for m in service.metrics.registry.collect()
+        for m in metrics.registry.collect()
         if m.name == "gang_extender_api_write_errors"
         for s in m.samples
         if s.name.endswith("_total")
@@ -157,9 +151,33 @@ async def test_not_ready_until_the_ca_bundle_is_written(
     assert errors == {"ca-bundle": 2.0}
 
 
-def test_a_provided_cert_needs_no_ca_bundle(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("extender.service.load_api_client", lambda path: object())
-    svc = GangService(Settings(tls_cert="/c.pem", tls_key="/k.pem"))  # type: ignore[arg-type]
-    svc.cache = SyncedCache()  # type: ignore[assignment]
-    assert svc.ready() == (True, "ok")
+async def test_the_service_writes_the_ca_bundle_through_its_deps() -> None:
+    written: list[tuple[str, bytes]] = []
+    service = create_service(
+        Settings(webhook_config_name="gang-extender"),
+        fake_deps(lambda name, ca_pem: written.append((name, ca_pem))),
+    )
+    try:
+        assert service.ready() == (False, "caches not synced")
+        assert not service.ca_bundle.written
+        assert await service.ca_bundle.write(b"CA", retry_in=1.0)
+        assert written == [("gang-extender", b"CA")]
+        assert readiness(caches_synced=True, ca_bundle=service.ca_bundle, leader=None) == (
+            True,
+            "ok",
+        )
+    finally:
+        service.binder.close()
+
+
+def test_a_provided_cert_needs_no_ca_bundle() -> None:
+    svc = create_service(
+        Settings(tls_cert="/c.pem", tls_key="/k.pem"),  # type: ignore[arg-type]
+        fake_deps(),
+    )
+    assert svc.ready() == (False, "caches not synced")
+    assert readiness(caches_synced=True, ca_bundle=svc.ca_bundle, leader=svc.leader) == (
+        True,
+        "ok",
+    )
     svc.binder.close()

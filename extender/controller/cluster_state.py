@@ -1,0 +1,131 @@
+"""What the service knows about the cluster, fed by the watch cache.
+
+`ClusterState` is the watch cache's sink: it applies list pages and watch events
+to the pure core (nodes, pods, PodGroups) and keeps the raw objects the group
+reconciler and the effect writer need (each group's pod JSON, PodGroups,
+namespace labels), plus the set of groups that changed since the reconciler last
+looked. It runs on the event loop thread only, so nothing here is locked.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
+
+from extender.domain.gang import GangCore
+from extender.domain.membership import INJECT_NAMESPACE_LABEL, GroupKey
+from extender.domain.model import GroupSpec, NodeInfo, PodInfo
+from extender.kube.cache import CacheSink
+
+
+class ClusterState(CacheSink):
+    """Applies cache traffic to the core and remembers what the reconciler needs.
+
+    `flush_effects` is called after every page and event, so what the core emitted
+    on the way (a plan dropped because a member was deleted) is carried out.
+    """
+
+    def __init__(self, core: GangCore, flush_effects: Callable[[], None]) -> None:
+        self.core = core
+        self.flush_effects = flush_effects
+        self.group_pods: dict[GroupKey, dict[str, dict[str, Any]]] = defaultdict(dict)
+        self.podgroups: dict[GroupKey, dict[str, Any]] = {}
+        self.coscheduling_podgroups: dict[GroupKey, dict[str, Any]] = {}
+        self.namespace_labels: dict[str, dict[str, str]] = {}
+        self.dirty: set[GroupKey] = set()
+        self._relisting: dict[str, set[str]] = {}
+
+    # ---- CacheSink ----
+    def on_page(self, kind: str, items: list[dict[str, Any]], first: bool, last: bool) -> None:
+        seen = self._relisting.setdefault(kind, set()) if not first else set()
+        self._relisting[kind] = seen
+        for obj in items:
+            seen.add(self._identity(kind, obj))
+            self._apply(kind, "ADDED", obj)
+        if last:
+            self._forget_missing(kind, self._relisting.pop(kind))
+        self.flush_effects()
+
+    def on_event(self, kind: str, event_type: str, obj: dict[str, Any]) -> None:
+        self._apply(kind, event_type, obj)
+        self.flush_effects()
+
+    @staticmethod
+    def _identity(kind: str, obj: dict[str, Any]) -> str:
+        meta = obj.get("metadata") or {}
+        if kind == "pods":
+            return str(meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}")
+        return f"{meta.get('namespace', '')}/{meta.get('name')}"
+
+    def _forget_missing(self, kind: str, seen: set[str]) -> None:
+        """After a relist, drop what the list no longer has (deleted while unwatched)."""
+        now = time.time()
+        if kind == "pods":
+            for uid in [u for u in self.core.snapshot.pods if u not in seen]:
+                pod = self.core.snapshot.pods[uid]
+                self._drop_pod_json(pod)
+                self.core.forget_pod(uid, now)
+        elif kind == "nodes":
+            for name in [n for n in self.core.snapshot.nodes if f"/{n}" not in seen]:
+                self.core.snapshot.delete_node(name)
+        elif kind in ("podgroups", "coscheduling-podgroups"):
+            store = self.podgroups if kind == "podgroups" else self.coscheduling_podgroups
+            for key in [k for k in store if f"{k.namespace}/{k.name}" not in seen]:
+                self._apply(kind, "DELETED", store[key])
+        elif kind == "namespaces":
+            for name in [n for n in self.namespace_labels if f"/{n}" not in seen]:
+                del self.namespace_labels[name]
+
+    def _drop_pod_json(self, pod: PodInfo) -> None:
+        if pod.group is not None:
+            self.group_pods[pod.group].pop(pod.uid, None)
+            self.dirty.add(pod.group)
+
+    def _apply(self, kind: str, event_type: str, obj: dict[str, Any]) -> None:
+        now = time.time()
+        deleted = event_type == "DELETED"
+        if kind == "nodes":
+            if deleted:
+                self.core.snapshot.delete_node(obj["metadata"]["name"])
+            else:
+                self.core.snapshot.upsert_node(NodeInfo.from_api(obj))
+        elif kind == "pods":
+            pod = PodInfo.from_api(obj)
+            old = self.core.snapshot.pods.get(pod.uid)
+            if old is not None and old.group != pod.group:
+                self._drop_pod_json(old)
+            if deleted:
+                self._drop_pod_json(pod)
+                self.core.forget_pod(pod.uid, now)
+                return
+            self.core.observe_pod(pod, now)
+            if pod.group is not None:
+                self.group_pods[pod.group][pod.uid] = obj
+                self.dirty.add(pod.group)
+        elif kind in ("podgroups", "coscheduling-podgroups"):
+            source = "PodGroup" if kind == "podgroups" else "coscheduling PodGroup"
+            store = self.podgroups if kind == "podgroups" else self.coscheduling_podgroups
+            spec = GroupSpec.from_podgroup(obj, source=source)
+            if deleted:
+                store.pop(spec.key, None)
+                self.core.snapshot.delete_podgroup(source, spec.key)
+            else:
+                store[spec.key] = obj
+                self.core.snapshot.upsert_podgroup(spec)
+                self.core.group_changed(spec.key, now)
+            self.dirty.add(spec.key)
+        elif kind == "namespaces":
+            name = obj["metadata"]["name"]
+            if deleted:
+                self.namespace_labels.pop(name, None)
+            else:
+                self.namespace_labels[name] = dict(obj["metadata"].get("labels") or {})
+
+    def podgroup_object(self, key: GroupKey) -> dict[str, Any] | None:
+        return self.podgroups.get(key) or self.coscheduling_podgroups.get(key)
+
+    def injected(self, namespace: str) -> bool:
+        labels = self.namespace_labels.get(namespace, {})
+        return labels.get(INJECT_NAMESPACE_LABEL) == "enabled"

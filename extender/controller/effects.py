@@ -1,0 +1,261 @@
+"""API writes the core asked for, carried out per group in order, retried, counted.
+
+Effects the core emits (PlanCreated, PlanDropped, GangBound) and the Events of a
+group are carried out per group, one after another in the order they were
+emitted (a clear of the planned-node annotations never overtakes the set it
+undoes); different groups run in parallel (`GroupQueues`). A transient API
+failure is tried again with a bounded backoff; what still fails is logged with
+its status code and reason (never the response body) and counted in
+gang_extender_api_write_errors_total (`EffectWriter`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Hashable, Sequence
+from typing import Any
+
+import urllib3
+
+from extender.config import Settings
+from extender.controller.cluster_state import ClusterState
+from extender.domain.gang import Effect, GangBound, GangCore, PlanCreated, PlanDropped
+from extender.domain.membership import GroupKey
+from extender.kube.rawapi import KubeError, RawApi
+from extender.kube.writers import api_error_summary, emit_event, is_transient, set_planned_node
+from extender.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+HTTP_NOT_FOUND = 404
+
+# kind label of gang_extender_api_write_errors_total
+WRITE_PLANNED_NODE = "planned-node"
+WRITE_EVENT = "event"
+
+
+def namespace_terminating(err: Exception) -> bool:
+    """The API server refused a write because the namespace is being deleted."""
+    status = getattr(err, "status", None)
+    text = str(getattr(err, "message", "") or getattr(err, "body", "") or err)
+    return status == 403 and "being terminated" in text
+
+
+class GroupQueues:
+    """Runs the jobs of one group one after another, in the order submitted.
+
+    Jobs of different groups run concurrently, at most `concurrency` at a time. A
+    group's queue (and its task) exists only while it has work. Jobs must handle
+    their own errors; one that raises anyway is logged and the next one runs.
+    Submit only from the event loop.
+    """
+
+    def __init__(self, concurrency: int) -> None:
+        self._queues: dict[Hashable, deque[Callable[[], Awaitable[None]]]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._slots = asyncio.Semaphore(concurrency)
+
+    def submit(self, key: Hashable, job: Callable[[], Awaitable[None]]) -> None:
+        queue = self._queues.get(key)
+        if queue is None:
+            queue = self._queues[key] = deque()
+            task = asyncio.get_running_loop().create_task(
+                self._drain(key, queue), name=f"effects {key}"
+            )
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        queue.append(job)
+
+    async def _drain(self, key: Hashable, queue: deque[Callable[[], Awaitable[None]]]) -> None:
+        try:
+            while queue:
+                job = queue.popleft()
+                async with self._slots:
+                    try:
+                        await job()
+                    except Exception:
+                        log.exception("an API write for %s failed", key)
+        finally:
+            if self._queues.get(key) is queue:
+                del self._queues[key]
+
+    async def join(self) -> None:
+        """Until every job submitted so far (and any they submit) is done."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    def cancel(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+
+
+def _split(ref: str) -> tuple[str, str]:
+    namespace, _, name = ref.partition("/")
+    return namespace, name
+
+
+class EffectWriter:
+    """Carries out the core's effects and the reconciler's Events through `queues`.
+
+    `queue_effects` is the coordinator's effect sink; `queue_event` puts an Event
+    on every member of a group after the group's writes queued so far. Reads the
+    group's members from `state` and marks a group whose effect it carries out
+    as changed there, so the reconciler writes its status.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        raw: RawApi,
+        metrics: Metrics,
+        core: GangCore,
+        state: ClusterState,
+        queues: GroupQueues,
+    ) -> None:
+        self.settings = settings
+        self.raw = raw
+        self.metrics = metrics
+        self.core = core
+        self.state = state
+        self.queues = queues
+
+    def queue_effects(self, effects: list[Effect]) -> None:
+        for effect in effects:
+            self.queues.submit(effect.plan.group, functools.partial(self._carry_out, effect))
+
+    def queue_event(self, key: GroupKey, reason: str, message: str, event_type: str) -> None:
+        """An Event on every member, after the group's effects queued so far."""
+        self.queues.submit(key, lambda: self._event_on_members(key, reason, message, event_type))
+
+    async def _write(self, kind: str, key: GroupKey, what: str, call: Callable[[], object]) -> bool:
+        """One API write for group `key`, tried again on transient failures.
+
+        True when done, or moot: a 404 (the pod or its namespace was deleted
+        meanwhile) or a namespace being terminated. False when it failed for good:
+        then it is logged with status code and reason, and counted under `kind`.
+        """
+        s = self.settings
+        delay = s.api_write_backoff_seconds
+        attempt = 1
+        while True:
+            try:
+                await asyncio.to_thread(call)
+                return True
+            except KubeError as err:
+                if err.status == HTTP_NOT_FOUND or namespace_terminating(err):
+                    log.debug("gang %s: %s: gone meanwhile (%s)", key, what, err.status)
+                    return True
+                error: Exception = err
+                transient = is_transient(err)
+            except urllib3.exceptions.HTTPError as err:  # the connection broke mid-request
+                error, transient = err, True
+            except Exception:
+                log.exception("gang %s: %s failed", key, what)
+                self.metrics.api_write_errors.labels(kind=kind).inc()
+                return False
+            if not transient or attempt >= s.api_write_attempts:
+                log.warning(
+                    "gang %s: %s failed after %d attempt(s): %s",
+                    key,
+                    what,
+                    attempt,
+                    api_error_summary(error),
+                )
+                self.metrics.api_write_errors.labels(kind=kind).inc()
+                return False
+            attempt += 1
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, s.api_write_backoff_max_seconds)
+
+    async def _set_planned_nodes(
+        self, key: GroupKey, members: Sequence[tuple[str, str | None]]
+    ) -> None:
+        """Set (node) or clear (None) the planned-node annotation of `members` (ns/name)."""
+        timeout = self.settings.api_write_timeout_seconds
+
+        def write(ref: str, node: str | None) -> Callable[[], None]:
+            return lambda: set_planned_node(self.raw, *_split(ref), node, timeout=timeout)
+
+        await asyncio.gather(
+            *(
+                self._write(
+                    WRITE_PLANNED_NODE,
+                    key,
+                    f"{'set' if node else 'clear'} planned node of pod {ref}",
+                    write(ref, node),
+                )
+                for ref, node in members
+            )
+        )
+
+    async def _carry_out(self, effect: Effect) -> None:
+        plan = effect.plan
+        self.state.dirty.add(plan.group)
+        if isinstance(effect, PlanCreated):
+            log.info("gang %s planned: %s", plan.group, sorted(plan.placements.values()))
+            await self._set_planned_nodes(
+                plan.group, [(plan.names[uid], node) for uid, node in plan.placements.items()]
+            )
+        elif isinstance(effect, PlanDropped):
+            kind = "timeout" if effect.timed_out else "other"
+            self.metrics.plans_dropped.labels(reason=kind).inc()
+            log.info("gang %s plan dropped: %s", plan.group, effect.reason)
+            unbound = [uid for uid in plan.placements if uid not in plan.bound]
+            await self._set_planned_nodes(plan.group, [(plan.names[uid], None) for uid in unbound])
+            reason = "GangTimeout" if effect.timed_out else "GangWaiting"
+            await self._event_on_members(plan.group, reason, effect.reason, "Warning")
+        elif isinstance(effect, GangBound):
+            self.metrics.gangs_bound.inc()
+            members = [self.core.snapshot.pods.get(uid) for uid in plan.placements]
+            created = [p.created for p in members if p is not None and p.created]
+            start = min(created) if created else None
+            if start:
+                self.metrics.gang_wait_seconds.observe(max(0.0, time.time() - start))
+            log.info("gang %s bound", plan.group)
+            placement = ", ".join(
+                f"{plan.names[uid].split('/', 1)[1]}->{node}"
+                for uid, node in sorted(plan.placements.items(), key=lambda i: plan.names[i[0]])
+            )
+            await self._event_on_members(
+                plan.group, "GangScheduled", f"gang {plan.group} bound: {placement}", "Normal"
+            )
+
+    async def _event_on_members(
+        self, key: GroupKey, reason: str, message: str, event_type: str
+    ) -> None:
+        pods = list(self.state.group_pods.get(key, {}).values())
+        timeout = self.settings.api_write_timeout_seconds
+
+        def write(meta: dict[str, Any]) -> Callable[[], None]:
+            involved = {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "namespace": meta["namespace"],
+                "name": meta["name"],
+                "uid": meta.get("uid", ""),
+            }
+            return lambda: emit_event(
+                self.raw,
+                involved=involved,
+                reason=reason,
+                message=message,
+                event_type=event_type,
+                timeout=timeout,
+            )
+
+        await asyncio.gather(
+            *(
+                self._write(
+                    WRITE_EVENT,
+                    key,
+                    f"Event {reason} on pod {p['metadata']['namespace']}/{p['metadata']['name']}",
+                    write(p["metadata"]),
+                )
+                for p in pods
+            )
+        )

@@ -1,0 +1,53 @@
+"""The gauges drawn from the core's state: groups per phase, GPUs per pool and state.
+
+Recomputed from scratch on every reconcile tick (`Gauges.update`); a pool whose
+last GPU node is gone has its series removed rather than left at a stale value.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import defaultdict
+
+from extender.domain.gang import GangCore
+from extender.domain.quantity import GPU
+from extender.domain.status import group_status
+from extender.metrics import Metrics
+
+POOL_LABEL = "gang-extender.io/pool"
+GPU_STATES = ("bound", "reserved", "free")
+
+
+class Gauges:
+    def __init__(self, core: GangCore, metrics: Metrics) -> None:
+        self.core = core
+        self.metrics = metrics
+        self._gpu_pools: set[str] = set()
+
+    def update(self) -> None:
+        phases: dict[str, int] = defaultdict(int)
+        for key in self.core.snapshot.group_keys():
+            status = group_status(self.core, key)
+            if status is not None:
+                phases[status.phase] += 1
+        for phase in ("Pending", "Scheduling", "Scheduled", "Running", "Succeeded", "Failed"):
+            self.metrics.groups.labels(phase=phase).set(phases.get(phase, 0))
+        pools: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+        for name, node in self.core.snapshot.nodes.items():
+            pool = node.labels.get(POOL_LABEL, "default")
+            total = node.allocatable.get(GPU, 0)
+            if not total:
+                continue
+            bound = self.core.snapshot.used(name).get(GPU, 0)
+            reserved = self.core.ledger.reserved(name).get(GPU, 0)
+            pools[pool]["bound"] += bound
+            pools[pool]["reserved"] += reserved
+            pools[pool]["free"] += max(0, total - bound - reserved)
+        for pool, states in pools.items():
+            for state, value in states.items():
+                self.metrics.gpus.labels(pool=pool, state=state).set(value)
+        for pool in self._gpu_pools - pools.keys():  # its last GPU node is gone
+            for state in GPU_STATES:
+                with contextlib.suppress(KeyError):
+                    self.metrics.gpus.remove(pool, state)
+        self._gpu_pools = set(pools)

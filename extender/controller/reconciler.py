@@ -1,0 +1,285 @@
+"""The group reconciler: turns core state into API objects, once per tick per changed group.
+
+For each group that changed (and every group each `resync_seconds`): the
+auto-created PodGroup of annotation-declared groups, PodGroup status (written
+only when it changed), a GangWaiting Event per member when the waiting reason
+changes, the group's Secret, Service and ConfigMap through the wiring
+controller, and what the user must fix (a GangMisconfigured Warning Event and
+the `Configured` condition). Only the leader reconciles, and only once the
+caches are synced. Events go through the effect writer's group queue, so they
+keep their order with the group's other writes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from typing import Any, NamedTuple, Protocol
+
+import urllib3
+from kubernetes.client.exceptions import ApiException
+
+from extender.config import Settings
+from extender.controller.cluster_state import ClusterState
+from extender.controller.effects import EffectWriter, namespace_terminating
+from extender.controller.gauges import Gauges
+from extender.domain.gang import GangCore
+from extender.domain.membership import GroupKey, MembershipError, task_layout
+from extender.domain.status import GroupStatus, group_status
+from extender.kube.leader import LeaderElector
+from extender.kube.rawapi import KubeError, RawApi
+from extender.kube.wiring import WiringConflictError
+from extender.kube.writers import api_error_summary, create_podgroup, write_podgroup_status
+from extender.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+# The PodGroup condition that says what a user must fix before the group can be
+# wired (absent when nothing is wrong); the `Scheduled` condition stays first.
+CONFIGURED_CONDITION = "Configured"
+# Warning Event on the members for the same problems.
+MISCONFIGURED_EVENT = "GangMisconfigured"
+# kind label of gang_extender_api_write_errors_total
+WRITE_RECONCILE = "reconcile"
+
+
+class Wiring(Protocol):
+    """Makes a group's Secret, Service and ConfigMap match its PodGroup and pods."""
+
+    def reconcile(
+        self,
+        *,
+        namespace: str,
+        group: str,
+        podgroup: dict[str, Any] | None,
+        pods: list[dict[str, Any]],
+    ) -> None: ...
+
+
+class _Problem(NamedTuple):
+    """Something about a group only its user can fix, shown in an Event and a condition."""
+
+    reason: str
+    message: str
+
+
+def _utc_now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+class GroupReconciler:
+    """Reconciles the groups `state` marked as changed; remembers what it wrote.
+
+    The memos (status written, waiting reason announced, wiring fingerprint,
+    problems reported) are dropped once a group has no pods and no PodGroup.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        raw: RawApi,
+        metrics: Metrics,
+        core: GangCore,
+        state: ClusterState,
+        writer: EffectWriter,
+        wiring: Wiring,
+        gauges: Gauges,
+        tick: Callable[[], None],
+        leader: LeaderElector | None,
+    ) -> None:
+        self.settings = settings
+        self.raw = raw
+        self.metrics = metrics
+        self.core = core
+        self.state = state
+        self.writer = writer
+        self.wiring = wiring
+        self.gauges = gauges
+        self.tick = tick
+        self.leader = leader
+        self._written_status: dict[GroupKey, dict[str, Any]] = {}
+        self._announced: dict[GroupKey, str] = {}
+        self._wired: dict[GroupKey, str] = {}
+        self._problems: dict[GroupKey, tuple[_Problem, ...]] = {}
+
+    async def run(self, caches_synced: Callable[[], bool]) -> None:
+        """Every reconcile interval: the coordinator's tick, then the changed groups."""
+        last_resync = 0.0
+        while True:
+            await asyncio.sleep(self.settings.reconcile_interval_seconds)
+            self.tick()
+            if not caches_synced():
+                continue
+            if self.leader is not None and not self.leader.is_leader:
+                continue
+            now = time.time()
+            if now - last_resync > self.settings.resync_seconds:
+                self.state.dirty.update(self.core.snapshot.group_keys())
+                last_resync = now
+            dirty, self.state.dirty = self.state.dirty, set()
+            self.gauges.update()
+            for key in sorted(dirty):
+                try:
+                    await self.reconcile_group(key)
+                except (KubeError, ApiException, urllib3.exceptions.HTTPError) as err:
+                    if namespace_terminating(err):
+                        continue  # the namespace and everything in it is going away
+                    # Status and reason only: an ApiException's text holds the response body.
+                    log.warning("reconcile %s: %s; retrying", key, api_error_summary(err))
+                    self.metrics.api_write_errors.labels(kind=WRITE_RECONCILE).inc()
+                    self.state.dirty.add(key)
+                except (WiringConflictError, MembershipError) as err:
+                    # reconcile_group reports these to the user; this is a safety net.
+                    log.warning("reconcile %s: %s", key, err)
+                except Exception:
+                    log.exception("reconcile %s failed; retrying", key)
+                    self.state.dirty.add(key)
+
+    async def reconcile_group(self, key: GroupKey) -> None:
+        spec = self.core.snapshot.group_spec(key)
+        pods = list(self.state.group_pods.get(key, {}).values())
+        podgroup = self.state.podgroup_object(key)
+        if not pods and podgroup is None:
+            self._forget_group(key)
+            return
+        if spec is not None and spec.source == "annotation" and spec.error is None and pods:
+            layout = None
+            with contextlib.suppress(MembershipError):  # reported by _layout_problem
+                layout = task_layout(pods[0]["metadata"])
+            await asyncio.to_thread(
+                create_podgroup,
+                self.raw,
+                namespace=key.namespace,
+                name=key.name,
+                min_member=spec.min_member,
+                min_task_member=layout,
+            )
+        ours = podgroup is not None and podgroup.get("apiVersion", "").startswith(
+            "scheduling.gang-extender.io/"
+        )
+        if ours:
+            await self._write_status(key)
+        self._announce_waiting(key)
+        problems: list[_Problem] = []
+        layout_problem = self._layout_problem(key, podgroup, pods)
+        if layout_problem is not None:
+            problems.append(layout_problem)
+        if self.state.injected(key.namespace) and podgroup is not None and pods:
+            fingerprint = repr(
+                (
+                    podgroup["metadata"].get("resourceVersion"),
+                    sorted(p["metadata"].get("resourceVersion", "") for p in pods),
+                )
+            )
+            if self._wired.get(key) != fingerprint:
+                try:
+                    await asyncio.to_thread(
+                        self.wiring.reconcile,
+                        namespace=key.namespace,
+                        group=key.name,
+                        podgroup=podgroup,
+                        pods=pods,
+                    )
+                except WiringConflictError as err:
+                    problems.append(_Problem("WiringConflict", f"gang {key}: {err}"))
+                except MembershipError as err:
+                    problems.append(
+                        _Problem(
+                            "InvalidSpec",
+                            f"gang {key}: {err}; the group's Secret, Service and "
+                            f"ConfigMap are not written until it is fixed",
+                        )
+                    )
+                else:
+                    self._wired[key] = fingerprint
+        await self._report_problems(key, tuple(problems), write_status=ours)
+
+    @staticmethod
+    def _layout_problem(
+        key: GroupKey, podgroup: dict[str, Any] | None, pods: list[dict[str, Any]]
+    ) -> _Problem | None:
+        """A member's `gang-extender.io/tasks` annotation that does not parse, when it counts.
+
+        It counts unless the PodGroup sets spec.minTaskMember (which wins). The webhook
+        denies such pods in injected namespaces; elsewhere they are admitted, and the
+        annotation would be ignored without a word.
+        """
+        spec = (podgroup or {}).get("spec") or {}
+        if spec.get("minTaskMember"):
+            return None
+        for pod in sorted(pods, key=lambda p: str(p["metadata"].get("name", ""))):
+            try:
+                task_layout(pod["metadata"])
+            except MembershipError as err:
+                return _Problem(
+                    "InvalidTaskLayout",
+                    f"gang {key}: pod {pod['metadata'].get('name')}: {err}; fix the "
+                    f"annotation in the pods' template, or set spec.minTaskMember on "
+                    f"PodGroup {key.name} (the annotation is ignored until then)",
+                )
+        return None
+
+    def _forget_group(self, key: GroupKey) -> None:
+        """A group with no pods and no PodGroup left: drop what was remembered about it,
+        so the service's memory follows the groups that exist, not all it ever saw."""
+        for memo in (self._written_status, self._announced, self._wired, self._problems):
+            memo.pop(key, None)
+
+    async def _report_problems(
+        self, key: GroupKey, problems: tuple[_Problem, ...], *, write_status: bool
+    ) -> None:
+        """Tell the user what to fix: a Warning Event per new problem, and the condition."""
+        previous = self._problems.get(key, ())
+        if problems == previous:
+            return
+        if problems:
+            self._problems[key] = problems
+        else:
+            self._problems.pop(key, None)
+        for problem in problems:
+            if problem not in previous:
+                log.warning("gang %s: %s", key, problem.message)
+                self.writer.queue_event(key, MISCONFIGURED_EVENT, problem.message, "Warning")
+        if write_status:
+            await self._write_status(key)
+
+    def _status_body(self, key: GroupKey, status: GroupStatus, when: str) -> dict[str, Any]:
+        body = status.as_api(when)
+        problems = self._problems.get(key)
+        if problems:
+            body["conditions"].append(
+                {
+                    "type": CONFIGURED_CONDITION,
+                    "status": "False",
+                    "reason": problems[0].reason,
+                    "message": "; ".join(p.message for p in problems),
+                    "lastTransitionTime": when,
+                }
+            )
+        return body
+
+    async def _write_status(self, key: GroupKey) -> None:
+        status = group_status(self.core, key)
+        if status is None:
+            return
+        comparable = self._status_body(key, status, "")
+        if self._written_status.get(key) == comparable:
+            return
+        body = self._status_body(key, status, _utc_now())
+        await asyncio.to_thread(write_podgroup_status, self.raw, key.namespace, key.name, body)
+        self._written_status[key] = comparable
+
+    def _announce_waiting(self, key: GroupKey) -> None:
+        """One GangWaiting Event per member each time the waiting reason changes."""
+        status = group_status(self.core, key)
+        if status is None or status.phase not in ("Pending",):
+            return
+        if self._announced.get(key) == status.message:
+            return
+        self._announced[key] = status.message
+        event_type = "Warning" if status.reason == "InvalidSpec" else "Normal"
+        self.writer.queue_event(key, "GangWaiting", status.message, event_type)
