@@ -13,7 +13,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 from extender.api.wire import ExtenderBindingArgs
 from extender.domain.gang import (
@@ -26,19 +26,9 @@ from extender.domain.gang import (
 )
 from extender.domain.model import PodInfo
 from extender.metrics import Metrics
+from extender.ports.binding import Binder, BindError
 
 log = logging.getLogger(__name__)
-
-
-class BindError(Exception):
-    """The API server refused a binding; the message is the scheduler's error text."""
-
-
-class Binder(Protocol):
-    async def bind(self, *, namespace: str, name: str, uid: str, node: str) -> None:
-        """POST pods/binding. Raises BindError. Must not be retried blindly: a 409
-        means someone else bound the pod."""
-        ...
 
 
 class SchedulingCoordinator:

@@ -12,9 +12,9 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from extender.coordinator import BindError
 from extender.domain.membership import PLANNED_NODE_ANNOTATION, SCHEDULER_NAME
 from extender.kube.rawapi import KubeError, RawApi, path_of
+from extender.ports.binding import BindError
 
 PODGROUP_API = "scheduling.gang-extender.io/v1alpha1"
 BINDING_TIMEOUT_SECONDS = 10.0
