@@ -20,7 +20,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from extender.api.wire import ExtenderBindingArgs
 from extender.domain.gang import (
     BindVerdict,
     Effect,
@@ -64,13 +63,14 @@ class SchedulingCoordinator:
     def prioritize(self, pod: dict[str, Any], candidates: list[str]) -> dict[str, int]:
         return self.core.prioritize(self.core.asked_about(pod), candidates)
 
-    async def bind(self, args: ExtenderBindingArgs) -> str:
-        decision = self.core.arrive(args.PodUID, args.Node, self.clock())
+    async def bind(self, *, namespace: str, name: str, uid: str, node: str) -> str:
+        """Bind or refuse; "" on success, else the error for the scheduler."""
+        decision = self.core.arrive(uid, node, self.clock())
         self.flush_effects()
         if decision.verdict is BindVerdict.ERROR:
             return decision.message
         if decision.verdict is BindVerdict.BIND_NOW:
-            return await self._bind_now(args, assume=True)
+            return await self._bind_now(namespace, name, uid, node, assume=True)
         if decision.verdict in (BindVerdict.WAIT, BindVerdict.RELEASE):
             assert decision.plan_id is not None and decision.group is not None
             event = self._barriers.setdefault(decision.plan_id, asyncio.Event())
@@ -80,7 +80,7 @@ class SchedulingCoordinator:
                 error = await self._wait_barrier(decision.plan_id, decision.group, event)
             if error:
                 return error
-        return await self._bind_now(args, assume=False)
+        return await self._bind_now(namespace, name, uid, node, assume=False)
 
     async def _wait_barrier(self, plan_id: int, group: GroupKey, event: asyncio.Event) -> str:
         while True:
@@ -100,29 +100,27 @@ class SchedulingCoordinator:
             except TimeoutError:
                 continue
 
-    async def _bind_now(self, args: ExtenderBindingArgs, *, assume: bool) -> str:
+    async def _bind_now(
+        self, namespace: str, name: str, uid: str, node: str, *, assume: bool
+    ) -> str:
         """POST the binding; count the pod on its node before (`assume`) or after the call.
 
         A pod outside any plan is assumed before the call and the assumption undone
         if the binding fails; a planned member is counted after it. Why each way:
         `GangCore.assume_bound`.
         """
-        assumption = (
-            self.core.assume_bound(args.PodUID, args.Node, self.clock()) if assume else None
-        )
+        assumption = self.core.assume_bound(uid, node, self.clock()) if assume else None
         if assumption is not None:
             self.flush_effects()
         try:
-            await self.binder.bind(
-                namespace=args.PodNamespace, name=args.PodName, uid=args.PodUID, node=args.Node
-            )
+            await self.binder.bind(namespace=namespace, name=name, uid=uid, node=node)
         except BindError as err:
             if assumption is not None:
                 self.core.undo_assumption(assumption, self.clock())
-            self.core.bind_failed(args.PodUID, str(err), self.clock())
+            self.core.bind_failed(uid, str(err), self.clock())
             self.flush_effects()
-            return f"binding {args.PodNamespace}/{args.PodName} to {args.Node}: {err}"
-        if not assume and self.core.binding_succeeded(args.PodUID, args.Node, self.clock()):
+            return f"binding {namespace}/{name} to {node}: {err}"
+        if not assume and self.core.binding_succeeded(uid, node, self.clock()):
             self.flush_effects()
         return ""
 
