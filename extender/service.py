@@ -292,7 +292,11 @@ class GangService:
                 replan_backoff_seconds=settings.replan_backoff_seconds,
             ),
         )
-        self.binder = ApiBinder(self.raw)
+        self.binder = ApiBinder(
+            self.raw,
+            workers=settings.binder_workers,
+            timeout_seconds=settings.binding_timeout_seconds,
+        )
         self.coordinator = SchedulingCoordinator(
             self.core, self.binder, self.metrics, effect_sink=self._queue_effects
         )
