@@ -60,6 +60,13 @@ class Settings(BaseSettings):
     # Bind barrier: kube-scheduler's extender httpTimeout must exceed this, or the
     # scheduler gives up on a bind we would still complete.
     bind_barrier_timeout_seconds: float = Field(default=30.0, gt=0)
+    # The binding request (POST pods/binding) a released member then makes gives up
+    # after this long: with the barrier's 30 s a bind still answers inside the
+    # scheduler's 45 s extender httpTimeout, as an error it retries, not a timeout.
+    binding_timeout_seconds: float = Field(default=10.0, gt=0)
+    # Binding requests in flight at once, each a blocking call on its own thread: a
+    # released gang's members bind in parallel; a bigger gang binds in waves.
+    binder_workers: int = Field(default=32, ge=1)
     # A plan nobody acts on (a member the scheduler keeps rejecting for its own
     # reasons) must not hold capacity forever.
     default_schedule_timeout_seconds: float = Field(default=60.0, gt=0)

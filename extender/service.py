@@ -234,7 +234,15 @@ def create_service(settings: Settings, deps: Deps | None = None) -> GangService:
             replan_backoff_seconds=settings.replan_backoff_seconds,
         ),
     )
-    binder = deps.binder if deps.binder is not None else ApiBinder(deps.raw)
+    binder = (
+        deps.binder
+        if deps.binder is not None
+        else ApiBinder(
+            deps.raw,
+            workers=settings.binder_workers,
+            timeout_seconds=settings.binding_timeout_seconds,
+        )
+    )
     # The state flushes the core's effects through the coordinator, whose sink is
     # the writer, which reads the state: the coordinator is looked up when the
     # first cache traffic arrives (in run), by which time it exists.

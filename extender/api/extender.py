@@ -30,7 +30,7 @@ class SchedulingPort(Protocol):
 
     def prioritize(self, pod: dict[str, Any], candidates: list[str]) -> dict[str, int]: ...
 
-    async def bind(self, args: ExtenderBindingArgs) -> str:
+    async def bind(self, *, namespace: str, name: str, uid: str, node: str) -> str:
         """Bind or refuse; returns "" on success, else the error for the scheduler."""
         ...
 
@@ -158,7 +158,9 @@ def create_extender_app(
     async def bind_route(request: Request) -> Response:
         async def work() -> Response:
             args = await read_model(request, ExtenderBindingArgs, max_request_bytes)
-            error = await port.bind(args)
+            error = await port.bind(
+                namespace=args.PodNamespace, name=args.PodName, uid=args.PodUID, node=args.Node
+            )
             if error:  # a refused bind (barrier timeout, API error) is an Error body, not a 4xx
                 metrics.extender_errors.labels(verb="bind").inc()
             return json_response({"Error": error})

@@ -22,16 +22,25 @@ Steps 4-6 also run when the watch delivers a change to a held group
 (`group_changed`): kube-scheduler retries held members only on an event, and the
 plan's annotations are one.
 
+Filter and prioritize ask about a pod by its API object (`asked_about`): our
+copy when the watch delivered it, else the request's, recorded unless it claims
+a node (only the watch says what holds capacity).
+
 Bind (`arrive`): a planned member joins its plan's barrier; a member without a
 plan is refused; a plain pod is bound at once unless a gang reserved the room on
 its node after it passed filter (then refused, and kube-scheduler retries it).
+Around the binding call: a plain pod is counted on its node before the call
+(`assume_bound`, undone by `undo_assumption` if the binding fails), a planned
+member after it (`binding_succeeded`); a failed binding drops the member's plan
+(`bind_failed`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from enum import Enum
+from typing import Any
 
 from extender.domain.ledger import Ledger, Plan
 from extender.domain.membership import GroupKey
@@ -76,6 +85,14 @@ class BindDecision:
     plan_id: int | None = None
     group: GroupKey | None = None
     message: str = ""
+
+
+@dataclass(frozen=True)
+class Assumption:
+    """A plain pod counted on a node before its binding call returned: what to undo."""
+
+    before: PodInfo  # the pod as it was
+    assumed: PodInfo  # the copy recorded as bound on the node
 
 
 # ---- effects the service carries out ----
@@ -128,6 +145,23 @@ class GangCore:
     restrictions: dict[str, NodeRestriction] = field(default_factory=dict)
     # Node -> prioritize score, kept current by `_refresh_node_scores`; 0 scores are absent.
     _node_scores: dict[str, int] = field(default_factory=dict)
+
+    # ------------------------------------------------------------- requests
+    def asked_about(self, pod: Mapping[str, Any]) -> PodInfo:
+        """The scheduler's copy of the pod, or ours when we have it (ours carries plan notes)."""
+        # Look the pod up by the uid PodInfo.from_api would give it, and parse only
+        # a pod the cache has not seen: filter and prioritize come for every pod.
+        cached = self.snapshot.pods.get(pod["metadata"]["uid"])
+        if cached is not None:
+            return cached
+        info = PodInfo.from_api(pod)
+        # A pod the watch has not delivered yet is recorded, so a gang member known only
+        # from a request still joins its group's quorum and is refused a lone bind. One
+        # that claims a node is not: kube-scheduler only asks about pods it is placing,
+        # and only the watch may say what holds capacity.
+        if not info.is_bound:
+            self.snapshot.upsert_pod(info)
+        return info
 
     # ------------------------------------------------------------------ filter
     def filter(self, pod: PodInfo, candidates: Sequence[str], now: float) -> FilterDecision:
@@ -401,7 +435,59 @@ class GangCore:
         state = self.groups.get(group)
         return state.message if state else "bind barrier timed out"
 
+    def dropped_plan_message(self, plan_id: int, group: GroupKey) -> str:
+        """What to tell a member whose barrier's plan is gone (`barrier_state` ERROR)."""
+        state = self.groups.get(group)
+        return (state.message if state else "") or f"gang {group}: plan {plan_id} was dropped"
+
+    def assume_bound(self, uid: str, node: str, now: float) -> Assumption | None:
+        """Count a plain pod on `node` before its binding call; None if unknown or bound.
+
+        Why before: a pod outside any plan is counted before the call returns, as
+        kube-scheduler "assumes" a pod, and undone if the binding fails
+        (`undo_assumption`). Two such binds can be in flight at once, each checked
+        against the gangs' reservations (`arrive`); counting a pod only afterwards let
+        both take the last room beside a reservation. A planned member is counted
+        after the call (`binding_succeeded`): counting it releases its reservation,
+        and a failed binding must still find and drop its plan (`bind_failed`).
+        """
+        pod = self.snapshot.pods.get(uid)
+        if pod is None or pod.is_bound:
+            return None
+        return Assumption(before=pod, assumed=self._count_on_node(pod, node, now))
+
+    def undo_assumption(self, assumption: Assumption, now: float) -> bool:
+        """Give the room back after the binding failed, only while the assumption is ours.
+
+        The watch may have said more about the pod in the meantime; then its word
+        stands. True when undone.
+        """
+        if self.snapshot.pods.get(assumption.before.uid) is not assumption.assumed:
+            return False
+        self.observe_pod(assumption.before, now)
+        return True
+
+    def binding_succeeded(self, uid: str, node: str, now: float) -> bool:
+        """Count a planned member on `node` once its binding succeeded; True if counted.
+
+        Now rather than when the watch catches up, so the next filter does not offer
+        the same room twice; not before the call (see `assume_bound`). A pod already
+        bound (the watch was first) is left alone.
+        """
+        pod = self.snapshot.pods.get(uid)
+        if pod is None or pod.is_bound:
+            return False
+        self._count_on_node(pod, node, now)
+        return True
+
+    def _count_on_node(self, pod: PodInfo, node: str, now: float) -> PodInfo:
+        """Record `pod` as bound to `node`; the recorded copy."""
+        bound = replace(pod, node_name=node)
+        self.observe_pod(bound, now)
+        return bound
+
     def bind_failed(self, uid: str, reason: str, now: float) -> None:
+        """The binding call failed: drop the member's plan (its gang is re-planned)."""
         plan = self.ledger.plan_of(uid)
         if plan is not None:
             self._drop(plan, f"binding {plan.names[uid]} failed: {reason}", now)
@@ -479,6 +565,10 @@ class GangCore:
         state.waiting = True
         self._say(state, f"gang {plan.group}: plan dropped: {reason}")
         self.effects.append(PlanDropped(plan, reason, timed_out))
+
+    def reserved_placements(self) -> int:
+        """Planned members not bound yet, each holding a reservation (a metrics gauge)."""
+        return sum(len(p.placements) - len(p.bound) for p in self.ledger.plans.values())
 
     def drain_effects(self) -> list[Effect]:
         effects, self.effects = self.effects, []

@@ -12,12 +12,11 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from extender.coordinator import BindError
 from extender.domain.membership import PLANNED_NODE_ANNOTATION, SCHEDULER_NAME
 from extender.kube.rawapi import KubeError, RawApi, path_of
+from extender.ports.binding import BindError
 
 PODGROUP_API = "scheduling.gang-extender.io/v1alpha1"
-BINDING_TIMEOUT_SECONDS = 10.0
 # Callers on the event loop pass settings.api_write_timeout_seconds; RawApi's default otherwise.
 WRITE_TIMEOUT_SECONDS = 30.0
 # Answers worth trying again: no answer at all (0), request timeout, throttled, and
@@ -45,10 +44,15 @@ def api_error_summary(err: BaseException) -> str:
 
 
 class ApiBinder:
-    """Binds through the `pods/binding` subresource; a gang's binds go out in parallel."""
+    """Binds through the `pods/binding` subresource; a gang's binds go out in parallel.
 
-    def __init__(self, raw: RawApi, *, workers: int = 32) -> None:
+    The service passes `Settings.binder_workers` and `Settings.binding_timeout_seconds`
+    (the reasons are there); the defaults are the same values.
+    """
+
+    def __init__(self, raw: RawApi, *, workers: int = 32, timeout_seconds: float = 10.0) -> None:
         self.raw = raw
+        self.timeout_seconds = timeout_seconds
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="bind")
 
     async def bind(self, *, namespace: str, name: str, uid: str, node: str) -> None:
@@ -64,7 +68,7 @@ class ApiBinder:
         try:
             await loop.run_in_executor(
                 self._pool,
-                lambda: self.raw.call("POST", path, body=body, timeout=BINDING_TIMEOUT_SECONDS),
+                lambda: self.raw.call("POST", path, body=body, timeout=self.timeout_seconds),
             )
         except KubeError as err:
             raise BindError(str(err)) from None

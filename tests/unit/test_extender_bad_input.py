@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+from collections.abc import Coroutine
 from typing import Any
 
 import pytest
@@ -123,6 +124,16 @@ def binding(pod: dict[str, Any], node: str) -> dict[str, str]:
     }
 
 
+def bind_call(
+    coordinator: SchedulingCoordinator, pod: dict[str, Any], node: str
+) -> Coroutine[Any, Any, str]:
+    """The coordinator's bind of `pod` on `node`, with the fields the /bind route unpacks."""
+    args = ExtenderBindingArgs(**binding(pod, node))
+    return coordinator.bind(
+        namespace=args.PodNamespace, name=args.PodName, uid=args.PodUID, node=args.Node
+    )
+
+
 class Clock:
     def __init__(self, now: float) -> None:
         self.now = now
@@ -156,7 +167,7 @@ async def test_a_barrier_expired_by_the_periodic_tick_counts_as_one_barrier_time
 
     decision = coordinator.filter(copy.deepcopy(members[0]), ["n1"])
     assert decision.verdict is Verdict.PLANNED
-    first = asyncio.create_task(coordinator.bind(ExtenderBindingArgs(**binding(members[0], "n1"))))
+    first = asyncio.create_task(bind_call(coordinator, members[0], "n1"))
     await asyncio.sleep(0)  # w0 is inside the barrier; w1 never arrives
     clock.now += 61  # past the group's schedule timeout and the barrier timeout
     coordinator.tick()
@@ -220,7 +231,7 @@ async def test_two_plain_binds_in_flight_cannot_both_take_the_last_room_beside_a
     assert core.ledger.reserved("n2")
 
     def bind(pod: dict[str, Any]) -> asyncio.Task[str]:
-        return asyncio.create_task(coordinator.bind(ExtenderBindingArgs(**binding(pod, "n2"))))
+        return asyncio.create_task(bind_call(coordinator, pod, "n2"))
 
     first, second = bind(plain[0]), bind(plain[1])
     await asyncio.sleep(0)

@@ -16,11 +16,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from extender.api.extender import HostPriorityEncoder, create_extender_app
-from extender.coordinator import BindError, SchedulingCoordinator
+from extender.coordinator import SchedulingCoordinator
 from extender.domain.gang import GangCore, Timeouts
 from extender.domain.model import GroupSpec, NodeInfo, PodInfo
 from extender.domain.policy import Policy
 from extender.metrics import Metrics
+from extender.ports.binding import BindError
 from tests.builders import make_node, make_pod, make_podgroup
 from tests.golden_files import expected_golden
 

@@ -16,6 +16,7 @@ from extender.domain.gang import (
     Timeouts,
     Verdict,
 )
+from extender.domain.membership import GroupKey
 from extender.domain.model import GroupSpec, NodeInfo, PodInfo
 from extender.domain.policy import Policy
 from tests.builders import make_node, make_pod, make_podgroup
@@ -298,3 +299,164 @@ def test_plan_respects_nodes_kube_scheduler_refused_a_member_earlier() -> None:
     plan = next(iter(core.ledger.plans.values()))
     assert plan.placements[pod_info(core, "w1").uid] == "n2"
     assert plan.placements[pod_info(core, "w0").uid] == "n1"  # binpack still fills n1 first
+
+
+# ---- the pods kube-scheduler asks about ----
+def test_a_request_pod_that_claims_a_node_is_never_recorded() -> None:
+    # Only the watch may say what holds capacity.
+    core = core_with([make_node("n1").gpus(4).obj()])
+    claims = make_pod("claims").gpus(3).node("n1").obj()
+    info = core.asked_about(claims)
+    assert info.node_name == "n1"
+    assert claims["metadata"]["uid"] not in core.snapshot.pods
+    assert core.snapshot.free_gpus("n1") == 4
+
+
+def test_a_gang_member_known_only_from_a_request_joins_its_quorum_and_is_refused_a_lone_bind() -> (
+    None
+):
+    core = core_with([make_node("n1").gpus(4).obj()], [make_pod("w0").group("g").obj()])
+    early = make_pod("w1").group("g").gpus(1).obj()
+    info = core.asked_about(early)
+    assert core.snapshot.pods[early["metadata"]["uid"]] is info
+    assert [p.name for p in core.snapshot.members(info.group)] == ["w0", "w1"]
+    refused = core.arrive(info.uid, "n1", T0)
+    assert refused.verdict is BindVerdict.ERROR and "has no plan" in refused.message
+
+
+def test_our_copy_of_a_pod_wins_over_the_requests() -> None:
+    core = core_with([make_node("n1").obj()], [make_pod("p").gpus(1).obj()])
+    ours = pod_info(core, "p")
+    assert core.asked_about(make_pod("p").gpus(3).obj()) is ours
+    assert ours.requests["nvidia.com/gpu"] == 1
+
+
+# ---- counting a pod on its node around the binding call ----
+def test_a_plain_pods_assumption_counts_it_on_its_node_before_the_binding_returns() -> None:
+    core = core_with([make_node("n1").gpus(4).obj()], [make_pod("plain").gpus(3).obj()])
+    uid = pod_info(core, "plain").uid
+    assumption = core.assume_bound(uid, "n1", T0)
+    assert assumption is not None
+    assert assumption.before.node_name is None
+    assert assumption.assumed.node_name == "n1"
+    assert core.snapshot.pods[uid] is assumption.assumed
+    assert core.snapshot.free_gpus("n1") == 1
+
+
+@pytest.mark.parametrize(
+    "pods",
+    [
+        pytest.param([], id="a pod the watch never delivered"),
+        pytest.param(
+            [make_pod("plain").gpus(3).node("n1").obj()], id="a pod the watch says is bound"
+        ),
+    ],
+)
+def test_nothing_is_assumed_for(pods: list[dict[str, Any]]) -> None:
+    core = core_with([make_node("n1").gpus(4).obj(), make_node("n2").gpus(4).obj()], pods)
+    before = dict(core.snapshot.pods)
+    assert core.assume_bound("uid-default-plain", "n2", T0) is None
+    assert core.snapshot.pods == before
+    assert core.snapshot.free_gpus("n2") == 4
+
+
+def _nothing_happened(core: GangCore, uid: str) -> None:
+    pass
+
+
+def _watch_saw_it_bound(core: GangCore, uid: str) -> None:
+    seen = dataclasses.replace(core.snapshot.pods[uid], node_name="n1", phase="Running")
+    core.observe_pod(seen, T0 + 1)
+
+
+def _watch_saw_it_deleted(core: GangCore, uid: str) -> None:
+    core.forget_pod(uid, T0 + 1)
+
+
+@pytest.mark.parametrize(
+    ("meanwhile", "undone", "free_gpus", "node_after"),
+    [
+        pytest.param(_nothing_happened, True, 4, None, id="still ours: the room comes back"),
+        pytest.param(_watch_saw_it_bound, False, 1, "n1", id="the watch saw it bound: its word"),
+        pytest.param(_watch_saw_it_deleted, False, 4, "gone", id="the watch saw it deleted"),
+    ],
+)
+def test_a_plain_pods_assumption_is_undone_only_while_it_is_still_ours(
+    meanwhile: Any, undone: bool, free_gpus: int, node_after: str | None
+) -> None:
+    core = core_with([make_node("n1").gpus(4).obj()], [make_pod("plain").gpus(3).obj()])
+    uid = pod_info(core, "plain").uid
+    assumption = core.assume_bound(uid, "n1", T0)
+    assert assumption is not None
+    meanwhile(core, uid)
+    assert core.undo_assumption(assumption, T0 + 2) is undone
+    pod = core.snapshot.pods.get(uid)
+    assert (pod.node_name if pod else "gone") == node_after
+    if undone:
+        assert pod is assumption.before
+    assert core.snapshot.free_gpus("n1") == free_gpus
+
+
+def test_a_planned_member_is_counted_once_its_binding_succeeded_which_ends_its_reservation() -> (
+    None
+):
+    pods = [make_pod(f"w{i}").group("g").min_available(2).gpus(2).obj() for i in range(2)]
+    core = core_with([make_node("n1").gpus(4).obj()], pods)
+    assert core.filter(pod_info(core, "w0"), ["n1"], T0).verdict is Verdict.PLANNED
+    assert core.reserved_placements() == 2
+    uid = pod_info(core, "w0").uid
+    assert core.binding_succeeded(uid, "n1", T0 + 1) is True
+    assert core.snapshot.pods[uid].node_name == "n1"
+    assert core.snapshot.free_gpus("n1") == 2
+    assert core.ledger.reserved("n1")["nvidia.com/gpu"] == 2
+    assert core.reserved_placements() == 1
+    # The second word on the same binding changes nothing.
+    assert core.binding_succeeded(uid, "n1", T0 + 2) is False
+    assert core.snapshot.free_gpus("n1") == 2
+
+
+@pytest.mark.parametrize(
+    "pods",
+    [
+        pytest.param([], id="a pod the watch never delivered"),
+        pytest.param([make_pod("w0").gpus(2).node("n1").obj()], id="the watch saw it bound first"),
+    ],
+)
+def test_a_successful_binding_counts_nothing_for(pods: list[dict[str, Any]]) -> None:
+    core = core_with([make_node("n1").gpus(4).obj(), make_node("n2").gpus(4).obj()], pods)
+    generation = core.snapshot.generation
+    assert core.binding_succeeded("uid-default-w0", "n2", T0) is False
+    assert core.snapshot.generation == generation
+    assert core.snapshot.free_gpus("n2") == 4
+
+
+def test_a_failed_binding_drops_the_members_plan_and_its_waiters_are_told_why() -> None:
+    pods = [make_pod(f"w{i}").group("g").min_available(2).gpus(2).obj() for i in range(2)]
+    core = core_with([make_node("n1").gpus(4).obj()], pods)
+    core.filter(pod_info(core, "w0"), ["n1"], T0)
+    arrived = core.arrive(pod_info(core, "w0").uid, "n1", T0 + 1)
+    assert arrived.plan_id is not None and arrived.group is not None
+    core.bind_failed(pod_info(core, "w1").uid, 'pods "w1" is forbidden', T0 + 2)
+    assert core.barrier_state(arrived.plan_id, arrived.group) is BindVerdict.ERROR
+    assert core.dropped_plan_message(arrived.plan_id, arrived.group) == (
+        'gang default/g: plan dropped: binding default/w1 failed: pods "w1" is forbidden'
+    )
+    assert core.reserved_placements() == 0
+    assert core.ledger.reserved("n1").get("nvidia.com/gpu", 0) == 0
+
+
+def test_a_failed_binding_of_a_plain_pod_drops_nothing() -> None:
+    pods = [make_pod(f"w{i}").group("g").min_available(2).gpus(2).obj() for i in range(2)]
+    core = core_with([make_node("n1").gpus(4).obj()], [*pods, make_pod("plain").obj()])
+    core.filter(pod_info(core, "w0"), ["n1"], T0)
+    core.drain_effects()
+    core.bind_failed(pod_info(core, "plain").uid, "forbidden", T0 + 1)
+    assert core.drain_effects() == []
+    assert core.reserved_placements() == 2
+
+
+def test_a_barrier_whose_group_left_no_word_is_told_its_plan_id() -> None:
+    core = core_with([make_node("n1").obj()])
+    assert core.dropped_plan_message(7, GroupKey("default", "g")) == (
+        "gang default/g: plan 7 was dropped"
+    )
