@@ -35,8 +35,6 @@ import uvicorn
 import uvloop
 from fastapi import FastAPI, Request
 from fastapi.responses import PlainTextResponse, Response
-from kubernetes.client.exceptions import ApiException
-from kubernetes.config.config_exception import ConfigException
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from extender.api.extender import create_extender_app
@@ -58,7 +56,7 @@ from extender.kube.ca_publish import share_ca
 from extender.kube.cache import CacheSink, WatchCache
 from extender.kube.indexes import IndexAllocator
 from extender.kube.leader import LeaderElector
-from extender.kube.rawapi import KubeError, RawApi, load_api_client
+from extender.kube.rawapi import KubeconfigError, KubeError, RawApi, load_api_client
 from extender.kube.webhook_config import WebhookConfigError, write_ca_bundle
 from extender.kube.wiring import WiringConflictError, WiringController
 from extender.kube.writers import (
@@ -297,8 +295,12 @@ class GangService:
             self.core, self.binder, self.metrics, effect_sink=self._queue_effects
         )
         self.state = ClusterState(self.core, self.coordinator)
-        self.wiring = WiringController(self.api_client)
-        self.allocator = IndexAllocator(self.api_client)
+        self.wiring = WiringController(self.raw)
+        self.allocator = IndexAllocator(
+            self.raw,
+            hold_seconds=settings.index_hold_seconds,
+            list_timeout_seconds=settings.index_list_timeout_seconds,
+        )
         self.leader = (
             LeaderElector(
                 self.raw,
@@ -491,10 +493,10 @@ class GangService:
             for key in sorted(dirty):
                 try:
                     await self._reconcile_group(key)
-                except (KubeError, ApiException, urllib3.exceptions.HTTPError) as err:
+                except (KubeError, urllib3.exceptions.HTTPError) as err:
                     if _namespace_terminating(err):
                         continue  # the namespace and everything in it is going away
-                    # Status and reason only: an ApiException's text holds the response body.
+                    # Status and reason only: an error's text can echo the response body.
                     log.warning("reconcile %s: %s; retrying", key, api_error_summary(err))
                     self.metrics.api_write_errors.labels(kind=WRITE_RECONCILE).inc()
                     self.state.dirty.add(key)
@@ -728,7 +730,7 @@ class GangService:
         if not name:
             return True
         try:
-            await asyncio.to_thread(write_ca_bundle, self.api_client, name, ca_pem)
+            await asyncio.to_thread(write_ca_bundle, self.raw, name, ca_pem)
         except WebhookConfigError as err:  # our own text: says what to apply
             why = str(err)
         except Exception as err:
@@ -762,7 +764,7 @@ class GangService:
         if not self.settings.tls_cert:  # one CA for all replicas, published for kube-scheduler
             tls = await asyncio.to_thread(
                 share_ca,
-                self.api_client,
+                self.raw,
                 namespace=self.settings.lease_namespace,
                 local=tls,
                 hosts=list(self.settings.tls_hosts),
@@ -890,7 +892,7 @@ def _api_client(settings: Settings) -> Any:
     except Exception as err:
         # Only the library's own messages are quoted: a YAML error would quote the
         # file's text, which may hold a token.
-        why = str(err) if isinstance(err, ConfigException) else type(err).__name__
+        why = str(err) if isinstance(err, KubeconfigError) else type(err).__name__
         if path is None:
             raise StartupError(
                 f"no kubeconfig given and no in-cluster configuration ({why}); {hint}"

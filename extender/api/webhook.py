@@ -18,10 +18,8 @@ from collections.abc import Callable
 from typing import Any
 
 import orjson
-import urllib3
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
-from kubernetes.client.exceptions import ApiException
 
 from extender.api.body import BodyError, read_json_body
 from extender.injection.admission import (
@@ -41,7 +39,13 @@ from extender.injection.admission import (
     render_pod_patch,
     wants_wiring,
 )
-from extender.kube.indexes import Claimant, IndexAllocator, IndexTakenError, NoFreeIndexError
+from extender.kube.indexes import IndexAllocator
+from extender.ports.indexes import (
+    Claimant,
+    IndexTakenError,
+    NoFreeIndexError,
+    PodsUnreadableError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +149,7 @@ async def admit(
             hold_left=taken.hold_left,
         )
         return _deny(review, message)
-    except (ApiException, urllib3.exceptions.HTTPError) as error:
+    except PodsUnreadableError as error:
         purpose = (
             "pick a free task index"
             if membership.explicit_index is None
@@ -153,7 +157,7 @@ async def admit(
         )
         message = (
             f"gang-extender could not list the pods of group {group!r} to {purpose} "
-            f"({_describe(error)}); the create can be retried"
+            f"({error.detail}); the create can be retried"
         )
         return _deny(review, message, code=UNAVAILABLE_CODE)
     remembered = not review.dry_run
@@ -189,12 +193,6 @@ def _deny(review: AdmissionRequest, message: str, *, code: int | None = None) ->
 def _pod_name(pod: dict[str, Any]) -> str:
     meta = pod.get("metadata") or {}
     return str(meta.get("name") or f"{meta.get('generateName') or ''}<generated>")
-
-
-def _describe(error: Exception) -> str:
-    if isinstance(error, ApiException):
-        return f"API server answered {error.status} {error.reason}"
-    return f"API server unreachable: {error}"
 
 
 def _json(body: Any, *, status: int = 200) -> Response:

@@ -8,10 +8,10 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from kubernetes.client.exceptions import ApiException
 
 from extender.config import Settings
 from extender.kube.cache import CacheSink, Resource, WatchCache, Watcher
+from extender.kube.rawapi import KubeError
 from extender.kube.webhook_config import WebhookConfigError
 from extender.metrics import Metrics
 from extender.service import GangService
@@ -128,12 +128,12 @@ async def test_not_ready_until_the_ca_bundle_is_written(
 ) -> None:
     outcomes: list[Exception | None] = [
         WebhookConfigError("MutatingWebhookConfiguration gang-extender does not exist"),
-        ApiException(status=503, reason="Service Unavailable"),
+        KubeError(503, "the server is shutting down", "ServiceUnavailable"),
         None,
     ]
     written: list[bytes] = []
 
-    def write_ca_bundle(api_client: Any, name: str, ca_pem: bytes) -> None:
+    def write_ca_bundle(raw: Any, name: str, ca_pem: bytes) -> None:
         outcome = outcomes.pop(0)
         if outcome is not None:
             raise outcome

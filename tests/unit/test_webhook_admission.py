@@ -18,7 +18,6 @@ from typing import Any
 
 import httpx
 import pytest
-import urllib3
 
 from extender.api.webhook import MAX_REQUEST_BYTES, create_webhook_app
 from extender.domain.membership import (
@@ -30,6 +29,7 @@ from extender.domain.membership import (
 )
 from extender.injection.patch import apply_patch
 from extender.kube.indexes import IndexAllocator
+from extender.kube.rawapi import KubeError
 from tests.builders import make_pod, make_podgroup
 from tests.golden_files import UPDATE_ENV, expected_golden
 from tests.unit.test_webhook_index_allocator import FakeCluster
@@ -284,7 +284,7 @@ async def test_an_index_denied_after_allocation_is_given_back() -> None:
 
 async def test_an_unreadable_api_server_is_a_retryable_denial() -> None:
     def lister(namespace: str, group: str) -> list[dict[str, Any]]:
-        raise urllib3.exceptions.ProtocolError("connection reset by peer")
+        raise KubeError(0, "API server unreachable: connection reset by peer")
 
     app = create_webhook_app(allocator=IndexAllocator(lister=lister))
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="https://w") as c:
@@ -292,6 +292,7 @@ async def test_an_unreadable_api_server_is_a_retryable_denial() -> None:
     status = answer["response"]["status"]
     assert (answer["response"]["allowed"], status["code"]) == (False, 503)
     assert "could not list the pods of group 'hvd'" in status["message"]
+    assert "(API server unreachable: connection reset by peer)" in status["message"]
     assert "can be retried" in status["message"]
 
 
@@ -509,7 +510,7 @@ async def test_an_explicit_index_denied_later_is_given_back() -> None:
 
 async def test_checking_an_explicit_index_against_an_unreadable_api_server_is_retryable() -> None:
     def lister(namespace: str, group: str) -> list[dict[str, Any]]:
-        raise urllib3.exceptions.ProtocolError("connection reset by peer")
+        raise KubeError(0, "API server unreachable: connection reset by peer")
 
     app = create_webhook_app(allocator=IndexAllocator(lister=lister))
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="https://w") as c:

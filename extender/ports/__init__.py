@@ -1,0 +1,1 @@
+"""Interfaces the use cases depend on and `kube/` implements (dependency inversion)."""
