@@ -37,6 +37,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from extender.admitter import Admitter
 from extender.api.extender import create_extender_app
 from extender.api.webhook import create_webhook_app
 from extender.config import Settings
@@ -785,7 +786,7 @@ class GangService:
             port=self.coordinator, metrics=self.metrics, max_request_bytes=s.max_request_bytes
         )
         webhook_app = create_webhook_app(
-            allocator=self.allocator, podgroup_reader=self._podgroup_reader
+            admitter=Admitter(self.allocator, podgroup_reader=self._podgroup_reader)
         )
         _time_admission(webhook_app, self.metrics)
         configs = [

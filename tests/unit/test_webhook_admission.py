@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
+from extender.admitter import Admitter
 from extender.api.webhook import MAX_REQUEST_BYTES, create_webhook_app
 from extender.domain.membership import (
     JOB_COMPLETION_INDEX_ANNOTATION,
@@ -208,8 +209,10 @@ def build_app(
 ) -> tuple[httpx.AsyncClient, IndexAllocator]:
     allocator = IndexAllocator(lister=lambda namespace, group: list(existing))
     app = create_webhook_app(
-        allocator=allocator,
-        podgroup_reader=lambda namespace, name: podgroup if podgroup is not None else None,
+        admitter=Admitter(
+            allocator,
+            podgroup_reader=lambda namespace, name: podgroup if podgroup is not None else None,
+        )
     )
     client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="https://webhook")
     return client, allocator
@@ -286,7 +289,7 @@ async def test_an_unreadable_api_server_is_a_retryable_denial() -> None:
     def lister(namespace: str, group: str) -> list[dict[str, Any]]:
         raise KubeError(0, "API server unreachable: connection reset by peer")
 
-    app = create_webhook_app(allocator=IndexAllocator(lister=lister))
+    app = create_webhook_app(admitter=Admitter(IndexAllocator(lister=lister)))
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="https://w") as c:
         answer = (await post(c, review(deployment_pod()))).json()
     status = answer["response"]["status"]
@@ -437,7 +440,7 @@ async def test_of_two_concurrent_creates_with_one_index_one_is_denied() -> None:
     # The API server stores a pod only after the webhook answered: the second create
     # must be refused by what the first one was given, not by what a list shows.
     cluster = FakeCluster(latency=0.02)
-    app = create_webhook_app(allocator=IndexAllocator(lister=cluster.list))
+    app = create_webhook_app(admitter=Admitter(IndexAllocator(lister=cluster.list)))
 
     async def create(client: httpx.AsyncClient, name: str) -> tuple[bool, str]:
         answer = await post(client, review(explicit_pod(name, 0)))
@@ -512,7 +515,7 @@ async def test_checking_an_explicit_index_against_an_unreadable_api_server_is_re
     def lister(namespace: str, group: str) -> list[dict[str, Any]]:
         raise KubeError(0, "API server unreachable: connection reset by peer")
 
-    app = create_webhook_app(allocator=IndexAllocator(lister=lister))
+    app = create_webhook_app(admitter=Admitter(IndexAllocator(lister=lister)))
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="https://w") as c:
         answer = (await post(c, review(explicit_pod("p", 3)))).json()
     status = answer["response"]["status"]
@@ -525,7 +528,7 @@ async def test_checking_an_explicit_index_against_an_unreadable_api_server_is_re
 
 def limited_client(max_bytes: int) -> httpx.AsyncClient:
     app = create_webhook_app(
-        allocator=IndexAllocator(lister=lambda namespace, group: []),
+        admitter=Admitter(IndexAllocator(lister=lambda namespace, group: [])),
         max_request_bytes=max_bytes,
     )
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="https://webhook")
