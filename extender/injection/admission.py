@@ -1,11 +1,12 @@
 """The admission engine for pods of a group: read, validate, patch, respond. No I/O.
 
-The HTTP route (`extender.api.webhook`) is a thin shell around these steps:
+The HTTP route (`extender.api.webhook`) does step 1; `extender.admitter.Admitter`
+the rest:
 
 1. `parse_review` the body (malformed -> HTTP 400, not a denial: it is our caller's bug);
 2. `pod_group` names the group (None: allow untouched);
 3. `read_membership` validates what the pod asks for against the declared layout;
-4. the route finds an index when the pod has none, or checks that the one it brings
+4. the Admitter finds an index when the pod has none, or checks that the one it brings
    is not held by another member (`index_owner`, `carries_wiring` and
    `index_taken_message` serve that check; the only stateful step);
 5. `check_member_index`, then `render_pod_patch` runs the injectors
