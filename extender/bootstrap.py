@@ -14,12 +14,10 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from kubernetes.config.config_exception import ConfigException
-
 from extender.config import Settings
 from extender.domain.policy import Policy, PolicyError
 from extender.kube.leader import LeaderElector
-from extender.kube.rawapi import load_api_client
+from extender.kube.rawapi import KubeconfigError, load_api_client
 from extender.kube.webhook_config import WebhookConfigError
 from extender.kube.writers import api_error_summary
 from extender.metrics import Metrics
@@ -62,7 +60,7 @@ def api_client_from(settings: Settings) -> Any:
     except Exception as err:
         # Only the library's own messages are quoted: a YAML error would quote the
         # file's text, which may hold a token.
-        why = str(err) if isinstance(err, ConfigException) else type(err).__name__
+        why = str(err) if isinstance(err, KubeconfigError) else type(err).__name__
         if path is None:
             raise StartupError(
                 f"no kubeconfig given and no in-cluster configuration ({why}); {hint}"

@@ -134,6 +134,15 @@ class Settings(BaseSettings):
     ca_bundle_retry_min_seconds: float = Field(default=1.0, gt=0)
     ca_bundle_retry_max_seconds: float = Field(default=30.0, gt=0)
 
+    # Task indexes the webhook hands out (extender.kube.indexes). An index handed out
+    # stays taken this long without a pod showing it: longer than the API server takes
+    # to store a pod after admission (each webhook in the chain may take up to 30 s),
+    # short enough that a create that failed after us frees its index soon.
+    index_hold_seconds: float = Field(default=60.0, gt=0)
+    # The list of a group's pods behind each allocation must end well before the
+    # webhook's own timeout (10 s in deploy/webhook.yaml).
+    index_list_timeout_seconds: float = Field(default=5.0, gt=0)
+
     log_level: str = Field(default="INFO", description="DEBUG, INFO, WARNING, ERROR")
 
     @field_validator("log_level")

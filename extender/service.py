@@ -1,7 +1,7 @@
 """`gang-extender serve`: the composition root. One process, three listeners, one event loop.
 
 `create_service` builds the pieces from `Settings` and what the service talks to
-(`Deps`: the API client and RawApi, optionally fakes): the core, the
+(`Deps`: the RawApi, optionally fakes): the core, the
 coordinator, the cluster state the watch cache feeds, the effect writer, the
 group reconciler, the webhook's index allocator, leader election and the CA
 bundle. `GangService.run` then serves the extender (HTTPS), the webhook (HTTPS)
@@ -28,6 +28,7 @@ from typing import Any
 import uvicorn
 import uvloop
 
+from extender.admitter import Admitter
 from extender.api.extender import create_extender_app
 from extender.api.health import create_health_app, time_admission
 from extender.api.webhook import create_webhook_app
@@ -68,12 +69,9 @@ log = logging.getLogger(__name__)
 class Deps:
     """What the service talks to. `production_deps` builds it from settings; tests pass fakes.
 
-    `api_client` is the kubernetes client the wiring controller, the index
-    allocator and the CA writes use; everything else goes through `raw`. A field
-    left None is built from those two.
+    Every API call goes through `raw`; a field left None is built on it.
     """
 
-    api_client: Any
     raw: RawApi
     binder: ApiBinder | None = None
     wiring: Wiring | None = None
@@ -83,8 +81,7 @@ class Deps:
 
 def production_deps(settings: Settings) -> Deps:
     """The API client from the kubeconfig (or in-cluster); StartupError if unusable."""
-    api_client = api_client_from(settings)
-    return Deps(api_client=api_client, raw=RawApi(api_client))
+    return Deps(raw=RawApi(api_client_from(settings)))
 
 
 @dataclass(eq=False)
@@ -129,7 +126,7 @@ class GangService:
         if not self.settings.tls_cert:  # one CA for all replicas, published for kube-scheduler
             tls = await asyncio.to_thread(
                 share_ca,
-                self.deps.api_client,
+                self.deps.raw,
                 namespace=self.settings.lease_namespace,
                 local=tls,
                 hosts=list(self.settings.tls_hosts),
@@ -156,7 +153,7 @@ class GangService:
             port=self.coordinator, metrics=self.metrics, max_request_bytes=s.max_request_bytes
         )
         webhook_app = create_webhook_app(
-            allocator=self.allocator, podgroup_reader=self._podgroup_reader
+            admitter=Admitter(self.allocator, podgroup_reader=self._podgroup_reader)
         )
         time_admission(webhook_app, self.metrics)
         configs = [
@@ -252,8 +249,12 @@ def create_service(settings: Settings, deps: Deps | None = None) -> GangService:
         settings, raw=deps.raw, metrics=metrics, core=core, state=state, queues=queues
     )
     coordinator = SchedulingCoordinator(core, binder, metrics, effect_sink=writer.queue_effects)
-    wiring = deps.wiring if deps.wiring is not None else WiringController(deps.api_client)
-    allocator = IndexAllocator(deps.api_client)
+    wiring = deps.wiring if deps.wiring is not None else WiringController(deps.raw)
+    allocator = IndexAllocator(
+        deps.raw,
+        hold_seconds=settings.index_hold_seconds,
+        list_timeout_seconds=settings.index_list_timeout_seconds,
+    )
     leader = (
         LeaderElector(
             deps.raw,
@@ -282,7 +283,7 @@ def create_service(settings: Settings, deps: Deps | None = None) -> GangService:
     write = (
         deps.write_ca_bundle
         if deps.write_ca_bundle is not None
-        else functools.partial(write_ca_bundle, deps.api_client)
+        else functools.partial(write_ca_bundle, deps.raw)
     )
     ca_bundle = CaBundle(settings, metrics, write)
     return GangService(

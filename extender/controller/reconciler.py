@@ -20,7 +20,6 @@ from collections.abc import Callable
 from typing import Any, NamedTuple, Protocol
 
 import urllib3
-from kubernetes.client.exceptions import ApiException
 
 from extender.config import Settings
 from extender.controller.cluster_state import ClusterState
@@ -125,10 +124,10 @@ class GroupReconciler:
             for key in sorted(dirty):
                 try:
                     await self.reconcile_group(key)
-                except (KubeError, ApiException, urllib3.exceptions.HTTPError) as err:
+                except (KubeError, urllib3.exceptions.HTTPError) as err:
                     if namespace_terminating(err):
                         continue  # the namespace and everything in it is going away
-                    # Status and reason only: an ApiException's text holds the response body.
+                    # Status and reason only: an error's text can echo the response body.
                     log.warning("reconcile %s: %s; retrying", key, api_error_summary(err))
                     self.metrics.api_write_errors.labels(kind=WRITE_RECONCILE).inc()
                     self.state.dirty.add(key)

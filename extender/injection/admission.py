@@ -1,14 +1,16 @@
 """The admission engine for pods of a group: read, validate, patch, respond. No I/O.
 
-The HTTP route (`extender.api.webhook`) is a thin shell around these steps:
+The HTTP route (`extender.api.webhook`) does step 1; `extender.admitter.Admitter`
+the rest:
 
 1. `parse_review` the body (malformed -> HTTP 400, not a denial: it is our caller's bug);
 2. `pod_group` names the group (None: allow untouched);
 3. `read_membership` validates what the pod asks for against the declared layout;
-4. the route finds an index when the pod has none, or checks that the one it brings
+4. the Admitter finds an index when the pod has none, or checks that the one it brings
    is not held by another member (`index_owner`, `carries_wiring` and
    `index_taken_message` serve that check; the only stateful step);
-5. `check_member_index` and `render_pod_patch` give the JSON patch;
+5. `check_member_index`, then `render_pod_patch` runs the injectors
+   (`extender.injection.injectors`, one per concern) and assembles the JSON patch;
 6. `allowed_response` / `denied_response` wrap it in an AdmissionReview.
 
 Every denial says what to change. The patch is idempotent: a pod that already
@@ -20,16 +22,14 @@ from __future__ import annotations
 import base64
 import math
 import posixpath
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from extender.domain.membership import (
-    GROUP_LABEL,
     JOB_COMPLETION_INDEX_ANNOTATION,
-    SSH_PATH_ANNOTATION,
     STATEFULSET_POD_INDEX_LABEL,
     TASK_INDEX_ANNOTATION,
     MembershipError,
@@ -40,14 +40,15 @@ from extender.domain.membership import (
     task_name,
 )
 from extender.injection import names
-from extender.injection.env import member_env
-from extender.injection.layout import DeclaredLayout, declared_layout
+from extender.injection.injectors import GroupVolume, Injection, group_volumes, injections
+from extender.injection.layout import declared_layout
+from extender.injection.member import PodMembership
 from extender.injection.patch import (
     JsonPatchOp,
+    add,
     append_items,
     pointer,
     prepend_items,
-    set_map_entry,
     set_member,
 )
 from extender.injection.ssh import ssh_path_of, ssh_port_of
@@ -76,26 +77,6 @@ class AdmissionRequest:
     is_pod: bool
     sub_resource: str | None
     pod: dict[str, Any] | None
-
-
-@dataclass(frozen=True)
-class PodMembership:
-    """What a pod of a group asks for, validated (except the index, which may be unknown)."""
-
-    namespace: str
-    group: str
-    task: str
-    explicit_index: int | None
-    layout: DeclaredLayout | None
-    ssh_path: str
-
-    def task_limit(self) -> int | None:
-        """How many members the declared layout allows for this task (None: no limit)."""
-        return self.layout.counts[self.task] if self.layout is not None else None
-
-    def env_tasks(self) -> list[str]:
-        """Tasks whose VC_<TASK>_* env the pod gets: the whole layout, or its own task."""
-        return list(self.layout.counts) if self.layout is not None else [self.task]
 
 
 def parse_review(body: Any) -> AdmissionRequest:
@@ -279,8 +260,8 @@ def carries_wiring(pod: Mapping[str, Any], membership: PodMembership, index: int
         volume.get("name"): volume for volume in (pod.get("spec") or {}).get("volumes") or []
     }
     return all(
-        group_volume.used_by(volumes.get(group_volume.volume["name"]))
-        for group_volume in _group_volumes(membership.group)
+        group_volume.used_by(volumes.get(group_volume.name))
+        for group_volume in group_volumes(pod, membership, index)
     )
 
 
@@ -326,148 +307,91 @@ def render_pod_patch(
 ) -> list[JsonPatchOp]:
     """The JSON patch that wires `pod` as member `index` (empty when already wired).
 
-    Raises AdmissionDenied when the pod's own volumes or mounts are in the way.
+    What the registered injectors want (`extender.injection.injectors.INJECTORS`),
+    assembled in their order. Raises AdmissionDenied when the pod's own volumes or
+    mounts are in the way.
     """
+    return _assemble(pod, injections(pod, membership, index))
+
+
+def _assemble(pod: Mapping[str, Any], wants: Sequence[Injection]) -> list[JsonPatchOp]:
+    """One patch for all `wants`: metadata maps, spec members, volumes, then per
+    container its mounts and env (the order the API server applies them in)."""
     meta: dict[str, Any] = dict(pod.get("metadata") or {})
     spec: dict[str, Any] = dict(pod["spec"])
-    group, task = membership.group, membership.task
     ops: list[JsonPatchOp] = []
     if "metadata" not in pod:
-        ops.append({"op": "add", "path": "/metadata", "value": {}})
-    # The headless Service selects on this label; pods that joined through the
-    # scheduler-plugins label or the Volcano annotation get it too (same value).
-    ops += set_map_entry(meta, "/metadata", "labels", GROUP_LABEL, group)
-    # Recorded on the pod so the index is visible, survives reinvocation, and is
-    # what the allocator counts as taken.
-    ops += set_map_entry(meta, "/metadata", "annotations", TASK_INDEX_ANNOTATION, str(index))
-    ops += _identity_ops(pod, spec, membership, index)
-    ops += _volume_ops(spec, membership)
-    env = member_env(group=group, task=task, index=index, tasks=membership.env_tasks())
+        ops.append(add("/metadata", {}))
+    for field in ("labels", "annotations"):
+        entries = {key: value for want in wants for key, value in getattr(want, field).items()}
+        ops += _set_map_entries(meta, "/metadata", field, entries)
+    for want in wants:
+        for key, value in want.spec.items():
+            ops += set_member(spec, "/spec", key, value)
+    volumes = [want.volume for want in wants if want.volume is not None]
+    ops += _volume_ops(spec, volumes)
+    env = [item for want in wants for item in want.env]
     for field in ("initContainers", "containers"):
         for position, container in enumerate(spec.get(field) or []):
             path = pointer("spec", field, position)
-            ops += _mount_ops(container, path, membership)
+            ops += _mount_ops(container, path, volumes)
             have = {item.get("name") for item in container.get("env") or []}
             missing = [item for item in env if item["name"] not in have]
-            # Prepended so the user's own env can refer to them as $(VC_TASK_INDEX).
             ops += prepend_items(container, path, "env", missing)
     return ops
 
 
-def _identity_ops(
-    pod: Mapping[str, Any], spec: dict[str, Any], membership: PodMembership, index: int
+def _set_map_entries(
+    owner: dict[str, Any], owner_path: str, field: str, entries: Mapping[str, str]
 ) -> list[JsonPatchOp]:
-    """hostname/subdomain: ours unless the user set them (a controller's identity is replaced)."""
-    identity = _workload_identity(pod)
+    """Ops that set `entries` in the map `owner[field]`, creating it when absent.
+
+    A pod without the map gets it whole in one `add`, since RFC 6902 `add` cannot
+    create the parent of the member it adds.
+    """
+    if not entries:
+        return []
+    current = owner.get(field)
+    if current is None:
+        return [add(f"{owner_path}/{field}", dict(entries))]
     ops: list[JsonPatchOp] = []
-    if not spec.get("hostname") or identity is not None:
-        host = names.hostname(membership.group, membership.task, index)
-        ops += set_member(spec, "/spec", "hostname", host)
-    if not spec.get("subdomain") or identity == "StatefulSet":
-        ops += set_member(spec, "/spec", "subdomain", names.service_name(membership.group))
+    for key, value in entries.items():
+        ops += set_member(current, f"{owner_path}/{field}", key, value)
     return ops
 
 
-def _workload_identity(pod: Mapping[str, Any]) -> str | None:
-    """Which controller ("StatefulSet", "Job") gave spec.hostname as its identity, else None.
-
-    A StatefulSet always sets hostname `<set>-<i>` and subdomain `<serviceName>`, an
-    Indexed Job hostname `<job>-<i>`. They are not the user's choice, and keeping them
-    would leave the group's host lists naming hosts that do not resolve.
-    """
-    meta = pod.get("metadata") or {}
-    hostname = (pod.get("spec") or {}).get("hostname")
-    completion = (meta.get("annotations") or {}).get(JOB_COMPLETION_INDEX_ANNOTATION)
-    for owner in meta.get("ownerReferences") or []:
-        if not owner.get("controller"):
-            continue
-        kind = owner.get("kind")
-        if kind == "StatefulSet" and hostname == meta.get("name"):
-            return "StatefulSet"
-        if (
-            kind == "Job"
-            and completion is not None
-            and hostname == f"{owner.get('name')}-{completion}"
-        ):
-            return "Job"
-    return None
-
-
-@dataclass(frozen=True)
-class _GroupVolume:
-    """A volume the webhook adds for the group, and how to tell one that points at it."""
-
-    volume: dict[str, Any]  # as added to the pod
-    source: str  # "configMap" or "secret"
-    field: str  # the source's field that names the object
-    target: str  # the group's object
-
-    def used_by(self, present: Mapping[str, Any] | None) -> bool:
-        # Compared by source, not equality: API defaulting adds fields on reinvocation.
-        return present is not None and (present.get(self.source) or {}).get(self.field) == (
-            self.target
-        )
-
-
-def _group_volumes(group: str) -> list[_GroupVolume]:
-    svc, ssh = names.svc_configmap_name(group), names.ssh_secret_name(group)
-    return [
-        _GroupVolume(
-            {"name": names.SVC_VOLUME, "configMap": {"name": svc}}, "configMap", "name", svc
-        ),
-        _GroupVolume(
-            {
-                "name": names.SSH_VOLUME,
-                "secret": {"secretName": ssh, "defaultMode": names.SSH_DEFAULT_MODE},
-            },
-            "secret",
-            "secretName",
-            ssh,
-        ),
-    ]
-
-
-def _volume_ops(spec: dict[str, Any], membership: PodMembership) -> list[JsonPatchOp]:
+def _volume_ops(spec: dict[str, Any], wanted: Sequence[GroupVolume]) -> list[JsonPatchOp]:
     existing = {volume.get("name"): volume for volume in spec.get("volumes") or []}
     missing = []
-    for wanted in _group_volumes(membership.group):
-        name = wanted.volume["name"]
-        present = existing.get(name)
+    for each in wanted:
+        present = existing.get(each.name)
         if present is None:
-            missing.append(wanted.volume)
-        elif not wanted.used_by(present):
+            missing.append(each.volume)
+        elif not each.used_by(present):
             raise AdmissionDenied(
-                f"the pod already has a volume named {name!r} that is not "
-                f"{wanted.source} {wanted.target!r}; rename that volume (gang-extender uses "
-                f"the name {name!r} for the group's {wanted.source})"
+                f"the pod already has a volume named {each.name!r} that is not "
+                f"{each.source} {each.target!r}; rename that volume (gang-extender uses "
+                f"the name {each.name!r} for the group's {each.source})"
             )
     return append_items(spec, "/spec", "volumes", missing)
 
 
 def _mount_ops(
-    container: Mapping[str, Any], path: str, membership: PodMembership
+    container: Mapping[str, Any], path: str, wanted: Sequence[GroupVolume]
 ) -> list[JsonPatchOp]:
-    wanted = [
-        (names.SVC_VOLUME, names.VOLCANO_MOUNT_PATH, "remove or move that mount"),
-        (
-            names.SSH_VOLUME,
-            membership.ssh_path,
-            f"remove that mount or set annotation {SSH_PATH_ANNOTATION} to another directory",
-        ),
-    ]
     mounts = container.get("volumeMounts") or []
     missing = []
-    for volume, mount_path, fix in wanted:
-        if any(mount.get("name") == volume for mount in mounts):
+    for each in wanted:
+        if any(mount.get("name") == each.name for mount in mounts):
             continue
         for mount in mounts:
-            if posixpath.normpath(str(mount.get("mountPath") or "/")) == mount_path:
+            if posixpath.normpath(str(mount.get("mountPath") or "/")) == each.mount_path:
                 raise AdmissionDenied(
                     f"container {container.get('name')!r} already mounts volume "
-                    f"{mount.get('name')!r} at {mount_path}, where gang-extender mounts the "
-                    f"group's {volume} volume; {fix}"
+                    f"{mount.get('name')!r} at {each.mount_path}, where gang-extender mounts "
+                    f"the group's {each.name} volume; {each.mount_fix}"
                 )
-        missing.append({"name": volume, "mountPath": mount_path, "readOnly": True})
+        missing.append({"name": each.name, "mountPath": each.mount_path, "readOnly": True})
     return append_items(dict(container), path, "volumeMounts", missing)
 
 

@@ -19,15 +19,10 @@ import base64
 import logging
 import os
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
-import kubernetes.client
-import orjson
-import urllib3
-from kubernetes.client.exceptions import ApiException
-
+from extender.kube.rawapi import KubeError, RawApi, path_of
 from extender.tls import (
     CA_CERT_FILE,
     CA_KEY_FILE,
@@ -58,7 +53,7 @@ class CAShareError(RuntimeError):
 
 
 def share_ca(
-    api_client: kubernetes.client.ApiClient,
+    raw: RawApi,
     *,
     namespace: str,
     local: TLSMaterial,
@@ -73,37 +68,42 @@ def share_ca(
     replica still works, and the next restart tries again.
     """
     try:
-        material = _shared(kubernetes.client.CoreV1Api(api_client), namespace, local, hosts)
-    except (ApiException, CAShareError, urllib3.exceptions.HTTPError) as err:
+        material = _shared(raw, namespace, local, hosts)
+    except (KubeError, CAShareError) as err:
         log.warning(
             "could not share the self-managed CA through Secret %s/%s (%s); serving with this "
             "replica's own CA, which other replicas and kube-scheduler may not trust",
             namespace,
             CA_OBJECT_NAME,
-            getattr(err, "reason", None) or err,
+            _why(err),
         )
         return local
     try:
-        publish_ca_certificate(api_client, namespace=namespace, ca_pem=material.ca_pem)
-    except (ApiException, urllib3.exceptions.HTTPError) as err:
+        publish_ca_certificate(raw, namespace=namespace, ca_pem=material.ca_pem)
+    except KubeError as err:
         log.warning(
             "could not publish the CA certificate in ConfigMap %s/%s: %s",
             namespace,
             CA_OBJECT_NAME,
-            getattr(err, "reason", None) or err,
+            _why(err),
         )
     return material
 
 
-def _shared(
-    core: kubernetes.client.CoreV1Api, namespace: str, local: TLSMaterial, hosts: list[str]
-) -> TLSMaterial:
+def _why(err: Exception) -> str:
+    """The HTTP reason phrase when the API server answered, else the error's own text."""
+    if isinstance(err, KubeError):
+        return err.phrase or err.message
+    return str(err)
+
+
+def _shared(raw: RawApi, namespace: str, local: TLSMaterial, hosts: list[str]) -> TLSMaterial:
     tls_dir = local.ca_path.parent
     material = local
     for _attempt in range(MAX_CONFLICT_RETRIES):
-        stored = _get(core.read_namespaced_secret, namespace)
+        stored = _get(raw, "secrets", namespace)
         if stored is None:
-            if _create(core.create_namespaced_secret, namespace, _ca_secret(namespace, tls_dir)):
+            if _create(raw, "secrets", namespace, _ca_secret(namespace, tls_dir)):
                 log.info("stored this replica's CA in Secret %s/%s", namespace, CA_OBJECT_NAME)
                 return material
             continue  # another replica stored its CA first: adopt that one
@@ -118,7 +118,7 @@ def _shared(
             return material
         # The stored CA is damaged or about to expire, so ensure_serving_cert made a
         # new one: store it, guarded by the resourceVersion read (409: someone else did).
-        if _replace(core, stored, tls_dir):
+        if _replace(raw, stored, tls_dir):
             log.info("replaced an unusable CA in Secret %s/%s", namespace, CA_OBJECT_NAME)
             return material
     raise CAShareError(
@@ -127,13 +127,10 @@ def _shared(
     )
 
 
-def publish_ca_certificate(
-    api_client: kubernetes.client.ApiClient, *, namespace: str, ca_pem: bytes
-) -> None:
+def publish_ca_certificate(raw: RawApi, *, namespace: str, ca_pem: bytes) -> None:
     """ConfigMap `<namespace>/gang-extender-ca` with `ca.crt`; no write when already equal."""
-    core = kubernetes.client.CoreV1Api(api_client)
     data = {CA_CONFIGMAP_KEY: ca_pem.decode("ascii")}
-    existing = _get(core.read_namespaced_config_map, namespace)
+    existing = _get(raw, "configmaps", namespace)
     if existing is None:
         body = {
             "apiVersion": "v1",
@@ -141,20 +138,19 @@ def publish_ca_certificate(
             "metadata": {"name": CA_OBJECT_NAME, "namespace": namespace, "labels": LABELS},
             "data": data,
         }
-        if _create(core.create_namespaced_config_map, namespace, body):
+        if _create(raw, "configmaps", namespace, body):
             log.info("published the CA certificate in ConfigMap %s/%s", namespace, CA_OBJECT_NAME)
             return
-        existing = _get(core.read_namespaced_config_map, namespace) or {}
+        existing = _get(raw, "configmaps", namespace) or {}
     if (existing.get("data") or {}).get(CA_CONFIGMAP_KEY) == data[CA_CONFIGMAP_KEY]:
         return
-    core.patch_namespaced_config_map(
-        CA_OBJECT_NAME,
-        namespace,
-        {"data": data},
-        field_manager=FIELD_MANAGER,
-        _content_type="application/merge-patch+json",
-        _preload_content=False,
-        _request_timeout=REQUEST_TIMEOUT_SECONDS,
+    raw.request(
+        "PATCH",
+        _path("configmaps", namespace, CA_OBJECT_NAME),
+        query={"fieldManager": FIELD_MANAGER},
+        body={"data": data},
+        content_type="application/merge-patch+json",
+        timeout=REQUEST_TIMEOUT_SECONDS,
     )
     log.info("updated the CA certificate in ConfigMap %s/%s", namespace, CA_OBJECT_NAME)
 
@@ -186,56 +182,56 @@ def _secret_pair(secret: dict[str, Any], namespace: str) -> tuple[bytes, bytes]:
     return base64.b64decode(data[CA_CERT_FILE]), base64.b64decode(data[CA_KEY_FILE])
 
 
-def _replace(core: kubernetes.client.CoreV1Api, stored: dict[str, Any], tls_dir: Path) -> bool:
+def _replace(raw: RawApi, stored: dict[str, Any], tls_dir: Path) -> bool:
     meta = stored["metadata"]
     patch = {
         "metadata": {"resourceVersion": meta["resourceVersion"]},
         "data": _secret_data(tls_dir),
     }
     try:
-        core.patch_namespaced_secret(
-            meta["name"],
-            meta["namespace"],
-            patch,
-            field_manager=FIELD_MANAGER,
-            _content_type="application/merge-patch+json",
-            _preload_content=False,
-            _request_timeout=REQUEST_TIMEOUT_SECONDS,
+        raw.request(
+            "PATCH",
+            _path("secrets", meta["namespace"], meta["name"]),
+            query={"fieldManager": FIELD_MANAGER},
+            body=patch,
+            content_type="application/merge-patch+json",
+            timeout=REQUEST_TIMEOUT_SECONDS,
         )
-    except ApiException as error:
+    except KubeError as error:
         if error.status == HTTP_CONFLICT:
             return False
         raise
     return True
 
 
-def _get(read: Callable[..., Any], namespace: str) -> dict[str, Any] | None:
+def _path(resource: str, namespace: str, name: str | None = None) -> str:
+    parts = ["api", "v1", "namespaces", namespace, resource]
+    return path_of(*parts, name) if name is not None else path_of(*parts)
+
+
+def _get(raw: RawApi, resource: str, namespace: str) -> dict[str, Any] | None:
+    """Our object of `resource` ("secrets", "configmaps"); None when there is none."""
     try:
-        response = read(
-            CA_OBJECT_NAME,
-            namespace,
-            _preload_content=False,
-            _request_timeout=REQUEST_TIMEOUT_SECONDS,
+        return raw.request(
+            "GET", _path(resource, namespace, CA_OBJECT_NAME), timeout=REQUEST_TIMEOUT_SECONDS
         )
-    except ApiException as error:
+    except KubeError as error:
         if error.status == HTTP_NOT_FOUND:
             return None
         raise
-    body: dict[str, Any] = orjson.loads(cast(urllib3.HTTPResponse, response).data)
-    return body
 
 
-def _create(create: Callable[..., Any], namespace: str, body: dict[str, Any]) -> bool:
+def _create(raw: RawApi, resource: str, namespace: str, body: dict[str, Any]) -> bool:
     """POST `body`; False when it already exists (409), so the caller re-reads it."""
     try:
-        create(
-            namespace,
-            body,
-            field_manager=FIELD_MANAGER,
-            _preload_content=False,
-            _request_timeout=REQUEST_TIMEOUT_SECONDS,
+        raw.request(
+            "POST",
+            _path(resource, namespace),
+            query={"fieldManager": FIELD_MANAGER},
+            body=body,
+            timeout=REQUEST_TIMEOUT_SECONDS,
         )
-    except ApiException as error:
+    except KubeError as error:
         if error.status == HTTP_CONFLICT:
             return False
         raise

@@ -22,6 +22,8 @@ A remembered index is forgotten once its pod is listed (by name; a pod without a
 name yet: once a live pod shows the index), or after `hold_seconds` (the create
 failed later, e.g. another webhook denied it).
 This holds within one process; the webhook runs on the leader replica only.
+`IndexAllocator` implements `extender.ports.indexes.IndexAllocatorPort`, whose
+types (Claimant and the errors) it answers in.
 
 Who holds an index, for a claim: a listed pod of the task showing it that is
 neither finished nor being deleted (a finished or terminating pod's index is free
@@ -38,75 +40,40 @@ import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
-import kubernetes.client
-import orjson
-import urllib3
-
+from extender.config import Settings
 from extender.domain.membership import MembershipError, group_name, task_name
 from extender.injection.layout import is_deleting, is_finished, member_index
+from extender.kube.rawapi import KubeError, RawApi, path_of
+from extender.ports.indexes import (
+    Claimant,
+    IndexTakenError,
+    NoFreeIndexError,
+    PodsUnreadableError,
+)
+
+__all__ = [
+    "Claimant",
+    "IndexAllocator",
+    "IndexTakenError",
+    "NoFreeIndexError",
+    "PodLister",
+    "PodsUnreadableError",
+    "api_pod_lister",
+    "lowest_free",
+]
+
+# Defaults: the Settings fields', whose comments say why these values.
+DEFAULT_HOLD_SECONDS: float = Settings.model_fields["index_hold_seconds"].default
+DEFAULT_LIST_TIMEOUT_SECONDS: float = Settings.model_fields["index_list_timeout_seconds"].default
 
 PodLister = Callable[[str, str], list[dict[str, Any]]]
-"""(namespace, group) -> the group's pods as API JSON dicts. Blocking; run in a thread."""
+"""(namespace, group) -> the group's pods as API JSON dicts. Blocking; run in a thread.
 
-# How long an index handed out stays taken without a pod showing it. Longer than the
-# API server takes to store a pod after admission (the admission chain is bounded by
-# its webhooks' timeouts, at most 30 s each); short enough that a create that failed
-# after us frees its index soon.
-UNSEEN_INDEX_HOLD_SECONDS = 60.0
-# The webhook's own timeout (deploy/webhook.yaml) is 10 s; the list must end well before.
-LIST_TIMEOUT_SECONDS = 5.0
-
-
-class NoFreeIndexError(Exception):
-    """Every index below the task's limit is taken."""
-
-    def __init__(self, *, task: str, limit: int) -> None:
-        super().__init__(f"all {limit} indexes of task {task!r} are taken")
-        self.task = task
-        self.limit = limit
-
-
-class IndexTakenError(Exception):
-    """The index a pod brings is held by another member of the same group and task."""
-
-    def __init__(
-        self, *, task: str, index: int, holder: str, stored: bool, hold_left: float = 0.0
-    ) -> None:
-        who = f"pod {holder!r}" if holder else "a pod whose name the API server assigns"
-        super().__init__(f"index {index} of task {task!r} is taken by {who}")
-        self.task = task
-        self.index = index
-        # The holder's name; "" for a pod admitted with generateName and not stored yet.
-        self.holder = holder
-        # False: the holder was admitted moments ago and the API server has not stored
-        # it yet (or its create failed); its hold lapses in `hold_left` seconds.
-        self.stored = stored
-        self.hold_left = hold_left
-
-
-@dataclass(frozen=True)
-class Claimant:
-    """The pod that claims (or is allocated) an index: what makes a remembered index its own.
-
-    A remembered index is the claimant's own, not another pod's, when it was handed out
-    for a pod of the same `name`; or of the same `owner` (set only for pods whose index
-    a controller keeps one pod per, i.e. an Indexed Job's uid: its retried create);
-    or when the claimant is `rewiring`, i.e. already carries this webhook's wiring for
-    that index: the API server calling the webhook again for the same create.
-    """
-
-    name: str = ""
-    owner: str = ""
-    rewiring: bool = False
-
-    def owns(self, hold: _Hold) -> bool:
-        return (
-            self.rewiring
-            or (bool(self.name) and self.name == hold.name)
-            or (bool(self.owner) and self.owner == hold.owner)
-        )
+A lister reports a failed read as KubeError, which the allocator turns into
+PodsUnreadableError; any other exception passes through unchanged.
+"""
 
 
 @dataclass(frozen=True)
@@ -129,16 +96,24 @@ class IndexAllocator:
 
     def __init__(
         self,
-        api_client: kubernetes.client.ApiClient | None = None,
+        raw: RawApi | None = None,
         *,
         lister: PodLister | None = None,
-        hold_seconds: float = UNSEEN_INDEX_HOLD_SECONDS,
+        hold_seconds: float = DEFAULT_HOLD_SECONDS,
+        list_timeout_seconds: float = DEFAULT_LIST_TIMEOUT_SECONDS,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        """Give `api_client` (production) or `lister` (tests, other sources), not both."""
-        if (api_client is None) == (lister is None):
-            raise ValueError("IndexAllocator needs exactly one of api_client or lister")
-        self._lister: PodLister = lister if lister is not None else api_pod_lister(api_client)
+        """Give `raw` (production) or `lister` (tests, other sources), not both.
+
+        `hold_seconds` and `list_timeout_seconds`: see Settings.index_hold_seconds and
+        Settings.index_list_timeout_seconds (the defaults are theirs).
+        """
+        if (raw is None) == (lister is None):
+            raise ValueError("IndexAllocator needs exactly one of raw or lister")
+        if lister is None:
+            assert raw is not None
+            lister = api_pod_lister(raw, timeout=list_timeout_seconds)
+        self._lister: PodLister = lister
         self._hold_seconds = hold_seconds
         self._clock = clock
         self._groups: dict[tuple[str, str], _GroupState] = {}
@@ -155,12 +130,12 @@ class IndexAllocator:
     ) -> int:
         """The lowest free index of `task` in the group, below `limit` when one is given.
 
-        Raises NoFreeIndexError when all below `limit` are taken; ApiException when the
-        list fails. With `dry_run` nothing is remembered: the answer may be handed out
+        Raises NoFreeIndexError when all below `limit` are taken; PodsUnreadableError
+        when the list fails. With `dry_run` nothing is remembered: the answer may be handed out
         again, which is right, since a dry-run pod is never stored.
         """
         async with self._locked(namespace, group) as state:
-            pods = await asyncio.to_thread(self._lister, namespace, group)
+            pods = await self._list(namespace, group)
             now = self._clock()
             self._forget_seen(state, pods, now)
             index = lowest_free(self._taken(state, pods, task))
@@ -183,11 +158,11 @@ class IndexAllocator:
         """Take the index a pod brings, or raise IndexTakenError naming who holds it.
 
         Atomic with `allocate` and other claims of the group: of two concurrent
-        creates with one index, the second sees the first's hold. ApiException when
-        the list fails. With `dry_run` the check is made and nothing is remembered.
+        creates with one index, the second sees the first's hold. PodsUnreadableError
+        when the list fails. With `dry_run` the check is made and nothing is remembered.
         """
         async with self._locked(namespace, group) as state:
-            pods = await asyncio.to_thread(self._lister, namespace, group)
+            pods = await self._list(namespace, group)
             now = self._clock()
             self._forget_seen(state, pods, now)
             taken = self._holder(state, pods, task, index, claimant, now)
@@ -211,6 +186,12 @@ class IndexAllocator:
         if state is None:
             return {}
         return {held: hold.until for held, hold in state.handed_out.items()}
+
+    async def _list(self, namespace: str, group: str) -> list[dict[str, Any]]:
+        try:
+            return await asyncio.to_thread(self._lister, namespace, group)
+        except KubeError as err:
+            raise PodsUnreadableError(_describe(err)) from None
 
     @asynccontextmanager
     async def _locked(self, namespace: str, group: str) -> AsyncIterator[_GroupState]:
@@ -277,7 +258,7 @@ class IndexAllocator:
             if task_name(meta) == task and member_index(meta) == index:
                 return IndexTakenError(task=task, index=index, holder=name, stored=True)
         hold = state.handed_out.get((task, index))
-        if hold is not None and not claimant.owns(hold):
+        if hold is not None and not claimant.owns(name=hold.name, owner=hold.owner):
             return IndexTakenError(
                 task=task, index=index, holder=hold.name, stored=False, hold_left=hold.until - now
             )
@@ -296,29 +277,29 @@ def lowest_free(taken: set[int]) -> int:
     return index
 
 
-def api_pod_lister(api_client: kubernetes.client.ApiClient | None) -> PodLister:
+def api_pod_lister(raw: RawApi, *, timeout: float = DEFAULT_LIST_TIMEOUT_SECONDS) -> PodLister:
     """A PodLister that lists the namespace's pods from the API server and keeps the group's.
 
     The whole namespace is listed because the Volcano annotation cannot be selected
     on; the read is consistent (no resourceVersion), so every stored pod is seen.
+    Raises KubeError when the list fails.
     """
-    core = kubernetes.client.CoreV1Api(api_client)
 
     def list_group_pods(namespace: str, group: str) -> list[dict[str, Any]]:
-        response = core.list_namespaced_pod(
-            namespace, _preload_content=False, _request_timeout=LIST_TIMEOUT_SECONDS
+        answer = raw.request(
+            "GET", path_of("api", "v1", "namespaces", namespace, "pods"), timeout=timeout
         )
-        items: list[dict[str, Any]] = _response_json(response).get("items") or []
+        items: list[dict[str, Any]] = answer.get("items") or []
         return [pod for pod in items if _in_group(pod, group)]
 
     return list_group_pods
 
 
-def _response_json(response: object) -> dict[str, Any]:
-    # With _preload_content=False the client returns the raw urllib3 response (its type
-    # hints still name the model): the JSON is read as plain dicts, no model round trip.
-    body: dict[str, Any] = orjson.loads(cast(urllib3.HTTPResponse, response).data)
-    return body
+def _describe(err: KubeError) -> str:
+    """What failed, for the denial's message: status and reason phrase, never a body."""
+    if err.status == 0 and not err.phrase:
+        return err.message  # "API server unreachable: ..."
+    return f"API server answered {err.status} {err.phrase}"
 
 
 def _in_group(pod: dict[str, Any], group: str) -> bool:

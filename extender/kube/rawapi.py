@@ -12,18 +12,24 @@ from typing import Any
 from urllib.parse import quote
 
 import orjson
+import urllib3
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
+from kubernetes.config.config_exception import ConfigException as KubeconfigError
+
+__all__ = ["KubeError", "KubeconfigError", "RawApi", "load_api_client", "path_of"]
 
 
 class KubeError(Exception):
     """A non-2xx answer from the API server (status 0: no answer at all)."""
 
-    def __init__(self, status: int, message: str, reason: str = "") -> None:
+    def __init__(self, status: int, message: str, reason: str = "", *, phrase: str = "") -> None:
         super().__init__(f"{status} {reason}: {message}" if reason else f"{status}: {message}")
         self.status = status
-        self.reason = reason
+        self.reason = reason  # the Status object's reason ("NotFound"), when the body had one
         self.message = message
+        # The HTTP reason phrase ("Not Found"); "" when no answer came.
+        self.phrase = phrase
 
 
 def load_api_client(kubeconfig: str | None, *, pool_size: int = 32) -> k8s.ApiClient:
@@ -73,7 +79,7 @@ class RawApi:
                 method, url, headers=headers, body=body, _request_timeout=timeout
             )
         except k8s.ApiException as err:
-            raise KubeError(err.status or 0, str(err.reason)) from None
+            raise KubeError(err.status or 0, str(err.reason), phrase=str(err.reason)) from None
         except OSError as err:
             raise KubeError(0, f"API server unreachable: {err}") from None
 
@@ -92,18 +98,45 @@ class RawApi:
             method, path, query=query, body=body, content_type=content_type, timeout=timeout
         )
         raw = response.read()
+        phrase = str(response.reason or "")
         try:
             data: Any = orjson.loads(raw) if raw else {}
         except orjson.JSONDecodeError:
             # Errors outside the API machinery (e.g. "404 page not found") are plain text.
             if 200 <= response.status < 300:
                 raise KubeError(response.status, f"answer is not JSON: {raw[:200]!r}") from None
-            raise KubeError(response.status, raw[:300].decode(errors="replace")) from None
+            raise KubeError(
+                response.status, raw[:300].decode(errors="replace"), phrase=phrase
+            ) from None
         if not 200 <= response.status < 300:
             message = data.get("message", raw[:300]) if isinstance(data, dict) else raw[:300]
             reason = data.get("reason", "") if isinstance(data, dict) else ""
-            raise KubeError(response.status, str(message), str(reason))
+            raise KubeError(response.status, str(message), str(reason), phrase=phrase)
         return data if isinstance(data, dict) else {"items": data}
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, Any] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        timeout: float = 30.0,
+    ) -> dict[str, Any]:
+        """`call`, where a connection that broke (a urllib3 error) is a KubeError(0) too.
+
+        `call` lets urllib3's errors through, and its older users (cache, leader,
+        binder, writers) handle them each in their own way; the wiring, index, CA and
+        webhook-configuration code treats a broken connection like any failed request,
+        so through this method its callers need to handle KubeError alone.
+        """
+        try:
+            return self.call(
+                method, path, query=query, body=body, content_type=content_type, timeout=timeout
+            )
+        except urllib3.exceptions.HTTPError as err:
+            raise KubeError(0, f"API server unreachable: {err}") from None
 
     def stream(
         self, path: str, *, query: Mapping[str, Any], read_timeout: float

@@ -9,12 +9,9 @@ from __future__ import annotations
 
 import base64
 import logging
-from typing import Any, cast
+from typing import Any
 
-import kubernetes.client
-import orjson
-import urllib3
-from kubernetes.client.exceptions import ApiException
+from extender.kube.rawapi import KubeError, RawApi, path_of
 
 log = logging.getLogger(__name__)
 
@@ -30,30 +27,28 @@ class WebhookConfigError(RuntimeError):
     """The configuration to update is missing or has no webhooks; the message says what to apply."""
 
 
-def write_ca_bundle(
-    api_client: kubernetes.client.ApiClient, config_name: str, ca_pem: bytes
-) -> None:
+def write_ca_bundle(raw: RawApi, config_name: str, ca_pem: bytes) -> None:
     """Set `clientConfig.caBundle` of every webhook in MutatingWebhookConfiguration `config_name`.
 
     No write when every bundle is already `ca_pem`. Raises WebhookConfigError when the
-    configuration does not exist or lists no webhook, ApiException on other API errors.
+    configuration does not exist or lists no webhook, KubeError on other API errors.
     """
-    api = kubernetes.client.AdmissionregistrationV1Api(api_client)
     bundle = base64.b64encode(ca_pem).decode("ascii")
     for _attempt in range(MAX_CONFLICT_RETRIES):
-        config = _read(api, config_name)
+        config = _read(raw, config_name)
         patch = ca_bundle_patch(config, bundle)
         if not patch:
             return
         try:
-            api.patch_mutating_webhook_configuration(
-                config_name,
-                patch,
-                field_manager=FIELD_MANAGER,
-                _preload_content=False,
-                _request_timeout=REQUEST_TIMEOUT_SECONDS,
+            raw.request(
+                "PATCH",
+                _path(config_name),
+                query={"fieldManager": FIELD_MANAGER},
+                body=patch,
+                content_type="application/json-patch+json",
+                timeout=REQUEST_TIMEOUT_SECONDS,
             )
-        except ApiException as error:
+        except KubeError as error:
             if error.status == HTTP_CONFLICT:
                 continue
             raise
@@ -92,12 +87,16 @@ def ca_bundle_patch(config: dict[str, Any], bundle_b64: str) -> list[dict[str, A
     return ops
 
 
-def _read(api: kubernetes.client.AdmissionregistrationV1Api, name: str) -> dict[str, Any]:
+def _path(name: str) -> str:
+    return path_of(
+        "apis", "admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations", name
+    )
+
+
+def _read(raw: RawApi, name: str) -> dict[str, Any]:
     try:
-        response = api.read_mutating_webhook_configuration(
-            name, _preload_content=False, _request_timeout=REQUEST_TIMEOUT_SECONDS
-        )
-    except ApiException as error:
+        return raw.request("GET", _path(name), timeout=REQUEST_TIMEOUT_SECONDS)
+    except KubeError as error:
         if error.status == HTTP_NOT_FOUND:
             raise WebhookConfigError(
                 f"MutatingWebhookConfiguration {name} does not exist, so its CA bundle cannot "
@@ -105,5 +104,3 @@ def _read(api: kubernetes.client.AdmissionregistrationV1Api, name: str) -> dict[
                 f"set webhook_config_name to the configuration's name"
             ) from None
         raise
-    body: dict[str, Any] = orjson.loads(cast(urllib3.HTTPResponse, response).data)
-    return body

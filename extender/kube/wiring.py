@@ -14,13 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any, cast
-
-import kubernetes.client
-import orjson
-import urllib3
-from kubernetes.client.exceptions import ApiException
+from typing import Any
 
 from extender.injection import names
 from extender.injection.hostfile import render_svc_data
@@ -43,6 +37,7 @@ from extender.injection.ssh import (
     key_pair_from_secret_data,
     render_secret_data,
 )
+from extender.kube.rawapi import KubeError, RawApi, path_of
 
 log = logging.getLogger(__name__)
 
@@ -58,37 +53,20 @@ class WiringConflictError(RuntimeError):
     Secret no longer holds a usable key pair. The message says what to delete."""
 
 
-@dataclass(frozen=True)
-class _KindApi:
-    read: Callable[..., Any]
-    create: Callable[..., Any]
-    patch: Callable[..., Any]
+# The core/v1 resource (URL path segment) of each kind written.
+_RESOURCES = {"Service": "services", "ConfigMap": "configmaps", "Secret": "secrets"}
+
+
+def _path(kind: str, namespace: str, name: str | None = None) -> str:
+    parts = ["api", "v1", "namespaces", namespace, _RESOURCES[kind]]
+    return path_of(*parts, name) if name is not None else path_of(*parts)
 
 
 class WiringController:
     """Makes a group's Secret, Service and ConfigMap match its PodGroup and pods."""
 
-    def __init__(
-        self, api_client: kubernetes.client.ApiClient, *, field_manager: str = "gang-extender"
-    ) -> None:
-        core = kubernetes.client.CoreV1Api(api_client)
-        self._apis = {
-            "Service": _KindApi(
-                read=core.read_namespaced_service,
-                create=core.create_namespaced_service,
-                patch=core.patch_namespaced_service,
-            ),
-            "ConfigMap": _KindApi(
-                read=core.read_namespaced_config_map,
-                create=core.create_namespaced_config_map,
-                patch=core.patch_namespaced_config_map,
-            ),
-            "Secret": _KindApi(
-                read=core.read_namespaced_secret,
-                create=core.create_namespaced_secret,
-                patch=core.patch_namespaced_secret,
-            ),
-        }
+    def __init__(self, raw: RawApi, *, field_manager: str = "gang-extender") -> None:
+        self.raw = raw
         self._field_manager = field_manager
 
     def reconcile(
@@ -101,7 +79,7 @@ class WiringController:
     ) -> None:
         """Bring the group's objects in step; idempotent, writes only what changed.
 
-        Does nothing until the PodGroup exists (it is the owner). Raises ApiException
+        Does nothing until the PodGroup exists (it is the owner). Raises KubeError
         on API errors, WiringConflictError when a foreign object is in the way, and
         MembershipError when the PodGroup's spec.minTaskMember is malformed.
         The order makes names resolve before files name them: Service, then the
@@ -192,51 +170,38 @@ class WiringController:
         if not patch:
             return
         meta = existing["metadata"]
-        self._apis[kind].patch(
-            meta["name"],
-            meta["namespace"],
-            patch,
-            field_manager=self._field_manager,
-            _preload_content=False,
-            _request_timeout=REQUEST_TIMEOUT_SECONDS,
+        self.raw.request(
+            "PATCH",
+            _path(kind, meta["namespace"], meta["name"]),
+            query={"fieldManager": self._field_manager},
+            body=patch,
+            content_type="application/json-patch+json",
+            timeout=REQUEST_TIMEOUT_SECONDS,
         )
         log.info("updated %s %s/%s", kind, meta["namespace"], meta["name"])
 
     def _get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
-        read = self._apis[kind].read
         try:
-            response = read(
-                name,
-                namespace,
-                _preload_content=False,
-                _request_timeout=REQUEST_TIMEOUT_SECONDS,
+            return self.raw.request(
+                "GET", _path(kind, namespace, name), timeout=REQUEST_TIMEOUT_SECONDS
             )
-        except ApiException as error:
+        except KubeError as error:
             if error.status == HTTP_NOT_FOUND:
                 return None
             raise
-        return _response_json(response)
 
     def _create(self, kind: str, body: dict[str, Any]) -> bool:
         """POST `body`; False when it already exists (409), so the caller re-reads it."""
-        create = self._apis[kind].create
         try:
-            create(
-                body["metadata"]["namespace"],
-                body,
-                field_manager=self._field_manager,
-                _preload_content=False,
-                _request_timeout=REQUEST_TIMEOUT_SECONDS,
+            self.raw.request(
+                "POST",
+                _path(kind, body["metadata"]["namespace"]),
+                query={"fieldManager": self._field_manager},
+                body=body,
+                timeout=REQUEST_TIMEOUT_SECONDS,
             )
-        except ApiException as error:
+        except KubeError as error:
             if error.status == HTTP_CONFLICT:
                 return False
             raise
         return True
-
-
-def _response_json(response: object) -> dict[str, Any]:
-    # With _preload_content=False the client returns the raw urllib3 response (its type
-    # hints still name the model): the JSON is read as plain dicts, no model round trip.
-    body: dict[str, Any] = orjson.loads(cast(urllib3.HTTPResponse, response).data)
-    return body

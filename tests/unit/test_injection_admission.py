@@ -25,7 +25,6 @@ from extender.domain.membership import (
 )
 from extender.injection.admission import (
     AdmissionDenied,
-    PodMembership,
     ReviewError,
     allowed_response,
     check_member_index,
@@ -36,6 +35,7 @@ from extender.injection.admission import (
     render_pod_patch,
     wants_wiring,
 )
+from extender.injection.member import PodMembership
 from extender.injection.patch import JsonPatchOp, apply_patch
 from tests.builders import make_pod, make_podgroup
 

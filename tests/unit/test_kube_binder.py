@@ -112,7 +112,7 @@ def test_the_binders_defaults_are_the_settings_defaults() -> None:
 def test_the_service_builds_its_binder_from_the_settings() -> None:
     service = create_service(
         Settings(binding_timeout_seconds=4.0, binder_workers=3, webhook_config_name=None),
-        Deps(api_client=object(), raw=RawApi(object())),  # type: ignore[arg-type]
+        Deps(raw=RawApi(object())),  # type: ignore[arg-type]
     )
     try:
         assert isinstance(service.binder, ApiBinder)

@@ -116,7 +116,7 @@ def service(raw: FakeRaw, wiring: FakeWiring) -> Iterator[GangService]:
     )
     svc = create_service(
         settings,
-        Deps(api_client=object(), raw=raw, wiring=wiring),  # type: ignore[arg-type]
+        Deps(raw=raw, wiring=wiring),  # type: ignore[arg-type]
     )
     yield svc
     svc.binder.close()

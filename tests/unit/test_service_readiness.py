@@ -7,11 +7,10 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from kubernetes.client.exceptions import ApiException
-
 from extender.bootstrap import CaBundle, readiness
 from extender.config import Settings
 from extender.kube.cache import CacheSink, Resource, WatchCache, Watcher
+from extender.kube.rawapi import KubeError
 from extender.kube.webhook_config import WebhookConfigError
 from extender.metrics import Metrics
 from extender.service import Deps, create_service
@@ -107,7 +106,6 @@ class FakeRaw:
 
 def fake_deps(write_ca_bundle: Callable[[str, bytes], None] | None = None) -> Deps:
     return Deps(
-        api_client=object(),
         raw=FakeRaw(),  # type: ignore[arg-type]
         write_ca_bundle=write_ca_bundle,
     )
@@ -116,7 +114,7 @@ def fake_deps(write_ca_bundle: Callable[[str, bytes], None] | None = None) -> De
 async def test_not_ready_until_the_ca_bundle_is_written() -> None:
     outcomes: list[Exception | None] = [
         WebhookConfigError("MutatingWebhookConfiguration gang-extender does not exist"),
-        ApiException(status=503, reason="Service Unavailable"),
+        KubeError(503, "the server is shutting down", "ServiceUnavailable"),
         None,
     ]
     written: list[tuple[str, bytes]] = []

@@ -217,7 +217,7 @@ class TestWriteCaBundle:
     def test_every_webhook_gets_the_bundle(self) -> None:
         server = FakeApiServer()
         server.put("mutatingwebhookconfigurations", webhook_configuration(None, "b2xk"))
-        write_ca_bundle(server.client(), "gang-extender", b"PEM")
+        write_ca_bundle(server, "gang-extender", b"PEM")
         stored = server.get("mutatingwebhookconfigurations", "gang-extender", namespace="")
         bundle = base64.b64encode(b"PEM").decode()
         assert [hook["clientConfig"]["caBundle"] for hook in stored["webhooks"]] == [bundle] * 2
@@ -227,7 +227,7 @@ class TestWriteCaBundle:
         server = FakeApiServer()
         bundle = base64.b64encode(b"PEM").decode()
         server.put("mutatingwebhookconfigurations", webhook_configuration(bundle))
-        write_ca_bundle(server.client(), "gang-extender", b"PEM")
+        write_ca_bundle(server, "gang-extender", b"PEM")
         assert server.writes == []
 
     def test_a_concurrent_edit_is_retried_from_a_fresh_read(self) -> None:
@@ -242,7 +242,7 @@ class TestWriteCaBundle:
                 server.put("mutatingwebhookconfigurations", current)
 
         server.before = bump_once
-        write_ca_bundle(server.client(), "gang-extender", b"PEM")
+        write_ca_bundle(server, "gang-extender", b"PEM")
         stored = server.get("mutatingwebhookconfigurations", "gang-extender", namespace="")
         assert (
             stored["webhooks"][0]["clientConfig"]["caBundle"] == base64.b64encode(b"PEM").decode()
@@ -251,10 +251,10 @@ class TestWriteCaBundle:
 
     def test_a_missing_configuration_says_what_to_apply(self) -> None:
         with pytest.raises(WebhookConfigError, match="apply deploy/webhook.yaml"):
-            write_ca_bundle(FakeApiServer().client(), "gang-extender", b"PEM")
+            write_ca_bundle(FakeApiServer(), "gang-extender", b"PEM")
 
     def test_a_configuration_without_webhooks_is_refused(self) -> None:
         server = FakeApiServer()
         server.put("mutatingwebhookconfigurations", webhook_configuration())
         with pytest.raises(WebhookConfigError, match="lists no webhooks"):
-            write_ca_bundle(server.client(), "gang-extender", b"PEM")
+            write_ca_bundle(server, "gang-extender", b"PEM")

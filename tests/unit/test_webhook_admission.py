@@ -18,8 +18,8 @@ from typing import Any
 
 import httpx
 import pytest
-import urllib3
 
+from extender.admitter import Admitter
 from extender.api.webhook import MAX_REQUEST_BYTES, create_webhook_app
 from extender.domain.membership import (
     JOB_COMPLETION_INDEX_ANNOTATION,
@@ -30,6 +30,7 @@ from extender.domain.membership import (
 )
 from extender.injection.patch import apply_patch
 from extender.kube.indexes import IndexAllocator
+from extender.kube.rawapi import KubeError
 from tests.builders import make_pod, make_podgroup
 from tests.golden_files import UPDATE_ENV, expected_golden
 from tests.unit.test_webhook_index_allocator import FakeCluster
@@ -208,8 +209,10 @@ def build_app(
 ) -> tuple[httpx.AsyncClient, IndexAllocator]:
     allocator = IndexAllocator(lister=lambda namespace, group: list(existing))
     app = create_webhook_app(
-        allocator=allocator,
-        podgroup_reader=lambda namespace, name: podgroup if podgroup is not None else None,
+        admitter=Admitter(
+            allocator,
+            podgroup_reader=lambda namespace, name: podgroup if podgroup is not None else None,
+        )
     )
     client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="https://webhook")
     return client, allocator
@@ -284,14 +287,15 @@ async def test_an_index_denied_after_allocation_is_given_back() -> None:
 
 async def test_an_unreadable_api_server_is_a_retryable_denial() -> None:
     def lister(namespace: str, group: str) -> list[dict[str, Any]]:
-        raise urllib3.exceptions.ProtocolError("connection reset by peer")
+        raise KubeError(0, "API server unreachable: connection reset by peer")
 
-    app = create_webhook_app(allocator=IndexAllocator(lister=lister))
+    app = create_webhook_app(admitter=Admitter(IndexAllocator(lister=lister)))
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="https://w") as c:
         answer = (await post(c, review(deployment_pod()))).json()
     status = answer["response"]["status"]
     assert (answer["response"]["allowed"], status["code"]) == (False, 503)
     assert "could not list the pods of group 'hvd'" in status["message"]
+    assert "(API server unreachable: connection reset by peer)" in status["message"]
     assert "can be retried" in status["message"]
 
 
@@ -436,7 +440,7 @@ async def test_of_two_concurrent_creates_with_one_index_one_is_denied() -> None:
     # The API server stores a pod only after the webhook answered: the second create
     # must be refused by what the first one was given, not by what a list shows.
     cluster = FakeCluster(latency=0.02)
-    app = create_webhook_app(allocator=IndexAllocator(lister=cluster.list))
+    app = create_webhook_app(admitter=Admitter(IndexAllocator(lister=cluster.list)))
 
     async def create(client: httpx.AsyncClient, name: str) -> tuple[bool, str]:
         answer = await post(client, review(explicit_pod(name, 0)))
@@ -509,9 +513,9 @@ async def test_an_explicit_index_denied_later_is_given_back() -> None:
 
 async def test_checking_an_explicit_index_against_an_unreadable_api_server_is_retryable() -> None:
     def lister(namespace: str, group: str) -> list[dict[str, Any]]:
-        raise urllib3.exceptions.ProtocolError("connection reset by peer")
+        raise KubeError(0, "API server unreachable: connection reset by peer")
 
-    app = create_webhook_app(allocator=IndexAllocator(lister=lister))
+    app = create_webhook_app(admitter=Admitter(IndexAllocator(lister=lister)))
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="https://w") as c:
         answer = (await post(c, review(explicit_pod("p", 3)))).json()
     status = answer["response"]["status"]
@@ -524,7 +528,7 @@ async def test_checking_an_explicit_index_against_an_unreadable_api_server_is_re
 
 def limited_client(max_bytes: int) -> httpx.AsyncClient:
     app = create_webhook_app(
-        allocator=IndexAllocator(lister=lambda namespace, group: []),
+        admitter=Admitter(IndexAllocator(lister=lambda namespace, group: [])),
         max_request_bytes=max_bytes,
     )
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="https://webhook")

@@ -22,8 +22,10 @@ from extender.kube.indexes import (
     IndexAllocator,
     IndexTakenError,
     NoFreeIndexError,
+    PodsUnreadableError,
     api_pod_lister,
 )
+from extender.kube.rawapi import KubeError
 from tests.builders import make_pod
 from tests.unit.test_webhook_wiring import FakeApiServer
 
@@ -227,7 +229,32 @@ def test_api_errors_propagate_and_leave_nothing_remembered() -> None:
     assert allocator.remembered(namespace=NS, group="g") == {}
 
 
-def test_exactly_one_of_api_client_or_lister() -> None:
+@pytest.mark.parametrize(
+    ("error", "detail"),
+    [
+        (
+            KubeError(503, "shutting down", "ServiceUnavailable", phrase="Service Unavailable"),
+            "API server answered 503 Service Unavailable",
+        ),
+        (KubeError(0, "API server unreachable: reset"), "API server unreachable: reset"),
+    ],
+)
+def test_a_failed_list_is_pods_unreadable_and_leaves_nothing_remembered(
+    error: KubeError, detail: str
+) -> None:
+    def lister(namespace: str, group: str) -> list[dict[str, Any]]:
+        raise error
+
+    allocator = IndexAllocator(lister=lister)
+    with pytest.raises(PodsUnreadableError) as raised:
+        allocate(allocator)
+    assert raised.value.detail == detail
+    with pytest.raises(PodsUnreadableError):
+        claim(allocator, 0, name="p")
+    assert allocator.remembered(namespace=NS, group="g") == {}
+
+
+def test_exactly_one_of_raw_or_lister() -> None:
     with pytest.raises(ValueError, match="exactly one"):
         IndexAllocator()
 
@@ -452,10 +479,11 @@ class TestApiPodLister:
             make_pod("loner", NS).obj(),
         ]:
             server.put("pods", pod)
-        pods = api_pod_lister(server.client())(NS, "g")
+        pods = api_pod_lister(server)(NS, "g")
         assert sorted(pod["metadata"]["name"] for pod in pods) == ["mine", "volcano"]
+        assert server.sent == [("GET", "/api/v1/namespaces/team/pods", {}, "application/json")]
 
     def test_allocates_through_the_api(self) -> None:
         server = FakeApiServer()
         server.put("pods", member("a", 0))
-        assert allocate(IndexAllocator(server.client())) == 1
+        assert allocate(IndexAllocator(server)) == 1

@@ -1,8 +1,9 @@
 """The wiring controller: a group's Secret, headless Service and ConfigMap (DESIGN section 4).
 
 The controller runs against `FakeApiServer`, an in-memory stand-in for the few
-core/v1 endpoints it uses, plugged in under the kubernetes client at its HTTP
-transport, so the real request building (paths, patch bodies) is exercised.
+core/v1 endpoints it uses, in place of the project's `RawApi` (it answers `call`
+with JSON dicts or raises KubeError), so the real paths, query parameters, content
+types and patch bodies the controller sends are what it sees.
 """
 
 from __future__ import annotations
@@ -10,48 +11,41 @@ from __future__ import annotations
 import base64
 import copy
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
-from urllib.parse import urlparse
 
-import orjson
 import pytest
-import urllib3
 from cryptography.hazmat.primitives import serialization
-from kubernetes import client as k8s
-from kubernetes.client.exceptions import ApiException
-from kubernetes.client.rest import RESTResponse
 
 from extender.domain.membership import SSH_PORT_ANNOTATION, TASK_INDEX_ANNOTATION, TASKS_ANNOTATION
 from extender.injection.patch import apply_patch
+from extender.kube.rawapi import KubeError, RawApi
 from extender.kube.wiring import WiringConflictError, WiringController
 from tests.builders import make_pod, make_podgroup
 
 NS = "team"
 
 
-class FakeApiServer:
-    """core/v1 objects (and mutatingwebhookconfigurations), in memory.
+class FakeApiServer(RawApi):
+    """core/v1 objects (and mutatingwebhookconfigurations), in memory, behind RawApi.call.
 
     GET (one object, or a namespace's list), POST, and PATCH with a JSON patch (a resourceVersion in the patched object
     that is not the stored one answers 409, as the API server does). Services get
     the API server's defaults (clusterIPs, targetPort...) so the controller must not
-    mistake them for drift. `writes` counts POST and PATCH calls.
+    mistake them for drift. `writes` counts POST and PATCH calls; `requests` holds
+    every (method, path), and `sent` every (method, path, query, content type).
+    Failures are KubeError, as RawApi raises them: status, Status reason and message.
     """
 
-    def __init__(self) -> None:
+    def __init__(self) -> None:  # no super(): there is no connection to configure
         self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}
         self.writes: list[tuple[str, str]] = []
         self.requests: list[tuple[str, str]] = []
+        self.sent: list[tuple[str, str, dict[str, Any], str]] = []
         self._versions = itertools.count(1)
         # Run just before a request is served: lets a test race the controller.
         self.before: Callable[[str, str], None] | None = None
         self.fail_with: int | None = None
-
-    def client(self) -> k8s.ApiClient:
-        api = k8s.ApiClient(k8s.Configuration(host="https://fake"))
-        api.rest_client.request = self.request  # type: ignore[method-assign]
-        return api
 
     def put(self, kind: str, obj: dict[str, Any]) -> None:
         meta = obj["metadata"]
@@ -62,55 +56,56 @@ class FakeApiServer:
     def get(self, kind: str, name: str, namespace: str = NS) -> dict[str, Any]:
         return self.objects[(kind, namespace, name)]
 
-    def request(
+    def call(
         self,
         method: str,
-        url: str,
-        headers: dict[str, str] | None = None,
+        path: str,
+        *,
+        query: Mapping[str, Any] | None = None,
         body: Any = None,
-        post_params: Any = None,
-        _request_timeout: Any = None,
-    ) -> RESTResponse:
-        path = urlparse(url).path
+        content_type: str = "application/json",
+        timeout: float = 30.0,
+    ) -> dict[str, Any]:
         self.requests.append((method, path))
+        self.sent.append((method, path, dict(query or {}), content_type))
         if self.before is not None:
             self.before(method, path)
         if self.fail_with is not None:
-            return _answer(self.fail_with, {"kind": "Status", "message": "injected failure"})
+            raise KubeError(self.fail_with, "injected failure")
         kind, namespace, name = _parse(path)
         key = (kind, namespace, name or "")
         if method == "GET" and name is None:
             items = [
                 obj for (k, ns, _), obj in self.objects.items() if (k, ns) == (kind, namespace)
             ]
-            return _answer(200, {"kind": "List", "items": items})
+            return copy.deepcopy({"kind": "List", "items": items})
         if method == "GET":
             if key not in self.objects:
-                return _answer(404, {"kind": "Status", "reason": "NotFound"})
-            return _answer(200, self.objects[key])
+                raise KubeError(404, "not found", "NotFound", phrase="Not Found")
+            return copy.deepcopy(self.objects[key])
         if method == "POST":
             self.writes.append((method, kind))
+            assert content_type == "application/json"
             key = (kind, namespace, body["metadata"]["name"])
             if key in self.objects:
-                return _answer(409, {"kind": "Status", "reason": "AlreadyExists"})
+                raise KubeError(409, "already exists", "AlreadyExists", phrase="Conflict")
             created = copy.deepcopy(body)
             created["metadata"]["uid"] = f"uid-{body['metadata']['name']}"
             if kind == "services":
                 _default_service(created)
             self.put(kind, created)
-            return _answer(201, self.objects[key])
+            return copy.deepcopy(self.objects[key])
         if method == "PATCH":
             self.writes.append((method, kind))
-            assert headers is not None
-            assert headers["Content-Type"] == "application/json-patch+json"
+            assert content_type == "application/json-patch+json"
             if key not in self.objects:
-                return _answer(404, {"kind": "Status", "reason": "NotFound"})
+                raise KubeError(404, "not found", "NotFound", phrase="Not Found")
             current = self.objects[key]
             patched = apply_patch(current, body)
             if patched["metadata"]["resourceVersion"] != current["metadata"]["resourceVersion"]:
-                return _answer(409, {"kind": "Status", "reason": "Conflict"})
+                raise KubeError(409, "the object has been modified", "Conflict", phrase="Conflict")
             self.put(kind, patched)
-            return _answer(200, self.objects[key])
+            return copy.deepcopy(self.objects[key])
         raise AssertionError(f"unexpected {method} {path}")
 
 
@@ -131,18 +126,6 @@ def _default_service(service: dict[str, Any]) -> None:
     for port in spec.get("ports") or []:
         port.setdefault("targetPort", port["port"])
     service["status"] = {"loadBalancer": {}}
-
-
-def _answer(status: int, body: dict[str, Any]) -> RESTResponse:
-    raw = urllib3.HTTPResponse(
-        body=orjson.dumps(body),
-        status=status,
-        headers={"Content-Type": "application/json"},
-        preload_content=True,
-    )
-    response = RESTResponse(raw)
-    response.read()  # type: ignore[no-untyped-call]  # the client reads before raising
-    return response
 
 
 def podgroup(name: str = "hvd", uid: str = "pg-uid-1", **spec: Any) -> dict[str, Any]:
@@ -177,7 +160,7 @@ def server() -> FakeApiServer:
 
 @pytest.fixture
 def controller(server: FakeApiServer) -> WiringController:
-    return WiringController(server.client())
+    return WiringController(server)
 
 
 def test_nothing_happens_before_the_podgroup_exists(
@@ -185,6 +168,31 @@ def test_nothing_happens_before_the_podgroup_exists(
 ) -> None:
     controller.reconcile(namespace=NS, group="hvd", podgroup=None, pods=HOROVOD)
     assert server.requests == []
+
+
+def test_the_requests_are_core_v1_with_our_field_manager(
+    server: FakeApiServer, controller: WiringController
+) -> None:
+    controller.reconcile(namespace=NS, group="hvd", podgroup=podgroup(), pods=HOROVOD)
+    controller.reconcile(
+        namespace=NS, group="hvd", pods=HOROVOD, podgroup=podgroup(minTaskMember={"worker": 5})
+    )
+    ours = {"fieldManager": "gang-extender"}
+    base = "/api/v1/namespaces/team"
+    json, json_patch = "application/json", "application/json-patch+json"
+    assert server.sent == [
+        ("GET", f"{base}/services/hvd", {}, json),
+        ("POST", f"{base}/services", ours, json),
+        ("GET", f"{base}/secrets/hvd-ssh", {}, json),
+        ("POST", f"{base}/secrets", ours, json),
+        ("GET", f"{base}/configmaps/hvd-svc", {}, json),
+        ("POST", f"{base}/configmaps", ours, json),
+        ("GET", f"{base}/services/hvd", {}, json),
+        ("GET", f"{base}/secrets/hvd-ssh", {}, json),
+        ("PATCH", f"{base}/secrets/hvd-ssh", ours, json_patch),
+        ("GET", f"{base}/configmaps/hvd-svc", {}, json),
+        ("PATCH", f"{base}/configmaps/hvd-svc", ours, json_patch),
+    ]
 
 
 class TestHorovodGroup:
@@ -328,7 +336,7 @@ class TestTrouble:
     def test_a_secret_created_concurrently_keeps_the_other_writers_keys(
         self, server: FakeApiServer, controller: WiringController
     ) -> None:
-        other = WiringController(server.client())
+        other = WiringController(server)
         other.reconcile(namespace=NS, group="hvd", podgroup=podgroup(), pods=HOROVOD)
         theirs = server.objects.pop(("secrets", NS, "hvd-ssh"))
 
@@ -350,7 +358,7 @@ class TestTrouble:
                 server.put("configmaps", server.get("configmaps", "hvd-svc"))
 
         server.before = bump_before_patch
-        with pytest.raises(ApiException) as raised:
+        with pytest.raises(KubeError) as raised:
             controller.reconcile(
                 namespace=NS,
                 group="hvd",
@@ -363,6 +371,6 @@ class TestTrouble:
         self, server: FakeApiServer, controller: WiringController
     ) -> None:
         server.fail_with = 500
-        with pytest.raises(ApiException) as raised:
+        with pytest.raises(KubeError) as raised:
             controller.reconcile(namespace=NS, group="hvd", podgroup=podgroup(), pods=HOROVOD)
         assert raised.value.status == 500
