@@ -19,8 +19,6 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 from typing import Any
 
-import urllib3
-
 from extender.config import Settings
 from extender.controller.cluster_state import ClusterState
 from extender.domain.gang import Effect, GangBound, GangCore, PlanCreated, PlanDropped
@@ -152,8 +150,6 @@ class EffectWriter:
                     return True
                 error: Exception = err
                 transient = is_transient(err)
-            except urllib3.exceptions.HTTPError as err:  # the connection broke mid-request
-                error, transient = err, True
             except Exception:
                 log.exception("gang %s: %s failed", key, what)
                 self.metrics.api_write_errors.labels(kind=kind).inc()

@@ -19,8 +19,6 @@ import time
 from collections.abc import Callable
 from typing import Any, NamedTuple, Protocol
 
-import urllib3
-
 from extender.config import Settings
 from extender.controller.cluster_state import ClusterState
 from extender.controller.effects import EffectWriter, namespace_terminating
@@ -124,7 +122,7 @@ class GroupReconciler:
             for key in sorted(dirty):
                 try:
                     await self.reconcile_group(key)
-                except (KubeError, urllib3.exceptions.HTTPError) as err:
+                except KubeError as err:
                     if namespace_terminating(err):
                         continue  # the namespace and everything in it is going away
                     # Status and reason only: an error's text can echo the response body.

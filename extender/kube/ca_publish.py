@@ -144,7 +144,7 @@ def publish_ca_certificate(raw: RawApi, *, namespace: str, ca_pem: bytes) -> Non
         existing = _get(raw, "configmaps", namespace) or {}
     if (existing.get("data") or {}).get(CA_CONFIGMAP_KEY) == data[CA_CONFIGMAP_KEY]:
         return
-    raw.request(
+    raw.call(
         "PATCH",
         _path("configmaps", namespace, CA_OBJECT_NAME),
         query={"fieldManager": FIELD_MANAGER},
@@ -189,7 +189,7 @@ def _replace(raw: RawApi, stored: dict[str, Any], tls_dir: Path) -> bool:
         "data": _secret_data(tls_dir),
     }
     try:
-        raw.request(
+        raw.call(
             "PATCH",
             _path("secrets", meta["namespace"], meta["name"]),
             query={"fieldManager": FIELD_MANAGER},
@@ -212,7 +212,7 @@ def _path(resource: str, namespace: str, name: str | None = None) -> str:
 def _get(raw: RawApi, resource: str, namespace: str) -> dict[str, Any] | None:
     """Our object of `resource` ("secrets", "configmaps"); None when there is none."""
     try:
-        return raw.request(
+        return raw.call(
             "GET", _path(resource, namespace, CA_OBJECT_NAME), timeout=REQUEST_TIMEOUT_SECONDS
         )
     except KubeError as error:
@@ -224,7 +224,7 @@ def _get(raw: RawApi, resource: str, namespace: str) -> dict[str, Any] | None:
 def _create(raw: RawApi, resource: str, namespace: str, body: dict[str, Any]) -> bool:
     """POST `body`; False when it already exists (409), so the caller re-reads it."""
     try:
-        raw.request(
+        raw.call(
             "POST",
             _path(resource, namespace),
             query={"fieldManager": FIELD_MANAGER},

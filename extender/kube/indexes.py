@@ -286,7 +286,7 @@ def api_pod_lister(raw: RawApi, *, timeout: float = DEFAULT_LIST_TIMEOUT_SECONDS
     """
 
     def list_group_pods(namespace: str, group: str) -> list[dict[str, Any]]:
-        answer = raw.request(
+        answer = raw.call(
             "GET", path_of("api", "v1", "namespaces", namespace, "pods"), timeout=timeout
         )
         items: list[dict[str, Any]] = answer.get("items") or []

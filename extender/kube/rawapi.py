@@ -80,7 +80,9 @@ class RawApi:
             )
         except k8s.ApiException as err:
             raise KubeError(err.status or 0, str(err.reason), phrase=str(err.reason)) from None
-        except OSError as err:
+        except (OSError, urllib3.exceptions.HTTPError) as err:
+            # A refused or broken connection, or a read timeout: one error type for
+            # every caller, status 0 ("no answer"), which the writers treat as transient.
             raise KubeError(0, f"API server unreachable: {err}") from None
 
     def call(
@@ -97,7 +99,10 @@ class RawApi:
         response = self._send(
             method, path, query=query, body=body, content_type=content_type, timeout=timeout
         )
-        raw = response.read()
+        try:
+            raw = response.read()
+        except (OSError, urllib3.exceptions.HTTPError) as err:  # cut off mid-answer
+            raise KubeError(0, f"API server unreachable: {err}") from None
         phrase = str(response.reason or "")
         try:
             data: Any = orjson.loads(raw) if raw else {}
@@ -113,30 +118,6 @@ class RawApi:
             reason = data.get("reason", "") if isinstance(data, dict) else ""
             raise KubeError(response.status, str(message), str(reason), phrase=phrase)
         return data if isinstance(data, dict) else {"items": data}
-
-    def request(
-        self,
-        method: str,
-        path: str,
-        *,
-        query: Mapping[str, Any] | None = None,
-        body: Any = None,
-        content_type: str = "application/json",
-        timeout: float = 30.0,
-    ) -> dict[str, Any]:
-        """`call`, where a connection that broke (a urllib3 error) is a KubeError(0) too.
-
-        `call` lets urllib3's errors through, and its older users (cache, leader,
-        binder, writers) handle them each in their own way; the wiring, index, CA and
-        webhook-configuration code treats a broken connection like any failed request,
-        so through this method its callers need to handle KubeError alone.
-        """
-        try:
-            return self.call(
-                method, path, query=query, body=body, content_type=content_type, timeout=timeout
-            )
-        except urllib3.exceptions.HTTPError as err:
-            raise KubeError(0, f"API server unreachable: {err}") from None
 
     def stream(
         self, path: str, *, query: Mapping[str, Any], read_timeout: float

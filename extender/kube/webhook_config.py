@@ -40,7 +40,7 @@ def write_ca_bundle(raw: RawApi, config_name: str, ca_pem: bytes) -> None:
         if not patch:
             return
         try:
-            raw.request(
+            raw.call(
                 "PATCH",
                 _path(config_name),
                 query={"fieldManager": FIELD_MANAGER},
@@ -95,7 +95,7 @@ def _path(name: str) -> str:
 
 def _read(raw: RawApi, name: str) -> dict[str, Any]:
     try:
-        return raw.request("GET", _path(name), timeout=REQUEST_TIMEOUT_SECONDS)
+        return raw.call("GET", _path(name), timeout=REQUEST_TIMEOUT_SECONDS)
     except KubeError as error:
         if error.status == HTTP_NOT_FOUND:
             raise WebhookConfigError(

@@ -170,7 +170,7 @@ class WiringController:
         if not patch:
             return
         meta = existing["metadata"]
-        self.raw.request(
+        self.raw.call(
             "PATCH",
             _path(kind, meta["namespace"], meta["name"]),
             query={"fieldManager": self._field_manager},
@@ -182,7 +182,7 @@ class WiringController:
 
     def _get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         try:
-            return self.raw.request(
+            return self.raw.call(
                 "GET", _path(kind, namespace, name), timeout=REQUEST_TIMEOUT_SECONDS
             )
         except KubeError as error:
@@ -193,7 +193,7 @@ class WiringController:
     def _create(self, kind: str, body: dict[str, Any]) -> bool:
         """POST `body`; False when it already exists (409), so the caller re-reads it."""
         try:
-            self.raw.request(
+            self.raw.call(
                 "POST",
                 _path(kind, body["metadata"]["namespace"]),
                 query={"fieldManager": self._field_manager},
