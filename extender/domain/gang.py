@@ -46,11 +46,10 @@ from extender.domain.ledger import Ledger, Plan
 from extender.domain.membership import GroupKey
 from extender.domain.model import GroupSpec, PodInfo, Resources
 from extender.domain.planner import NodeRestriction, Placement, plan_gang
-from extender.domain.policy import Policy, Strategy
-from extender.domain.quantity import GPU
+from extender.domain.policy import Policy
+from extender.domain.scoring import MAX_SCORE, NodeScoreBoard
 from extender.domain.snapshot import ClusterSnapshot, fits
 
-MAX_SCORE = 10
 # Remember what kube-scheduler's filters said about a member only when it is this
 # many node names or fewer (allow- or deny-list), to bound memory on big clusters.
 RESTRICTION_MEMORY_LIMIT = 256
@@ -143,8 +142,8 @@ class GangCore:
     # Per member uid: nodes kube-scheduler last offered (or refused) it, so a plan
     # avoids nodes the scheduler's own filters reject (affinity, ports, ...).
     restrictions: dict[str, NodeRestriction] = field(default_factory=dict)
-    # Node -> prioritize score, kept current by `_refresh_node_scores`; 0 scores are absent.
-    _node_scores: dict[str, int] = field(default_factory=dict)
+    # Prioritize's per-node scores, rescored only where capacity changed.
+    score_board: NodeScoreBoard = field(default_factory=NodeScoreBoard)
 
     # ------------------------------------------------------------- requests
     def asked_about(self, pod: Mapping[str, Any]) -> PodInfo:
@@ -335,43 +334,7 @@ class GangCore:
         if plan is not None:
             planned = plan.placements[pod.uid]
             return {n: MAX_SCORE if n == planned else 0 for n in candidates}
-        return self._scores(candidates)
-
-    def _scores(self, candidates: Collection[str]) -> dict[str, int]:
-        """Each node's score from the board; a node without GPUs (or unknown) scores 0."""
-        board = self._refresh_node_scores()
-        return {node: board.get(node, 0) for node in candidates}
-
-    def _refresh_node_scores(self) -> dict[str, int]:
-        """Rescore the nodes whose capacity or reservations changed since the last call.
-
-        Why a board: prioritize comes for every pod with every feasible node (5,000
-        on a large cluster), while a bind changes one node; scoring all of them per
-        request was most of prioritize's cost.
-        """
-        changed = self.snapshot.capacity_changed | self.ledger.capacity_changed
-        self.snapshot.capacity_changed.clear()
-        self.ledger.capacity_changed.clear()
-        board = self._node_scores
-        for node in changed:
-            score = self._node_score(node)
-            if score:
-                board[node] = score
-            else:
-                board.pop(node, None)
-        return board
-
-    def _node_score(self, node: str) -> int:
-        """GPU fill after bound pods and reservations, 0..MAX_SCORE (spread: inverted)."""
-        info = self.snapshot.nodes.get(node)
-        total = info.allocatable.get(GPU, 0) if info else 0
-        if total <= 0:
-            return 0
-        free = total - self.snapshot.used(node).get(GPU, 0) - self.ledger.reserved(node).get(GPU, 0)
-        used_fraction = (total - max(0, free)) / total
-        if self.policy.strategy is Strategy.SPREAD:
-            used_fraction = 1 - used_fraction
-        return round(used_fraction * MAX_SCORE)
+        return self.score_board.scores_for(candidates, self.snapshot, self.ledger, self.policy)
 
     # ------------------------------------------------------------------ bind
     def arrive(self, uid: str, node: str, now: float) -> BindDecision:
