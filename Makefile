@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: demo test unit e2e lint typecheck bench control-plane dev-up dev-down clean
+.PHONY: demo test unit e2e lint typecheck bench mutate control-plane dev-up dev-down clean
 
 $(BIN)/gang-extender: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,16 @@ lint: $(BIN)/gang-extender
 bench: $(BIN)/gang-extender control-plane
 	$(BIN)/pip install --quiet -e '.[dev,bench]'   # matplotlib (plot), py-spy (profile)
 	$(BIN)/python -m bench
+
+# Mutation testing of the pure core (extender/domain): a surviving mutant is a
+# missing test. Narrow it to what you changed, e.g.
+#   make mutate MUTANTS='extender.domain.scoring* extender.domain.ledger*'
+MUTANTS ?= extender.domain.*
+mutate: $(BIN)/gang-extender
+	$(BIN)/pip install --quiet -e '.[dev,mutate]'
+	rm -rf mutants
+	$(BIN)/mutmut run $(MUTANTS) --max-children 2
+	$(BIN)/mutmut results
 
 dev-up: $(BIN)/gang-extender control-plane
 	$(BIN)/gang-extender dev up

@@ -119,6 +119,11 @@ class NodeBuilder:
         self._node["status"]["allocatable"]["nvidia.com/gpu"] = str(n)
         return self
 
+    def cpu_only(self) -> NodeBuilder:
+        """A node that advertises no nvidia.com/gpu at all (not even 0)."""
+        del self._node["status"]["allocatable"]["nvidia.com/gpu"]
+        return self
+
     def cpu(self, q: str) -> NodeBuilder:
         self._node["status"]["allocatable"]["cpu"] = q
         return self

@@ -18,7 +18,7 @@ from extender.domain.gang import (
 )
 from extender.domain.membership import GroupKey
 from extender.domain.model import GroupSpec, NodeInfo, PodInfo
-from extender.domain.policy import Policy
+from extender.domain.policy import Policy, Strategy
 from tests.builders import make_node, make_pod, make_podgroup
 
 T0 = 1_000_000.0
@@ -284,6 +284,19 @@ def test_prioritize_binpacks_plain_pods(node_gpus: int, expected: int) -> None:
     plain = make_pod("plain").obj()
     core = core_with(nodes, [*pods, plain])
     assert core.prioritize(pod_info(core, "plain"), ["n1"]) == {"n1": expected}
+
+
+@pytest.mark.parametrize("strategy", [Strategy.BINPACK, Strategy.SPREAD], ids=str)
+def test_a_node_without_gpus_scores_0_under_every_strategy(strategy: Strategy) -> None:
+    """Only GPU fill is scored: a CPU-only node, or one the snapshot does not know, scores 0."""
+    core = core_with([make_node("cpu").cpu_only().obj(), make_node("gpu").gpus(4).obj()])
+    core.policy = Policy(strategy=strategy)
+    core.observe_pod(PodInfo.from_api(make_pod("plain").obj()), T0)
+    scores = core.prioritize(pod_info(core, "plain"), ["cpu", "gpu", "unknown"])
+    assert scores["cpu"] == 0
+    assert scores["unknown"] == 0
+    # An empty 4-GPU node: lowest under binpack, highest under spread.
+    assert scores["gpu"] == (10 if strategy is Strategy.SPREAD else 0)
 
 
 def test_plan_respects_nodes_kube_scheduler_refused_a_member_earlier() -> None:

@@ -15,6 +15,7 @@ from extender.domain.policy import (
     Strategy,
     Topology,
     TopologyMode,
+    policy_from_mapping,
 )
 from extender.policy_file import load_policy
 from tests.builders import make_node, make_pod
@@ -61,6 +62,15 @@ def test_serve_with_a_bad_policy_exits_2_with_the_message(
     path.write_text("strategy: pack\n")
     assert main(["serve", "--policy", str(path)]) == 2
     assert "field 'strategy'" in capsys.readouterr().err
+
+
+def test_every_problem_in_a_policy_is_named_in_one_message() -> None:
+    """Two mistakes: both named, so one round trip fixes the file."""
+    with pytest.raises(PolicyError) as err:
+        policy_from_mapping({"strategy": "pack", "colour": "blue"}, source="policy file p.yaml")
+    message = str(err.value)
+    assert message.startswith("policy file p.yaml: field 'strategy': ")
+    assert "; field 'colour': " in message
 
 
 def test_missing_policy_file_is_refused(tmp_path: Path) -> None:
