@@ -7,9 +7,16 @@ import sys
 
 import pytest
 
-from extender.cli import STATUS_HEADER
 from extender.kube.rawapi import KubeError, path_of
-from tests.e2e.gang_fixtures import bound, create, gang_pod, list_pods, podgroup, wait_until
+from tests.e2e.gang_fixtures import (
+    bound,
+    create,
+    gang_pod,
+    list_pods,
+    parse_status_table,
+    podgroup,
+    wait_until,
+)
 
 
 def test_volcano_group_annotation_with_min_available_is_gang_scheduled(
@@ -124,17 +131,7 @@ def _status_table(cluster, namespace: str) -> dict[str, dict[str, str]]:
         text=True,
         check=True,
     ).stdout
-    lines = out.splitlines()
-    header = lines[0]
-    starts = [header.index(column) for column in STATUS_HEADER]
-    rows = {}
-    for line in lines[1:]:
-        cells = [
-            line[start:end].strip()
-            for start, end in zip(starts, [*starts[1:], len(line) + 1], strict=True)
-        ]
-        rows[cells[1]] = dict(zip(STATUS_HEADER, cells, strict=True))
-    return rows
+    return parse_status_table(out)
 
 
 def test_status_lists_scheduler_plugins_and_member_only_groups_with_their_source(
