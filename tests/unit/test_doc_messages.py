@@ -16,8 +16,8 @@ comma-separated list of words, or, recursively, another produced message; so
 `gang ns/a: {outcome.message}` accepts only real planner messages after it.
 
 Shorter quotes in prose (backquoted or double-quoted) that use a message's words
-(`members exist`, `members placeable`, `members bound`, `largest free node has`)
-must be a piece of one produced message.
+(`N/M members`, `members exist`, `members placeable`, `members bound`,
+`largest free node has`) must be a piece of one produced message.
 """
 
 from __future__ import annotations
@@ -39,7 +39,9 @@ Template = tuple[str | None, ...]
 
 GANG_PREFIX = re.compile(r"\bgang [a-z0-9][a-z0-9.-]*/[a-z0-9][a-z0-9.-]*: ")
 MESSAGE_WORDS = re.compile(
-    r"members exist|members placeable|members bound|largest free node has", re.IGNORECASE
+    r"\b(\d+|[A-Z])/(\d+|[A-Z]) members\b|members exist|members placeable|members bound"
+    r"|largest free node has",
+    re.IGNORECASE,
 )
 PRINTF = re.compile(r"%(?:\.\d+)?[sdrf]")
 
@@ -336,3 +338,4 @@ def test_pieces_are_checked_too() -> None:
     assert is_piece_of_a_message("2/4 members exist")
     assert is_piece_of_a_message("largest free node has N")
     assert not is_piece_of_a_message("4/4 members exist, needs 8")
+    assert not is_piece_of_a_message("2/4 members missing")
