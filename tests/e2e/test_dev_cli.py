@@ -48,6 +48,26 @@ def test_dev_up_prints_how_to_use_the_cluster_and_dev_down_stops_everything(
             "GET", "/apis/coordination.k8s.io/v1/namespaces/gang-system/leases/gang-extender"
         )
         assert lease["spec"]["holderIdentity"], "the gang kube-scheduler runs"
+        # A fresh shell that runs only the printed export lines finds kubectl and
+        # gang-extender, and `gang-extender status` answers (README, examples).
+        exports = [line.strip() for line in up.stdout.splitlines() if "export " in line]
+        assert [e.split("=", 1)[0] for e in exports] == ["export KUBECONFIG", "export PATH"]
+        script = "\n".join(
+            [*exports, "command -v kubectl", "command -v gang-extender", "gang-extender status"]
+        )
+        shell = subprocess.run(
+            ["bash", "--norc", "--noprofile", "-c", script],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={
+                "HOME": os.environ.get("HOME", "/"),
+                "PATH": "/usr/bin:/bin",
+                "PYTHONPATH": env.get("PYTHONPATH", ""),
+            },
+        )
+        assert shell.returncode == 0, shell.stdout + shell.stderr
+        assert shell.stdout.splitlines()[2].split()[:3] == ["NAMESPACE", "NAME", "PHASE"]
         supervisor = int((workdir / "supervisor.pid").read_text())
         again = _run("dev", "up", "--workdir", str(workdir), env=env)
         assert again.returncode == 1 and "already running" in again.stdout
