@@ -128,6 +128,15 @@ def _event_time(event: dict[str, Any]) -> str:
     )
 
 
+_GANG_MESSAGE = re.compile(r"\bgang [^\s/]+/[^\s:]+: .*?(?=\. |\.?$)")
+
+
+def _gang_message(text: str) -> str:
+    """The `gang <ns>/<name>: ...` message inside kube-scheduler's FailedScheduling text."""
+    found = _GANG_MESSAGE.search(text)
+    return found.group(0) if found else text
+
+
 def status_rows(
     ours: list[dict[str, Any]],
     coscheduling: list[dict[str, Any]],
@@ -156,13 +165,18 @@ def status_rows(
             continue  # claims two groups: its GangWaiting Warning says so
         if name is not None:
             members.setdefault((_key(pod)[0], name), []).append(pod)
-    latest: dict[tuple[str, str], tuple[str, str]] = {}
+    # Per member pod, its latest (rank, time, message): a GangWaiting Event (rank 1)
+    # wins over kube-scheduler's FailedScheduling (rank 0), which carries the same
+    # gang message (cut out of its own text) or, when kube-scheduler's filters
+    # reject the pod before gang-extender sees it, their reason.
+    latest: dict[tuple[str, str], tuple[int, str, str]] = {}
     for event in waiting_events:
         involved = event.get("involvedObject") or {}
         pod_key = (str(involved.get("namespace", "")), str(involved.get("name", "")))
-        when = _event_time(event)
-        if pod_key not in latest or when >= latest[pod_key][0]:
-            latest[pod_key] = (when, str(event.get("message", "")))
+        rank = 1 if event.get("reason") == "GangWaiting" else 0
+        said = (rank, _event_time(event), _gang_message(str(event.get("message", ""))))
+        if pod_key not in latest or said[:2] >= latest[pod_key][:2]:
+            latest[pod_key] = said
 
     rows: dict[tuple[str, str], tuple[str, ...]] = {}
     for pg in ours:
@@ -207,7 +221,7 @@ def status_rows(
             for p in mine
             if (key[0], str((p.get("metadata") or {}).get("name", ""))) in latest
         ]
-        reason = max(said)[1] if said else ""
+        reason = max(said)[2] if said else ""
         return (
             *key,
             phase,
@@ -267,7 +281,10 @@ def _status(args: argparse.Namespace) -> int:
         ours = items("apis", "scheduling.gang-extender.io", "v1alpha1", resource="podgroups")
         theirs = items("apis", "scheduling.x-k8s.io", "v1alpha1", resource="podgroups")
         pods = items("api", "v1", resource="pods") or []
-        events = items("api", "v1", resource="events", fieldSelector="reason=GangWaiting") or []
+        events = [
+            *(items("api", "v1", resource="events", fieldSelector="reason=GangWaiting") or []),
+            *(items("api", "v1", resource="events", fieldSelector="reason=FailedScheduling") or []),
+        ]
     except KubeError as err:
         print(f"error: cannot list pod groups: {err}", file=sys.stderr)
         return 1

@@ -140,3 +140,36 @@ def test_our_podgroup_wins_over_a_scheduler_plugins_one_of_the_same_name() -> No
 def test_the_table_pads_every_column_but_the_free_text_one() -> None:
     text = format_table([("A", "B", "WHY"), ("long-name", "x", "because")])
     assert text.splitlines() == ["A          B  WHY", "long-name  x  because"]
+
+
+def failed_scheduling(pod_name: str, message: str, when: str) -> dict[str, Any]:
+    return {**waiting(pod_name, message, when), "reason": "FailedScheduling"}
+
+
+def test_without_a_gangwaiting_event_the_reason_is_cut_out_of_failedscheduling() -> None:
+    pods = [pod("lonely-0", labels={"gang-extender.io/group": "lonely"})]
+    gang = (
+        "gang team-a/lonely: no PodGroup lonely and no gang-extender.io/min-available "
+        "annotation; create the PodGroup or annotate the pods"
+    )
+    text = (
+        f"0/3 nodes are available: 3 {gang}. no new claims to deallocate, preemption: "
+        "0/3 nodes are available: 3 Preemption is not helpful for scheduling."
+    )
+    rows = status_rows([], [], pods, [failed_scheduling("lonely-0", text, "2026-01-01T00:00:00Z")])
+    assert row(rows, "lonely")["WAITING FOR"] == gang
+
+
+def test_kube_scheduler_s_own_reason_is_shown_whole_and_gangwaiting_wins_over_it() -> None:
+    pods = [pod("big-0", labels={"scheduling.x-k8s.io/pod-group": "big"})]
+    own = "0/3 nodes are available: 3 Insufficient nvidia.com/gpu. preemption: 0/3 nodes"
+    rows = status_rows(
+        [], [podgroup("big", 1)], pods, [failed_scheduling("big-0", own, "2026-01-01T00:00:09Z")]
+    )
+    assert row(rows, "big")["WAITING FOR"] == own
+    events = [
+        failed_scheduling("big-0", own, "2026-01-01T00:00:09Z"),
+        waiting("big-0", "gang team-a/big: waiting to be scheduled", "2026-01-01T00:00:01Z"),
+    ]
+    rows = status_rows([], [podgroup("big", 1)], pods, events)
+    assert row(rows, "big")["WAITING FOR"] == "gang team-a/big: waiting to be scheduled"
