@@ -1,6 +1,6 @@
 """Every status or hold message the docs quote is one the code produces.
 
-The convention (docs/troubleshooting.md says it to writers too): a message is
+The convention (README.md, Develop, says it to writers too): a message is
 quoted **whole**, the way a user sees it, in
 
 * a fenced code block of README.md, docs/*.md or examples/*/README.md: any line
