@@ -149,6 +149,10 @@ def usage_lines(info: dict[str, Any], cli: Path | None) -> list[str]:
     if info.get("metrics_url"):
         lines.append(f"  curl {info['metrics_url']}/metrics     # gang-extender metrics")
         lines.append("  gang-extender status                        # pod groups")
+    else:
+        lines.append(
+            "  kubectl apply -k deploy/                    # try the manifests: docs/deploy.md"
+        )
     lines.append(f"stop it with: gang-extender dev down --workdir {info['workdir']}")
     return lines
 

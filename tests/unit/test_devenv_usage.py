@@ -29,6 +29,13 @@ def test_the_printed_path_holds_kubectl_and_the_running_gang_extender() -> None:
     assert any("gang-extender status" in line for line in lines)
 
 
+def test_a_cluster_only_cluster_points_at_deploy() -> None:
+    lines = devenv.usage_lines({**INFO, "metrics_url": None}, Path("/venv/bin"))
+    assert any("kubectl apply -k deploy/" in line for line in lines)
+    assert not any("gang-extender status" in line for line in lines)
+    assert not any("kubectl apply -k deploy/" in line for line in devenv.usage_lines(INFO, None))
+
+
 def test_without_an_installed_command_it_says_how_to_get_one() -> None:
     lines = devenv.usage_lines(INFO, None)
     assert _path_export(lines) == ["/cache/bin", "$PATH"]
