@@ -106,39 +106,195 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+# `gang-extender status`: SOURCE says where a group's size comes from.
+SOURCE_OURS = "gang-extender"  # a scheduling.gang-extender.io PodGroup (its status is ours)
+SOURCE_COSCHEDULING = "scheduler-plugins"  # a scheduling.x-k8s.io PodGroup (read, never written)
+SOURCE_PODS = "pods"  # no PodGroup: only the members' group label or annotation
+PLACED_PHASES = ("Scheduled", "Running", "Succeeded")
+STATUS_HEADER = ("NAMESPACE", "NAME", "PHASE", "PLACED/MIN", "RUNNING", "SOURCE", "WAITING FOR")
+
+
+def _key(obj: dict[str, Any]) -> tuple[str, str]:
+    meta = obj.get("metadata") or {}
+    return str(meta.get("namespace") or "default"), str(meta.get("name", ""))
+
+
+def _event_time(event: dict[str, Any]) -> str:
+    return str(
+        event.get("lastTimestamp")
+        or event.get("eventTime")
+        or (event.get("metadata") or {}).get("creationTimestamp")
+        or ""
+    )
+
+
+_GANG_MESSAGE = re.compile(r"\bgang [^\s/]+/[^\s:]+: .*?(?=\. |\.?$)")
+
+
+def _gang_message(text: str) -> str:
+    """The `gang <ns>/<name>: ...` message inside kube-scheduler's FailedScheduling text."""
+    found = _GANG_MESSAGE.search(text)
+    return found.group(0) if found else text
+
+
+def status_rows(
+    ours: list[dict[str, Any]],
+    coscheduling: list[dict[str, Any]],
+    pods: list[dict[str, Any]],
+    waiting_events: list[dict[str, Any]],
+) -> list[tuple[str, ...]]:
+    """One row per group the service reads, whatever declares it (pure, for the table).
+
+    A gang-extender PodGroup carries its status; for the others (a scheduler-plugins
+    PodGroup, or members naming a group that has no PodGroup) the counts come from
+    the member pods and the reason from their latest `GangWaiting` Event.
+    """
+    from extender.domain.membership import (
+        SCHEDULER_NAME,
+        MembershipError,
+        group_name,
+        min_available,
+    )
+
+    members: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        try:
+            name = group_name(meta)
+        except MembershipError:
+            continue  # claims two groups: its GangWaiting Warning says so
+        if name is not None:
+            members.setdefault((_key(pod)[0], name), []).append(pod)
+    # Per member pod, its latest (rank, time, message): a GangWaiting Event (rank 1)
+    # wins over kube-scheduler's FailedScheduling (rank 0), which carries the same
+    # gang message (cut out of its own text) or, when kube-scheduler's filters
+    # reject the pod before gang-extender sees it, their reason.
+    latest: dict[tuple[str, str], tuple[int, str, str]] = {}
+    for event in waiting_events:
+        involved = event.get("involvedObject") or {}
+        pod_key = (str(involved.get("namespace", "")), str(involved.get("name", "")))
+        rank = 1 if event.get("reason") == "GangWaiting" else 0
+        said = (rank, _event_time(event), _gang_message(str(event.get("message", ""))))
+        if pod_key not in latest or said[:2] >= latest[pod_key][:2]:
+            latest[pod_key] = said
+
+    rows: dict[tuple[str, str], tuple[str, ...]] = {}
+    for pg in ours:
+        status = pg.get("status") or {}
+        message = next(
+            (
+                str(c.get("message", ""))
+                for c in status.get("conditions") or []
+                if c.get("type") == "Scheduled"
+            ),
+            "",
+        )
+        phase = str(status.get("phase", "Pending"))
+        rows[_key(pg)] = (
+            *_key(pg),
+            phase,
+            f"{status.get('scheduled', 0)}/{(pg.get('spec') or {}).get('minMember', '?')}",
+            str(status.get("running", 0)),
+            SOURCE_OURS,
+            "" if phase in PLACED_PHASES else message,
+        )
+
+    def from_pods(key: tuple[str, str], source: str, min_member: int | None) -> tuple[str, ...]:
+        mine = [
+            p
+            for p in members.get(key, [])
+            if (p.get("spec") or {}).get("schedulerName") == SCHEDULER_NAME
+        ]
+        phases = [str((p.get("status") or {}).get("phase", "")) for p in mine]
+        placed = sum(1 for p in mine if (p.get("spec") or {}).get("nodeName"))
+        running = phases.count("Running")
+        if min_member is not None and phases.count("Succeeded") >= min_member:
+            phase = "Succeeded"
+        elif min_member is not None and running >= min_member:
+            phase = "Running"
+        elif min_member is not None and placed >= min_member:
+            phase = "Scheduled"
+        else:
+            phase = "Pending"
+        said = [
+            latest[(key[0], str((p.get("metadata") or {}).get("name", "")))]
+            for p in mine
+            if (key[0], str((p.get("metadata") or {}).get("name", ""))) in latest
+        ]
+        reason = max(said)[2] if said else ""
+        return (
+            *key,
+            phase,
+            f"{placed}/{'?' if min_member is None else min_member}",
+            str(running),
+            source,
+            "" if phase in PLACED_PHASES else reason,
+        )
+
+    for pg in coscheduling:
+        if _key(pg) not in rows:  # the service reads ours first
+            size = (pg.get("spec") or {}).get("minMember")
+            rows[_key(pg)] = from_pods(
+                _key(pg), SOURCE_COSCHEDULING, int(size) if size is not None else None
+            )
+    for key, group in members.items():
+        if key in rows:
+            continue
+        sizes = set()
+        for pod in group:
+            try:
+                size = min_available(pod.get("metadata") or {})
+            except MembershipError:
+                continue
+            if size is not None:
+                sizes.add(size)
+        rows[key] = from_pods(key, SOURCE_PODS, max(sizes) if sizes else None)
+    return [STATUS_HEADER, *(rows[key] for key in sorted(rows))]
+
+
+def format_table(rows: list[tuple[str, ...]]) -> str:
+    """Columns padded to their widest cell; the last one (free text) is not padded."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    return "\n".join(
+        ("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)) + "  " + row[-1]).rstrip()
+        for row in rows
+    )
+
+
 def _status(args: argparse.Namespace) -> int:
     from extender.kube.rawapi import KubeError, RawApi, load_api_client, path_of
 
     raw = RawApi(load_api_client(args.kubeconfig or _user_kubeconfig()))
-    parts = ["apis", "scheduling.gang-extender.io", "v1alpha1"]
-    if args.namespace:
-        parts += ["namespaces", args.namespace]
+    scope = ["namespaces", args.namespace] if args.namespace else []
+
+    def items(*prefix: str, resource: str, **query: str) -> list[dict[str, Any]] | None:
+        """The list, or None when the API server does not serve that resource."""
+        try:
+            found = raw.call("GET", path_of(*prefix, *scope, resource), query=query or None)
+        except KubeError as err:
+            if err.status == 404:
+                return None
+            raise
+        return list(found.get("items", []))
+
     try:
-        groups = raw.call("GET", path_of(*parts, "podgroups")).get("items", [])
+        ours = items("apis", "scheduling.gang-extender.io", "v1alpha1", resource="podgroups")
+        theirs = items("apis", "scheduling.x-k8s.io", "v1alpha1", resource="podgroups")
+        pods = items("api", "v1", resource="pods") or []
+        events = [
+            *(items("api", "v1", resource="events", fieldSelector="reason=GangWaiting") or []),
+            *(items("api", "v1", resource="events", fieldSelector="reason=FailedScheduling") or []),
+        ]
     except KubeError as err:
-        print(f"error: cannot list PodGroups: {err}", file=sys.stderr)
+        print(f"error: cannot list pod groups: {err}", file=sys.stderr)
         return 1
-    rows = [("NAMESPACE", "NAME", "PHASE", "PLACED/MIN", "RUNNING", "WAITING FOR")]
-    for pg in sorted(groups, key=lambda g: (g["metadata"]["namespace"], g["metadata"]["name"])):
-        status = pg.get("status") or {}
-        conditions = status.get("conditions") or []
-        message = next(
-            (c.get("message", "") for c in conditions if c.get("type") == "Scheduled"), ""
+    if ours is None:
+        print(
+            "warning: the API server does not serve podgroups.scheduling.gang-extender.io; "
+            "install gang-extender (kubectl apply -k deploy/, docs/deploy.md)",
+            file=sys.stderr,
         )
-        phase = status.get("phase", "Pending")
-        rows.append(
-            (
-                pg["metadata"]["namespace"],
-                pg["metadata"]["name"],
-                phase,
-                f"{status.get('scheduled', 0)}/{pg['spec'].get('minMember', '?')}",
-                str(status.get("running", 0)),
-                "" if phase in ("Scheduled", "Running", "Succeeded") else message,
-            )
-        )
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
-    for row in rows:
-        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)) + "  " + row[-1])
+    print(format_table(status_rows(ours or [], theirs or [], pods, events)))
     return 0
 
 

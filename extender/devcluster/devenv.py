@@ -112,15 +112,53 @@ def _tail(path: Path, lines: int) -> str:
         return ""
 
 
-def _print_usage(info: dict[str, Any]) -> None:
-    print("local cluster is up:")
-    print(f"  export KUBECONFIG={info['kubeconfig']}")
-    print(f"  export PATH={info['bin_dir']}:$PATH      # kubectl {info.get('version', '')}")
-    print("  kubectl get nodes")
+def cli_dir() -> Path | None:
+    """The directory of the `gang-extender` command running now, or None.
+
+    `gang-extender ...` runs a console script whose path is sys.argv[0];
+    `python -m extender ...` runs from a venv whose bin holds that script (when
+    the package is installed there). What `dev up` puts on the printed PATH, so
+    the `gang-extender status` the READMEs show is found in a fresh shell.
+    """
+    script = Path(sys.argv[0]) if sys.argv and sys.argv[0] else None
+    if script is not None and script.name == "gang-extender" and script.is_file():
+        return script.absolute().parent
+    beside_python = Path(sys.executable).parent / "gang-extender"
+    if beside_python.is_file():
+        return beside_python.parent
+    return None
+
+
+def usage_lines(info: dict[str, Any], cli: Path | None) -> list[str]:
+    """What `dev up` prints: the exports that put kubectl and gang-extender on PATH."""
+    path = [str(info["bin_dir"])]
+    if cli is not None and str(cli) not in path:
+        path.append(str(cli))
+    what = "kubectl and gang-extender" if cli is not None else "kubectl"
+    lines = [
+        "local cluster is up:",
+        f"  export KUBECONFIG={info['kubeconfig']}",
+        f"  export PATH={':'.join(path)}:$PATH      # {what}",
+    ]
+    if cli is None:
+        lines.append(
+            "  # gang-extender is not installed as a command here: `pip install .` "
+            "from the repository (or `make`, then .venv/bin/gang-extender)"
+        )
+    lines.append("  kubectl get nodes")
     if info.get("metrics_url"):
-        print(f"  curl {info['metrics_url']}/metrics     # gang-extender metrics")
-        print("  gang-extender status                        # pod groups")
-    print(f"stop it with: gang-extender dev down --workdir {info['workdir']}")
+        lines.append(f"  curl {info['metrics_url']}/metrics     # gang-extender metrics")
+        lines.append("  gang-extender status                        # pod groups")
+    else:
+        lines.append(
+            "  kubectl apply -k deploy/                    # try the manifests: docs/deploy.md"
+        )
+    lines.append(f"stop it with: gang-extender dev down --workdir {info['workdir']}")
+    return lines
+
+
+def _print_usage(info: dict[str, Any]) -> None:
+    print("\n".join(usage_lines(info, cli_dir())))
 
 
 def _supervise(workdir: Path, *, nodes: int, gpus: int, with_stack: bool) -> int:

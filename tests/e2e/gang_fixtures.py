@@ -7,6 +7,7 @@ deploy/scheduler/scheduler-config.yaml against the session cluster, exactly as
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -54,6 +55,20 @@ def injected_namespace(
     name = new_namespace(api, "wired", labels={INJECT_NAMESPACE_LABEL: "enabled"})
     yield name
     delete_namespace(core, name)
+
+
+def parse_status_table(output: str) -> dict[str, dict[str, str]]:
+    """`gang-extender status` output as {group name: {column: cell}} (columns are padded)."""
+    from extender.cli import STATUS_HEADER
+
+    lines = output.splitlines()
+    starts = [re.search(rf"(?<!\S){re.escape(c)}(?!\S)", lines[0]).start() for c in STATUS_HEADER]  # type: ignore[union-attr]
+    rows = {}
+    for line in lines[1:]:
+        ends = [*starts[1:], len(line) + 1]
+        cells = [line[a:b].strip() for a, b in zip(starts, ends, strict=True)]
+        rows[cells[1]] = dict(zip(STATUS_HEADER, cells, strict=True))
+    return rows
 
 
 def delete_namespace(core: k8s.CoreV1Api, name: str) -> None:

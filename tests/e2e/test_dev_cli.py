@@ -48,6 +48,31 @@ def test_dev_up_prints_how_to_use_the_cluster_and_dev_down_stops_everything(
             "GET", "/apis/coordination.k8s.io/v1/namespaces/gang-system/leases/gang-extender"
         )
         assert lease["spec"]["holderIdentity"], "the gang kube-scheduler runs"
+        # A fresh shell that runs only the printed export lines finds kubectl and
+        # gang-extender, and `gang-extender status` answers (README, examples).
+        exports = [line.strip() for line in up.stdout.splitlines() if "export " in line]
+        assert [e.split("=", 1)[0] for e in exports] == ["export KUBECONFIG", "export PATH"]
+        script = "\n".join(
+            [*exports, "command -v kubectl", "command -v gang-extender", "gang-extender status"]
+        )
+        shell = subprocess.run(
+            ["bash", "--norc", "--noprofile", "-c", script],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={
+                "HOME": os.environ.get("HOME", "/"),
+                "PATH": "/usr/bin:/bin",
+                "PYTHONPATH": env.get("PYTHONPATH", ""),
+            },
+        )
+        assert shell.returncode == 0, shell.stdout + shell.stderr
+        assert shell.stdout.splitlines()[2].split()[:3] == ["NAMESPACE", "NAME", "PHASE"]
+        # deploy/ does not go on top of dev up's own webhook configuration: the error
+        # docs/troubleshooting.md quotes, and the reason to use --cluster-only.
+        apply = _kubectl(info, "apply", "-k", "deploy/")
+        assert apply.returncode != 0
+        assert "exactly one of url or service is required" in apply.stderr, apply.stderr
         supervisor = int((workdir / "supervisor.pid").read_text())
         again = _run("dev", "up", "--workdir", str(workdir), env=env)
         assert again.returncode == 1 and "already running" in again.stdout
@@ -59,6 +84,45 @@ def test_dev_up_prints_how_to_use_the_cluster_and_dev_down_stops_everything(
         ["pgrep", "-f", str(workdir)], capture_output=True, text=True
     ).stdout.split()
     assert leftovers == [], f"processes still running from {workdir}: {leftovers}"
+
+
+def _kubectl(info: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(Path(info["bin_dir"]) / "kubectl"), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).resolve().parents[2],
+        env={**os.environ, "KUBECONFIG": info["kubeconfig"]},
+    )
+
+
+def test_deploy_applies_on_a_cluster_only_dev_cluster_as_docs_deploy_md_says(
+    tmp_path: Path, bin_dir: Path
+) -> None:
+    workdir = tmp_path / "dev"
+    env = {**os.environ, "GANG_E2E_BIN_DIR": str(bin_dir)}
+    up = _run("dev", "up", "--cluster-only", "--workdir", str(workdir), "--nodes", "1", env=env)
+    try:
+        assert up.returncode == 0, up.stdout + up.stderr
+        assert "gang-extender status" not in up.stdout, "no service runs: nothing to show"
+        info = json.loads((workdir / "ready.json").read_text())
+        apply = _kubectl(info, "apply", "-k", "deploy/")
+        assert apply.returncode == 0, apply.stdout + apply.stderr
+        for made in (
+            "customresourcedefinition.apiextensions.k8s.io/podgroups.scheduling.gang-extender.io",
+            "deployment.apps/gang-extender",
+            "deployment.apps/gang-scheduler",
+            "mutatingwebhookconfiguration.admissionregistration.k8s.io/gang-extender",
+        ):
+            assert f"{made} created" in apply.stdout, apply.stdout
+        # Our short name and category answer (nothing to list yet, but no error).
+        for resource in ("gang", "gang-extender", "podgroups.scheduling.gang-extender.io"):
+            listed = _kubectl(info, "get", resource, "-A")
+            assert listed.returncode == 0, listed.stderr
+    finally:
+        down = _run("dev", "down", "--workdir", str(workdir), env=env)
+    assert down.returncode == 0, down.stdout + down.stderr
 
 
 def test_the_readme_demo_shows_the_seed_gang_held_then_placed_with_its_hostfile(

@@ -8,7 +8,15 @@ import sys
 import pytest
 
 from extender.kube.rawapi import KubeError, path_of
-from tests.e2e.gang_fixtures import bound, create, gang_pod, list_pods, podgroup, wait_until
+from tests.e2e.gang_fixtures import (
+    bound,
+    create,
+    gang_pod,
+    list_pods,
+    parse_status_table,
+    podgroup,
+    wait_until,
+)
 
 
 def test_volcano_group_annotation_with_min_available_is_gang_scheduled(
@@ -105,3 +113,71 @@ def test_status_command_lists_groups_with_phase_and_waiting_reason(
     header, row = out.splitlines()[0], next(line for line in out.splitlines() if "toobig" in line)
     assert header.split()[:4] == ["NAMESPACE", "NAME", "PHASE", "PLACED/MIN"]
     assert "Pending" in row and "0/2" in row and "largest free node has 2" in row
+
+
+def _status_table(cluster, namespace: str) -> dict[str, dict[str, str]]:
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "extender",
+            "status",
+            "--kubeconfig",
+            str(cluster.kubeconfig),
+            "-n",
+            namespace,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return parse_status_table(out)
+
+
+def test_status_lists_scheduler_plugins_and_member_only_groups_with_their_source(
+    gang_stack, cluster, raw, namespace, gpu_nodes
+) -> None:
+    pool = gpu_nodes(1, gpus=4)
+    raw.call(
+        "POST",
+        path_of("apis", "scheduling.x-k8s.io", "v1alpha1", "namespaces", namespace, "podgroups"),
+        body={
+            "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+            "kind": "PodGroup",
+            "metadata": {"name": "pi"},
+            "spec": {"minMember": 3},
+        },
+    )
+    for i in range(2):
+        pod = gang_pod(f"pi-{i}", "", gpus=1, node_selector=pool.node_selector)
+        pod["metadata"]["labels"] = {"scheduling.x-k8s.io/pod-group": "pi"}
+        create(raw, namespace, pod)
+    create(raw, namespace, gang_pod("lonely-0", "lonely", node_selector=pool.node_selector))
+
+    def both_explained() -> dict[str, dict[str, str]] | None:
+        rows = _status_table(cluster, namespace)
+        explained = all(rows.get(name, {}).get("WAITING FOR") for name in ("pi", "lonely"))
+        return rows if explained else None
+
+    rows = wait_until(both_explained, what="status to list pi and lonely with their reasons")
+    assert (rows["pi"]["SOURCE"], rows["pi"]["PHASE"], rows["pi"]["PLACED/MIN"]) == (
+        "scheduler-plugins",
+        "Pending",
+        "0/3",
+    )
+    assert rows["pi"]["WAITING FOR"].startswith(f"gang {namespace}/pi: 2/3 members exist")
+    assert (rows["lonely"]["SOURCE"], rows["lonely"]["PLACED/MIN"]) == ("pods", "0/?")
+    assert "no PodGroup lonely" in rows["lonely"]["WAITING FOR"]
+
+    pod = gang_pod("pi-2", "", gpus=1, node_selector=pool.node_selector)
+    pod["metadata"]["labels"] = {"scheduling.x-k8s.io/pod-group": "pi"}
+    create(raw, namespace, pod)
+    placed = wait_until(
+        lambda: (
+            (row := _status_table(cluster, namespace).get("pi"))
+            and row["PLACED/MIN"] == "3/3"
+            and row
+        ),
+        what="pi placed in the status table",
+    )
+    assert placed["PHASE"] in ("Scheduled", "Running") and placed["WAITING FOR"] == ""

@@ -266,6 +266,24 @@ def test_the_optional_coscheduling_crd_matches_scheduler_plugins() -> None:
     assert {"phase", "running", "succeeded", "failed"} <= set(schema["status"]["properties"])
 
 
+# Short names of other PodGroup CRDs a cluster may have: scheduler-plugins (the
+# optional CRD here) and Volcano (scheduling.volcano.sh: pg, podgroup-v1beta1).
+VOLCANO_PODGROUP_SHORT_NAMES = {"pg", "podgroup-v1beta1"}
+
+
+def test_our_podgroup_crd_keeps_its_plural_but_shares_no_short_name_with_another_podgroup() -> None:
+    (ours,) = load(DEPLOY / "crds" / "podgroups.scheduling.gang-extender.io.yaml")
+    (theirs,) = load(DEPLOY / "crds" / "optional" / "podgroups.scheduling.x-k8s.io.yaml")
+    names, other = ours["spec"]["names"], theirs["spec"]["names"]
+    assert ours["metadata"]["name"] == "podgroups.scheduling.gang-extender.io"
+    assert (names["plural"], names["kind"]) == ("podgroups", "PodGroup")
+    assert names["shortNames"], "a short name of our own (`kubectl get gang`)"
+    taken = set(other.get("shortNames", [])) | VOLCANO_PODGROUP_SHORT_NAMES
+    assert not set(names["shortNames"]) & taken
+    assert names.get("categories") == ["gang-extender"]
+    assert not set(names["categories"]) & set(other.get("categories", []))
+
+
 # ---- monitoring: every metric named exists in extender/metrics.py ----
 def _exported_names() -> set[str]:
     names = set()

@@ -1,0 +1,175 @@
+"""`gang-extender status`: one row for every group the service reads, whatever declares it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from extender.cli import STATUS_HEADER, format_table, status_rows
+
+
+def pod(
+    name: str,
+    *,
+    labels: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+    node: str | None = None,
+    phase: str = "Pending",
+    scheduler: str = "gang-extender",
+    namespace: str = "team-a",
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {"schedulerName": scheduler}
+    if node:
+        spec["nodeName"] = node
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": labels or {},
+            "annotations": annotations or {},
+        },
+        "spec": spec,
+        "status": {"phase": phase},
+    }
+
+
+def podgroup(name: str, min_member: int, status: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": "team-a"},
+        "spec": {"minMember": min_member},
+        "status": status or {},
+    }
+
+
+def waiting(pod_name: str, message: str, when: str) -> dict[str, Any]:
+    return {
+        "involvedObject": {"kind": "Pod", "namespace": "team-a", "name": pod_name},
+        "reason": "GangWaiting",
+        "message": message,
+        "lastTimestamp": when,
+    }
+
+
+def row(rows: list[tuple[str, ...]], name: str) -> dict[str, str]:
+    (found,) = [r for r in rows[1:] if r[1] == name]
+    return dict(zip(STATUS_HEADER, found, strict=True))
+
+
+def test_our_podgroup_shows_its_status_and_condition_message() -> None:
+    message = "gang team-a/big: 1/2 members placeable: needs 4 nvidia.com/gpu in all"
+    ours = podgroup(
+        "big",
+        2,
+        {
+            "phase": "Pending",
+            "scheduled": 0,
+            "running": 0,
+            "conditions": [{"type": "Scheduled", "message": message}],
+        },
+    )
+    rows = status_rows([ours], [], [], [])
+    assert rows[0] == STATUS_HEADER
+    assert row(rows, "big") == {
+        "NAMESPACE": "team-a",
+        "NAME": "big",
+        "PHASE": "Pending",
+        "PLACED/MIN": "0/2",
+        "RUNNING": "0",
+        "SOURCE": "gang-extender",
+        "WAITING FOR": message,
+    }
+
+
+def test_a_scheduler_plugins_group_is_counted_from_its_members_with_their_latest_reason() -> None:
+    label = {"scheduling.x-k8s.io/pod-group": "pi"}
+    pods = [
+        pod("pi-worker-0", labels=label, node="n1", phase="Running"),
+        pod("pi-worker-1", labels=label),
+        pod("other", labels={"scheduling.x-k8s.io/pod-group": "pi"}, scheduler="default-scheduler"),
+    ]
+    events = [
+        waiting(
+            "pi-worker-1", "gang team-a/pi: 2/3 members exist; waiting", "2026-01-01T00:00:02Z"
+        ),
+        waiting("pi-worker-0", "gang team-a/pi: older", "2026-01-01T00:00:01Z"),
+    ]
+    rows = status_rows([], [podgroup("pi", 3)], pods, events)
+    assert row(rows, "pi") == {
+        "NAMESPACE": "team-a",
+        "NAME": "pi",
+        "PHASE": "Pending",
+        "PLACED/MIN": "1/3",
+        "RUNNING": "1",
+        "SOURCE": "scheduler-plugins",
+        "WAITING FOR": "gang team-a/pi: 2/3 members exist; waiting",
+    }
+
+
+def test_a_placed_group_shows_no_waiting_reason() -> None:
+    label = {"scheduling.x-k8s.io/pod-group": "pi"}
+    pods = [pod(f"pi-{i}", labels=label, node="n1", phase="Running") for i in range(2)]
+    events = [waiting("pi-0", "gang team-a/pi: 1/2 members exist", "2026-01-01T00:00:00Z")]
+    got = row(status_rows([], [podgroup("pi", 2)], pods, events), "pi")
+    assert (got["PHASE"], got["PLACED/MIN"], got["WAITING FOR"]) == ("Running", "2/2", "")
+
+
+def test_members_without_any_podgroup_are_listed_with_their_annotation_size_or_unknown() -> None:
+    volcano = {"scheduling.k8s.io/group-name": "vcjob", "gang-extender.io/min-available": "3"}
+    pods = [
+        pod("vc-0", annotations=volcano),
+        pod("lonely-0", labels={"gang-extender.io/group": "lonely"}),
+        pod("plain"),
+    ]
+    reason = (
+        "gang team-a/lonely: no PodGroup lonely and no gang-extender.io/min-available "
+        "annotation; create the PodGroup or annotate the pods"
+    )
+    rows = status_rows([], [], pods, [waiting("lonely-0", reason, "2026-01-01T00:00:00Z")])
+    assert [r[1] for r in rows[1:]] == ["lonely", "vcjob"]
+    assert row(rows, "vcjob")["PLACED/MIN"] == "0/3"
+    assert row(rows, "vcjob")["SOURCE"] == "pods"
+    assert row(rows, "lonely")["PLACED/MIN"] == "0/?"
+    assert row(rows, "lonely")["WAITING FOR"] == reason
+
+
+def test_our_podgroup_wins_over_a_scheduler_plugins_one_of_the_same_name() -> None:
+    rows = status_rows([podgroup("x", 2)], [podgroup("x", 5)], [], [])
+    assert len(rows) == 2 and row(rows, "x")["SOURCE"] == "gang-extender"
+    assert row(rows, "x")["PLACED/MIN"] == "0/2"
+
+
+def test_the_table_pads_every_column_but_the_free_text_one() -> None:
+    text = format_table([("A", "B", "WHY"), ("long-name", "x", "because")])
+    assert text.splitlines() == ["A          B  WHY", "long-name  x  because"]
+
+
+def failed_scheduling(pod_name: str, message: str, when: str) -> dict[str, Any]:
+    return {**waiting(pod_name, message, when), "reason": "FailedScheduling"}
+
+
+def test_without_a_gangwaiting_event_the_reason_is_cut_out_of_failedscheduling() -> None:
+    pods = [pod("lonely-0", labels={"gang-extender.io/group": "lonely"})]
+    gang = (
+        "gang team-a/lonely: no PodGroup lonely and no gang-extender.io/min-available "
+        "annotation; create the PodGroup or annotate the pods"
+    )
+    text = (
+        f"0/3 nodes are available: 3 {gang}. no new claims to deallocate, preemption: "
+        "0/3 nodes are available: 3 Preemption is not helpful for scheduling."
+    )
+    rows = status_rows([], [], pods, [failed_scheduling("lonely-0", text, "2026-01-01T00:00:00Z")])
+    assert row(rows, "lonely")["WAITING FOR"] == gang
+
+
+def test_kube_scheduler_s_own_reason_is_shown_whole_and_gangwaiting_wins_over_it() -> None:
+    pods = [pod("big-0", labels={"scheduling.x-k8s.io/pod-group": "big"})]
+    own = "0/3 nodes are available: 3 Insufficient nvidia.com/gpu. preemption: 0/3 nodes"
+    rows = status_rows(
+        [], [podgroup("big", 1)], pods, [failed_scheduling("big-0", own, "2026-01-01T00:00:09Z")]
+    )
+    assert row(rows, "big")["WAITING FOR"] == own
+    events = [
+        failed_scheduling("big-0", own, "2026-01-01T00:00:09Z"),
+        waiting("big-0", "gang team-a/big: waiting to be scheduled", "2026-01-01T00:00:01Z"),
+    ]
+    rows = status_rows([], [podgroup("big", 1)], pods, events)
+    assert row(rows, "big")["WAITING FOR"] == "gang team-a/big: waiting to be scheduled"
