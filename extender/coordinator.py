@@ -25,6 +25,7 @@ from extender.domain.gang import (
     Effect,
     FilterDecision,
     GangBound,
+    GangBroken,
     GangCore,
     PlanDropped,
 )
@@ -117,7 +118,11 @@ class SchedulingCoordinator:
         except BindError as err:
             if assumption is not None:
                 self.core.undo_assumption(assumption, self.clock())
-            self.core.bind_failed(uid, str(err), self.clock())
+            if err.bound_to is not None:
+                # Someone else bound it: it holds capacity there, whatever we planned.
+                self.core.binding_succeeded(uid, err.bound_to, self.clock())
+            else:
+                self.core.bind_failed(uid, str(err), self.clock(), gone=err.gone)
             self.flush_effects()
             return f"binding {namespace}/{name} to {node}: {err}"
         if not assume and self.core.binding_succeeded(uid, node, self.clock()):
@@ -142,6 +147,8 @@ class SchedulingCoordinator:
                 event = self._barriers.pop(effect.plan.plan_id, None)
                 if event is not None:
                     event.set()
+            if isinstance(effect, GangBroken) and effect.first:
+                self.metrics.partial_gangs.inc()
         self.metrics.reservations.set(self.core.reserved_placements())
         self._effect_sink(effects)
 
