@@ -11,7 +11,9 @@ Filter decision order for a pod:
     taken out.
  2. Group misdeclared (two groups, members disagree on size, bad PodGroup) -> REJECT.
  3. Group has a plan that includes the pod -> PLANNED on its node (if kube-scheduler
-    still offers that node; else the plan is dropped and the gang waits).
+    still offers that node; else the plan is dropped and the gang waits, unless its
+    barrier released: then the member waits for its node, and a node that is gone
+    loses the member, GangBroken).
  4. Group backing off after a dropped plan, or fewer than minMember members -> WAIT.
  5. Nothing changed since the last failed attempt -> WAIT (memoised shortfall).
  6. Plan every unbound member (or, failing that, just enough to reach minMember)
@@ -233,9 +235,13 @@ class GangCore:
 
         plan = self.ledger.plans.get(key)
         if plan is not None:
-            node = plan.placements.get(pod.uid)
+            node = plan.placements.get(pod.uid) if pod.uid not in plan.lost else None
             if node is None or node in candidates:
                 return self._planned_answer(plan, pod, candidates)
+            if plan.released:
+                return self._hold(
+                    candidates, Verdict.WAIT, self._released_elsewhere(plan, pod, now)
+                )
             self._drop(
                 plan,
                 f"kube-scheduler no longer offers planned node {node} for {pod.ref}",
@@ -311,6 +317,21 @@ class GangCore:
         self._say(state, f"gang {key}: planned {len(plan.placements)} members, binding")
         self.effects.append(PlanCreated(plan))
         return plan
+
+    def _released_elsewhere(self, plan: Plan, pod: PodInfo, now: float) -> str:
+        """A released member whose planned node kube-scheduler does not offer now.
+
+        Its reservation is kept (the others may be bound): kube-scheduler's filters
+        may reject the node for a while. A node that is gone is a loss for the gang.
+        """
+        node = plan.placements[pod.uid]
+        if node not in self.snapshot.nodes:
+            self._lose(plan, pod.uid, f"its planned node {node} is gone", now)
+            return self.groups[plan.group].message
+        return (
+            f"gang {plan.group}: {pod.ref} keeps its reservation on {node}, which "
+            "kube-scheduler does not offer now; waiting for it"
+        )
 
     def _planned_answer(
         self, plan: Plan, pod: PodInfo, candidates: Sequence[str]

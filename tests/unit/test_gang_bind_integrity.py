@@ -187,3 +187,42 @@ def test_a_bound_member_deleted_while_the_others_still_bind_breaks_the_gang() ->
     [broken] = core.drain_effects()
     assert isinstance(broken, GangBroken)
     assert (broken.member, broken.bound) == ("default/w0", 0)
+
+
+def released_across_two_nodes() -> GangCore:
+    """Gang g of two 4-GPU members, one on each of n1 and n2, released; w0 bound."""
+    pods = [make_pod(f"w{i}").group("g").min_available(2).gpus(4).obj() for i in range(2)]
+    core = core_with([make_node("n1").gpus(4).obj(), make_node("n2").gpus(4).obj()], pods)
+    core.filter(pod_info(core, "w0"), ["n1", "n2"], T0)
+    plan = next(iter(core.ledger.plans.values()))
+    for name in ("w0", "w1"):
+        core.arrive(pod_info(core, name).uid, plan.placements[pod_info(core, name).uid], T0 + 1)
+    assert plan.released
+    bind(core, "w0", plan.placements[pod_info(core, "w0").uid])
+    core.bind_failed(pod_info(core, "w1").uid, "503", T0 + 3)
+    core.drain_effects()
+    return core
+
+
+def test_a_released_member_whose_node_is_not_offered_now_waits_for_it() -> None:
+    core = released_across_two_nodes()
+    planned = core.ledger.plan_of(pod_info(core, "w1").uid)
+    assert planned is not None
+    node = planned.placements[pod_info(core, "w1").uid]
+    held = core.filter(pod_info(core, "w1"), [], T0 + 4)
+    assert held.verdict is Verdict.WAIT and "keeps its reservation" in held.message
+    assert core.ledger.plans and core.drain_effects() == []
+    assert core.filter(pod_info(core, "w1"), [node], T0 + 5).nodes == [node]
+
+
+def test_a_released_member_whose_planned_node_is_gone_breaks_the_gang() -> None:
+    core = released_across_two_nodes()
+    planned = core.ledger.plan_of(pod_info(core, "w1").uid)
+    assert planned is not None
+    node = planned.placements[pod_info(core, "w1").uid]
+    core.snapshot.delete_node(node)
+    core.filter(pod_info(core, "w1"), [], T0 + 4)
+    broken = [e for e in core.drain_effects() if isinstance(e, GangBroken)]
+    assert [(b.member, b.cause) for b in broken] == [
+        ("default/w1", f"its planned node {node} is gone")
+    ]
