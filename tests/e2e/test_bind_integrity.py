@@ -27,6 +27,7 @@ from typing import Any
 
 import pytest
 
+from extender.domain.membership import PLANNED_NODE_ANNOTATION
 from extender.kube.rawapi import KubeError, RawApi, path_of
 from extender.tls import ensure_serving_cert
 from tests.e2e.gang_fixtures import (  # noqa: F401 (no_partial_gangs is a fixture)
@@ -320,5 +321,10 @@ def test_a_default_scheduler_pod_on_a_planned_node_never_over_commits_it(
 
 
 def planned_node(raw: RawApi, namespace: str, name: str) -> str:
-    pod = raw.call("GET", path_of("api", "v1", "namespaces", namespace, "pods", name))
-    return str(pod["metadata"]["annotations"]["gang-extender.io/planned-node"])
+    """The member's planned-node annotation, once the service has written it."""
+
+    def annotation() -> str:
+        pod = raw.call("GET", path_of("api", "v1", "namespaces", namespace, "pods", name))
+        return str((pod["metadata"].get("annotations") or {}).get(PLANNED_NODE_ANNOTATION, ""))
+
+    return str(wait_until(annotation, timeout=30, what=f"the planned node of {name}"))
