@@ -328,3 +328,63 @@ def planned_node(raw: RawApi, namespace: str, name: str) -> str:
         return str((pod["metadata"].get("annotations") or {}).get(PLANNED_NODE_ANNOTATION, ""))
 
     return str(wait_until(annotation, timeout=30, what=f"the planned node of {name}"))
+
+
+@pytest.fixture
+def gpu_routing(gang_stack: Any) -> Iterator[None]:
+    """The service restarted with GANG_ROUTE_GPU_PODS=true, and back without it after."""
+    gang_stack.env["GANG_ROUTE_GPU_PODS"] = "true"
+    gang_stack.restart_service(kill=False)
+    try:
+        yield
+    finally:
+        del gang_stack.env["GANG_ROUTE_GPU_PODS"]
+        gang_stack.restart_service(kill=False)
+
+
+def test_routed_gpu_pods_of_the_default_scheduler_never_take_a_gangs_reserved_gpus(
+    gang_stack, raw, injected_namespace, gpu_nodes, gpu_routing
+) -> None:
+    namespace = injected_namespace
+    pool = gpu_nodes(1, gpus=4)
+    recorder = BindRecorder(raw, namespace)
+    create(raw, namespace, podgroup("routed", 2, scheduleTimeoutSeconds=120))
+    create(raw, namespace, gang_pod("routed-0", "routed", gpus=2, node_selector=pool.node_selector))
+    create(
+        raw,
+        namespace,
+        gang_pod("routed-1", "routed", gpus=2, node_selector=pool.node_selector, gated=True),
+    )
+    wait_until(lambda: barrier_waiting(gang_stack) >= 1, timeout=60, what="routed-0 in the barrier")
+
+    plain = create(
+        raw,
+        namespace,
+        gang_pod(
+            "plain-gpu", "", gpus=2, node_selector=pool.node_selector, scheduler="default-scheduler"
+        ),
+    )
+    assert plain["spec"]["schedulerName"] == "gang-extender", "the webhook routed it"
+    elsewhere = create(
+        raw,
+        namespace,
+        gang_pod("other-scheduler", "", gpus=2, node_selector=pool.node_selector, scheduler="mine"),
+    )
+    assert elsewhere["spec"]["schedulerName"] == "mine", "a chosen scheduler is left alone"
+
+    time.sleep(HOLD_OBSERVATION_SECONDS)
+    assert bound(list_pods(raw, namespace)) == [], "the routed pod must not take reserved GPUs"
+    ungate(raw, namespace, "routed-1")
+
+    def names_bound() -> list[str]:
+        return sorted(p["metadata"]["name"] for p in bound(list_pods(raw, namespace)))
+
+    wait_until(
+        lambda: names_bound() == ["routed-0", "routed-1"], timeout=120, what="the gang bound whole"
+    )
+    time.sleep(HOLD_OBSERVATION_SECONDS)
+    recorder.stop()
+    assert names_bound() == ["routed-0", "routed-1"], "the node is full: plain-gpu waits"
+    assert all(gpus <= 4 for gpus in recorder.max_gpus_per_node.values()), (
+        recorder.max_gpus_per_node
+    )
