@@ -45,6 +45,13 @@ def headline(results: dict[str, Any]) -> dict[str, float | None]:
     return out
 
 
+def _partial(run: dict[str, Any]) -> str:
+    """Partial gangs seen bound, and the service's own count when it reported one."""
+    counted = run.get("partial_gangs_counted")
+    seen = run["gangs_partially_bound"]
+    return str(seen) if counted is None else f"{seen} (counted {counted:g})"
+
+
 def _fmt(value: Any, digits: int = 2) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
@@ -202,7 +209,7 @@ def markdown(results: dict[str, Any]) -> str:
                 [
                     label,
                     f"{r['gangs_complete']}/{r['gangs']}",
-                    r["gangs_partially_bound"],
+                    _partial(r),
                     r["seconds"],
                     r["pods_per_second"],
                     f"{_fmt(r['gang_create_to_all_bound'].get('p50_ms'), 0)} / "

@@ -33,6 +33,8 @@ from extender.injection.admission import (
     render_pod_patch,
     wants_wiring,
 )
+from extender.injection.gpu_routing import route_to_gang_scheduler
+from extender.injection.patch import JsonPatchOp
 from extender.ports.indexes import (
     Claimant,
     IndexAllocatorPort,
@@ -55,11 +57,21 @@ class Admitter:
     """Wires pods of a group as they are created: membership, task index, patch."""
 
     def __init__(
-        self, allocator: IndexAllocatorPort, *, podgroup_reader: PodGroupReader | None = None
+        self,
+        allocator: IndexAllocatorPort,
+        *,
+        podgroup_reader: PodGroupReader | None = None,
+        route_gpu_pods: bool = False,
     ) -> None:
-        """`podgroup_reader` gives spec.minTaskMember; None: there are no PodGroups."""
+        """`podgroup_reader` gives spec.minTaskMember; None: there are no PodGroups.
+
+        `route_gpu_pods` (Settings.route_gpu_pods): pods requesting GPUs that are left
+        to the default scheduler get schedulerName gang-extender
+        (extender.injection.gpu_routing), group or not.
+        """
         self.allocator = allocator
         self.podgroup_reader = podgroup_reader
+        self.route_gpu_pods = route_gpu_pods
 
     async def admit(self, review: AdmissionRequest) -> dict[str, Any]:
         """The AdmissionReview answering `review` (see extender.injection.admission for the steps)."""
@@ -70,7 +82,7 @@ class Admitter:
         try:
             group = pod_group(pod)
             if group is None:
-                return allowed_response(review.uid)
+                return allowed_response(review.uid, self._routing(pod))
             podgroup = (
                 await asyncio.to_thread(self.podgroup_reader, namespace, group)
                 if self.podgroup_reader is not None
@@ -153,7 +165,10 @@ class Admitter:
             " (dry run)" if review.dry_run else "",
             len(patch),
         )
-        return allowed_response(review.uid, patch)
+        return allowed_response(review.uid, patch + self._routing(pod))
+
+    def _routing(self, pod: dict[str, Any]) -> list[JsonPatchOp]:
+        return route_to_gang_scheduler(pod) if self.route_gpu_pods else []
 
 
 def _deny(review: AdmissionRequest, message: str, *, code: int | None = None) -> dict[str, Any]:

@@ -67,6 +67,17 @@ class Settings(BaseSettings):
     # Binding requests in flight at once, each a blocking call on its own thread: a
     # released gang's members bind in parallel; a bigger gang binds in waves.
     binder_workers: int = Field(default=32, ge=1)
+    # A binding that failed transiently (no answer, 408, 429, 5xx) or with a 409 is
+    # read back and, still unbound, posted again after this wait (doubling), all
+    # within binding_timeout_seconds: a gang whose barrier released is finished, not
+    # left with one member missing because of one throttled request.
+    binding_retry_backoff_seconds: float = Field(default=0.2, gt=0)
+    # Opt-in: the webhook also sets spec.schedulerName: gang-extender on every pod
+    # that requests nvidia.com/gpu in namespaces labelled gang-extender.io/inject:
+    # enabled, so plain GPU pods there are filtered against gang reservations instead
+    # of being placed by the default scheduler, which does not see them. Needs the
+    # webhook's gpu-routing entry (deploy/webhook-gpu-routing.yaml).
+    route_gpu_pods: bool = Field(default=False)
     # A plan nobody acts on (a member the scheduler keeps rejecting for its own
     # reasons) must not hold capacity forever.
     default_schedule_timeout_seconds: float = Field(default=60.0, gt=0)

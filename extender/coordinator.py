@@ -5,6 +5,11 @@ events over with `call_soon_threadsafe`), so the core needs no locks. Effects
 the core emits are signalled to barrier waiters here and handed to the service
 (`effect_sink`) for the API writes: annotations, Events, status.
 
+A binding that fails is reported to the core with what the binder learned
+(`BindError.gone`, `.bound_to`); whether the gang keeps the member's reservation,
+counts it bound, or records a partial gang (`GangBroken`, counted here in
+gang_extender_partial_gangs_total) is the core's decision.
+
 The coordinator keeps no scheduling state of its own, only the barrier events:
 what a pod is, whether it may bind, and counting it on its node are the core's
 verbs (`asked_about`, `arrive`, `barrier_*`, `assume_bound` / `undo_assumption`,
@@ -25,6 +30,7 @@ from extender.domain.gang import (
     Effect,
     FilterDecision,
     GangBound,
+    GangBroken,
     GangCore,
     PlanDropped,
 )
@@ -117,7 +123,11 @@ class SchedulingCoordinator:
         except BindError as err:
             if assumption is not None:
                 self.core.undo_assumption(assumption, self.clock())
-            self.core.bind_failed(uid, str(err), self.clock())
+            if err.bound_to is not None:
+                # Someone else bound it: it holds capacity there, whatever we planned.
+                self.core.binding_succeeded(uid, err.bound_to, self.clock())
+            else:
+                self.core.bind_failed(uid, str(err), self.clock(), gone=err.gone)
             self.flush_effects()
             return f"binding {namespace}/{name} to {node}: {err}"
         if not assume and self.core.binding_succeeded(uid, node, self.clock()):
@@ -142,6 +152,12 @@ class SchedulingCoordinator:
                 event = self._barriers.pop(effect.plan.plan_id, None)
                 if event is not None:
                     event.set()
+            if isinstance(effect, GangBroken):
+                if effect.first:
+                    self.metrics.partial_gangs.inc()
+                plan = effect.plan
+                if self.core.barrier_state(plan.plan_id, plan.group) is BindVerdict.ERROR:
+                    self._barriers.pop(plan.plan_id, None)  # settled partial: nobody waits
         self.metrics.reservations.set(self.core.reserved_placements())
         self._effect_sink(effects)
 

@@ -68,6 +68,18 @@ class Metrics:
             "Bind barriers that timed out (the gang was released, nothing bound).",
             registry=r,
         )
+        self.partial_gangs = Counter(
+            "gang_extender_partial_gangs_total",
+            "Gangs released to bind that lost a member which can never be bound "
+            "(deleted, node gone): left with fewer members bound than planned.",
+            registry=r,
+        )
+        self.bind_retries = Counter(
+            "gang_extender_bind_retries_total",
+            "Binding requests tried again after a transient failure (no answer, 408, "
+            "409, 429, 5xx).",
+            registry=r,
+        )
         self.reservations = Gauge(
             "gang_extender_reservations",
             "Pods with capacity planned but not yet bound.",

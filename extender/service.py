@@ -153,7 +153,11 @@ class GangService:
             port=self.coordinator, metrics=self.metrics, max_request_bytes=s.max_request_bytes
         )
         webhook_app = create_webhook_app(
-            admitter=Admitter(self.allocator, podgroup_reader=self._podgroup_reader)
+            admitter=Admitter(
+                self.allocator,
+                podgroup_reader=self._podgroup_reader,
+                route_gpu_pods=s.route_gpu_pods,
+            )
         )
         time_admission(webhook_app, self.metrics)
         configs = [
@@ -238,6 +242,8 @@ def create_service(settings: Settings, deps: Deps | None = None) -> GangService:
             deps.raw,
             workers=settings.binder_workers,
             timeout_seconds=settings.binding_timeout_seconds,
+            retry_backoff_seconds=settings.binding_retry_backoff_seconds,
+            on_retry=metrics.bind_retries.inc,
         )
     )
     # The state flushes the core's effects through the coordinator, whose sink is

@@ -81,6 +81,18 @@ def _canary(env: BenchEnv, kind: str) -> float:
     return time.monotonic() - started
 
 
+def _service_counter(env: BenchEnv, name: str) -> float | None:
+    """An unlabelled counter of the gang-extender service; None when it cannot be read."""
+    try:
+        text = env.stack.metrics_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith(f"{name} "):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
 def _run_one(env: BenchEnv, kind: str, cfg: GangConfig) -> dict[str, Any]:
     canary = _canary(env, kind)
     namespace = env.namespace(f"bench-gang-{kind}")
@@ -118,6 +130,9 @@ def _run_one(env: BenchEnv, kind: str, cfg: GangConfig) -> dict[str, Any]:
         steady_pods_per_second=steady_rate(result["bound_at"]),
         max_gpus_on_a_node=max(gpus.values(), default=0),
     )
+    if kind == "gang-extender":
+        # The service's own count (GangPartial): must be 0, like the observed count above.
+        result["partial_gangs_counted"] = _service_counter(env, "gang_extender_partial_gangs_total")
     for key in ("node_of", "created_at"):
         result.pop(key)
     log.info(

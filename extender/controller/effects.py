@@ -21,7 +21,15 @@ from typing import Any
 
 from extender.config import Settings
 from extender.controller.cluster_state import ClusterState
-from extender.domain.gang import Effect, GangBound, GangCore, PlanCreated, PlanDropped
+from extender.domain.gang import (
+    Effect,
+    GangBound,
+    GangBroken,
+    GangCore,
+    MemberBindFailed,
+    PlanCreated,
+    PlanDropped,
+)
 from extender.domain.membership import GroupKey
 from extender.kube.rawapi import KubeError, RawApi
 from extender.kube.writers import api_error_summary, emit_event, is_transient, set_planned_node
@@ -219,6 +227,25 @@ class EffectWriter:
             )
             await self._event_on_members(
                 plan.group, "GangScheduled", f"gang {plan.group} bound: {placement}", "Normal"
+            )
+        elif isinstance(effect, MemberBindFailed):
+            log.warning("gang %s: binding %s failed: %s", plan.group, effect.member, effect.reason)
+            await self._event_on_members(
+                plan.group,
+                "GangBindFailed",
+                f"gang {plan.group}: binding {effect.member} failed ({effect.reason}); it keeps "
+                "its reservation and kube-scheduler retries it",
+                "Warning",
+            )
+        elif isinstance(effect, GangBroken):
+            # The partial-gang metric is counted by the coordinator, which sees every effect.
+            log.warning("gang %s partial: %s: %s", plan.group, effect.member, effect.cause)
+            await self._event_on_members(
+                plan.group,
+                "GangPartial",
+                f"gang {plan.group} is partial: {effect.member} cannot be bound "
+                f"({effect.cause}); {effect.bound}/{len(plan.placements)} planned members bound",
+                "Warning",
             )
 
     async def _event_on_members(

@@ -11,7 +11,9 @@ Filter decision order for a pod:
     taken out.
  2. Group misdeclared (two groups, members disagree on size, bad PodGroup) -> REJECT.
  3. Group has a plan that includes the pod -> PLANNED on its node (if kube-scheduler
-    still offers that node; else the plan is dropped and the gang waits).
+    still offers that node; else the plan is dropped and the gang waits, unless its
+    barrier released: then the member waits for its node, and a node that is gone
+    loses the member, GangBroken).
  4. Group backing off after a dropped plan, or fewer than minMember members -> WAIT.
  5. Nothing changed since the last failed attempt -> WAIT (memoised shortfall).
  6. Plan every unbound member (or, failing that, just enough to reach minMember)
@@ -31,8 +33,25 @@ plan is refused; a plain pod is bound at once unless a gang reserved the room on
 its node after it passed filter (then refused, and kube-scheduler retries it).
 Around the binding call: a plain pod is counted on its node before the call
 (`assume_bound`, undone by `undo_assumption` if the binding fails), a planned
-member after it (`binding_succeeded`); a failed binding drops the member's plan
-(`bind_failed`).
+member after it (`binding_succeeded`).
+
+Bind decision order for a planned member (the barrier, `arrive`):
+ 1. Plan released already (a member whose binding failed, retried by
+    kube-scheduler): bind again on the planned node if the node still has room,
+    else refuse (kept reserved; kube-scheduler retries).
+ 2. Reached bind on another node than planned: the plan is dropped, nothing bound.
+ 3. Other members still missing: WAIT (bounded by the barrier timeout, then dropped).
+ 4. Last member arrived: every planned node is re-checked against the snapshot,
+    which counts every bound pod whoever bound it (the default scheduler does not
+    see reservations). A node short of room: the plan is dropped and re-made,
+    nothing bound. Else RELEASE: from here the plan is never dropped.
+
+After release (`bind_failed`, `observe_pod`, `forget_pod`): a binding that failed
+keeps the member's reservation (`MemberBindFailed`, kube-scheduler retries it onto
+its planned node); a member that can never be bound (deleted, bound elsewhere by
+someone else is not one: it is bound) is lost: `GangBroken`, the group's failure
+record that the service turns into a Warning Event and a metric and that the
+lifecycle policy (restart/abort) will act on. A gang never ends partial silently.
 """
 
 from __future__ import annotations
@@ -112,7 +131,31 @@ class GangBound:
     plan: Plan
 
 
-Effect = PlanCreated | PlanDropped | GangBound
+@dataclass(frozen=True)
+class MemberBindFailed:
+    """A released member's binding failed; it keeps its reservation and is retried."""
+
+    plan: Plan
+    member: str  # "ns/name"
+    reason: str
+
+
+@dataclass(frozen=True)
+class GangBroken:
+    """A released gang lost a member that can never be bound: the gang is partial.
+
+    The hook for the gang's lifecycle policy (restart, abort); today the service
+    turns it into a Warning Event and counts the gang once (`first`).
+    """
+
+    plan: Plan
+    member: str  # "ns/name"
+    cause: str
+    bound: int  # members of the plan bound when the loss was seen
+    first: bool  # the plan's first loss: count the gang once
+
+
+Effect = PlanCreated | PlanDropped | GangBound | MemberBindFailed | GangBroken
 
 
 @dataclass
@@ -191,9 +234,13 @@ class GangCore:
 
         plan = self.ledger.plans.get(key)
         if plan is not None:
-            node = plan.placements.get(pod.uid)
+            node = plan.placements.get(pod.uid) if pod.uid not in plan.lost else None
             if node is None or node in candidates:
                 return self._planned_answer(plan, pod, candidates)
+            if plan.released:
+                return self._hold(
+                    candidates, Verdict.WAIT, self._released_elsewhere(plan, pod, now)
+                )
             self._drop(
                 plan,
                 f"kube-scheduler no longer offers planned node {node} for {pod.ref}",
@@ -269,6 +316,21 @@ class GangCore:
         self._say(state, f"gang {key}: planned {len(plan.placements)} members, binding")
         self.effects.append(PlanCreated(plan))
         return plan
+
+    def _released_elsewhere(self, plan: Plan, pod: PodInfo, now: float) -> str:
+        """A released member whose planned node kube-scheduler does not offer now.
+
+        Its reservation is kept (the others may be bound): kube-scheduler's filters
+        may reject the node for a while. A node that is gone is a loss for the gang.
+        """
+        node = plan.placements[pod.uid]
+        if node not in self.snapshot.nodes:
+            self._lose(plan, pod.uid, f"its planned node {node} is gone", now)
+            return self.groups[plan.group].message
+        return (
+            f"gang {plan.group}: {pod.ref} keeps its reservation on {node}, which "
+            "kube-scheduler does not offer now; waiting for it"
+        )
 
     def _planned_answer(
         self, plan: Plan, pod: PodInfo, candidates: Sequence[str]
@@ -365,6 +427,8 @@ class GangCore:
                 )
             return BindDecision(BindVerdict.BIND_NOW)
         planned = plan.placements[uid]
+        if plan.released:
+            return self._arrive_after_release(plan, uid, node)
         if planned != node:
             self._drop(plan, f"{plan.names[uid]} reached bind on {node}, planned {planned}", now)
             return BindDecision(
@@ -373,9 +437,67 @@ class GangCore:
         plan.arrived[uid] = node
         if plan.barrier_started is None:
             plan.barrier_started = now
-        if plan.barrier_complete:
-            return BindDecision(BindVerdict.RELEASE, plan.plan_id, plan.group)
-        return BindDecision(BindVerdict.WAIT, plan.plan_id, plan.group)
+        if not plan.barrier_complete:
+            return BindDecision(BindVerdict.WAIT, plan.plan_id, plan.group)
+        short = self._short_nodes(plan)
+        if short:
+            self._drop(plan, f"{short} before the gang was bound; re-planning", now)
+            return BindDecision(
+                BindVerdict.ERROR, plan.plan_id, plan.group, self.groups[plan.group].message
+            )
+        plan.released = True
+        return BindDecision(BindVerdict.RELEASE, plan.plan_id, plan.group)
+
+    def _arrive_after_release(self, plan: Plan, uid: str, node: str) -> BindDecision:
+        """A released member back at bind (its binding failed): its planned node, if it has room."""
+        planned = plan.placements[uid]
+        if planned != node:
+            return BindDecision(
+                BindVerdict.ERROR,
+                plan.plan_id,
+                plan.group,
+                f"gang {plan.group}: {plan.names[uid]} is reserved on {planned}, not {node}; "
+                "retrying",
+            )
+        short = self._short_nodes(plan, only=uid)
+        if short:
+            return BindDecision(
+                BindVerdict.ERROR,
+                plan.plan_id,
+                plan.group,
+                f"gang {plan.group}: {short}; {plan.names[uid]} keeps its reservation and "
+                "waits for room",
+            )
+        plan.arrived[uid] = node
+        return BindDecision(BindVerdict.RELEASE, plan.plan_id, plan.group)
+
+    def _short_nodes(self, plan: Plan, only: str | None = None) -> str:
+        """Why a node of the plan's unbound members (or of `only`) lacks room, "" if none does.
+
+        The snapshot counts every bound pod, whoever bound it, and the ledger every
+        reservation, this plan's included: a negative remainder means something
+        outside the plans (the default scheduler, a pod bound by hand) took the room.
+        """
+        members = [only] if only is not None else sorted(plan.unbound)
+        for node in sorted({plan.placements[uid] for uid in members}):
+            if node not in self.snapshot.nodes:
+                return f"planned node {node} is gone"
+            free = self.free_after_reservations(node)
+            wanted = {
+                name
+                for uid in plan.unbound
+                if plan.placements[uid] == node
+                for name, value in plan.requests[uid].items()
+                if value > 0
+            }
+            over = sorted(name for name in wanted if free.get(name, 0) < 0)
+            if over:
+                return (
+                    f"node {node} has no room left for its reservations ({', '.join(over)} "
+                    f"short by {', '.join(str(-free.get(n, 0)) for n in over)}): pods bound "
+                    "outside the plan took it"
+                )
+        return ""
 
     def barrier_deadline(self, plan_id: int, group: GroupKey) -> float | None:
         plan = self.ledger.plans.get(group)
@@ -388,11 +510,11 @@ class GangCore:
         plan = self.ledger.plans.get(group)
         if plan is None or plan.plan_id != plan_id:
             return BindVerdict.ERROR
-        return BindVerdict.RELEASE if plan.barrier_complete else BindVerdict.WAIT
+        return BindVerdict.RELEASE if plan.released else BindVerdict.WAIT
 
     def barrier_timed_out(self, plan_id: int, group: GroupKey, now: float) -> str:
         plan = self.ledger.plans.get(group)
-        if plan is not None and plan.plan_id == plan_id and not plan.barrier_complete:
+        if plan is not None and plan.plan_id == plan_id and not plan.released:
             missing = ", ".join(sorted(plan.names[u] for u in plan.waiting_for))
             self._drop(plan, f"bind barrier timed out waiting for {missing}", now, timed_out=True)
         state = self.groups.get(group)
@@ -449,11 +571,66 @@ class GangCore:
         self.observe_pod(bound, now)
         return bound
 
-    def bind_failed(self, uid: str, reason: str, now: float) -> None:
-        """The binding call failed: drop the member's plan (its gang is re-planned)."""
+    def bind_failed(self, uid: str, reason: str, now: float, *, gone: bool = False) -> None:
+        """The binding call failed for good (the binder retried what was transient).
+
+        Before release nothing of the plan is bound: drop it, the gang is re-planned.
+        After release the others may be bound: the member keeps its reservation and
+        kube-scheduler retries it onto its planned node (`MemberBindFailed`), unless
+        it is `gone` (deleted or re-created): then the gang lost it (`GangBroken`).
+        """
         plan = self.ledger.plan_of(uid)
-        if plan is not None:
+        if plan is None:
+            return
+        if not plan.released:
             self._drop(plan, f"binding {plan.names[uid]} failed: {reason}", now)
+            return
+        if gone:
+            self._lose(plan, uid, f"binding failed: {reason}", now)
+            return
+        plan.arrived.pop(uid, None)
+        state = self.groups.setdefault(plan.group, GroupState())
+        self._say(
+            state,
+            f"gang {plan.group}: binding {plan.names[uid]} failed ({reason}); it keeps its "
+            f"reservation on {plan.placements[uid]} and is retried",
+        )
+        self.effects.append(MemberBindFailed(plan, plan.names[uid], reason))
+
+    def _lose(self, plan: Plan, uid: str, cause: str, now: float) -> None:
+        """A released member can never be bound: record the partial gang, free its room."""
+        first = not plan.lost
+        plan.lost[uid] = cause
+        plan.arrived.pop(uid, None)
+        self.ledger.forget_member(uid)
+        state = self.groups.setdefault(plan.group, GroupState())
+        self._say(
+            state,
+            f"gang {plan.group} is partial: {plan.names[uid]} cannot be bound ({cause}); "
+            f"{len(plan.bound - set(plan.lost))}/{len(plan.placements)} planned members bound",
+        )
+        self.effects.append(
+            GangBroken(
+                plan, plan.names[uid], cause, bound=len(plan.bound - set(plan.lost)), first=first
+            )
+        )
+        self._settle(plan, now)
+
+    def _settle(self, plan: Plan, now: float) -> None:
+        """Retire a plan whose every member is bound or lost; GangBound when whole."""
+        if not plan.fully_bound or self.ledger.plans.get(plan.group) is not plan:
+            return
+        self.ledger.drop(plan.group)
+        state = self.groups.setdefault(plan.group, GroupState())
+        if plan.lost:
+            # The lifecycle policy decides what a partial gang becomes; until then the
+            # group is re-planned for members created to replace the lost ones.
+            state.waiting = True
+            state.shortfall_generation = None
+            self.group_changed(plan.group, now)
+            return
+        self._say(state, f"gang {plan.group}: all {len(plan.placements)} planned members bound")
+        self.effects.append(GangBound(plan))
 
     # --------------------------------------------------------- observations
     def observe_pod(self, pod: PodInfo, now: float) -> None:
@@ -461,21 +638,17 @@ class GangCore:
         self.snapshot.upsert_pod(pod)
         plan = self.ledger.plan_of(pod.uid)
         if plan is None:
+            if pod.deleting or pod.phase in ("Succeeded", "Failed"):
+                self._bound_member_gone(pod, f"member {pod.ref} is gone", now)
             if pod.group is not None and pod.is_active_member:
                 self.group_changed(pod.group, now)
             return
-        if pod.deleting or pod.phase in ("Succeeded", "Failed"):
-            self._drop(plan, f"member {pod.ref} is gone", now)
-            return
         if pod.is_bound:
             self.ledger.mark_bound(pod.uid)
-            if plan.fully_bound:
-                self.ledger.drop(plan.group)
-                state = self.groups.setdefault(plan.group, GroupState())
-                self._say(
-                    state, f"gang {plan.group}: all {len(plan.placements)} planned members bound"
-                )
-                self.effects.append(GangBound(plan))
+            self._settle(plan, now)
+            return
+        if pod.deleting or pod.phase in ("Succeeded", "Failed"):
+            self._member_gone(plan, pod.uid, f"member {pod.ref} is gone", now)
 
     def group_changed(self, key: GroupKey, now: float) -> None:
         """A member or the PodGroup of `key` changed: plan now if that completes a held gang.
@@ -498,7 +671,9 @@ class GangCore:
         self.restrictions.pop(uid, None)
         plan = self.ledger.plan_of(uid)
         if plan is not None:
-            self._drop(plan, f"member {plan.names[uid]} was deleted", now)
+            self._member_gone(plan, uid, f"member {plan.names[uid]} was deleted", now)
+        elif pod is not None:
+            self._bound_member_gone(pod, f"member {pod.ref} was deleted", now)
         if (
             pod is not None
             and pod.group is not None
@@ -507,10 +682,26 @@ class GangCore:
         ):
             self.groups.pop(pod.group, None)
 
+    def _member_gone(self, plan: Plan, uid: str, reason: str, now: float) -> None:
+        """An unbound planned member was deleted: before release the plan is dropped
+        (nothing bound), after it the gang lost the member."""
+        if plan.released:
+            self._lose(plan, uid, reason, now)
+        else:
+            self._drop(plan, reason, now)
+
+    def _bound_member_gone(self, pod: PodInfo, reason: str, now: float) -> None:
+        """A bound member went away while its plan still binds the others: the gang
+        is partial before it ever ran whole. (After the plan settled, a member that
+        goes away is the lifecycle policy's business, not the binding's.)"""
+        plan = self.ledger.plans.get(pod.group) if pod.group is not None else None
+        if plan is not None and pod.uid in plan.bound and pod.uid not in plan.lost:
+            self._lose(plan, pod.uid, reason, now)
+
     # --------------------------------------------------------------- expiry
     def expire(self, now: float) -> None:
         for plan in list(self.ledger.plans.values()):
-            if now >= plan.deadline and not plan.barrier_complete:
+            if now >= plan.deadline and not plan.released:
                 missing = ", ".join(sorted(plan.names[u] for u in plan.waiting_for))
                 self._drop(
                     plan,
@@ -531,7 +722,7 @@ class GangCore:
 
     def reserved_placements(self) -> int:
         """Planned members not bound yet, each holding a reservation (a metrics gauge)."""
-        return sum(len(p.placements) - len(p.bound) for p in self.ledger.plans.values())
+        return sum(len(p.unbound) for p in self.ledger.plans.values())
 
     def drain_effects(self) -> list[Effect]:
         effects, self.effects = self.effects, []

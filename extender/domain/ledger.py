@@ -2,7 +2,9 @@
 
 A plan reserves a node for every member at once, so two gangs can never each
 hold part of what both need (no deadlock). A member's reservation ends when the
-pod is seen bound (then the snapshot counts it) or the plan is dropped.
+pod is seen bound (then the snapshot counts it), when the member is lost after
+its barrier released (deleted, bound elsewhere by someone else: `forget_member`),
+or when the plan is dropped.
 """
 
 from __future__ import annotations
@@ -28,11 +30,21 @@ class Plan:
     bound: set[str] = field(default_factory=set)
     arrived: dict[str, str] = field(default_factory=dict)  # pod uid -> node at bind
     barrier_started: float | None = None
+    # Set once the barrier released (after the re-check of every planned node): from
+    # then on the plan is never dropped; unbound members keep their reservations until
+    # bound or lost, so a failed binding is retried onto the same node.
+    released: bool = False
+    lost: dict[str, str] = field(default_factory=dict)  # pod uid -> why it cannot be bound
 
     @property
     def waiting_for(self) -> set[str]:
         """Planned members that have not reached bind yet."""
-        return set(self.placements) - self.bound - set(self.arrived)
+        return set(self.placements) - self.bound - set(self.arrived) - set(self.lost)
+
+    @property
+    def unbound(self) -> set[str]:
+        """Planned members still holding a reservation: neither bound nor lost."""
+        return set(self.placements) - self.bound - set(self.lost)
 
     @property
     def barrier_complete(self) -> bool:
@@ -40,7 +52,8 @@ class Plan:
 
     @property
     def fully_bound(self) -> bool:
-        return self.bound >= set(self.placements)
+        """Every member that can still be bound is: the plan is settled (whole if none lost)."""
+        return not self.unbound
 
 
 class Ledger:
@@ -84,6 +97,16 @@ class Ledger:
         self.generation += 1
         return plan
 
+    def forget_member(self, uid: str) -> Plan | None:
+        """A planned member will never be bound here: give its reservation back."""
+        key = self._plan_of.pop(uid, None)
+        if key is None:
+            return None
+        plan = self.plans[key]
+        self._release(plan.placements[uid], plan.requests[uid])
+        self.generation += 1
+        return plan
+
     def drop(self, group: GroupKey) -> Plan | None:
         plan = self.plans.pop(group, None)
         if plan is None:
@@ -116,6 +139,6 @@ class Ledger:
                 plan.group
                 for plan in self.plans.values()
                 for uid, n in plan.placements.items()
-                if n == node and uid not in plan.bound
+                if n == node and uid in plan.unbound
             }
         )

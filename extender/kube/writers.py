@@ -7,8 +7,10 @@ them in a thread (`asyncio.to_thread` or the binder's pool).
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -22,6 +24,8 @@ WRITE_TIMEOUT_SECONDS = 30.0
 # Answers worth trying again: no answer at all (0), request timeout, throttled, and
 # the server-side failures a restarting or overloaded API server gives.
 TRANSIENT_STATUSES = frozenset({0, 408, 429, 500, 502, 503, 504})
+HTTP_NOT_FOUND = 404
+HTTP_CONFLICT = 409
 
 
 def is_transient(err: KubeError) -> bool:
@@ -46,13 +50,33 @@ def api_error_summary(err: BaseException) -> str:
 class ApiBinder:
     """Binds through the `pods/binding` subresource; a gang's binds go out in parallel.
 
-    The service passes `Settings.binder_workers` and `Settings.binding_timeout_seconds`
-    (the reasons are there); the defaults are the same values.
+    A transient failure (no answer, 408, 429, 5xx) or a 409 is not the end: the pod
+    is read back first, because the binding may have landed before the answer was
+    lost. On `node` already: success. Bound elsewhere, deleted or re-created: a
+    BindError saying so (`bound_to`, `gone`). Still unbound: posted again after
+    `retry_backoff_seconds` (doubling), all attempts within `timeout_seconds` in
+    total, so a bind still answers inside the scheduler's extender httpTimeout.
+
+    The service passes `Settings.binder_workers`, `Settings.binding_timeout_seconds`
+    and `Settings.binding_retry_backoff_seconds` (the reasons are there); the
+    defaults are the same values.
     """
 
-    def __init__(self, raw: RawApi, *, workers: int = 32, timeout_seconds: float = 10.0) -> None:
+    def __init__(
+        self,
+        raw: RawApi,
+        *,
+        workers: int = 32,
+        timeout_seconds: float = 10.0,
+        retry_backoff_seconds: float = 0.2,
+        on_retry: Callable[[], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.raw = raw
         self.timeout_seconds = timeout_seconds
+        self.retry_backoff_seconds = retry_backoff_seconds
+        self._on_retry = on_retry
+        self._clock = clock
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="bind")
 
     async def bind(self, *, namespace: str, name: str, uid: str, node: str) -> None:
@@ -64,14 +88,60 @@ class ApiBinder:
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
         path = path_of("api", "v1", "namespaces", namespace, "pods", name, "binding")
-        loop = asyncio.get_running_loop()
+        started = self._clock()
+        delay = self.retry_backoff_seconds
+        timeout = self.timeout_seconds
+        while True:
+            try:
+                await self._run(
+                    functools.partial(self.raw.call, "POST", path, body=body, timeout=timeout)
+                )
+                return
+            except KubeError as err:
+                if not (is_transient(err) or err.status == HTTP_CONFLICT):
+                    raise BindError(str(err), gone=err.status == HTTP_NOT_FOUND) from None
+                failure = err
+            if await self._landed(namespace, name, uid, node, failure):
+                return
+            remaining = self.timeout_seconds - (self._clock() - started) - delay
+            if remaining <= 0:
+                raise BindError(f"{failure} (gave up after {self.timeout_seconds:g}s)")
+            await asyncio.sleep(delay)
+            delay *= 2
+            timeout = remaining
+            if self._on_retry is not None:
+                self._on_retry()
+
+    async def _landed(
+        self, namespace: str, name: str, uid: str, node: str, failure: KubeError
+    ) -> bool:
+        """After a failed POST: True if the pod is on `node`; BindError if it never will be.
+
+        False when it is still unbound (or could not be read): worth posting again.
+        """
+        path = path_of("api", "v1", "namespaces", namespace, "pods", name)
         try:
-            await loop.run_in_executor(
-                self._pool,
-                lambda: self.raw.call("POST", path, body=body, timeout=self.timeout_seconds),
-            )
+            pod = await self._run(lambda: self.raw.call("GET", path, timeout=self.timeout_seconds))
         except KubeError as err:
-            raise BindError(str(err)) from None
+            if err.status == HTTP_NOT_FOUND:
+                raise BindError(
+                    f"{failure}; pod {namespace}/{name} was deleted", gone=True
+                ) from None
+            return False
+        meta = pod.get("metadata") or {}
+        if meta.get("uid") != uid or meta.get("deletionTimestamp"):
+            raise BindError(f"{failure}; pod {namespace}/{name} was deleted", gone=True)
+        bound = (pod.get("spec") or {}).get("nodeName")
+        if bound == node:
+            return True
+        if bound:
+            raise BindError(
+                f"{failure}; pod {namespace}/{name} is bound to {bound}", bound_to=bound
+            )
+        return False
+
+    async def _run(self, call: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        return await asyncio.get_running_loop().run_in_executor(self._pool, call)
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

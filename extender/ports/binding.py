@@ -10,11 +10,23 @@ from typing import Protocol
 
 
 class BindError(Exception):
-    """The API server refused a binding; the message is the scheduler's error text."""
+    """The API server refused a binding; the message is the scheduler's error text.
+
+    `gone`: the pod was deleted (or re-created under a new uid), so it can never be
+    bound. `bound_to`: the pod is bound to that other node (someone else bound it).
+    Neither: the binding failed and may succeed when kube-scheduler retries it.
+    """
+
+    def __init__(self, message: str, *, gone: bool = False, bound_to: str | None = None) -> None:
+        super().__init__(message)
+        self.gone = gone
+        self.bound_to = bound_to
 
 
 class Binder(Protocol):
     async def bind(self, *, namespace: str, name: str, uid: str, node: str) -> None:
         """POST pods/binding. Raises BindError. Must not be retried blindly: a 409
-        means someone else bound the pod."""
+        means someone bound the pod, maybe us. An implementation that retries reads
+        the pod first: already on `node` is success, elsewhere or gone a BindError
+        saying so."""
         ...

@@ -47,6 +47,23 @@ def raw(api: k8s.ApiClient) -> RawApi:
     return RawApi(api)
 
 
+def service_metric(stack: GangStack, name: str) -> float:
+    """One unlabelled sample of the service's own metrics; 0 when not exported yet."""
+    for line in stack.metrics_text().splitlines():
+        if line.startswith(f"{name} "):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+@pytest.fixture
+def no_partial_gangs(gang_stack: GangStack) -> Iterator[None]:
+    """After the test: the service counted no partial gang (issue #11: never one, anywhere)."""
+    yield
+    assert service_metric(gang_stack, "gang_extender_partial_gangs_total") == 0, (
+        "a gang was left partial: look for GangPartial Events"
+    )
+
+
 @pytest.fixture
 def injected_namespace(
     api: k8s.ApiClient, core: k8s.CoreV1Api, gang_stack: GangStack

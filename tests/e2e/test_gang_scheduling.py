@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import time
 
-from tests.e2e.gang_fixtures import (
+import pytest
+
+from tests.e2e.gang_fixtures import (  # noqa: F401 (no_partial_gangs is a fixture)
     BindRecorder,
     bound,
     condition_message,
@@ -17,6 +19,7 @@ from tests.e2e.gang_fixtures import (
     gang_pod,
     get_podgroup,
     list_pods,
+    no_partial_gangs,
     planned,
     podgroup,
     ungate,
@@ -24,6 +27,9 @@ from tests.e2e.gang_fixtures import (
 )
 
 HOLD_OBSERVATION_SECONDS = 6  # long enough for several scheduler retries of a held gang
+
+# Every gang here ends whole or empty: the service's partial-gang counter stays 0.
+pytestmark = pytest.mark.usefixtures("no_partial_gangs")
 
 
 def test_seed_horovod_job_waits_for_a_gpu_node_then_binds_all_four(

@@ -1,0 +1,39 @@
+"""Route plain GPU pods to the gang scheduler, so they respect gang reservations.
+
+The default scheduler does not see this service's reservations: a GPU pod it places
+may take the room a gang waiting in its bind barrier was planned on. With
+`Settings.route_gpu_pods`, the webhook gives every pod that requests
+`nvidia.com/gpu` in an opted-in namespace `spec.schedulerName: gang-extender`;
+kube-scheduler's gang-extender profile then places it like any other pod, except
+never onto capacity reserved for a gang (filter decision order, step 1).
+
+Only pods left to the default scheduler are routed (no schedulerName, or
+`default-scheduler`): a pod that names another scheduler chose it on purpose.
+Pure: a function of the pod, returning JSON-patch ops.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from extender.domain.membership import SCHEDULER_NAME
+from extender.domain.quantity import pod_gpus
+from extender.injection.patch import JsonPatchOp, pointer, set_member
+
+DEFAULT_SCHEDULER = "default-scheduler"
+
+
+def wants_routing(pod: Mapping[str, Any]) -> bool:
+    """The pod requests GPUs and is left to the default scheduler."""
+    spec = pod.get("spec") or {}
+    if spec.get("schedulerName") not in (None, "", DEFAULT_SCHEDULER):
+        return False
+    return pod_gpus(spec) > 0
+
+
+def route_to_gang_scheduler(pod: Mapping[str, Any]) -> list[JsonPatchOp]:
+    """Ops that set the pod's schedulerName to gang-extender; none when it is not wanted."""
+    if not wants_routing(pod):
+        return []
+    return set_member(dict(pod.get("spec") or {}), pointer("spec"), "schedulerName", SCHEDULER_NAME)

@@ -1,0 +1,228 @@
+"""Whole gang or nothing: the barrier's re-check and binding after release (pure core).
+
+Situations from issue #11: the default scheduler binding onto a planned node while
+the gang waits in the barrier, and a member's binding failing after the release.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from extender.domain.gang import (
+    BindVerdict,
+    GangBound,
+    GangBroken,
+    GangCore,
+    MemberBindFailed,
+    PlanDropped,
+    Timeouts,
+    Verdict,
+)
+from extender.domain.model import NodeInfo, PodInfo
+from extender.domain.policy import Policy
+from tests.builders import make_node, make_pod
+
+T0 = 1_000_000.0
+GPU = "nvidia.com/gpu"
+
+
+def core_with(nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> GangCore:
+    core = GangCore(policy=Policy(), timeouts=Timeouts(60, 30, 2))
+    for n in nodes:
+        core.snapshot.upsert_node(NodeInfo.from_api(n))
+    for p in pods:
+        core.observe_pod(PodInfo.from_api(p), T0)
+    return core
+
+
+def pod_info(core: GangCore, name: str) -> PodInfo:
+    return next(p for p in core.snapshot.pods.values() if p.name == name)
+
+
+def planned_pair(gpus: int = 2) -> GangCore:
+    """Gang g of two members (`gpus` each) planned on n1 (4 GPUs), nothing arrived yet."""
+    pods = [make_pod(f"w{i}").group("g").min_available(2).gpus(gpus).obj() for i in range(2)]
+    core = core_with([make_node("n1").gpus(4).obj()], pods)
+    assert core.filter(pod_info(core, "w0"), ["n1"], T0).verdict is Verdict.PLANNED
+    core.drain_effects()
+    return core
+
+
+def released_pair() -> GangCore:
+    core = planned_pair()
+    assert core.arrive(pod_info(core, "w0").uid, "n1", T0 + 1).verdict is BindVerdict.WAIT
+    assert core.arrive(pod_info(core, "w1").uid, "n1", T0 + 1).verdict is BindVerdict.RELEASE
+    return core
+
+
+def bind(core: GangCore, name: str, node: str, now: float = T0 + 2) -> None:
+    core.observe_pod(dataclasses.replace(pod_info(core, name), node_name=node), now)
+
+
+def default_scheduler_binds(core: GangCore, name: str, node: str, gpus: int) -> None:
+    """A pod of the default scheduler, seen by the watch already bound."""
+    core.observe_pod(PodInfo.from_api(make_pod(name).gpus(gpus).node(node).obj()), T0 + 1)
+
+
+def test_a_default_scheduler_pod_on_a_planned_node_stops_the_release_and_nothing_binds() -> None:
+    core = planned_pair()
+    first = core.arrive(pod_info(core, "w0").uid, "n1", T0 + 1)
+    default_scheduler_binds(core, "intruder", "n1", 1)
+    last = core.arrive(pod_info(core, "w1").uid, "n1", T0 + 2)
+    assert last.verdict is BindVerdict.ERROR
+    assert "node n1 has no room left for its reservations" in last.message
+    assert first.plan_id is not None and first.group is not None
+    assert core.barrier_state(first.plan_id, first.group) is BindVerdict.ERROR
+    assert core.ledger.plans == {}
+    assert [type(e) for e in core.drain_effects()] == [PlanDropped]
+
+
+def test_the_gang_is_planned_again_once_the_room_is_back() -> None:
+    core = planned_pair()
+    core.arrive(pod_info(core, "w0").uid, "n1", T0 + 1)
+    default_scheduler_binds(core, "intruder", "n1", 1)
+    core.arrive(pod_info(core, "w1").uid, "n1", T0 + 2)
+    held = core.filter(pod_info(core, "w0"), ["n1"], T0 + 10)
+    assert held.verdict is Verdict.WAIT
+    core.forget_pod(pod_info(core, "intruder").uid, T0 + 11)
+    assert core.filter(pod_info(core, "w0"), ["n1"], T0 + 12).verdict is Verdict.PLANNED
+
+
+def test_a_pod_outside_the_plan_on_a_node_with_room_to_spare_does_not_stop_the_release() -> None:
+    core = planned_pair(gpus=1)
+    core.arrive(pod_info(core, "w0").uid, "n1", T0 + 1)
+    default_scheduler_binds(core, "neighbour", "n1", 2)
+    assert core.arrive(pod_info(core, "w1").uid, "n1", T0 + 2).verdict is BindVerdict.RELEASE
+
+
+def test_a_failed_binding_after_release_keeps_the_members_reservation() -> None:
+    core = released_pair()
+    bind(core, "w0", "n1")
+    core.bind_failed(pod_info(core, "w1").uid, "500: etcd leader changed", T0 + 3)
+    effects = core.drain_effects()
+    assert [type(e) for e in effects] == [MemberBindFailed]
+    assert core.ledger.plans, "the plan stays"
+    assert core.ledger.reserved("n1").get(GPU) == 2
+    # kube-scheduler retries the member: filter gives its planned node, bind releases at once
+    assert core.filter(pod_info(core, "w1"), ["n1"], T0 + 4).nodes == ["n1"]
+    assert core.arrive(pod_info(core, "w1").uid, "n1", T0 + 5).verdict is BindVerdict.RELEASE
+    bind(core, "w1", "n1", T0 + 6)
+    assert [type(e) for e in core.drain_effects()] == [GangBound]
+
+
+def test_a_released_plan_is_not_expired_by_the_schedule_timeout() -> None:
+    core = released_pair()
+    bind(core, "w0", "n1")
+    core.bind_failed(pod_info(core, "w1").uid, "429: throttled", T0 + 3)
+    core.expire(T0 + 3600)
+    assert core.ledger.plans
+
+
+def test_a_plain_pod_cannot_take_the_room_kept_for_a_member_whose_binding_failed() -> None:
+    core = released_pair()
+    bind(core, "w0", "n1")
+    core.bind_failed(pod_info(core, "w1").uid, "503", T0 + 3)
+    core.observe_pod(PodInfo.from_api(make_pod("plain").gpus(2).obj()), T0 + 3)
+    decision = core.filter(pod_info(core, "plain"), ["n1"], T0 + 4)
+    assert decision.nodes == []
+    assert "reserved for gang default/g" in decision.failed["n1"]
+
+
+def test_a_retried_member_whose_room_was_taken_waits_instead_of_over_committing() -> None:
+    core = released_pair()
+    bind(core, "w0", "n1")
+    core.bind_failed(pod_info(core, "w1").uid, "503", T0 + 3)
+    default_scheduler_binds(core, "intruder", "n1", 2)
+    retried = core.arrive(pod_info(core, "w1").uid, "n1", T0 + 4)
+    assert retried.verdict is BindVerdict.ERROR
+    assert "keeps its reservation and waits for room" in retried.message
+    core.forget_pod(pod_info(core, "intruder").uid, T0 + 5)
+    assert core.arrive(pod_info(core, "w1").uid, "n1", T0 + 6).verdict is BindVerdict.RELEASE
+
+
+def test_a_member_deleted_after_release_breaks_the_gang_loudly() -> None:
+    core = released_pair()
+    bind(core, "w0", "n1")
+    core.drain_effects()
+    core.forget_pod(pod_info(core, "w1").uid, T0 + 3)
+    [broken] = core.drain_effects()
+    assert isinstance(broken, GangBroken)
+    assert (broken.member, broken.bound, broken.first) == ("default/w1", 1, True)
+    assert "was deleted" in broken.cause
+    assert core.ledger.plans == {}, "nothing left to bind: the plan is settled"
+    assert core.ledger.reserved("n1").get(GPU, 0) == 0
+
+
+def test_a_binding_that_finds_the_member_gone_breaks_the_gang() -> None:
+    core = released_pair()
+    bind(core, "w0", "n1")
+    core.drain_effects()
+    core.bind_failed(pod_info(core, "w1").uid, "pod was deleted", T0 + 3, gone=True)
+    effects = core.drain_effects()
+    assert isinstance(effects[0], GangBroken)
+    # the watch has not said the pod is gone yet: the group is planned again for it
+    # (w0 bound counts toward the quorum), and the watch's word drops that plan
+    assert core.ledger.plans
+
+
+def test_a_member_deleted_before_release_drops_the_plan_and_breaks_nothing() -> None:
+    core = planned_pair()
+    core.arrive(pod_info(core, "w0").uid, "n1", T0 + 1)
+    core.forget_pod(pod_info(core, "w1").uid, T0 + 2)
+    assert [type(e) for e in core.drain_effects()] == [PlanDropped]
+
+
+def test_a_failed_binding_before_release_still_drops_the_plan() -> None:
+    core = planned_pair()
+    core.bind_failed(pod_info(core, "w1").uid, "forbidden", T0 + 1)
+    assert [type(e) for e in core.drain_effects()] == [PlanDropped]
+
+
+def test_a_bound_member_deleted_while_the_others_still_bind_breaks_the_gang() -> None:
+    core = released_pair()
+    bind(core, "w0", "n1")
+    core.drain_effects()
+    core.forget_pod(pod_info(core, "w0").uid, T0 + 3)
+    [broken] = core.drain_effects()
+    assert isinstance(broken, GangBroken)
+    assert (broken.member, broken.bound) == ("default/w0", 0)
+
+
+def released_across_two_nodes() -> GangCore:
+    """Gang g of two 4-GPU members, one on each of n1 and n2, released; w0 bound."""
+    pods = [make_pod(f"w{i}").group("g").min_available(2).gpus(4).obj() for i in range(2)]
+    core = core_with([make_node("n1").gpus(4).obj(), make_node("n2").gpus(4).obj()], pods)
+    core.filter(pod_info(core, "w0"), ["n1", "n2"], T0)
+    plan = next(iter(core.ledger.plans.values()))
+    for name in ("w0", "w1"):
+        core.arrive(pod_info(core, name).uid, plan.placements[pod_info(core, name).uid], T0 + 1)
+    assert plan.released
+    bind(core, "w0", plan.placements[pod_info(core, "w0").uid])
+    core.bind_failed(pod_info(core, "w1").uid, "503", T0 + 3)
+    core.drain_effects()
+    return core
+
+
+def test_a_released_member_whose_node_is_not_offered_now_waits_for_it() -> None:
+    core = released_across_two_nodes()
+    planned = core.ledger.plan_of(pod_info(core, "w1").uid)
+    assert planned is not None
+    node = planned.placements[pod_info(core, "w1").uid]
+    held = core.filter(pod_info(core, "w1"), [], T0 + 4)
+    assert held.verdict is Verdict.WAIT and "keeps its reservation" in held.message
+    assert core.ledger.plans and core.drain_effects() == []
+    assert core.filter(pod_info(core, "w1"), [node], T0 + 5).nodes == [node]
+
+
+def test_a_released_member_whose_planned_node_is_gone_breaks_the_gang() -> None:
+    core = released_across_two_nodes()
+    planned = core.ledger.plan_of(pod_info(core, "w1").uid)
+    assert planned is not None
+    node = planned.placements[pod_info(core, "w1").uid]
+    core.snapshot.delete_node(node)
+    core.filter(pod_info(core, "w1"), [], T0 + 4)
+    broken = [e for e in core.drain_effects() if isinstance(e, GangBroken)]
+    assert [(b.member, b.cause) for b in broken] == [
+        ("default/w1", f"its planned node {node} is gone")
+    ]
