@@ -171,9 +171,10 @@ class GangCore:
 
     # ------------------------------------------------------------------ filter
     def filter(self, pod: PodInfo, candidates: Sequence[str], now: float) -> FilterDecision:
-        if self.snapshot.pods.get(pod.uid) is not pod:
+        known = self.snapshot.pods.get(pod.uid)
+        if known is None:
             return self._filter_unknown(pod, candidates, now)
-        decision = self._filter_known(pod, candidates, now)
+        decision = self._filter_known(known, candidates, now)  # the watch's copy, always
         nodes = decision.nodes
         self.offered[pod.uid] = frozenset(nodes) if len(nodes) <= RESTRICTION_MEMORY_LIMIT else None
         return decision

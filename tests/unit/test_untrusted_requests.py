@@ -230,3 +230,12 @@ def test_negative_requests_in_a_request_body_cannot_change_free_capacity(bound: 
     assert core.snapshot.free_gpus("n1") == 4
     assert core.free_after_reservations("n1")["nvidia.com/gpu"] == 4
     assert core.ledger.plans == {}
+
+
+def test_a_request_copy_of_a_known_pod_is_filtered_as_the_watch_has_it() -> None:
+    # Same uid, other figures: the request's copy says nothing the watch did not.
+    core = core_with([make_node("n1").gpus(4).obj()], [make_pod("real").gpus(8).obj()])
+    forged = PodInfo.from_api(make_pod("real").gpus(-100).obj())
+    core.filter(forged, ["n1"], T0)
+    assert core.snapshot.pods["uid-default-real"].requests["nvidia.com/gpu"] == 8
+    assert core.snapshot.free_gpus("n1") == 4
