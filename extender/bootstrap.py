@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from extender.config import Settings
@@ -22,7 +23,13 @@ from extender.kube.webhook_config import WebhookConfigError
 from extender.kube.writers import api_error_summary
 from extender.metrics import Metrics
 from extender.policy_file import load_policy
-from extender.tls import TLSError, TLSMaterial, ensure_serving_cert, provided_cert
+from extender.tls import (
+    TLSError,
+    TLSMaterial,
+    ensure_serving_cert,
+    provided_cert,
+    provided_cert_bundle,
+)
 
 log = logging.getLogger(__name__)
 
@@ -92,12 +99,44 @@ def serving_tls(settings: Settings) -> TLSMaterial:
         ) from None
 
 
+def extender_client_ca(settings: Settings, tls: TLSMaterial) -> Path:
+    """The CA bundle the extender's callers' certificates must chain to (mutual TLS).
+
+    Unset: the self-managed CA (it issues kube-scheduler's certificate). With a
+    provided serving cert there is no CA of ours: it must be given.
+    """
+    path = settings.extender_client_ca
+    if path is None:
+        if settings.tls_cert:
+            raise StartupError(
+                "the extender requires client certificates: with --tls-cert give "
+                "GANG_EXTENDER_CLIENT_CA (the CA that signed kube-scheduler's client cert)"
+            )
+        return tls.ca_path
+    return _readable_bundle(path, "GANG_EXTENDER_CLIENT_CA")
+
+
+def webhook_client_ca(settings: Settings) -> Path | None:
+    """The CA bundle the webhook's callers must chain to; None: the webhook asks for none."""
+    path = settings.webhook_client_ca
+    return None if path is None else _readable_bundle(path, "GANG_WEBHOOK_CLIENT_CA")
+
+
+def _readable_bundle(path: Path, variable: str) -> Path:
+    try:
+        provided_cert_bundle(path)
+    except TLSError as err:
+        raise StartupError(f"{variable}: {err}") from None
+    return path
+
+
 class CaBundle:
     """The self-managed CA in MutatingWebhookConfiguration settings.webhook_config_name.
 
-    `write(config_name, ca_pem)` does the API call (blocking; run in a thread). Only
-    a self-managed CA has to be written: with a provided cert, or no configuration
-    name, `written` is true from the start.
+    `write(config_name, ca_pem)` does the API call (blocking; run in a thread); the
+    service's writer also sets the webhook's secret path (extender.api.webhook_path).
+    With a provided cert and no secret path, or no configuration name, `written` is
+    true from the start.
     """
 
     def __init__(
@@ -107,7 +146,11 @@ class CaBundle:
         self.metrics = metrics
         self.name = settings.webhook_config_name
         self._write = write
-        self.written = not (settings.webhook_config_name and not settings.tls_cert)
+        # Written by us: the self-managed CA, and the webhook's secret path (whatever
+        # the TLS mode). A provided cert's CA is someone else's to write (cert-manager).
+        self.written = not (
+            settings.webhook_config_name and (not settings.tls_cert or settings.webhook_path_secret)
+        )
 
     async def write(self, ca_pem: bytes, retry_in: float) -> bool:
         """One attempt; a failure is logged (saying when it is tried again) and counted."""

@@ -52,6 +52,26 @@ class Settings(BaseSettings):
         description="MutatingWebhookConfiguration whose caBundle the service keeps current "
         "when it manages its own CA; None to leave it alone",
     )
+    # Mutual TLS on the extender listener (docs/deploy.md#trust): /filter, /prioritize
+    # and /bind answer only a client whose certificate chains to this CA bundle and,
+    # unless extender_client_names is empty, names one of them (CN or DNS SAN). Anyone
+    # else is refused in the TLS handshake. Unset: the self-managed CA, which issues
+    # kube-scheduler's certificate itself; with a provided tls_cert it must be given.
+    extender_client_ca: Path | None = Field(default=None)
+    extender_client_names: list[str] = Field(default_factory=lambda: ["gang-scheduler"])
+    # With the self-managed CA: the Secret (in lease_namespace) the service issues
+    # kube-scheduler's client certificate into; deploy/scheduler mounts it. None: issue none.
+    scheduler_client_secret: str | None = Field(default="gang-extender-scheduler-client")
+    # The webhook answers only at /mutate/<secret>: a random token kept in this Secret (in
+    # lease_namespace, shared by every replica) and written by the service into the
+    # MutatingWebhookConfiguration's path, so only the API server (and whoever may read
+    # that configuration) can make the webhook hold task indexes. None: plain /mutate.
+    webhook_path_secret: str | None = Field(default="gang-extender-webhook-path")
+    # Optional mutual TLS on the webhook listener, for API servers configured to present
+    # a client certificate to webhooks (an AdmissionConfiguration kubeConfigFile): unset,
+    # any TLS client may call /mutate (docs/deploy.md#trust says what that allows).
+    webhook_client_ca: Path | None = Field(default=None)
+    webhook_client_names: list[str] = Field(default_factory=list)
 
     policy: Path | None = Field(
         default=None, description="placement policy file; built-in binpack when unset"

@@ -71,6 +71,9 @@ class SchedulingCoordinator:
 
     async def bind(self, *, namespace: str, name: str, uid: str, node: str) -> str:
         """Bind or refuse; "" on success, else the error for the scheduler."""
+        refusal = self.core.bind_refusal(uid=uid, namespace=namespace, name=name, node=node)
+        if refusal:
+            return refusal
         decision = self.core.arrive(uid, node, self.clock())
         self.flush_effects()
         if decision.verdict is BindVerdict.ERROR:

@@ -18,27 +18,33 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import signal
+import ssl
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import uvicorn
 import uvloop
+from uvicorn.config import HTTP_PROTOCOLS
+from uvicorn.importer import import_from_string
 
 from extender.admitter import Admitter
+from extender.api.client_auth import identity_checked
 from extender.api.extender import create_extender_app
 from extender.api.health import create_health_app, time_admission
 from extender.api.webhook import create_webhook_app
+from extender.api.webhook_path import behind_secret_path, mutate_path
 from extender.bootstrap import (
     CaBundle,
     StartupError,
     api_client_from,
+    extender_client_ca,
     policy_from,
     readiness,
     serving_tls,
+    webhook_client_ca,
 )
 from extender.config import Settings
 from extender.controller.cluster_state import ClusterState
@@ -49,16 +55,21 @@ from extender.coordinator import SchedulingCoordinator
 from extender.domain.gang import GangCore, Timeouts
 from extender.domain.membership import GroupKey
 from extender.domain.policy import Policy
-from extender.kube.ca_publish import share_ca
+from extender.kube.ca_publish import (
+    CAShareError,
+    publish_client_cert,
+    share_ca,
+    shared_webhook_token,
+)
 from extender.kube.cache import CacheTuning, WatchCache
 from extender.kube.indexes import IndexAllocator
 from extender.kube.leader import LeaderElector
-from extender.kube.rawapi import RawApi
-from extender.kube.webhook_config import write_ca_bundle
+from extender.kube.rawapi import KubeError, RawApi
+from extender.kube.webhook_config import write_client_config
 from extender.kube.wiring import WiringController
 from extender.kube.writers import ApiBinder
 from extender.metrics import Metrics
-from extender.tls import TLSMaterial
+from extender.tls import SCHEDULER_CLIENT_NAME, TLSMaterial
 
 __all__ = ["Deps", "GangService", "StartupError", "create_service", "production_deps", "serve"]
 
@@ -84,6 +95,13 @@ def production_deps(settings: Settings) -> Deps:
     return Deps(raw=RawApi(api_client_from(settings)))
 
 
+@dataclass
+class WebhookPath:
+    """The path the webhook is served at, once known (written into its configuration)."""
+
+    path: str | None = None
+
+
 @dataclass(eq=False)
 class GangService:
     """The wired service. Built by `create_service`; `run` serves until `shutdown`."""
@@ -104,6 +122,8 @@ class GangService:
     leader: LeaderElector | None
     ca_bundle: CaBundle
     cache: WatchCache | None = None
+    # /mutate/<token>, once run() has read the shared token; None: plain /mutate.
+    webhook_path: WebhookPath = field(default_factory=WebhookPath)
     _servers: list[uvicorn.Server] = field(default_factory=list)
 
     def ready(self) -> tuple[bool, str]:
@@ -131,6 +151,13 @@ class GangService:
                 local=tls,
                 hosts=list(self.settings.tls_hosts),
             )
+            if self.settings.scheduler_client_secret:
+                await asyncio.to_thread(self._issue_scheduler_client_cert, tls)
+        token = await asyncio.to_thread(self._webhook_token)
+        if token is not None:
+            self.webhook_path.path = mutate_path(token)
+        client_ca = extender_client_ca(self.settings, tls)
+        hook_client_ca = webhook_client_ca(self.settings)
         tasks: list[asyncio.Task[None]] = []
         if not self.ca_bundle.written and not await self.ca_bundle.write(
             tls.ca_pem, retry_in=self.settings.ca_bundle_retry_min_seconds
@@ -160,6 +187,10 @@ class GangService:
             )
         )
         time_admission(webhook_app, self.metrics)
+        webhook_asgi: Any = webhook_app if token is None else behind_secret_path(webhook_app, token)
+        # Mutual TLS: a caller without a certificate from client_ca is refused in the
+        # handshake; one whose certificate names none of the accepted identities is
+        # disconnected before its request is read (extender.api.client_auth).
         configs = [
             uvicorn.Config(
                 extender_app,
@@ -167,17 +198,27 @@ class GangService:
                 port=s.extender_port,
                 ssl_certfile=str(tls.cert_path),
                 ssl_keyfile=str(tls.key_path),
+                ssl_cert_reqs=ssl.CERT_REQUIRED,
+                ssl_ca_certs=str(client_ca),
+                http=_http_protocol("extender", s.extender_client_names),
                 log_level="warning",
                 access_log=False,
                 timeout_graceful_shutdown=s.shutdown_grace_seconds,
                 timeout_keep_alive=s.extender_keep_alive_seconds,
             ),
             uvicorn.Config(
-                webhook_app,
+                webhook_asgi,
                 host=s.bind_address,
                 port=s.webhook_port,
                 ssl_certfile=str(tls.cert_path),
                 ssl_keyfile=str(tls.key_path),
+                ssl_cert_reqs=ssl.CERT_NONE if hook_client_ca is None else ssl.CERT_REQUIRED,
+                ssl_ca_certs=None if hook_client_ca is None else str(hook_client_ca),
+                http=(
+                    "auto"
+                    if hook_client_ca is None
+                    else _http_protocol("webhook", s.webhook_client_names)
+                ),
                 log_level="warning",
                 access_log=False,
                 timeout_graceful_shutdown=s.shutdown_grace_seconds,
@@ -212,6 +253,46 @@ class GangService:
             if self.leader is not None:
                 self.leader.stop()
             self.binder.close()
+
+    def _webhook_token(self) -> str | None:
+        """The webhook's secret path token shared by every replica; None when not used."""
+        s = self.settings
+        if not s.webhook_path_secret:
+            return None
+        try:
+            return shared_webhook_token(
+                self.deps.raw, namespace=s.lease_namespace, secret_name=s.webhook_path_secret
+            )
+        except (KubeError, CAShareError) as err:
+            raise StartupError(
+                f"cannot read or store the webhook path token in Secret "
+                f"{s.lease_namespace}/{s.webhook_path_secret} ({err}); check the API server "
+                f"and the service's RBAC on Secrets in {s.lease_namespace}"
+            ) from None
+
+    def _issue_scheduler_client_cert(self, tls: TLSMaterial) -> None:
+        """kube-scheduler's client certificate under the shared CA, in its Secret.
+
+        A failure is logged, not fatal: the serving side works, and a scheduler that
+        already has a certificate keeps using it; the next start tries again.
+        """
+        s = self.settings
+        assert s.scheduler_client_secret is not None
+        try:
+            publish_client_cert(
+                self.deps.raw,
+                namespace=s.lease_namespace,
+                secret_name=s.scheduler_client_secret,
+                material=tls,
+                common_name=SCHEDULER_CLIENT_NAME,
+            )
+        except (KubeError, CAShareError) as err:
+            log.warning(
+                "could not issue kube-scheduler's client certificate into Secret %s/%s: %s",
+                s.lease_namespace,
+                s.scheduler_client_secret,
+                err,
+            )
 
     def shutdown(self) -> None:
         for server in self._servers:
@@ -286,11 +367,18 @@ def create_service(settings: Settings, deps: Deps | None = None) -> GangService:
         tick=coordinator.tick,
         leader=leader,
     )
-    write = (
-        deps.write_ca_bundle
-        if deps.write_ca_bundle is not None
-        else functools.partial(write_ca_bundle, deps.raw)
-    )
+    webhook_path = WebhookPath()
+
+    def write_config(name: str, ca_pem: bytes) -> None:
+        # The caBundle only for our own CA (cert-manager injects a provided one's).
+        write_client_config(
+            deps.raw,
+            name,
+            ca_pem=None if settings.tls_cert else ca_pem,
+            mutate_path=webhook_path.path,
+        )
+
+    write = deps.write_ca_bundle if deps.write_ca_bundle is not None else write_config
     ca_bundle = CaBundle(settings, metrics, write)
     return GangService(
         settings=settings,
@@ -308,7 +396,16 @@ def create_service(settings: Settings, deps: Deps | None = None) -> GangService:
         allocator=allocator,
         leader=leader,
         ca_bundle=ca_bundle,
+        webhook_path=webhook_path,
     )
+
+
+def _http_protocol(listener: str, names: list[str]) -> type[asyncio.Protocol] | str:
+    """uvicorn's HTTP protocol, checking the client certificate's identity when names are set."""
+    if not names:
+        return "auto"
+    base = import_from_string(HTTP_PROTOCOLS["auto"])
+    return identity_checked(base, listener=listener, allowed=names)
 
 
 class _QuietServer(uvicorn.Server):

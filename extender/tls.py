@@ -43,6 +43,9 @@ RENEW_BEFORE = dt.timedelta(days=30)
 # Issued slightly in the past so a peer whose clock is a little behind accepts it.
 CLOCK_SKEW = dt.timedelta(minutes=5)
 CA_COMMON_NAME = "gang-extender-ca"
+# The identity of the client certificate the self-managed CA issues for kube-scheduler
+# (Settings.extender_client_names accepts it by default).
+SCHEDULER_CLIENT_NAME = "gang-scheduler"
 
 PRIVATE_FILE_MODE = 0o600
 PUBLIC_FILE_MODE = 0o644
@@ -112,6 +115,80 @@ def provided_cert(cert: Path, key: Path, ca: Path | None) -> TLSMaterial:
     except ValueError as error:
         raise TLSError(f"CA bundle {bundle_path} holds no PEM certificate: {error}") from None
     return TLSMaterial(cert_path=cert, key_path=key, ca_path=bundle_path, ca_pem=bundle)
+
+
+def provided_cert_bundle(path: Path) -> list[x509.Certificate]:
+    """The certificates of a PEM bundle the operator names; TLSError saying what is wrong."""
+    try:
+        return x509.load_pem_x509_certificates(path.read_bytes())
+    except FileNotFoundError:
+        raise TLSError(f"CA bundle {path} does not exist") from None
+    except OSError as error:
+        raise TLSError(f"CA bundle {path} cannot be read: {error.strerror}") from None
+    except ValueError as error:
+        raise TLSError(f"CA bundle {path} holds no PEM certificate: {error}") from None
+
+
+@dataclass(frozen=True)
+class ClientCert:
+    """A client certificate and its key (PEM), as kube-scheduler presents it to the extender."""
+
+    cert_pem: bytes
+    key_pem: bytes
+
+
+def issue_client_cert(tls_dir: Path, common_name: str) -> ClientCert:
+    """A clientAuth-only certificate for `common_name`, signed by the CA in `tls_dir`.
+
+    The serving certs carry serverAuth only, so no serving cert (nor its key, on
+    a replica's emptyDir) can stand in for this one: OpenSSL checks the purpose.
+    """
+    paths = _Paths(tls_dir)
+    now = _now()
+    ca = _load_valid_ca(paths, now)
+    if ca is None:
+        raise TLSError(f"no usable CA in {tls_dir} to sign the client certificate with")
+    key = new_ec_key()
+    cert = build_leaf(
+        ca_cert=ca.cert,
+        ca_key=ca.key,
+        public_key=key.public_key(),
+        common_name=common_name,
+        sans=[common_name],
+        server=False,
+        client=True,
+        key_encipherment=False,
+        not_before=now - CLOCK_SKEW,
+        not_after=min(now + SERVING_VALIDITY, ca.cert.not_valid_after_utc),
+    )
+    return ClientCert(cert_pem=cert_pem(cert), key_pem=private_key_pem(key))
+
+
+def client_cert_usable(client: ClientCert, ca_pem: bytes, common_name: str) -> bool:
+    """True when `client` is signed by the CA in `ca_pem`, matches its key, names
+    `common_name` and is not within RENEW_BEFORE of expiry: then it is kept as is."""
+    try:
+        cert = x509.load_pem_x509_certificate(client.cert_pem)
+        key = serialization.load_pem_private_key(client.key_pem, password=None)
+        cert.verify_directly_issued_by(x509.load_pem_x509_certificate(ca_pem))
+    except (ValueError, TypeError, InvalidSignature):
+        return False
+    if not _same_public_key(key, cert) or cert.not_valid_after_utc - RENEW_BEFORE <= _now():
+        return False
+    return common_name in peer_names(cert)
+
+
+def peer_names(cert: x509.Certificate) -> set[str]:
+    """The subject's common names and DNS SANs: what a client identity is matched on."""
+    names = {
+        str(attribute.value)
+        for attribute in cert.subject.get_attributes_for_oid(x509.NameOID.COMMON_NAME)
+    }
+    try:
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return names
+    return names | set(san.get_values_for_type(x509.DNSName))
 
 
 @dataclass(frozen=True)

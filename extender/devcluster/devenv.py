@@ -184,6 +184,10 @@ def _supervise(workdir: Path, *, nodes: int, gpus: int, with_stack: bool) -> int
             stack.start()
             info["metrics_url"] = stack.metrics_url
             info["extender_url"] = stack.extender_url
+            # The extender answers only mutual TLS: what curl needs to call it by hand.
+            info["extender_ca"] = str(stack.ca_path)
+            info["extender_client_cert"] = str(stack.client_cert_path)
+            info["extender_client_key"] = str(stack.client_key_path)
         (workdir / READY_FILE).write_text(json.dumps(info, indent=2))
         print("ready", flush=True)
         while not stop.wait(1.0):

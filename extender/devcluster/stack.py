@@ -8,6 +8,7 @@ deploy/scheduler/scheduler-config.yaml rewritten only for loopback addresses.
 
 from __future__ import annotations
 
+import base64
 import copy
 import os
 import shutil
@@ -35,6 +36,9 @@ WEBHOOK_CONFIG = DEPLOY / "webhook.yaml"
 SYSTEM_NAMESPACE = "gang-system"
 # ConfigMap in SYSTEM_NAMESPACE where the service publishes its CA (extender.kube.ca_publish).
 PUBLISHED_CA_CONFIGMAP = "gang-extender-ca"
+# Secret in SYSTEM_NAMESPACE where the service issues kube-scheduler's client certificate
+# (extender.kube.ca_publish.publish_client_cert); deploy/scheduler mounts it.
+SCHEDULER_CLIENT_SECRET = "gang-extender-scheduler-client"
 
 
 def apply_object(raw: RawApi, obj: dict[str, Any]) -> None:
@@ -145,6 +149,27 @@ class GangStack:
     def ca_path(self) -> Path:
         return self.tls_dir / "ca.crt"
 
+    @property
+    def client_cert_path(self) -> Path:
+        """kube-scheduler's client certificate (tlsConfig.certFile), from its Secret."""
+        return self.workdir / "scheduler-client" / "tls.crt"
+
+    @property
+    def client_key_path(self) -> Path:
+        return self.workdir / "scheduler-client" / "tls.key"
+
+    def fetch_client_cert(self) -> None:
+        """Write the Secret the service issued kube-scheduler's certificate into, as the
+        kubelet mounts it in deploy/scheduler (key file 0600)."""
+        path = path_of(
+            "api", "v1", "namespaces", SYSTEM_NAMESPACE, "secrets", SCHEDULER_CLIENT_SECRET
+        )
+        data = self.raw.call("GET", path)["data"]
+        self.client_cert_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.client_cert_path.write_bytes(base64.b64decode(data["tls.crt"]))
+        self.client_key_path.touch(mode=0o600)
+        self.client_key_path.write_bytes(base64.b64decode(data["tls.key"]))
+
     # ---- lifecycle ----
     def start(self, timeout: float = 90) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -155,6 +180,7 @@ class GangStack:
         )
         self.install_webhook_config()
         self.start_service(timeout=timeout)
+        self.fetch_client_cert()
         self.start_scheduler(timeout=timeout)
 
     def install_crds(self) -> None:
@@ -227,6 +253,8 @@ class GangStack:
         for extender in config["extenders"]:
             extender["urlPrefix"] = self.extender_url
             extender["tlsConfig"]["caFile"] = str(self.ca_path)
+            extender["tlsConfig"]["certFile"] = str(self.client_cert_path)
+            extender["tlsConfig"]["keyFile"] = str(self.client_key_path)
         path = self.workdir / "scheduler-config.yaml"
         path.write_text(yaml.safe_dump(config))
         return path
@@ -280,8 +308,13 @@ class GangStack:
         with urllib.request.urlopen(f"{self.metrics_url}/metrics", timeout=5) as resp:
             return str(resp.read().decode())
 
-    def https_context(self) -> ssl.SSLContext:
-        return ssl.create_default_context(cafile=str(self.ca_path))
+    def https_context(self, *, client_cert: bool = True) -> ssl.SSLContext:
+        """Trusts the service's CA; presents kube-scheduler's certificate unless told not to
+        (the extender answers nobody else)."""
+        context = ssl.create_default_context(cafile=str(self.ca_path))
+        if client_cert:
+            context.load_cert_chain(str(self.client_cert_path), str(self.client_key_path))
+        return context
 
     def stop(self) -> None:
         replicas = [r.process for r in self.replicas]
@@ -329,6 +362,7 @@ class GangStack:
         self.tls_dir = self.workdir / "published-ca"
         self.tls_dir.mkdir(parents=True, exist_ok=True)
         self.ca_path.write_bytes(self.published_ca())
+        self.fetch_client_cert()
         self.start_scheduler(timeout=timeout)
         return self.replicas
 

@@ -25,8 +25,15 @@ Steps 4-6 also run when the watch delivers a change to a held group
 plan's annotations are one.
 
 Filter and prioritize ask about a pod by its API object (`asked_about`): our
-copy when the watch delivered it, else the request's, recorded unless it claims
-a node (only the watch says what holds capacity).
+copy when the watch delivered it, else the request's, which is never recorded:
+only the watch says which pods exist, what they request and what holds capacity,
+so a forged request can neither join a quorum nor change free capacity. A member
+the watch has not delivered yet is held until it has (its arrival re-plans the
+group, `group_changed`); a plain pod is answered from the request, storing nothing.
+
+Before a bind (`bind_refusal`): the pod must be in the watch cache under that
+name, be of schedulerName gang-extender, not be bound yet, and the node must be
+one this service's last filter answer offered it.
 
 Bind (`arrive`): a planned member joins its plan's barrier; a member without a
 plan is refused; a plain pod is bound at once unless a gang reserved the room on
@@ -62,7 +69,7 @@ from enum import Enum
 from typing import Any
 
 from extender.domain.ledger import Ledger, Plan
-from extender.domain.membership import GroupKey
+from extender.domain.membership import SCHEDULER_NAME, GroupKey
 from extender.domain.model import GroupSpec, PodInfo, Resources
 from extender.domain.planner import NodeRestriction, Placement, plan_gang
 from extender.domain.policy import Policy
@@ -185,6 +192,10 @@ class GangCore:
     # Per member uid: nodes kube-scheduler last offered (or refused) it, so a plan
     # avoids nodes the scheduler's own filters reject (affinity, ports, ...).
     restrictions: dict[str, NodeRestriction] = field(default_factory=dict)
+    # Per uid of a pod in the watch cache: the nodes this service's last filter answer
+    # offered it (None: more than RESTRICTION_MEMORY_LIMIT, not kept). `bind_refusal`
+    # refuses a bind to anything else; forgotten with the pod.
+    offered: dict[str, frozenset[str] | None] = field(default_factory=dict)
     # Prioritize's per-node scores, rescored only where capacity changed.
     score_board: NodeScoreBoard = field(default_factory=NodeScoreBoard)
 
@@ -196,17 +207,42 @@ class GangCore:
         cached = self.snapshot.pods.get(pod["metadata"]["uid"])
         if cached is not None:
             return cached
-        info = PodInfo.from_api(pod)
-        # A pod the watch has not delivered yet is recorded, so a gang member known only
-        # from a request still joins its group's quorum and is refused a lone bind. One
-        # that claims a node is not: kube-scheduler only asks about pods it is placing,
-        # and only the watch may say what holds capacity.
-        if not info.is_bound:
-            self.snapshot.upsert_pod(info)
-        return info
+        # Not recorded: a request body is not evidence that a pod exists (anyone who
+        # reaches the listener can send one). The watch delivers the real pod.
+        return PodInfo.from_api(pod)
 
     # ------------------------------------------------------------------ filter
     def filter(self, pod: PodInfo, candidates: Sequence[str], now: float) -> FilterDecision:
+        known = self.snapshot.pods.get(pod.uid)
+        if known is None:
+            return self._filter_unknown(pod, candidates, now)
+        decision = self._filter_known(known, candidates, now)  # the watch's copy, always
+        nodes = decision.nodes
+        self.offered[pod.uid] = frozenset(nodes) if len(nodes) <= RESTRICTION_MEMORY_LIMIT else None
+        return decision
+
+    def _filter_unknown(
+        self, pod: PodInfo, candidates: Sequence[str], now: float
+    ) -> FilterDecision:
+        """A pod the watch has not delivered: answered, and nothing about it kept.
+
+        A plain pod is filtered on its request's figures (an answer changes no state;
+        its bind is refused until the watch has it). A gang member is held: it cannot
+        count toward a quorum before the watch says it exists. When its group already
+        has members in the cache, kube-scheduler's interest is noted, so the member's
+        arrival from the watch re-plans the group (`group_changed`).
+        """
+        if pod.group is None and pod.group_error is None:
+            return self._filter_plain(pod, candidates)
+        if pod.group is not None and self.snapshot.members(pod.group):
+            self.groups.setdefault(pod.group, GroupState(first_seen=now))
+        return self._hold(
+            candidates,
+            Verdict.WAIT,
+            f"pod {pod.ref} is not in gang-extender's watch cache yet; held until it is",
+        )
+
+    def _filter_known(self, pod: PodInfo, candidates: Sequence[str], now: float) -> FilterDecision:
         self.expire(now)
         if pod.group is None and pod.group_error is None:
             return self._filter_plain(pod, candidates)
@@ -399,6 +435,38 @@ class GangCore:
         return self.score_board.scores_for(candidates, self.snapshot, self.ledger, self.policy)
 
     # ------------------------------------------------------------------ bind
+    def bind_refusal(self, *, uid: str, namespace: str, name: str, node: str) -> str:
+        """Why this service will not bind `uid` to `node` ("" when it may go on to `arrive`).
+
+        The binding is made with the service's cluster-wide `pods/binding` right, so a
+        bind must be for a pod this service scheduled: one the watch delivered under
+        that name, of schedulerName gang-extender, not bound yet, and to a node its
+        last filter answer offered (a held pod was offered none).
+        """
+        ref = f"{namespace}/{name}"
+        pod = self.snapshot.pods.get(uid)
+        if pod is None:
+            return f"refusing to bind {ref}: uid {uid} is not a pod in gang-extender's watch cache"
+        if (pod.namespace, pod.name) != (namespace, name):
+            return f"refusing to bind {ref}: uid {uid} is pod {pod.ref}"
+        if pod.scheduler_name != SCHEDULER_NAME:
+            return (
+                f"refusing to bind {ref}: its schedulerName is {pod.scheduler_name!r}, "
+                f"not {SCHEDULER_NAME!r}"
+            )
+        if pod.is_bound:
+            return f"refusing to bind {ref}: it is already bound to {pod.node_name}"
+        if uid not in self.offered:
+            return (
+                f"refusing to bind {ref}: this gang-extender never filtered it "
+                "(kube-scheduler retries it with a filter first)"
+            )
+        offered = self.offered[uid]
+        if offered is not None and node not in offered:
+            said = ", ".join(sorted(offered)) or "no node"
+            return f"refusing to bind {ref} to {node}: the last filter offered it {said}"
+        return ""
+
     def arrive(self, uid: str, node: str, now: float) -> BindDecision:
         """A pod reached bind on `node`: join its gang's barrier, if it has one."""
         self.expire(now)
@@ -669,6 +737,7 @@ class GangCore:
     def forget_pod(self, uid: str, now: float) -> None:
         pod = self.snapshot.delete_pod(uid)
         self.restrictions.pop(uid, None)
+        self.offered.pop(uid, None)
         plan = self.ledger.plan_of(uid)
         if plan is not None:
             self._member_gone(plan, uid, f"member {plan.names[uid]} was deleted", now)

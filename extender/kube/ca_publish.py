@@ -11,6 +11,12 @@ before serving and re-issues its serving cert under it.
 The certificate alone is published in ConfigMap `<namespace>/gang-extender-ca`, key
 `ca.crt`: deploy/scheduler mounts it at the extender's `tlsConfig.caFile`
 (/etc/gang-extender/tls/ca.crt), so kube-scheduler needs no access to Secrets.
+
+The extender requires a client certificate (mutual TLS): the same CA issues the one
+kube-scheduler presents, into Secret `<namespace>/gang-extender-scheduler-client`
+(`tls.crt`, `tls.key`, `ca.crt`), which deploy/scheduler mounts at the extender's
+`tlsConfig.certFile`/`keyFile`. It is issued again only when it is missing, not
+signed by the current CA, or within 30 days of expiry (`publish_client_cert`).
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from __future__ import annotations
 import base64
 import logging
 import os
+import secrets
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -28,8 +35,12 @@ from extender.tls import (
     CA_KEY_FILE,
     PRIVATE_FILE_MODE,
     PUBLIC_FILE_MODE,
+    ClientCert,
+    TLSError,
     TLSMaterial,
+    client_cert_usable,
     ensure_serving_cert,
+    issue_client_cert,
 )
 
 log = logging.getLogger(__name__)
@@ -155,6 +166,114 @@ def publish_ca_certificate(raw: RawApi, *, namespace: str, ca_pem: bytes) -> Non
     log.info("updated the CA certificate in ConfigMap %s/%s", namespace, CA_OBJECT_NAME)
 
 
+TLS_CERT_KEY = "tls.crt"
+TLS_KEY_KEY = "tls.key"
+
+
+def publish_client_cert(
+    raw: RawApi, *, namespace: str, secret_name: str, material: TLSMaterial, common_name: str
+) -> bool:
+    """Secret `<namespace>/<secret_name>` holds a client cert for `common_name` under our CA.
+
+    Kept when still usable (`extender.tls.client_cert_usable`), so a running
+    kube-scheduler's certificate stays the one stored; else issued and written
+    (created, or replaced guarded by the resourceVersion read). True when written.
+    Raises KubeError on API failures, CAShareError when no CA key is at hand.
+    """
+    stored = _get(raw, "secrets", namespace, secret_name)
+    if stored is not None:
+        data = stored.get("data") or {}
+        try:
+            current = ClientCert(
+                cert_pem=base64.b64decode(data.get(TLS_CERT_KEY) or ""),
+                key_pem=base64.b64decode(data.get(TLS_KEY_KEY) or ""),
+            )
+        except ValueError:
+            current = ClientCert(b"", b"")
+        if client_cert_usable(current, material.ca_pem, common_name):
+            return False
+    try:
+        client = issue_client_cert(material.ca_path.parent, common_name)
+    except TLSError as err:
+        raise CAShareError(str(err)) from None
+    encoded = {
+        TLS_CERT_KEY: base64.b64encode(client.cert_pem).decode("ascii"),
+        TLS_KEY_KEY: base64.b64encode(client.key_pem).decode("ascii"),
+        CA_CERT_FILE: base64.b64encode(material.ca_pem).decode("ascii"),
+    }
+    if stored is None:
+        body = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "type": "kubernetes.io/tls",
+            "metadata": {"name": secret_name, "namespace": namespace, "labels": LABELS},
+            "data": encoded,
+        }
+        if not _create(raw, "secrets", namespace, body):
+            return False  # another replica wrote one at the same moment; it is under our CA
+    else:
+        patch = {
+            "metadata": {"resourceVersion": stored["metadata"]["resourceVersion"]},
+            "data": encoded,
+        }
+        try:
+            raw.call(
+                "PATCH",
+                _path("secrets", namespace, secret_name),
+                query={"fieldManager": FIELD_MANAGER},
+                body=patch,
+                content_type="application/merge-patch+json",
+                timeout=REQUEST_TIMEOUT_SECONDS,
+            )
+        except KubeError as error:
+            if error.status == HTTP_CONFLICT:
+                return False
+            raise
+    log.info(
+        "issued kube-scheduler's client certificate (%s) into Secret %s/%s",
+        common_name,
+        namespace,
+        secret_name,
+    )
+    return True
+
+
+WEBHOOK_TOKEN_KEY = "token"
+# 32 random bytes, URL-safe: the path segment the API server alone is told.
+WEBHOOK_TOKEN_BYTES = 32
+
+
+def shared_webhook_token(raw: RawApi, *, namespace: str, secret_name: str) -> str:
+    """The webhook's secret path segment, the same for every replica: read from Secret
+    `<namespace>/<secret_name>`, or made and stored there by the first replica.
+
+    Raises KubeError when the API server cannot be asked (the caller stops start-up:
+    without it the webhook could not be reached at the configured path).
+    """
+    for _attempt in range(MAX_CONFLICT_RETRIES):
+        stored = _get(raw, "secrets", namespace, secret_name)
+        if stored is not None:
+            stored_token = base64.b64decode((stored.get("data") or {}).get(WEBHOOK_TOKEN_KEY) or "")
+            if stored_token:
+                return stored_token.decode("ascii")
+            raise CAShareError(
+                f"Secret {namespace}/{secret_name} has no {WEBHOOK_TOKEN_KEY!r}; delete it and "
+                f"restart gang-extender (a new one is made and written into the webhook path)"
+            )
+        token = secrets.token_urlsafe(WEBHOOK_TOKEN_BYTES)
+        body = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "type": "Opaque",
+            "metadata": {"name": secret_name, "namespace": namespace, "labels": LABELS},
+            "data": {WEBHOOK_TOKEN_KEY: base64.b64encode(token.encode()).decode("ascii")},
+        }
+        if _create(raw, "secrets", namespace, body):
+            log.info("stored a new webhook path token in Secret %s/%s", namespace, secret_name)
+            return token
+    raise CAShareError(f"Secret {namespace}/{secret_name} kept changing; restart gang-extender")
+
+
 def _ca_secret(namespace: str, tls_dir: Path) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
@@ -209,12 +328,12 @@ def _path(resource: str, namespace: str, name: str | None = None) -> str:
     return path_of(*parts, name) if name is not None else path_of(*parts)
 
 
-def _get(raw: RawApi, resource: str, namespace: str) -> dict[str, Any] | None:
+def _get(
+    raw: RawApi, resource: str, namespace: str, name: str = CA_OBJECT_NAME
+) -> dict[str, Any] | None:
     """Our object of `resource` ("secrets", "configmaps"); None when there is none."""
     try:
-        return raw.call(
-            "GET", _path(resource, namespace, CA_OBJECT_NAME), timeout=REQUEST_TIMEOUT_SECONDS
-        )
+        return raw.call("GET", _path(resource, namespace, name), timeout=REQUEST_TIMEOUT_SECONDS)
     except KubeError as error:
         if error.status == HTTP_NOT_FOUND:
             return None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import logging
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from extender.kube.rawapi import KubeError, RawApi, path_of
 
@@ -33,10 +34,21 @@ def write_ca_bundle(raw: RawApi, config_name: str, ca_pem: bytes) -> None:
     No write when every bundle is already `ca_pem`. Raises WebhookConfigError when the
     configuration does not exist or lists no webhook, KubeError on other API errors.
     """
-    bundle = base64.b64encode(ca_pem).decode("ascii")
+    write_client_config(raw, config_name, ca_pem=ca_pem, mutate_path=None)
+
+
+def write_client_config(
+    raw: RawApi, config_name: str, *, ca_pem: bytes | None, mutate_path: str | None
+) -> None:
+    """Set every webhook's `clientConfig.caBundle` (unless None) and path (unless None).
+
+    The path is `service.path`, or the path of `url` for a webhook called by URL.
+    No write when both are already so; errors as `write_ca_bundle`.
+    """
+    bundle = None if ca_pem is None else base64.b64encode(ca_pem).decode("ascii")
     for _attempt in range(MAX_CONFLICT_RETRIES):
         config = _read(raw, config_name)
-        patch = ca_bundle_patch(config, bundle)
+        patch = client_config_patch(config, bundle, mutate_path)
         if not patch:
             return
         try:
@@ -52,12 +64,52 @@ def write_ca_bundle(raw: RawApi, config_name: str, ca_pem: bytes) -> None:
             if error.status == HTTP_CONFLICT:
                 continue
             raise
-        log.info("wrote the CA bundle into MutatingWebhookConfiguration %s", config_name)
+        log.info("wrote the client config into MutatingWebhookConfiguration %s", config_name)
         return
     raise WebhookConfigError(
         f"MutatingWebhookConfiguration {config_name} kept changing while its caBundle was "
         f"written ({MAX_CONFLICT_RETRIES} conflicts); stop the other writer and restart"
     )
+
+
+def client_config_patch(
+    config: dict[str, Any], bundle_b64: str | None, mutate_path: str | None
+) -> list[dict[str, Any]]:
+    """`ca_bundle_patch` and, when `mutate_path` is given, every webhook's path set to it."""
+    ops = ca_bundle_patch(config, bundle_b64) if bundle_b64 is not None else []
+    if mutate_path is None:
+        return ops
+    path_ops: list[dict[str, Any]] = []
+    for position, hook in enumerate(config.get("webhooks") or []):
+        client = hook.get("clientConfig") or {}
+        if "service" in client:
+            if (client["service"] or {}).get("path") != mutate_path:
+                path_ops.append(
+                    {
+                        "op": "add",
+                        "path": f"/webhooks/{position}/clientConfig/service/path",
+                        "value": mutate_path,
+                    }
+                )
+        elif "url" in client:
+            url = urlsplit(client["url"])
+            if url.path != mutate_path:
+                wanted = urlunsplit((url.scheme, url.netloc, mutate_path, "", ""))
+                path_ops.append(
+                    {
+                        "op": "replace",
+                        "path": f"/webhooks/{position}/clientConfig/url",
+                        "value": wanted,
+                    }
+                )
+    if not path_ops:
+        return ops
+    if not ops:
+        meta = config.get("metadata") or {}
+        ops = [
+            {"op": "replace", "path": "/metadata/resourceVersion", "value": meta["resourceVersion"]}
+        ]
+    return ops + path_ops
 
 
 def ca_bundle_patch(config: dict[str, Any], bundle_b64: str) -> list[dict[str, Any]]:

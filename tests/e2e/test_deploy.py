@@ -297,7 +297,8 @@ def test_the_scheduler_configmap_is_the_file_the_e2e_scheduler_runs(
     running["clientConnection"]["kubeconfig"] = deployed["clientConnection"]["kubeconfig"]
     for ours, theirs in zip(running["extenders"], deployed["extenders"], strict=True):
         ours["urlPrefix"] = theirs["urlPrefix"]
-        ours["tlsConfig"]["caFile"] = theirs["tlsConfig"]["caFile"]
+        for key in ("caFile", "certFile", "keyFile"):
+            ours["tlsConfig"][key] = theirs["tlsConfig"][key]
     assert running == deployed
 
     # The Deployment runs it from the generated ConfigMap, and mounts the CA at its caFile.
@@ -313,6 +314,16 @@ def test_the_scheduler_configmap_is_the_file_the_e2e_scheduler_runs(
     ca_volume = next(n for n, path in mounts.items() if str(ca_file.parent) == path)
     assert volumes[ca_volume]["configMap"]["name"] == "gang-extender-ca"
     assert {"key": "ca.crt", "path": ca_file.name} in volumes[ca_volume]["configMap"]["items"]
+    # ... and kube-scheduler's client certificate (mutual TLS) at its certFile/keyFile.
+    tls_config = deployed["extenders"][0]["tlsConfig"]
+    cert_file, key_file = Path(tls_config["certFile"]), Path(tls_config["keyFile"])
+    client_volume = next(n for n, path in mounts.items() if str(cert_file.parent) == path)
+    assert key_file.parent == cert_file.parent
+    assert volumes[client_volume]["secret"]["secretName"] == "gang-extender-scheduler-client"
+    assert {(i["key"], i["path"]) for i in volumes[client_volume]["secret"]["items"]} == {
+        ("tls.crt", cert_file.name),
+        ("tls.key", key_file.name),
+    }
 
 
 def test_the_service_publishes_the_ca_the_scheduler_mounts(cluster, gang_stack: GangStack) -> None:
@@ -354,6 +365,14 @@ def test_cert_manager_component_swaps_the_tls_source(cluster, tmp_path) -> None:
     )
     serving = find(docs, "Certificate", "gang-extender-serving")
     assert "gang-extender.gang-system.svc" in serving["spec"]["dnsNames"]
+    # Mutual TLS: kube-scheduler's client cert from the same CA, the service trusting it.
+    client = find(docs, "Certificate", "gang-scheduler-client")
+    assert client["spec"]["secretName"] == "gang-extender-scheduler-client"
+    assert client["spec"]["usages"][0] == "client auth"
+    assert client["spec"]["issuerRef"] == serving["spec"]["issuerRef"]
+    env = {e["name"]: e.get("value") for e in service["containers"][0].get("env", [])}
+    assert env["GANG_EXTENDER_CLIENT_CA"] == "/etc/gang-extender/certs/ca.crt"
+    assert {"POD_NAME", "GANG_LEASE_NAMESPACE"} <= set(env)  # merged, not replaced
     # Everything but cert-manager's own kinds is still valid for the API server.
     plain = [d for d in docs if not d["apiVersion"].startswith("cert-manager.io/")]
     dry_run(cluster, plain)

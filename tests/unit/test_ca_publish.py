@@ -9,9 +9,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from extender.kube.ca_publish import share_ca
+from extender.kube.ca_publish import publish_client_cert, share_ca
 from extender.kube.rawapi import KubeError
-from extender.tls import ensure_serving_cert
+from extender.tls import ClientCert, client_cert_usable, ensure_serving_cert
 from tests.unit.test_webhook_wiring import FakeApiServer
 
 NS = "gang-system"
@@ -115,3 +115,57 @@ def test_api_failures_keep_the_replicas_own_ca(tmp_path: Path) -> None:
     server.fail_with = 503
     local = ensure_serving_cert(tmp_path, HOSTS)
     assert share_ca(server, namespace=NS, local=local, hosts=HOSTS) == local
+
+
+# ---- kube-scheduler's client certificate (mutual TLS on the extender) ----
+CLIENT_SECRET = "gang-extender-scheduler-client"
+
+
+def stored_client(server: CaApiServer) -> tuple[bytes, bytes]:
+    data = server.get("secrets", CLIENT_SECRET, namespace=NS)["data"]
+    return base64.b64decode(data["tls.crt"]), base64.b64decode(data["tls.key"])
+
+
+def test_the_scheduler_client_cert_is_issued_under_the_shared_ca_once(tmp_path: Path) -> None:
+    from cryptography import x509
+    from cryptography.x509.oid import ExtendedKeyUsageOID
+
+    server = CaApiServer()
+    material = share_ca(
+        server, namespace=NS, local=ensure_serving_cert(tmp_path, HOSTS), hosts=HOSTS
+    )
+    assert publish_client_cert(
+        server,
+        namespace=NS,
+        secret_name=CLIENT_SECRET,
+        material=material,
+        common_name="gang-scheduler",
+    )
+    cert_pem, _ = stored_client(server)
+    cert = x509.load_pem_x509_certificate(cert_pem)
+    cert.verify_directly_issued_by(x509.load_pem_x509_certificate(material.ca_pem))
+    usages = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    assert list(usages) == [ExtendedKeyUsageOID.CLIENT_AUTH]  # not a serving cert
+    # A usable one is kept: a running kube-scheduler's certificate stays the stored one.
+    assert not publish_client_cert(
+        server,
+        namespace=NS,
+        secret_name=CLIENT_SECRET,
+        material=material,
+        common_name="gang-scheduler",
+    )
+    assert stored_client(server)[0] == cert_pem
+
+
+def test_a_client_cert_of_another_ca_is_replaced(tmp_path: Path) -> None:
+    server = CaApiServer()
+    old = ensure_serving_cert(tmp_path / "old", HOSTS)
+    publish_client_cert(
+        server, namespace=NS, secret_name=CLIENT_SECRET, material=old, common_name="gang-scheduler"
+    )
+    new = ensure_serving_cert(tmp_path / "new", HOSTS)  # the CA was rotated
+    assert publish_client_cert(
+        server, namespace=NS, secret_name=CLIENT_SECRET, material=new, common_name="gang-scheduler"
+    )
+    assert client_cert_usable(ClientCert(*stored_client(server)), new.ca_pem, "gang-scheduler")
+    assert not client_cert_usable(ClientCert(*stored_client(server)), old.ca_pem, "gang-scheduler")

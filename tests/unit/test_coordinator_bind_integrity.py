@@ -41,7 +41,10 @@ def setup(failures: dict[str, BindError]) -> tuple[SchedulingCoordinator, list[E
     coordinator = SchedulingCoordinator(
         core, FailingBinder(failures), metrics, effect_sink=effects.extend, clock=lambda: T0
     )
-    coordinator.filter(pods[0], ["n1"])
+    # kube-scheduler filters every member before it binds it (a bind of a pod this
+    # service never filtered is refused).
+    for pod in pods:
+        coordinator.filter(pod, ["n1"])
     return coordinator, effects, metrics
 
 

@@ -94,11 +94,12 @@ async def test_a_request_pod_that_claims_a_node_does_not_take_its_capacity() -> 
     assert fit["NodeNames"] == ["n1", "n2"]
 
 
-async def test_a_pending_gang_member_seen_first_in_a_request_is_recorded_and_refused_a_lone_bind() -> (
+async def test_a_pending_gang_member_seen_only_in_a_request_is_held_not_recorded_and_not_bound() -> (
     None
 ):
-    # The watch may deliver a pod after kube-scheduler asks about it; the member must still
-    # be known as one, so a bind without a plan is refused rather than done alone.
+    # The watch may deliver a pod after kube-scheduler asks about it: until it does, the
+    # member is held (never bound alone) and nothing from the request is kept, since a
+    # request body is not evidence that a pod exists.
     client, binder, core = build(ROOMY, [])
     early = make_pod("early").group("job").gpus(1).obj()
     async with client:
@@ -108,8 +109,9 @@ async def test_a_pending_gang_member_seen_first_in_a_request_is_recorded_and_ref
             json=binding(early, "n1"),
         )
     assert held["NodeNames"] == [] and set(held["FailedAndUnresolvableNodes"]) == {"n1", "n2"}
-    assert early["metadata"]["uid"] in core.snapshot.pods
-    assert "has no plan" in bind.json()["Error"]
+    assert "not in gang-extender's watch cache" in held["FailedAndUnresolvableNodes"]["n1"]
+    assert early["metadata"]["uid"] not in core.snapshot.pods
+    assert "not a pod in gang-extender's watch cache" in bind.json()["Error"]
     assert binder.bound == []
 
 
@@ -230,6 +232,9 @@ async def test_two_plain_binds_in_flight_cannot_both_take_the_last_room_beside_a
     assert coordinator.filter(copy.deepcopy(members[0]), ["n1", "n2"]).verdict is Verdict.PLANNED
     assert core.ledger.reserved("n2")
 
+    for pod in plain:  # each fits beside the reservation on its own
+        assert "n2" in coordinator.filter(copy.deepcopy(pod), ["n1", "n2"]).nodes
+
     def bind(pod: dict[str, Any]) -> asyncio.Task[str]:
         return asyncio.create_task(bind_call(coordinator, pod, "n2"))
 
@@ -250,6 +255,7 @@ async def test_a_failed_plain_bind_gives_its_assumed_room_back() -> None:
     core.observe_pod(PodInfo.from_api(plain), 0.0)
     binder.fail_with = 'pods "plain" is forbidden'
     async with client:
+        await client.post("/filter", json={"Pod": plain, "NodeNames": ["n1", "n2"]})
         answer = await client.post(
             "/bind",
             json=binding(plain, "n2"),

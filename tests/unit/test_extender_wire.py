@@ -123,9 +123,14 @@ CASES = {
 async def test_wire_format_matches_golden(case: str) -> None:
     nodes, member, verb, make_request = CASES[case]
     pods = seed_pods()
-    client, _, _ = build(nodes, pods)
+    client, _, core = build(nodes, pods)
     request = make_request(pods)
     async with client:
+        if verb == "bind":  # a pod the watch delivered and this service filtered
+            plain = make_pod("plain").gpus(1).obj()
+            plain["metadata"]["uid"] = request["PodUID"]
+            core.observe_pod(PodInfo.from_api(plain), T0)
+            await client.post("/filter", json={"Pod": plain, "NodeNames": ["n1", "n2"]})
         response = await client.post(f"/{verb}", json=request)
     assert response.status_code == 200
     path = GOLDEN / f"{case}.json"
@@ -240,9 +245,13 @@ async def test_unknown_node_names_are_passed_through_for_plain_pods_and_held_for
 
 
 async def test_failed_binding_is_reported_in_the_error_field() -> None:
-    client, binder, _ = build(ROOMY, seed_pods())
+    client, binder, core = build(ROOMY, seed_pods())
+    plain = make_pod("plain").obj()
+    plain["metadata"]["uid"] = "u"
+    core.observe_pod(PodInfo.from_api(plain), T0)
     binder.fail_with = '404 NotFound: pods "plain" not found'
     async with client:
+        await client.post("/filter", json={"Pod": plain, "NodeNames": ["n1"]})
         response = await client.post(
             "/bind",
             json={"PodName": "plain", "PodNamespace": "default", "PodUID": "u", "Node": "n1"},

@@ -325,16 +325,27 @@ def test_a_request_pod_that_claims_a_node_is_never_recorded() -> None:
     assert core.snapshot.free_gpus("n1") == 4
 
 
-def test_a_gang_member_known_only_from_a_request_joins_its_quorum_and_is_refused_a_lone_bind() -> (
-    None
-):
+def test_a_gang_member_known_only_from_a_request_is_held_and_not_recorded() -> None:
     core = core_with([make_node("n1").gpus(4).obj()], [make_pod("w0").group("g").obj()])
     early = make_pod("w1").group("g").gpus(1).obj()
     info = core.asked_about(early)
-    assert core.snapshot.pods[early["metadata"]["uid"]] is info
-    assert [p.name for p in core.snapshot.members(info.group)] == ["w0", "w1"]
-    refused = core.arrive(info.uid, "n1", T0)
-    assert refused.verdict is BindVerdict.ERROR and "has no plan" in refused.message
+    held = core.filter(info, ["n1"], T0)
+    assert held.verdict is Verdict.WAIT and "not in gang-extender's watch cache" in held.message
+    assert early["metadata"]["uid"] not in core.snapshot.pods
+    assert [p.name for p in core.snapshot.members(info.group)] == ["w0"]
+
+
+def test_a_member_the_watch_delivers_after_it_was_held_completes_the_quorum() -> None:
+    # The request-only member is held; its arrival from the watch re-plans the group
+    # (kube-scheduler asked about it, so the group is planned without a new filter).
+    nodes = [make_node("n1").gpus(4).obj()]
+    core = core_with(nodes, [make_pod("w0").group("g").min_available(2).gpus(1).obj()])
+    late = make_pod("w1").group("g").min_available(2).gpus(1).obj()
+    assert core.filter(core.asked_about(late), ["n1"], T0).verdict is Verdict.WAIT
+    core.observe_pod(PodInfo.from_api(late), T0 + 1)
+    assert [
+        sorted(e.plan.names.values()) for e in core.drain_effects() if isinstance(e, PlanCreated)
+    ] == [["default/w0", "default/w1"]]
 
 
 def test_our_copy_of_a_pod_wins_over_the_requests() -> None:

@@ -168,9 +168,9 @@ async def test_the_service_writes_the_ca_bundle_through_its_deps() -> None:
         service.binder.close()
 
 
-def test_a_provided_cert_needs_no_ca_bundle() -> None:
+def test_a_provided_cert_without_a_secret_webhook_path_needs_no_ca_bundle() -> None:
     svc = create_service(
-        Settings(tls_cert="/c.pem", tls_key="/k.pem"),  # type: ignore[arg-type]
+        Settings(tls_cert="/c.pem", tls_key="/k.pem", webhook_path_secret=None),  # type: ignore[arg-type]
         fake_deps(),
     )
     assert svc.ready() == (False, "caches not synced")
@@ -178,4 +178,14 @@ def test_a_provided_cert_needs_no_ca_bundle() -> None:
         True,
         "ok",
     )
+    svc.binder.close()
+
+
+def test_a_provided_cert_still_writes_the_secret_webhook_path_before_ready() -> None:
+    # cert-manager injects the CA; the secret path is ours to write (extender.api.webhook_path).
+    svc = create_service(
+        Settings(tls_cert="/c.pem", tls_key="/k.pem"),  # type: ignore[arg-type]
+        fake_deps(),
+    )
+    assert not svc.ca_bundle.written
     svc.binder.close()
