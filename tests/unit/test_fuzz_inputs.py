@@ -403,3 +403,14 @@ def test_a_poisoned_object_in_a_page_is_counted_and_the_rest_applied() -> None:
         "gang_extender_cache_rejected_objects_total", {"kind": "nodes"}
     )
     assert rejected == 1
+
+
+def test_mutate_denies_a_pod_it_cannot_read_instead_of_failing() -> None:
+    # Found by the fuzz above: labels of the wrong JSON type raised inside admission.
+    pod = make_pod("w0").group("job").obj()
+    pod["metadata"]["labels"] = True
+    response = WEBHOOK.post("/mutate", json=_review(pod, {}))
+    assert response.status_code == 200
+    answer = response.json()["response"]
+    assert answer["uid"] == "u1" and answer["allowed"] is False
+    assert "could not read this pod" in answer["status"]["message"]
