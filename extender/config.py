@@ -125,6 +125,11 @@ class Settings(BaseSettings):
     lease_name: str = Field(default="gang-extender-service")
     lease_duration_seconds: float = Field(default=15.0, gt=0)
     lease_renew_seconds: float = Field(default=5.0, gt=0)
+    # One writer (controller/failover.py): how often a replica checks whether its
+    # lease lapsed between renew rounds and whether it can rebuild the previous
+    # leader's plans (leading and caches synced). Bounds how long a new leader stays
+    # un-Ready after both hold; a lapsed lease is refused at once regardless.
+    failover_check_seconds: float = Field(default=0.5, gt=0)
 
     # Watch cache (list + watch of nodes, pods, PodGroups, namespaces). A relist is
     # read in pages of this many objects, so one answer's memory stays bounded on a

@@ -117,3 +117,24 @@ class Metrics:
         self.is_leader = Gauge(
             "gang_extender_leader", "1 on the replica that holds the lease.", registry=r
         )
+        self.plans_recovered = Counter(
+            "gang_extender_plans_recovered_total",
+            "Plans rebuilt from planned-node annotations on taking over (recovered), "
+            "or not rebuilt because partial or stale (refused).",
+            ["outcome"],
+            registry=r,
+        )
+        self.not_leader_refusals = Counter(
+            "gang_extender_not_leader_total",
+            "Verbs refused and queued API writes skipped because this replica was not "
+            "the leader, by what (filter, prioritize, bind, write, reconcile).",
+            ["what"],
+            registry=r,
+        )
+        self.cache_rejected_objects = Counter(
+            "gang_extender_cache_rejected_objects_total",
+            "Objects from a list page or watch event that could not be read (logged, "
+            "skipped; the rest of the page is applied), by kind.",
+            ["kind"],
+            registry=r,
+        )

@@ -49,6 +49,7 @@ from extender.bootstrap import (
 from extender.config import Settings
 from extender.controller.cluster_state import ClusterState
 from extender.controller.effects import EffectWriter, GroupQueues
+from extender.controller.failover import Failover, LeaderOnlyBinder
 from extender.controller.gauges import Gauges
 from extender.controller.reconciler import GroupReconciler, Wiring
 from extender.coordinator import SchedulingCoordinator
@@ -120,6 +121,7 @@ class GangService:
     reconciler: GroupReconciler
     allocator: IndexAllocator
     leader: LeaderElector | None
+    failover: Failover
     ca_bundle: CaBundle
     cache: WatchCache | None = None
     # /mutate/<token>, once run() has read the shared token; None: plain /mutate.
@@ -127,11 +129,13 @@ class GangService:
     _servers: list[uvicorn.Server] = field(default_factory=list)
 
     def ready(self) -> tuple[bool, str]:
-        return readiness(
+        ok, why = readiness(
             caches_synced=self.cache is not None and self.cache.synced(),
             ca_bundle=self.ca_bundle,
             leader=self.leader,
         )
+        # One writer: Ready only once the previous leader's plans are reserved here.
+        return self.failover.ready() if ok else (ok, why)
 
     def tls(self) -> TLSMaterial:
         """The serving cert and key; StartupError when they cannot be read or made."""
@@ -173,11 +177,20 @@ class GangService:
             tuning=CacheTuning.from_settings(self.settings),
         )
         cache.start()
+        self.failover.synced = cache.synced
+        tasks.append(
+            asyncio.create_task(
+                self.failover.run(self.settings.failover_check_seconds), name="failover"
+            )
+        )
         if self.leader is not None:
             self.leader.start(loop)
         s = self.settings
         extender_app = create_extender_app(
-            port=self.coordinator, metrics=self.metrics, max_request_bytes=s.max_request_bytes
+            port=self.coordinator,
+            metrics=self.metrics,
+            max_request_bytes=s.max_request_bytes,
+            acting=self.failover.acting,
         )
         webhook_app = create_webhook_app(
             admitter=Admitter(
@@ -330,18 +343,6 @@ def create_service(settings: Settings, deps: Deps | None = None) -> GangService:
     # The state flushes the core's effects through the coordinator, whose sink is
     # the writer, which reads the state: the coordinator is looked up when the
     # first cache traffic arrives (in run), by which time it exists.
-    state = ClusterState(core, flush_effects=lambda: coordinator.flush_effects())
-    queues = GroupQueues(settings.effect_concurrency)
-    writer = EffectWriter(
-        settings, raw=deps.raw, metrics=metrics, core=core, state=state, queues=queues
-    )
-    coordinator = SchedulingCoordinator(core, binder, metrics, effect_sink=writer.queue_effects)
-    wiring = deps.wiring if deps.wiring is not None else WiringController(deps.raw)
-    allocator = IndexAllocator(
-        deps.raw,
-        hold_seconds=settings.index_hold_seconds,
-        list_timeout_seconds=settings.index_list_timeout_seconds,
-    )
     leader = (
         LeaderElector(
             deps.raw,
@@ -354,6 +355,33 @@ def create_service(settings: Settings, deps: Deps | None = None) -> GangService:
         if settings.leader_elect
         else None
     )
+    # One writer: every verb, binding call and queued write asks failover.acting().
+    failover = Failover(core, leader, metrics, flush_effects=lambda: coordinator.flush_effects())
+    if leader is not None:
+        leader.on_change = failover.on_leadership
+    state = ClusterState(core, flush_effects=lambda: coordinator.flush_effects(), metrics=metrics)
+    queues = GroupQueues(settings.effect_concurrency)
+    writer = EffectWriter(
+        settings,
+        raw=deps.raw,
+        metrics=metrics,
+        core=core,
+        state=state,
+        queues=queues,
+        acting=failover.acting,
+    )
+    coordinator = SchedulingCoordinator(
+        core,
+        LeaderOnlyBinder(binder, failover.acting, metrics),
+        metrics,
+        effect_sink=writer.queue_effects,
+    )
+    wiring = deps.wiring if deps.wiring is not None else WiringController(deps.raw)
+    allocator = IndexAllocator(
+        deps.raw,
+        hold_seconds=settings.index_hold_seconds,
+        list_timeout_seconds=settings.index_list_timeout_seconds,
+    )
     gauges = Gauges(core, metrics)
     reconciler = GroupReconciler(
         settings,
@@ -365,7 +393,7 @@ def create_service(settings: Settings, deps: Deps | None = None) -> GangService:
         wiring=wiring,
         gauges=gauges,
         tick=coordinator.tick,
-        leader=leader,
+        acting=failover.acting,
     )
     webhook_path = WebhookPath()
 
@@ -395,6 +423,7 @@ def create_service(settings: Settings, deps: Deps | None = None) -> GangService:
         reconciler=reconciler,
         allocator=allocator,
         leader=leader,
+        failover=failover,
         ca_bundle=ca_bundle,
         webhook_path=webhook_path,
     )

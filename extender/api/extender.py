@@ -2,10 +2,21 @@
 
 A thin adapter: parse the wire format, ask the scheduling port, translate the
 core's verdict into `ExtenderFilterResult` / `HostPriority` / `ExtenderBindingResult`.
+
+One writer: each verb asks `acting()` when it acts. A replica that is not the
+leader (a deposed one still reached over a kept-alive connection) holds every
+candidate in `FailedAndUnresolvableNodes` ("not the leader"), scores nothing and
+answers bind with an `Error`: kube-scheduler retries, and its next connection
+reaches the leader.
+
+Never a 500: a body that is not the wire format is a 400 naming the field; an
+unexpected failure while answering is logged, counted and answered with an
+`Error` in a 200 body (prioritize: no scores), which kube-scheduler retries.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol, TypeVar
@@ -16,11 +27,15 @@ from fastapi.responses import Response
 from pydantic import BaseModel, ValidationError
 
 from extender.api.body import BodyError, read_json_body
-from extender.api.wire import ExtenderArgs, ExtenderBindingArgs
-from extender.domain.gang import FilterDecision
+from extender.api.wire import ExtenderArgs, ExtenderBindingArgs, node_name
+from extender.domain.gang import FilterDecision, Verdict
 from extender.metrics import Metrics
 
 Model = TypeVar("Model", bound=BaseModel)
+
+log = logging.getLogger(__name__)
+
+NOT_THE_LEADER = "not the leader: this replica does not hold the lease; retry"
 
 
 class SchedulingPort(Protocol):
@@ -74,9 +89,7 @@ def filter_result(args: ExtenderArgs, decision: FilterDecision) -> dict[str, Any
         names = decision.nodes
     else:
         keep = set(decision.nodes)
-        nodes = {
-            "items": [n for n in args.Nodes.items if (n.get("metadata") or {}).get("name") in keep]
-        }
+        nodes = {"items": [n for n in args.Nodes.items if node_name(n) in keep]}
     return {
         "Nodes": nodes,
         "NodeNames": names,
@@ -120,44 +133,82 @@ class HostPriorityEncoder:
         return b"[" + b",".join(parts) + b"]"
 
 
+def _always() -> bool:
+    return True
+
+
 def create_extender_app(
-    *, port: SchedulingPort, metrics: Metrics, max_request_bytes: int
+    *,
+    port: SchedulingPort,
+    metrics: Metrics,
+    max_request_bytes: int,
+    acting: Callable[[], bool] = _always,
 ) -> FastAPI:
+    """`acting`: may this replica plan and bind now (controller.failover.Failover.acting)."""
     app = FastAPI(title="gang-extender scheduler extender", docs_url=None, redoc_url=None)
     priorities = HostPriorityEncoder()
 
-    async def timed(verb: str, work: Callable[[], Awaitable[Response]]) -> Response:
+    async def timed(
+        verb: str, work: Callable[[], Awaitable[Response]], failed: Callable[[str], Response]
+    ) -> Response:
         started = time.perf_counter()
         try:
             return await work()
         except BadRequest as err:
             metrics.extender_errors.labels(verb=verb).inc()
             return json_response({"Error": err.message}, status=400)
+        except Exception as err:  # never a 500: kube-scheduler takes any non-200 as fatal
+            log.exception("%s failed", verb)
+            metrics.extender_errors.labels(verb=verb).inc()
+            return failed(f"internal error in {verb}: {type(err).__name__}; retry")
         finally:
             metrics.request_seconds.labels(verb=verb).observe(time.perf_counter() - started)
+
+    def error_body(message: str) -> Response:
+        return json_response({"Error": message})
+
+    def no_scores(_message: str) -> Response:
+        return json_response([])
+
+    def not_leader(what: str) -> None:
+        metrics.not_leader_refusals.labels(what=what).inc()
 
     @app.post("/filter")
     async def filter_route(request: Request) -> Response:
         async def work() -> Response:
             args = await read_model(request, ExtenderArgs, max_request_bytes)
-            decision = port.filter(args.Pod, args.candidate_names())
+            candidates = args.candidate_names()
+            if not acting():
+                not_leader("filter")
+                held = FilterDecision(
+                    Verdict.WAIT, [], {}, dict.fromkeys(candidates, NOT_THE_LEADER), NOT_THE_LEADER
+                )
+                return json_response(filter_result(args, held))
+            decision = port.filter(args.Pod, candidates)
             return json_response(filter_result(args, decision))
 
-        return await timed("filter", work)
+        return await timed("filter", work, error_body)
 
     @app.post("/prioritize")
     async def prioritize_route(request: Request) -> Response:
         async def work() -> Response:
             args = await read_model(request, ExtenderArgs, max_request_bytes)
+            if not acting():
+                not_leader("prioritize")
+                return json_response([])
             scores = port.prioritize(args.Pod, args.candidate_names())
             return Response(priorities.encode(scores), media_type="application/json")
 
-        return await timed("prioritize", work)
+        return await timed("prioritize", work, no_scores)
 
     @app.post("/bind")
     async def bind_route(request: Request) -> Response:
         async def work() -> Response:
             args = await read_model(request, ExtenderBindingArgs, max_request_bytes)
+            if not acting():
+                not_leader("bind")
+                metrics.extender_errors.labels(verb="bind").inc()
+                return json_response({"Error": NOT_THE_LEADER})
             error = await port.bind(
                 namespace=args.PodNamespace, name=args.PodName, uid=args.PodUID, node=args.Node
             )
@@ -165,6 +216,6 @@ def create_extender_app(
                 metrics.extender_errors.labels(verb="bind").inc()
             return json_response({"Error": error})
 
-        return await timed("bind", work)
+        return await timed("bind", work, error_body)
 
     return app

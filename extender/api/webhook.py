@@ -6,11 +6,19 @@ AdmissionReview it answers back.
 
 HTTP status: 400, with {"error": ...}, only for a body that is too large, not JSON
 or not an AdmissionReview (the caller's bug); every decision about a pod, including
-a denial, is a 200 AdmissionReview.
+a denial, is a 200 AdmissionReview. A pod the admission code fails to read (a field
+of a JSON type the API server would never send, found by fuzzing) is denied, with
+the failure logged: never a 500, never an exception out of the handler.
+
+One writer: the webhook answers on every replica, leader or not. Pod creation must
+not wait for a hand-over, and what it decides (a free task index) is derived from
+the group's pods on the API server (`kube.indexes`), not from this replica's memory,
+so two replicas cannot hand out diverging indexes for long (see docs/design.md).
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import orjson
@@ -19,7 +27,9 @@ from fastapi.responses import Response
 
 from extender.admitter import Admitter
 from extender.api.body import BodyError, read_json_body
-from extender.injection.admission import ReviewError, parse_review
+from extender.injection.admission import ReviewError, denied_response, parse_review
+
+log = logging.getLogger(__name__)
 
 # Largest AdmissionReview body read. The API server refuses a request body over 3 MiB,
 # so a review carrying one pod (an UPDATE carries two) stays well below this.
@@ -45,7 +55,17 @@ def create_webhook_app(
             return _json({"error": error.message}, status=400)
         except ReviewError as error:
             return _json({"error": str(error)}, status=400)
-        return _json(await admitter.admit(review))
+        try:
+            return _json(await admitter.admit(review))
+        except Exception as err:
+            log.exception("admission of %s/%s failed", review.namespace, review.uid)
+            return _json(
+                denied_response(
+                    review.uid,
+                    f"gang-extender could not read this pod ({type(err).__name__}); check the "
+                    "types of its labels, annotations and resources",
+                )
+            )
 
     return app
 

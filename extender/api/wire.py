@@ -12,6 +12,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from extender.domain.quantity import QuantityError, to_units
+
 
 class _Wire(BaseModel):
     # Unknown keys are ignored: newer schedulers may add fields.
@@ -92,6 +94,9 @@ class ExtenderArgs(_Wire):
                 for e in err.errors()
             )
             raise ValueError(f"not a Pod this extender can read: {problems}") from None
+        problem = quantity_problem(pod)
+        if problem:
+            raise ValueError(problem)
         return pod
 
     def candidate_names(self) -> list[str]:
@@ -99,8 +104,36 @@ class ExtenderArgs(_Wire):
         if self.NodeNames is not None:
             return self.NodeNames
         if self.Nodes is not None:
-            return [str((n.get("metadata") or {}).get("name", "")) for n in self.Nodes.items]
+            return [node_name(n) for n in self.Nodes.items]
         return []
+
+
+def node_name(node: dict[str, Any]) -> str:
+    """metadata.name of a Node in the request ("" when it has none)."""
+    meta = node.get("metadata")
+    return str(meta.get("name", "")) if isinstance(meta, dict) else ""
+
+
+def quantity_problem(pod: dict[str, Any]) -> str:
+    """The first resource quantity of `pod` that cannot be read, with its field path; or "".
+
+    E.g. "Pod.spec.containers[0].resources.requests.nvidia.com/gpu: invalid quantity
+    '1e1000000': too large". Runs after `PodShape`, so the containers are objects.
+    """
+    spec = pod.get("spec") or {}
+    places: list[tuple[str, Any]] = [("Pod.spec.overhead", spec.get("overhead"))]
+    for field_name in ("containers", "initContainers"):
+        for i, container in enumerate(spec.get(field_name) or []):
+            resources = (container or {}).get("resources") or {}
+            for kind in ("requests", "limits"):
+                places.append((f"Pod.spec.{field_name}[{i}].resources.{kind}", resources.get(kind)))
+    for path, mapping in places:
+        for name, value in (mapping or {}).items():
+            try:
+                to_units(name, value)
+            except QuantityError as err:
+                return f"{path}.{name}: {err}"
+    return ""
 
 
 class ExtenderFilterResult(_Wire):

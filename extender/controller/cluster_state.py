@@ -5,10 +5,18 @@ to the pure core (nodes, pods, PodGroups) and keeps the raw objects the group
 reconciler and the effect writer need (each group's pod JSON, PodGroups,
 namespace labels), plus the set of groups that changed since the reconciler last
 looked. It runs on the event loop thread only, so nothing here is locked.
+
+One unreadable object (a poisoned quantity, a field of the wrong JSON type) is
+logged, counted in gang_extender_cache_rejected_objects_total{kind} and skipped:
+the rest of its list page is applied, so the cache still syncs and the replica
+still becomes Ready. A rejected object still counts as present in a relist, so
+what this replica knew of it is not dropped because of it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -18,6 +26,9 @@ from extender.domain.gang import GangCore
 from extender.domain.membership import INJECT_NAMESPACE_LABEL, GroupKey
 from extender.domain.model import GroupSpec, NodeInfo, PodInfo
 from extender.kube.cache import CacheSink
+from extender.metrics import Metrics
+
+log = logging.getLogger(__name__)
 
 
 class ClusterState(CacheSink):
@@ -27,9 +38,16 @@ class ClusterState(CacheSink):
     on the way (a plan dropped because a member was deleted) is carried out.
     """
 
-    def __init__(self, core: GangCore, flush_effects: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        core: GangCore,
+        flush_effects: Callable[[], None],
+        metrics: Metrics | None = None,
+    ) -> None:
         self.core = core
         self.flush_effects = flush_effects
+        self.metrics = metrics
+        self.rejected = 0  # objects skipped as unreadable, since start
         self.group_pods: dict[GroupKey, dict[str, dict[str, Any]]] = defaultdict(dict)
         self.podgroups: dict[GroupKey, dict[str, Any]] = {}
         self.coscheduling_podgroups: dict[GroupKey, dict[str, Any]] = {}
@@ -42,15 +60,35 @@ class ClusterState(CacheSink):
         seen = self._relisting.setdefault(kind, set()) if not first else set()
         self._relisting[kind] = seen
         for obj in items:
-            seen.add(self._identity(kind, obj))
-            self._apply(kind, "ADDED", obj)
+            # No readable identity: rejected below, nothing to keep for it.
+            with contextlib.suppress(Exception):
+                seen.add(self._identity(kind, obj))
+            self._apply_or_reject(kind, "ADDED", obj)
         if last:
             self._forget_missing(kind, self._relisting.pop(kind))
         self.flush_effects()
 
     def on_event(self, kind: str, event_type: str, obj: dict[str, Any]) -> None:
-        self._apply(kind, event_type, obj)
+        self._apply_or_reject(kind, event_type, obj)
         self.flush_effects()
+
+    def _apply_or_reject(self, kind: str, event_type: str, obj: Any) -> None:
+        try:
+            if not isinstance(obj, dict):
+                raise TypeError(f"expected an object, got {type(obj).__name__}")
+            self._apply(kind, event_type, obj)
+        except Exception as err:
+            self.rejected += 1
+            if self.metrics is not None:
+                self.metrics.cache_rejected_objects.labels(kind=kind).inc()
+            log.warning(
+                "skipped an unreadable %s object (%s) from %s: %s: %s",
+                kind,
+                _describe(obj),
+                event_type,
+                type(err).__name__,
+                err,
+            )
 
     @staticmethod
     def _identity(kind: str, obj: dict[str, Any]) -> str:
@@ -129,3 +167,11 @@ class ClusterState(CacheSink):
     def injected(self, namespace: str) -> bool:
         labels = self.namespace_labels.get(namespace, {})
         return labels.get(INJECT_NAMESPACE_LABEL) == "enabled"
+
+
+def _describe(obj: Any) -> str:
+    """namespace/name of an object for a log line, whatever its shape."""
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    if not isinstance(meta, dict):
+        return "no metadata"
+    return f"{meta.get('namespace', '')}/{meta.get('name', '?')}"[:253]

@@ -7,6 +7,11 @@ undoes); different groups run in parallel (`GroupQueues`). A transient API
 failure is tried again with a bounded backoff; what still fails is logged with
 its status code and reason (never the response body) and counted in
 gang_extender_api_write_errors_total (`EffectWriter`).
+
+One writer: each attempt first asks `acting()`; a replica that is not the leader
+(any more) skips the write and counts it in gang_extender_not_leader_total{what=
+"write"}. A deposed leader must not clear the planned-node annotations the new
+leader rebuilds its plans from, nor write Events for decisions it no longer owns.
 """
 
 from __future__ import annotations
@@ -122,8 +127,10 @@ class EffectWriter:
         core: GangCore,
         state: ClusterState,
         queues: GroupQueues,
+        acting: Callable[[], bool] = lambda: True,
     ) -> None:
         self.settings = settings
+        self.acting = acting
         self.raw = raw
         self.metrics = metrics
         self.core = core
@@ -149,6 +156,10 @@ class EffectWriter:
         delay = s.api_write_backoff_seconds
         attempt = 1
         while True:
+            if not self.acting():
+                log.info("gang %s: %s skipped: not the leader", key, what)
+                self.metrics.not_leader_refusals.labels(what="write").inc()
+                return True
             try:
                 await asyncio.to_thread(call)
                 return True

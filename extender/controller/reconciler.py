@@ -26,7 +26,6 @@ from extender.controller.gauges import Gauges
 from extender.domain.gang import GangCore
 from extender.domain.membership import GroupKey, MembershipError, task_layout
 from extender.domain.status import GroupStatus, group_status
-from extender.kube.leader import LeaderElector
 from extender.kube.rawapi import KubeError, RawApi
 from extender.kube.wiring import WiringConflictError
 from extender.kube.writers import api_error_summary, create_podgroup, write_podgroup_status
@@ -86,7 +85,7 @@ class GroupReconciler:
         wiring: Wiring,
         gauges: Gauges,
         tick: Callable[[], None],
-        leader: LeaderElector | None,
+        acting: Callable[[], bool] = lambda: True,
     ) -> None:
         self.settings = settings
         self.raw = raw
@@ -97,7 +96,7 @@ class GroupReconciler:
         self.wiring = wiring
         self.gauges = gauges
         self.tick = tick
-        self.leader = leader
+        self.acting = acting  # one writer: controller.failover.Failover.acting
         self._written_status: dict[GroupKey, dict[str, Any]] = {}
         self._announced: dict[GroupKey, str] = {}
         self._wired: dict[GroupKey, str] = {}
@@ -111,7 +110,7 @@ class GroupReconciler:
             self.tick()
             if not caches_synced():
                 continue
-            if self.leader is not None and not self.leader.is_leader:
+            if not self.acting():
                 continue
             now = time.time()
             if now - last_resync > self.settings.resync_seconds:
@@ -120,6 +119,9 @@ class GroupReconciler:
             dirty, self.state.dirty = self.state.dirty, set()
             self.gauges.update()
             for key in sorted(dirty):
+                if not self.acting():  # deposed meanwhile: the new leader reconciles all
+                    self.metrics.not_leader_refusals.labels(what="reconcile").inc()
+                    break
                 try:
                     await self.reconcile_group(key)
                 except KubeError as err:

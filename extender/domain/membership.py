@@ -90,7 +90,7 @@ def min_available(meta: Mapping[str, Any]) -> int | None:
         return None
     try:
         value = int(raw)
-    except ValueError:
+    except (TypeError, ValueError):  # a list or object where a string belongs, too
         raise MembershipError(
             f"annotation {MIN_AVAILABLE_ANNOTATION}={raw!r} is not a whole number"
         ) from None
@@ -115,7 +115,7 @@ def parse_task_layout(text: str) -> dict[str, int]:
             )
         try:
             value = int(count)
-        except ValueError:
+        except (TypeError, ValueError):
             raise MembershipError(
                 f"annotation {TASKS_ANNOTATION}={text!r}: count {count!r} is not a whole number"
             ) from None
@@ -149,7 +149,7 @@ def explicit_task_index(meta: Mapping[str, Any]) -> int | None:
             continue
         try:
             value = int(raw)
-        except ValueError:
+        except (TypeError, ValueError):
             raise MembershipError(f"{where}={raw!r} is not a whole number") from None
         if value < 0:
             raise MembershipError(f"{where}={raw!r} must be >= 0")

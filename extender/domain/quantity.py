@@ -32,35 +32,66 @@ _DECIMAL = {
 
 
 class QuantityError(ValueError):
-    """A quantity string that Kubernetes would not accept."""
+    """A quantity that Kubernetes would not accept (or this service cannot count)."""
 
 
-def parse_quantity(text: str | int | float) -> Decimal:
-    """Parse a Kubernetes quantity into a Decimal of base units ("500m" -> 0.5)."""
+# Largest quantity accepted, in base units (bytes, cores, GPUs): Kubernetes itself
+# refuses quantities past 2^63-1 of their smallest scale. Without a bound, a string
+# such as "1e1000000" parses exactly and then overflows Decimal arithmetic (an
+# error that is not a QuantityError) or builds a million-digit integer.
+MAX_QUANTITY = Decimal(2**63 - 1)
+
+
+def parse_quantity(text: object) -> Decimal:
+    """Parse a Kubernetes quantity into a Decimal of base units ("500m" -> 0.5).
+
+    QuantityError for anything else: a wrong JSON type (booleans, lists, objects,
+    null), NaN or infinity, a negative value, one past `MAX_QUANTITY`.
+    """
+    if isinstance(text, bool) or not isinstance(text, str | int | float):
+        raise QuantityError(
+            f"invalid quantity {text!r}: must be a string or a number, not {type(text).__name__}"
+        )
     if isinstance(text, int | float):
-        return Decimal(str(text))
+        return _bounded(_number(str(text), text), text)
     raw = text.strip()
     if not raw:
         raise QuantityError("empty quantity")
     for suffix, factor in _BINARY.items():
         if raw.endswith(suffix):
-            return _number(raw[: -len(suffix)], text) * factor
+            return _bounded(_number(raw[: -len(suffix)], text), text, factor)
     # Exponent forms such as "1e3" end in a digit and parse directly.
     suffix = raw[-1] if raw[-1].isalpha() else ""
     if suffix not in _DECIMAL:
         raise QuantityError(f"invalid quantity {text!r}: unknown suffix {suffix!r}")
     number = raw[: -len(suffix)] if suffix else raw
-    return _number(number, text) * _DECIMAL[suffix]
+    return _bounded(_number(number, text), text, _DECIMAL[suffix])
 
 
 def _number(text: str, original: object) -> Decimal:
     try:
         value = Decimal(text)
-    except InvalidOperation:
+    except (InvalidOperation, ValueError):
         raise QuantityError(f"invalid quantity {original!r}") from None
     if not value.is_finite():
-        raise QuantityError(f"invalid quantity {original!r}")
+        raise QuantityError(f"invalid quantity {original!r}: not a finite number")
     return value
+
+
+def _bounded(value: Decimal, original: object, factor: Decimal | int = 1) -> Decimal:
+    """`value * factor`, refused when negative or past MAX_QUANTITY.
+
+    The magnitude is checked on the exponent before multiplying, so no Decimal
+    operation can overflow its context.
+    """
+    if value < 0:
+        raise QuantityError(f"invalid quantity {original!r}: must not be negative")
+    if value and value.adjusted() > MAX_QUANTITY.adjusted():
+        raise QuantityError(f"invalid quantity {original!r}: too large")
+    scaled = value * factor
+    if scaled > MAX_QUANTITY:
+        raise QuantityError(f"invalid quantity {original!r}: too large")
+    return scaled
 
 
 # Distinct (resource, quantity string) pairs remembered by `to_units`. A cluster
@@ -69,14 +100,14 @@ def _number(text: str, original: object) -> Decimal:
 UNITS_CACHE_SIZE = 4096
 
 
-def to_units(resource: str, quantity: str | int | float) -> int:
+def to_units(resource: str, quantity: object) -> int:
     """Quantity in the integer unit used for `resource` (cpu: millicores), rounded up."""
     if isinstance(quantity, str):
         return _units_of_text(resource, quantity)
     return _units(resource, quantity)
 
 
-def _units(resource: str, quantity: str | int | float) -> int:
+def _units(resource: str, quantity: object) -> int:
     value = parse_quantity(quantity)
     if resource == CPU:
         value *= 1000
@@ -89,10 +120,12 @@ _units_of_text = functools.lru_cache(maxsize=UNITS_CACHE_SIZE)(_units)
 
 
 def resource_list(mapping: Mapping[str, Any] | None) -> dict[str, int]:
-    """A `resources.requests`-style mapping in integer units."""
+    """A `resources.requests`-style mapping in integer units; QuantityError if unreadable."""
     if not mapping:
         return {}
-    return {name: to_units(name, value) for name, value in mapping.items()}
+    if not isinstance(mapping, Mapping):
+        raise QuantityError(f"expected a map of quantities, not {type(mapping).__name__}")
+    return {name: to_units(str(name), value) for name, value in mapping.items()}
 
 
 def _add_max(total: dict[str, int], other: Mapping[str, int]) -> None:
@@ -136,7 +169,11 @@ def pod_requests(spec: Mapping[str, Any]) -> dict[str, int]:
 
 
 def _container_requests(container: Mapping[str, Any]) -> dict[str, int]:
+    if not isinstance(container, Mapping):
+        raise QuantityError(f"expected a container object, not {type(container).__name__}")
     resources = container.get("resources") or {}
+    if not isinstance(resources, Mapping):
+        raise QuantityError(f"expected resources to be an object, not {type(resources).__name__}")
     merged = resource_list(resources.get("limits"))
     merged.update(resource_list(resources.get("requests")))
     return merged

@@ -3,6 +3,13 @@
 Only the leader is ready (so the Service sends the scheduler and the API server
 to it) and only the leader writes status, Events and wiring. Updates use the
 Lease's resourceVersion, so two replicas can never both win one term.
+
+Validity is counted on the monotonic clock from *before* the renew call was sent:
+the API server may have written the renewTime at any moment up to our reading of
+the answer, so the lease others see can only end later than ours does, never
+earlier (counting from the answer would let a slow PUT stretch our term past the
+one the standby waits out). `on_change(leading)` is called on the event loop each
+time leadership is gained or lost; `term` counts the gains.
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ import os
 import socket
 import time
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -43,6 +51,8 @@ class LeaderElector:
         renew_seconds: float,
         metrics: Metrics,
         identity: str | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        on_change: Callable[[bool], None] | None = None,
     ) -> None:
         self.raw = raw
         self.namespace = namespace
@@ -53,13 +63,19 @@ class LeaderElector:
         self.identity = identity or os.environ.get(
             "POD_NAME", f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
         )
-        self._renewed_at = 0.0
+        self.clock = clock
+        self.on_change = on_change
+        self.term = 0  # leadership gains so far; a new term starts at each gain
+        self._renewed_at: float | None = None  # clock() before the last successful renew
+        self._leading = False  # what on_change was last told
         self._task: asyncio.Task[None] | None = None
 
     @property
     def is_leader(self) -> bool:
         # Stop acting as leader once our own lease could have expired for others.
-        return time.time() - self._renewed_at < self.lease_seconds
+        if self._renewed_at is None:
+            return False
+        return self.clock() - self._renewed_at < self.lease_seconds
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self._task = loop.create_task(self._run(), name="leader-election")
@@ -70,18 +86,35 @@ class LeaderElector:
 
     async def _run(self) -> None:
         while True:
-            try:
-                won = await asyncio.to_thread(self.try_acquire_or_renew)
-            except KubeError as err:
-                log.warning("lease %s/%s: %s", self.namespace, self.name, err)
-                won = False
-            was = self.is_leader
-            if won:
-                self._renewed_at = time.time()
-                if not was:
-                    log.info("became leader as %s", self.identity)
-            self.metrics.is_leader.set(1 if self.is_leader else 0)
+            await self.round()
             await asyncio.sleep(self.renew_seconds if self.is_leader else self.renew_seconds / 2)
+
+    async def round(self) -> None:
+        """One acquire-or-renew attempt; then tell `on_change` if leadership changed."""
+        sent_at = self.clock()  # before the PUT: see the module docstring
+        try:
+            won = await asyncio.to_thread(self.try_acquire_or_renew)
+        except KubeError as err:
+            log.warning("lease %s/%s: %s", self.namespace, self.name, err)
+            won = False
+        if won:
+            self._renewed_at = sent_at
+        self.observe()
+
+    def observe(self) -> bool:
+        """Leading now? Calls `on_change` when that differs from what it was last told."""
+        leading = self.is_leader
+        if leading != self._leading:
+            self._leading = leading
+            if leading:
+                self.term += 1
+                log.info("became leader as %s (term %d)", self.identity, self.term)
+            else:
+                log.warning("lost the lease %s/%s", self.namespace, self.name)
+            if self.on_change is not None:
+                self.on_change(leading)
+        self.metrics.is_leader.set(1 if leading else 0)
+        return leading
 
     def _path(self, with_name: bool = True) -> str:
         parts = ["apis", "coordination.k8s.io", "v1", "namespaces", self.namespace, "leases"]

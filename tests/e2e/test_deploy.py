@@ -109,6 +109,20 @@ def applied(cluster: LocalCluster, rendered: list[dict[str, Any]]) -> list[dict[
     definitions = [d for d in rendered if d["kind"] in REALLY_APPLIED]
     kubectl(cluster, "apply", "-f", "-", stdin=dump(definitions))
     kubectl(cluster, "apply", "-f", str(OPTIONAL_CRD))
+    # An admin opts team-a in, as docs/deploy.md#rbac says; team-b is left out.
+    for namespace in ("team-a", "team-b"):
+        kubectl(cluster, "create", "namespace", namespace, check=False)
+    kubectl(
+        cluster,
+        "-n",
+        "team-a",
+        "create",
+        "rolebinding",
+        "gang-extender",
+        "--clusterrole=gang-extender-namespace",
+        "--serviceaccount=gang-system:gang-extender",
+        check=False,
+    )
     for crd in ("podgroups.scheduling.gang-extender.io", "podgroups.scheduling.x-k8s.io"):
         kubectl(cluster, "wait", "--for=condition=Established", "--timeout=60s", f"crd/{crd}")
     return definitions
@@ -195,6 +209,31 @@ def test_the_crd_is_served_with_its_printer_columns(cluster, applied) -> None:
             "update", "leases/gang-extender-service", ("-n", "gang-system"), id="renew its Lease"
         ),
         pytest.param("create", "leases", ("-n", "gang-system"), id="create its Lease"),
+        pytest.param(
+            "get", "secrets/gang-extender-ca", ("-n", "gang-system"), id="read the shared CA"
+        ),
+        pytest.param(
+            "patch",
+            "configmaps/gang-extender-ca",
+            ("-n", "gang-system"),
+            id="publish the shared CA certificate",
+        ),
+        pytest.param("create", "secrets", ("-n", "gang-system"), id="create the shared CA"),
+        pytest.param(
+            "patch",
+            "secrets/gang-extender-scheduler-client",
+            ("-n", "gang-system"),
+            id="re-issue kube-scheduler's client certificate",
+        ),
+        pytest.param(
+            "get",
+            "secrets/gang-extender-webhook-path",
+            ("-n", "gang-system"),
+            id="read the webhook's path token",
+        ),
+        pytest.param(
+            "create", "pods", ("--subresource=binding", "-n", "team-b"), id="binds anywhere"
+        ),
     ],
 )
 def test_the_service_account_may_do_what_the_service_does(
@@ -240,6 +279,18 @@ def test_the_service_account_may_do_what_the_service_does(
             "update", "leases/kube-scheduler", ("-n", "kube-system"), id="no Lease elsewhere"
         ),
         pytest.param("create", "clusterrolebindings", (), id="cannot grant itself more"),
+        pytest.param("create", "rolebindings", ("-n", "team-b"), id="cannot opt a namespace in"),
+        pytest.param("patch", "pods", ("-n", "kube-system"), id="no pod writes in kube-system"),
+        pytest.param("get", "secrets", ("-n", "kube-system"), id="no Secrets in kube-system"),
+        pytest.param(
+            "patch", "configmaps", ("-n", "kube-system"), id="no ConfigMaps in kube-system"
+        ),
+        pytest.param("create", "services", ("-n", "kube-system"), id="no Services in kube-system"),
+        pytest.param("patch", "pods", ("-n", "team-b"), id="no pod writes where not bound"),
+        pytest.param("get", "secrets", ("-n", "team-b"), id="no Secrets where not bound"),
+        pytest.param(
+            "get", "secrets/other", ("-n", "gang-system"), id="only the CA Secret in gang-system"
+        ),
     ],
 )
 def test_the_service_account_may_not_do_more(cluster, applied, verb, resource, flags) -> None:

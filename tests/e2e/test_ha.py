@@ -36,6 +36,7 @@ from tests.e2e.gang_fixtures import (
     get_podgroup,
     list_pods,
     podgroup,
+    ungate,
     wait_until,
 )
 
@@ -293,3 +294,107 @@ def _hostfile(raw: RawApi, namespace: str, group: str) -> str | None:
         return None
     text = str((cm.get("data") or {}).get("hostfile", ""))
     return text if len(text.splitlines()) == MEMBERS else None
+
+
+FAILOVER_POOL = {"gang-extender.io/pool": "failover"}
+
+
+def _metric(text: str, name: str, labels: str = "") -> float:
+    """The value of sample `name{labels}` in Prometheus text (0 when absent)."""
+    prefix = f"{name}{{{labels}}} " if labels else f"{name} "
+    for line in text.splitlines():
+        if line.startswith(prefix):
+            return float(line.split()[-1])
+    return 0.0
+
+
+def _scheduling_failures(raw: RawApi, namespace: str, name: str) -> list[str]:
+    events = raw.call(
+        "GET",
+        path_of("api", "v1", "namespaces", namespace, "events"),
+        query={"fieldSelector": f"involvedObject.name={name},reason=FailedScheduling"},
+    )
+    return [str(e.get("message", "")) for e in events.get("items") or []]
+
+
+def test_a_gang_planned_before_the_leader_is_killed_keeps_its_reservation_and_binds_whole(
+    ha_cluster, ha_stack
+) -> None:
+    """SIGKILL the leader after it planned a gang and before the gang could bind.
+
+    One member is gated, so the other waits in the leader's bind barrier when the
+    leader dies. The standby, once Ready, holds the same reservations (rebuilt from
+    the planned-node annotations before it reported Ready): a plain pod of the gang
+    scheduler is refused the reserved GPUs; once the gated member is released, the
+    gang binds whole, on the nodes planned before the crash.
+    """
+    stack, _proxy = ha_stack
+    api = ha_cluster.api_client()
+    raw = RawApi(api)
+    nodes = add_gpu_nodes(
+        api, 2, gpus=GPUS_PER_NODE, labels=FAILOVER_POOL, name_prefix="failover-node"
+    )
+    wait_for_nodes_ready(api, nodes)
+    namespace = new_namespace(api, "failover", labels={INJECT_NAMESPACE_LABEL: "enabled"})
+
+    first_leader = stack.leader()
+    assert first_leader is not None
+    standby = next(r for r in stack.replicas if r is not first_leader)
+
+    create(raw, namespace, podgroup("fo", 2))
+    create(raw, namespace, gang_pod("fo-0", "fo", gpus=GPUS_PER_NODE, node_selector=FAILOVER_POOL))
+    create(
+        raw,
+        namespace,
+        gang_pod("fo-1", "fo", gpus=GPUS_PER_NODE, node_selector=FAILOVER_POOL, gated=True),
+    )
+
+    def plan_written() -> dict[str, str] | None:
+        pods = list_pods(raw, namespace)
+        notes = {
+            p["metadata"]["name"]: (p["metadata"].get("annotations") or {}).get(
+                "gang-extender.io/planned-node"
+            )
+            for p in pods
+        }
+        return notes if len(notes) == 2 and all(notes.values()) else None  # type: ignore[return-value]
+
+    plan = wait_until(plan_written, what="the gang planned and annotated by the leader")
+    assert sorted(plan.values()) == sorted(nodes), plan
+    assert not bound(list_pods(raw, namespace)), "a member bound before the barrier completed"
+
+    assert first_leader.process is not None
+    first_leader.process.kill()  # SIGKILL: no lease release, fo-0's bind dies with it
+    wait_until(
+        lambda: standby.readyz()[0] == 200,
+        timeout=HANDOVER_BOUND_SECONDS,
+        what="the standby to take over",
+    )
+    # Ready means the plan was rebuilt first: both members hold their reservation.
+    metrics = standby.metrics_text()
+    assert _metric(metrics, "gang_extender_plans_recovered_total", 'outcome="recovered"') >= 1
+    assert _metric(metrics, "gang_extender_reservations") == 2, metrics
+
+    # A plain pod of the gang scheduler cannot take the reserved GPUs.
+    create(raw, namespace, gang_pod("plain", "", gpus=1, node_selector=FAILOVER_POOL))
+    failures = wait_until(
+        lambda: [
+            m for m in _scheduling_failures(raw, namespace, "plain") if "reserved for gang" in m
+        ],
+        what="the plain pod refused the GPUs reserved for gang fo",
+    )
+    print(f"\nplain pod refused: {failures[0]}")
+    assert not bound([p for p in list_pods(raw, namespace) if p["metadata"]["name"] == "plain"])
+
+    ungate(raw, namespace, "fo-1")
+
+    def gang_bound() -> dict[str, str] | None:
+        pods = {p["metadata"]["name"]: p for p in bound(list_pods(raw, namespace))}
+        if not {"fo-0", "fo-1"} <= set(pods):
+            return None
+        return {n: pods[n]["spec"]["nodeName"] for n in ("fo-0", "fo-1")}
+
+    placed = wait_until(gang_bound, what="the gang bound whole by the new leader")
+    assert placed == plan, f"bound {placed}, planned before the crash {plan}"
+    plain = [p for p in list_pods(raw, namespace) if p["metadata"]["name"] == "plain"]
+    assert not bound(plain), "the plain pod took a GPU of the gang"

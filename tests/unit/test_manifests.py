@@ -424,3 +424,57 @@ def test_only_the_gang_scheduler_may_reach_the_extender_port() -> None:
         {"app.kubernetes.io/name": scheduler_labels["app.kubernetes.io/name"]}
     ]
     assert "from" not in by_port["webhook"] and "from" not in by_port["metrics"]
+
+
+def _cluster_wide_rules(account: str) -> list[dict[str, Any]]:
+    """Rules of every ClusterRole bound to `account` by a ClusterRoleBinding."""
+    names = {
+        o["roleRef"]["name"]
+        for o in objects()
+        if o["kind"] == "ClusterRoleBinding" and any(s["name"] == account for s in o["subjects"])
+    }
+    return [
+        rule
+        for o in objects()
+        if o["kind"] == "ClusterRole" and o["metadata"]["name"] in names
+        for rule in o.get("rules", [])
+    ]
+
+
+def test_the_service_writes_pods_secrets_configmaps_services_only_per_namespace() -> None:
+    # Cluster-wide, a patch on pods is a container image change anywhere (kube-system
+    # included); Secrets, ConfigMaps and Services are written only where gangs run.
+    for rule in _cluster_wide_rules(SERVICE):
+        if "" not in rule.get("apiGroups", []):
+            continue
+        written = {"create", "patch", "update", "get"} & set(rule["verbs"])
+        assert not (written and {"secrets", "configmaps", "services"} & set(rule["resources"])), (
+            rule
+        )
+        assert not ("pods" in rule["resources"] and {"patch", "update"} & set(rule["verbs"])), rule
+    namespaced = one("ClusterRole", "gang-extender-namespace")
+    assert {r for rule in namespaced["rules"] for r in rule["resources"]} == {
+        "pods",
+        "services",
+        "configmaps",
+        "secrets",
+    }
+    assert not any(
+        o["kind"] == "ClusterRoleBinding" and o["roleRef"]["name"] == "gang-extender-namespace"
+        for o in objects()
+    ), "gang-extender-namespace must only be bound per namespace"
+
+
+def test_the_shared_ca_is_read_and_patched_by_name_only() -> None:
+    role = one("Role", "gang-extender-ca")
+    assert role["metadata"]["namespace"] == "gang-system"
+    # The service's own objects there: the shared CA, kube-scheduler's client
+    # certificate and the webhook's path token. Nothing else may be read or patched.
+    ours = {"gang-extender-ca", "gang-extender-scheduler-client", "gang-extender-webhook-path"}
+    named: set[str] = set()
+    for rule in role["rules"]:
+        if set(rule["verbs"]) != {"create"}:
+            assert rule["resourceNames"], rule
+            assert set(rule["resourceNames"]) <= ours, rule
+            named |= set(rule["resourceNames"])
+    assert named == ours

@@ -189,3 +189,50 @@ def test_a_provided_cert_still_writes_the_secret_webhook_path_before_ready() -> 
     )
     assert not svc.ca_bundle.written
     svc.binder.close()
+
+
+class _SyncedCache:
+    def synced(self) -> bool:
+        return True
+
+    def stop(self) -> None:
+        pass
+
+
+def test_a_synced_single_replica_is_ready_only_once_the_plans_are_rebuilt() -> None:
+    svc = create_service(
+        Settings(tls_cert="/c.pem", tls_key="/k.pem", webhook_path_secret=None),  # type: ignore[arg-type]
+        fake_deps(),
+    )
+    try:
+        svc.cache = _SyncedCache()  # type: ignore[assignment]
+        svc.failover.synced = svc.cache.synced
+        assert svc.ready() == (
+            False,
+            "recovering planned gangs from their planned-node annotations",
+        )
+        svc.failover.step()
+        assert svc.ready() == (True, "ok")
+        assert svc.failover.acting()  # without leader election: always the writer
+    finally:
+        svc.binder.close()
+
+
+def test_with_leader_election_a_replica_that_never_won_neither_is_ready_nor_acts() -> None:
+    svc = create_service(
+        Settings(
+            tls_cert="/c.pem",  # type: ignore[arg-type]
+            tls_key="/k.pem",  # type: ignore[arg-type]
+            leader_elect=True,
+            webhook_path_secret=None,
+        ),
+        fake_deps(),
+    )
+    try:
+        svc.cache = _SyncedCache()  # type: ignore[assignment]
+        svc.failover.synced = svc.cache.synced
+        svc.failover.step()
+        assert svc.ready() == (False, "not the leader")
+        assert not svc.failover.acting()
+    finally:
+        svc.binder.close()

@@ -1,0 +1,156 @@
+"""Plans rebuilt from planned-node annotations when a replica takes over (domain/recovery.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from extender.domain.gang import GangCore, Timeouts
+from extender.domain.membership import PLANNED_NODE_ANNOTATION, GroupKey
+from extender.domain.model import GroupSpec, NodeInfo, PodInfo
+from extender.domain.policy import Policy
+from extender.domain.recovery import recover_plans
+from extender.domain.snapshot import ClusterSnapshot
+from tests.builders import PodBuilder, make_node, make_pod, make_podgroup
+
+T0 = 1_800_000_000.0
+JOB = GroupKey("default", "job")
+
+
+def member(name: str, planned: str | None = None, gpus: int = 2) -> PodBuilder:
+    pod = make_pod(name).group("job").gpus(gpus)
+    return pod.annotation(PLANNED_NODE_ANNOTATION, planned) if planned else pod
+
+
+def snapshot(
+    pods: list[dict[str, Any]],
+    *,
+    nodes: list[dict[str, Any]] | None = None,
+    min_member: int | None = 3,
+) -> ClusterSnapshot:
+    snap = ClusterSnapshot()
+    for node in nodes or [make_node("n1").gpus(4).obj(), make_node("n2").gpus(4).obj()]:
+        snap.upsert_node(NodeInfo.from_api(node))
+    if min_member is not None:
+        snap.upsert_podgroup(
+            GroupSpec.from_podgroup(make_podgroup("job", min_member), source="PodGroup")
+        )
+    for pod in pods:
+        snap.upsert_pod(PodInfo.from_api(pod))
+    return snap
+
+
+def test_the_plan_the_leader_made_is_rebuilt_as_it_was() -> None:
+    # The previous leader planned 3 x 2 GPU onto n1, n1, n2 and annotated them.
+    core = GangCore(Policy(), Timeouts(60, 30, 2))
+    for node in ("n1", "n2"):
+        core.snapshot.upsert_node(NodeInfo.from_api(make_node(node).gpus(4).obj()))
+    core.snapshot.upsert_podgroup(
+        GroupSpec.from_podgroup(make_podgroup("job", 3), source="PodGroup")
+    )
+    for i in range(3):
+        core.observe_pod(PodInfo.from_api(member(f"w{i}").obj()), T0)
+    decision = core.filter(core.snapshot.pods["uid-default-w0"], ["n1", "n2"], T0)
+    original = dict(core.ledger.plans[JOB].placements)
+    assert decision.nodes
+    annotated = [
+        member(f"w{i}", original[f"uid-default-w{i}"]).obj() for i in range(3)
+    ]  # what the effect writer wrote on the members
+
+    found = recover_plans(snapshot(annotated), reserved={})
+    assert found.refused == ()
+    assert [(p.group, dict(p.placements)) for p in found.plans] == [(JOB, original)]
+
+
+def test_recovered_plans_reserve_in_the_core_and_a_plain_pod_is_kept_off() -> None:
+    core = GangCore(Policy(), Timeouts(60, 30, 2))
+    core.snapshot = snapshot(
+        [member("w0", "n1").obj(), member("w1", "n1").obj(), member("w2", "n2").obj()]
+    )
+    found = core.recover(T0)
+    assert len(found.plans) == 1 and not core.drain_effects()  # nothing to write again
+    assert core.ledger.plans[JOB].deadline == T0 + 60
+    plain = PodInfo.from_api(make_pod("plain").gpus(3).obj())
+    assert core.filter(plain, ["n1", "n2"], T0).nodes == []
+    # A second recovery (a later term) leaves the plan as it is.
+    assert core.recover(T0).plans == ()
+
+
+def test_members_already_bound_count_toward_the_quorum() -> None:
+    pods = [
+        member("w0").node("n1").obj(),  # bound before the crash
+        member("w1", "n1").obj(),
+        member("w2", "n2").obj(),
+    ]
+    found = recover_plans(snapshot(pods), reserved={})
+    assert [dict(p.placements) for p in found.plans] == [
+        {"uid-default-w1": "n1", "uid-default-w2": "n2"}
+    ]
+
+
+@pytest.mark.parametrize(
+    ("pods", "nodes", "min_member", "why"),
+    [
+        pytest.param(
+            [member("w0", "n1").obj(), member("w1", "n2").obj(), member("w2").obj()],
+            None,
+            3,
+            "partial plan",
+            id="fewer annotated members than minMember: partial",
+        ),
+        pytest.param(
+            [member("w0", "n1").obj(), member("w1", "n1").obj(), member("w2", "gone").obj()],
+            None,
+            3,
+            "planned node gone is gone",
+            id="a planned node was deleted: stale",
+        ),
+        pytest.param(
+            [
+                member("w0", "n1").obj(),
+                member("w1", "n1").obj(),
+                member("w2", "n2").obj(),
+                make_pod("squatter").gpus(3).node("n2").obj(),
+            ],
+            None,
+            3,
+            "no room left on planned node n2",
+            id="a pod bound to a planned node in the gap: stale",
+        ),
+        pytest.param(
+            [member("w0", "n1").obj(), member("w1", "n1").obj(), member("w2", "n2").obj()],
+            [make_node("n1").gpus(4).obj(), make_node("n2").gpus(4).taint("gpu", "broken").obj()],
+            3,
+            "no longer accepts it",
+            id="a planned node was tainted: stale",
+        ),
+        pytest.param(
+            [member("w0", "n1").obj(), member("w1", "n1").obj(), member("w2", "n2").obj()],
+            None,
+            None,
+            "no PodGroup and no min-available",
+            id="the group lost its PodGroup",
+        ),
+    ],
+)
+def test_partial_or_stale_plans_are_refused_whole(
+    pods: list[dict[str, Any]], nodes: list[dict[str, Any]] | None, min_member: int | None, why: str
+) -> None:
+    found = recover_plans(snapshot(pods, nodes=nodes, min_member=min_member), reserved={})
+    assert found.plans == ()
+    assert len(found.refused) == 1 and found.refused[0].group == JOB
+    assert why in found.refused[0].reason, found.refused
+
+
+def test_capacity_already_reserved_by_another_plan_is_not_given_twice() -> None:
+    pods = [member("w0", "n1").obj(), member("w1", "n1").obj(), member("w2", "n2").obj()]
+    found = recover_plans(snapshot(pods), reserved={"n2": {"nvidia.com/gpu": 3}})
+    assert found.plans == () and "no room left on planned node n2" in found.refused[0].reason
+
+
+def test_groups_with_a_plan_already_and_unannotated_groups_are_left_alone() -> None:
+    pods = [member("w0", "n1").obj(), member("w1", "n1").obj(), member("w2", "n2").obj()]
+    assert recover_plans(snapshot(pods), reserved={}, planned={JOB}) == recover_plans(
+        snapshot([member(f"w{i}").obj() for i in range(3)]), reserved={}
+    )
