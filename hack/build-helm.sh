@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds helm from its Go module at one pinned version, like the control plane
 # (hack/build-control-plane.sh), into a cache outside the checkout so only the
-# first run builds. The chart tests (tests/unit/test_chart.py,
-# tests/e2e/test_chart.py) render and lint charts/gang-extender with it.
+# first run builds. The chart tests (tests/e2e/test_chart.py) render, lint
+# and install charts/gang-extender with it.
 #
 #   hack/build-helm.sh           # build if missing, print the path of the binary
 #   FORCE=1 hack/build-helm.sh   # rebuild
