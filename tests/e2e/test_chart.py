@@ -390,6 +390,7 @@ def test_helm_install_upgrade_uninstall(own_cluster: LocalCluster, helm: Path) -
         "namespace",
         NAMESPACE,
         "pod-security.kubernetes.io/enforce=restricted",
+        "pod-security.kubernetes.io/enforce-version=latest",
         env=env,
     )
     status = run(helm, "status", RELEASE, "--namespace", NAMESPACE, env=env)
