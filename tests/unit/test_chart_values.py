@@ -107,3 +107,34 @@ def test_the_scheduler_image_is_the_pinned_control_plane_version() -> None:
     )
     assert pinned is not None
     assert values()["scheduler"]["image"] == f"registry.k8s.io/kube-scheduler:{pinned.group(1)}"
+
+
+# deploy/ files the chart folds into other templates or carries in crds/ or files/.
+NOT_A_TEMPLATE = {
+    "crds/podgroups.scheduling.gang-extender.io.yaml": "crds/ (copied)",
+    "crds/optional/podgroups.scheduling.x-k8s.io.yaml": "not installed by deploy/ either",
+    "scheduler/scheduler-config.yaml": "files/, rendered by templates/scheduler/configmap.yaml",
+    "overlays/cert-manager/service-tls.yaml": "templates/service/deployment.yaml (tls.certManager)",
+    "overlays/cert-manager/scheduler-ca.yaml": "templates/scheduler/deployment.yaml (tls.certManager)",
+    "overlays/cert-manager/webhook-ca.yaml": "templates/webhook.yaml (tls.certManager)",
+}
+
+
+def _template_for(relative: str) -> Path:
+    return CHART / "templates" / relative.removeprefix("overlays/")
+
+
+def test_every_deploy_manifest_has_its_template_at_the_same_path() -> None:
+    """The chart's templates mirror deploy/ file by file, so a change has one obvious twin."""
+    manifests = [
+        str(p.relative_to(DEPLOY))
+        for p in sorted(DEPLOY.rglob("*.yaml"))
+        if p.name != "kustomization.yaml"
+    ]
+    missing = [
+        f"deploy/{m} -> charts/gang-extender/templates/{m.removeprefix('overlays/')}"
+        for m in manifests
+        if m not in NOT_A_TEMPLATE and not _template_for(m).exists()
+    ]
+    assert not missing, "no template for:\n" + "\n".join(missing)
+    assert set(NOT_A_TEMPLATE) <= set(manifests), "NOT_A_TEMPLATE names files deploy/ no longer has"
