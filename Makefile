@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: demo test unit e2e lint typecheck bench mutate control-plane helm dev-up dev-down clean
+.PHONY: demo test unit e2e lint typecheck bench mutate control-plane dev-up dev-down clean
 
 $(BIN)/gang-extender: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,20 +17,16 @@ $(BIN)/gang-extender: pyproject.toml
 control-plane:
 	@hack/build-control-plane.sh >/dev/null
 
-# helm for the chart tests (charts/gang-extender), built like the control plane.
-helm:
-	@hack/build-helm.sh >/dev/null
-
 demo: $(BIN)/gang-extender control-plane
 	$(BIN)/gang-extender demo
 
-test: $(BIN)/gang-extender control-plane helm
+test: $(BIN)/gang-extender control-plane
 	$(BIN)/pytest tests $(PYTEST_ARGS)
 
 unit: $(BIN)/gang-extender
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
 
-e2e: $(BIN)/gang-extender control-plane helm
+e2e: $(BIN)/gang-extender control-plane
 	$(BIN)/pytest tests/e2e $(PYTEST_ARGS)
 
 lint: $(BIN)/gang-extender
