@@ -364,6 +364,40 @@ def test_the_rendered_chart_passes_a_server_side_dry_run(cluster: LocalCluster, 
         assert doc["metadata"]["name"] in output, f"{key(doc)} not in:\n{output}"
 
 
+def test_placement_values_reach_both_deployments_and_are_accepted(
+    cluster: LocalCluster, helm: Path
+) -> None:
+    """priorityClassName, imagePullSecrets, nodeSelector, tolerations: none in deploy/."""
+    from tests.e2e.test_deploy import dry_run, dump, kubectl
+
+    namespace = [
+        d for d in helm_template(helm, "namespace.create=true") if d["kind"] == "Namespace"
+    ]
+    kubectl(cluster, "apply", "-f", "-", stdin=dump(namespace))
+    placement = {
+        "priorityClassName": '"system-cluster-critical"',
+        "imagePullSecrets": '[{"name": "registry"}]',
+        "nodeSelector": '{"node-role.kubernetes.io/control-plane": ""}',
+        "tolerations": '[{"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}]',
+    }
+    sets = [
+        a
+        for prefix in ("", "scheduler.")
+        for field, raw in placement.items()
+        for a in ("--set-json", f"{prefix}{field}={raw}")
+    ]
+    out = run(helm, "template", RELEASE, CHART, "--namespace", NAMESPACE, *sets)
+    deployments = [d for d in docs_of(out) if d["kind"] == "Deployment"]
+    assert {d["metadata"]["name"] for d in deployments} == {"gang-extender", "gang-scheduler"}
+    for deployment in deployments:
+        pod = deployment["spec"]["template"]["spec"]
+        assert pod["priorityClassName"] == "system-cluster-critical"
+        assert pod["imagePullSecrets"] == [{"name": "registry"}]
+        assert pod["nodeSelector"] == {"node-role.kubernetes.io/control-plane": ""}
+        assert pod["tolerations"][0]["effect"] == "NoSchedule"
+    dry_run(cluster, deployments)
+
+
 @pytest.fixture(scope="module")
 def own_cluster(bin_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """A control plane of its own: the session's has deploy/'s RBAC and the e2e webhook,
