@@ -480,6 +480,11 @@ def test_helm_install_upgrade_uninstall(own_cluster: LocalCluster, helm: Path) -
     assert {"name": "GANG_LOG_LEVEL", "value": "DEBUG"} in container["env"]
     assert container["image"] == "gang-extender:0.1.0"
     assert "REVISION: 2" in run(helm, "status", RELEASE, "--namespace", NAMESPACE, env=env)
+    # ... and the gang scheduler, whose config did not change, is not rolled.
+    scheduler = yaml.safe_load(
+        run(*kubectl, "-n", NAMESPACE, "get", "deploy/gang-scheduler", "-o", "yaml", env=env)
+    )
+    assert scheduler["metadata"]["generation"] == 1
 
     # Uninstall removes everything but the CRD (helm never deletes crds/), as documented.
     run(helm, "uninstall", RELEASE, "--namespace", NAMESPACE, "--wait", env=env)
