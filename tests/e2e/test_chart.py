@@ -6,7 +6,7 @@ plane); these tests skip only when that cannot happen because Go is missing.
 1. Equal objects: the chart with default values (and with tls.certManager /
    monitoring enabled) renders the same objects as deploy/ (with the cert-manager
    Component / deploy/monitoring), field by field, once the differences that are
-   the point of a chart are normalised away (EXPECTED_DIFFERENCES below, and
+   the point of a chart are normalised away (normalise() below, and
    docs/deploy.md#helm). A change to deploy/ the chart does not follow fails here
    with the object and a diff.
 2. `helm lint`, and every settings.* value reaching the service as its GANG_*
