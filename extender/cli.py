@@ -329,9 +329,9 @@ def _demo(args: argparse.Namespace) -> int:
     return run_demo(Path(args.workdir), keep=args.keep)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(prog: str = "gang-extender") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="gang-extender",
+        prog=prog,
         description="Gang scheduling for GPU jobs beside the stock kube-scheduler.",
     )
     parser.add_argument("--version", action="version", version=f"gang-extender {__version__}")
@@ -390,8 +390,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+def main(argv: list[str] | None = None, prog: str = "gang-extender") -> int:
+    parser = build_parser(prog)
     args = parser.parse_args(argv)
     if not getattr(args, "command", None):
         parser.print_help()
@@ -402,6 +402,15 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     result = args.func(args)
     return int(result or 0)
+
+
+def kubectl_plugin() -> int:
+    """`kubectl-gang`: kubectl runs it for `kubectl gang ...` with the words after `gang`.
+
+    So `kubectl gang status -n ns` is `gang-extender status -n ns`; usage and
+    errors name the command as the user typed it.
+    """
+    return main(sys.argv[1:], prog="kubectl gang")
 
 
 if __name__ == "__main__":
