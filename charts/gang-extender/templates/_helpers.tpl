@@ -21,12 +21,14 @@ The Settings a values key sets (extender/config.py, docs/deploy.md#configuration
 as GANG_* env vars: settings.bindBarrierTimeoutSeconds -> GANG_BIND_BARRIER_TIMEOUT_SECONDS.
 Unset (null) keys are left out: the service's default applies. Lists and maps
 (tlsHosts) are JSON, as the service reads them. leaderElect and tlsDir are flags
-(as in deploy/), leaseNamespace is the pod's namespace unless set: see the
+(as in deploy/), leaseNamespace is the pod's namespace unless set, and with
+tls.certManager extenderClientCa defaults to that CA's ca.crt: see the
 Deployment template.
 */}}
 {{- define "gang-extender.settingsEnv" -}}
 {{- range $key, $value := .Values.settings }}
-{{- if and (not (kindIs "invalid" $value)) (not (has $key (list "leaderElect" "tlsDir" "leaseNamespace"))) }}
+{{- $certManagerCa := and $.Values.tls.certManager.enabled (eq $key "extenderClientCa") }}
+{{- if and (not (kindIs "invalid" $value)) (not (has $key (list "leaderElect" "tlsDir" "leaseNamespace"))) (not $certManagerCa) }}
 - name: GANG_{{ $key | snakecase | upper }}
   value: {{ include "gang-extender.settingValue" $value | quote }}
 {{- end }}
