@@ -264,7 +264,7 @@ def _sample(field: str) -> tuple[str, Any]:
     default = Settings.model_fields[field].get_default(call_default_factory=True)
     if field == "log_level":
         return '"debug"', "DEBUG"
-    if field == "tls_hosts":
+    if isinstance(default, list):  # tls_hosts, extender_client_names, webhook_client_names
         return '["a.example", "10.0.0.1"]', ["a.example", "10.0.0.1"]
     if isinstance(default, bool):
         return "true", True
