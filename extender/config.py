@@ -96,7 +96,7 @@ class Settings(BaseSettings):
     # that requests nvidia.com/gpu in namespaces labelled gang-extender.io/inject:
     # enabled, so plain GPU pods there are filtered against gang reservations instead
     # of being placed by the default scheduler, which does not see them. Needs the
-    # webhook's gpu-routing entry (deploy/webhook-gpu-routing.yaml).
+    # webhook's gpu-routing entry (in deploy/webhook.yaml).
     route_gpu_pods: bool = Field(default=False)
     # A plan nobody acts on (a member the scheduler keeps rejecting for its own
     # reasons) must not hold capacity forever.

@@ -546,12 +546,8 @@ def test_helm_install_upgrade_uninstall(own_cluster: LocalCluster, helm: Path) -
         run(*kubectl, "-n", NAMESPACE, "get", "deploy/gang-scheduler", "-o", "yaml", env=env)
     )
     assert scheduler["metadata"]["generation"] == 1
-    # ... and what the service wrote into the webhook configuration is kept where the
-    # chart sets nothing (caBundle; the job-wiring entry's path), as with deploy/.
-    # The gpu-routing entry names path /mutate in deploy/webhook.yaml, so in the chart
-    # too: the upgrade puts that back, as a re-apply of deploy/ would, until the service
-    # writes its path at its next start (docs/deploy.md#helm). Inherited from deploy/,
-    # not a chart choice: when deploy/ drops that path, the chart follows and this flips.
+    # ... and what the service wrote into the webhook configuration is kept: the chart,
+    # like deploy/, sets no caBundle and no path in either entry.
     config = json.loads(
         run(*kubectl, "get", "mutatingwebhookconfiguration/gang-extender", "-o", "json", env=env)
     )
@@ -561,7 +557,7 @@ def test_helm_install_upgrade_uninstall(own_cluster: LocalCluster, helm: Path) -
         "gpu-routing.gang-extender.io": bundle,
     }
     assert clients["pods.gang-extender.io"]["service"]["path"] == "/mutate/token"
-    assert clients["gpu-routing.gang-extender.io"]["service"]["path"] == "/mutate"
+    assert clients["gpu-routing.gang-extender.io"]["service"]["path"] == "/mutate/token"
 
     # Uninstall removes everything but the CRD (helm never deletes crds/), as documented.
     run(helm, "uninstall", RELEASE, "--namespace", NAMESPACE, "--wait", env=env)

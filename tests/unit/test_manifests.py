@@ -478,3 +478,10 @@ def test_the_shared_ca_is_read_and_patched_by_name_only() -> None:
             assert set(rule["resourceNames"]) <= ours, rule
             named |= set(rule["resourceNames"])
     assert named == ours
+
+
+def test_no_webhook_entry_pins_a_path_the_service_writes() -> None:
+    """The service writes /mutate/<token> into every entry; a re-apply must not undo it."""
+    config = one("MutatingWebhookConfiguration", "gang-extender")
+    for webhook in config["webhooks"]:
+        assert "path" not in webhook["clientConfig"]["service"], webhook["name"]
