@@ -14,7 +14,11 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from extender.domain.membership import PLANNED_NODE_ANNOTATION, SCHEDULER_NAME
+from extender.domain.membership import (
+    CREATED_FROM_ANNOTATION,
+    PLANNED_NODE_ANNOTATION,
+    SCHEDULER_NAME,
+)
 from extender.kube.rawapi import KubeError, RawApi, path_of
 from extender.ports.binding import BindError
 
@@ -243,7 +247,8 @@ def create_podgroup(
             "name": name,
             "namespace": namespace,
             "labels": {"app.kubernetes.io/managed-by": SCHEDULER_NAME},
-            "annotations": {"gang-extender.io/created-from": "min-available annotation"},
+            # What marks it as ours: it follows its members and goes with the last one.
+            "annotations": {CREATED_FROM_ANNOTATION: "min-available annotation"},
         },
         "spec": spec,
     }
@@ -251,6 +256,42 @@ def create_podgroup(
         raw.call("POST", podgroup_path(namespace), body=body)
     except KubeError as err:
         if err.status != 409:
+            raise
+
+
+def update_podgroup_min_member(
+    raw: RawApi, *, namespace: str, name: str, uid: str, resource_version: str, min_member: int
+) -> None:
+    """Set spec.minMember of a PodGroup gang-extender created, when its members changed size.
+
+    Only the version the caller looked at: a 409 (changed meanwhile) is retried by
+    the reconciler with what the watch says next.
+    """
+    raw.call(
+        "PATCH",
+        podgroup_path(namespace, name),
+        body={
+            "metadata": {"uid": uid, "resourceVersion": resource_version},
+            "spec": {"minMember": min_member},
+        },
+        content_type="application/merge-patch+json",
+    )
+
+
+def delete_podgroup(raw: RawApi, *, namespace: str, name: str, uid: str) -> None:
+    """Delete a PodGroup gang-extender created once its last member is gone; only that one.
+
+    The uid precondition keeps a PodGroup re-created meanwhile (by a user, or for
+    new members) from being deleted; gone already (404) is fine.
+    """
+    try:
+        raw.call(
+            "DELETE",
+            podgroup_path(namespace, name),
+            body={"kind": "DeleteOptions", "apiVersion": "v1", "preconditions": {"uid": uid}},
+        )
+    except KubeError as err:
+        if err.status not in (404, 409):
             raise
 
 

@@ -407,3 +407,70 @@ async def test_a_group_that_is_gone_leaves_nothing_in_the_services_memory(
         reconciler._problems,
     )
     assert [GROUP in memo for memo in memos] == [False, False, False, False]
+
+
+def podgroup_writes(raw: FakeRaw, method: str) -> list[tuple[str, Any]]:
+    return [
+        (p, b)
+        for m, p, b in raw.calls
+        if m == method and "/podgroups" in p and not p.endswith("/status")
+    ]
+
+
+async def test_a_created_podgroup_follows_its_members_when_they_agree_on_a_new_size(
+    service: GangService, raw: FakeRaw
+) -> None:
+    pg = make_podgroup("job", 5, created=True)
+    pg["metadata"]["resourceVersion"] = "7"
+    observe(service, "podgroups", pg)
+    observe(
+        service, "pods", *(make_pod(f"w{i}").group("job").min_available(3).obj() for i in range(3))
+    )
+    await service.reconciler.reconcile_group(GROUP)
+    [(path, body)] = podgroup_writes(raw, "PATCH")
+    assert path.endswith("/podgroups/job")
+    assert body["spec"] == {"minMember": 3}
+    assert body["metadata"] == {"uid": "pg-uid-job", "resourceVersion": "7"}
+
+
+async def test_a_created_podgroup_goes_with_its_last_member(
+    service: GangService, raw: FakeRaw
+) -> None:
+    observe(service, "podgroups", make_podgroup("job", 1, created=True))
+    pod = make_pod("w0").group("job").min_available(1).obj()
+    observe(service, "pods", pod)
+    service.state.on_event("pods", "DELETED", pod)
+    await service.reconciler.reconcile_group(GROUP)
+    [(path, body)] = podgroup_writes(raw, "DELETE")
+    assert path.endswith("/podgroups/job")
+    assert body["preconditions"] == {"uid": "pg-uid-job"}
+
+
+async def test_a_users_podgroup_is_never_changed_or_deleted(
+    service: GangService, raw: FakeRaw
+) -> None:
+    observe(service, "podgroups", make_podgroup("job", 5))
+    pod = make_pod("w0").group("job").min_available(1).obj()
+    observe(service, "pods", pod)
+    await service.reconciler.reconcile_group(GROUP)
+    service.state.on_event("pods", "DELETED", pod)
+    await service.reconciler.reconcile_group(GROUP)
+    assert [
+        (m, p) for m, p, _ in raw.calls if "/podgroups" in p and not p.endswith("/status")
+    ] == []
+
+
+async def test_no_gang_event_goes_to_a_pod_of_another_scheduler(
+    service: GangService, raw: FakeRaw
+) -> None:
+    observe(
+        service,
+        "pods",
+        make_pod("master").group("job").min_available(2).obj(),
+        make_pod("worker").group("job").scheduler("default-scheduler").obj(),
+    )
+    await service.reconciler.reconcile_group(GROUP)
+    await service.queues.join()
+    [event] = raw.events("GangWaiting")
+    assert event["involvedObject"]["name"] == "master"
+    assert "1 pod of this group uses schedulerName default-scheduler" in event["message"]
