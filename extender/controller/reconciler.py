@@ -37,8 +37,8 @@ from extender.kube.wiring import WiringConflictError
 from extender.kube.writers import (
     api_error_summary,
     create_podgroup,
-    delete_podgroup,
-    update_podgroup_min_member,
+    pod_owner_references,
+    update_podgroup,
     write_podgroup_status,
 )
 from extender.metrics import Metrics
@@ -163,8 +163,7 @@ class GroupReconciler:
         managed = ours and CREATED_FROM_ANNOTATION in (
             (podgroup or {}).get("metadata", {}).get("annotations") or {}
         )
-        if await self._follow_members(key, spec, podgroup if managed else None, pods):
-            return
+        await self._follow_members(key, spec, podgroup if managed else None, pods)
         if ours:
             await self._write_status(key)
         self._announce_waiting(key)
@@ -208,41 +207,45 @@ class GroupReconciler:
         spec: GroupSpec | None,
         managed: dict[str, Any] | None,
         pods: list[dict[str, Any]],
-    ) -> bool:
+    ) -> None:
         """Keep the PodGroup of an annotation-declared group in step with its members.
 
         Created when the members carry the annotation and no PodGroup exists; its
-        minMember set to what they agree on now; deleted once no pod of the group
-        is left. Only one gang-extender created (`managed`): a user's PodGroup is
-        never changed or deleted. True when it was deleted (nothing more to do).
+        minMember set to what they agree on now. Its owner references list the
+        group's pods, kept current here, so Kubernetes' garbage collector deletes it
+        once the last is gone. Only one gang-extender created (`managed`) is
+        changed: a user's PodGroup never is.
         """
-        if managed is not None and not pods:
+        if not pods:
+            return
+        owners = pod_owner_references(pods)
+        agreed = (
+            spec.min_member
+            if spec is not None and spec.source == "annotation" and spec.error is None
+            else None
+        )
+        if managed is not None:
             meta = managed["metadata"]
+            current = (managed.get("spec") or {}).get("minMember")
+            owned = {str(r.get("uid")) for r in meta.get("ownerReferences") or []}
+            size = agreed if agreed is not None else current
+            if not isinstance(size, int) or (
+                size == current and owned == {o["uid"] for o in owners}
+            ):
+                return
             await asyncio.to_thread(
-                delete_podgroup,
+                update_podgroup,
                 self.raw,
                 namespace=key.namespace,
                 name=key.name,
                 uid=str(meta.get("uid", "")),
+                resource_version=str(meta.get("resourceVersion", "")),
+                min_member=size,
+                owners=owners,
             )
-            return True
-        if spec is None or spec.source != "annotation" or spec.error is not None or not pods:
-            return False
-        if managed is not None:
-            meta = managed["metadata"]
-            if (managed.get("spec") or {}).get("minMember") != spec.min_member:
-                await asyncio.to_thread(
-                    update_podgroup_min_member,
-                    self.raw,
-                    namespace=key.namespace,
-                    name=key.name,
-                    uid=str(meta.get("uid", "")),
-                    resource_version=str(meta.get("resourceVersion", "")),
-                    min_member=spec.min_member,
-                )
-            return False
-        if self.state.podgroup_object(key) is not None:
-            return False  # a user's PodGroup (or scheduler-plugins'): never touched
+            return
+        if agreed is None or self.state.podgroup_object(key) is not None:
+            return  # nothing to create from, or a user's (or scheduler-plugins') PodGroup
         layout = None
         with contextlib.suppress(MembershipError):  # reported by _layout_problem
             layout = task_layout(pods[0]["metadata"])
@@ -251,10 +254,10 @@ class GroupReconciler:
             self.raw,
             namespace=key.namespace,
             name=key.name,
-            min_member=spec.min_member,
+            min_member=agreed,
             min_task_member=layout,
+            owners=owners,
         )
-        return False
 
     @staticmethod
     def _layout_problem(

@@ -212,6 +212,20 @@ def emit_event(
     )
 
 
+def pod_owner_references(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Owner references to these pods (not controllers, not blocking their deletion)."""
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "name": pod["metadata"]["name"],
+            "uid": pod["metadata"]["uid"],
+        }
+        for pod in sorted(pods, key=lambda p: str(p["metadata"].get("name", "")))
+        if pod["metadata"].get("uid")
+    ]
+
+
 def podgroup_path(namespace: str, name: str | None = None, *, status: bool = False) -> str:
     parts = [
         "apis",
@@ -235,8 +249,13 @@ def create_podgroup(
     name: str,
     min_member: int,
     min_task_member: dict[str, int] | None,
+    owners: list[dict[str, Any]],
 ) -> None:
-    """Create the PodGroup a group declared only by annotation; 409 means someone won the race."""
+    """Create the PodGroup a group declared only by annotation; 409 means someone won the race.
+
+    `owners` (the group's pods, see `pod_owner_references`) make Kubernetes' garbage
+    collector delete it once the last of them is gone; the service never deletes.
+    """
     spec: dict[str, Any] = {"minMember": min_member}
     if min_task_member:
         spec["minTaskMember"] = min_task_member
@@ -249,6 +268,7 @@ def create_podgroup(
             "labels": {"app.kubernetes.io/managed-by": SCHEDULER_NAME},
             # What marks it as ours: it follows its members and goes with the last one.
             "annotations": {CREATED_FROM_ANNOTATION: "min-available annotation"},
+            "ownerReferences": owners,
         },
         "spec": spec,
     }
@@ -259,10 +279,17 @@ def create_podgroup(
             raise
 
 
-def update_podgroup_min_member(
-    raw: RawApi, *, namespace: str, name: str, uid: str, resource_version: str, min_member: int
+def update_podgroup(
+    raw: RawApi,
+    *,
+    namespace: str,
+    name: str,
+    uid: str,
+    resource_version: str,
+    min_member: int,
+    owners: list[dict[str, Any]],
 ) -> None:
-    """Set spec.minMember of a PodGroup gang-extender created, when its members changed size.
+    """Bring a PodGroup gang-extender created in step with its members: size and owners.
 
     Only the version the caller looked at: a 409 (changed meanwhile) is retried by
     the reconciler with what the watch says next.
@@ -271,28 +298,15 @@ def update_podgroup_min_member(
         "PATCH",
         podgroup_path(namespace, name),
         body={
-            "metadata": {"uid": uid, "resourceVersion": resource_version},
+            "metadata": {
+                "uid": uid,
+                "resourceVersion": resource_version,
+                "ownerReferences": owners,
+            },
             "spec": {"minMember": min_member},
         },
         content_type="application/merge-patch+json",
     )
-
-
-def delete_podgroup(raw: RawApi, *, namespace: str, name: str, uid: str) -> None:
-    """Delete a PodGroup gang-extender created once its last member is gone; only that one.
-
-    The uid precondition keeps a PodGroup re-created meanwhile (by a user, or for
-    new members) from being deleted; gone already (404) is fine.
-    """
-    try:
-        raw.call(
-            "DELETE",
-            podgroup_path(namespace, name),
-            body={"kind": "DeleteOptions", "apiVersion": "v1", "preconditions": {"uid": uid}},
-        )
-    except KubeError as err:
-        if err.status not in (404, 409):
-            raise
 
 
 def write_podgroup_status(raw: RawApi, namespace: str, name: str, status: dict[str, Any]) -> None:

@@ -430,20 +430,33 @@ async def test_a_created_podgroup_follows_its_members_when_they_agree_on_a_new_s
     [(path, body)] = podgroup_writes(raw, "PATCH")
     assert path.endswith("/podgroups/job")
     assert body["spec"] == {"minMember": 3}
-    assert body["metadata"] == {"uid": "pg-uid-job", "resourceVersion": "7"}
+    assert body["metadata"]["uid"] == "pg-uid-job"
+    assert body["metadata"]["resourceVersion"] == "7"
+    assert [o["name"] for o in body["metadata"]["ownerReferences"]] == ["w0", "w1", "w2"]
 
 
-async def test_a_created_podgroup_goes_with_its_last_member(
+async def test_a_created_podgroup_is_owned_by_every_pod_of_its_group_so_it_goes_with_the_last(
     service: GangService, raw: FakeRaw
 ) -> None:
-    observe(service, "podgroups", make_podgroup("job", 1, created=True))
-    pod = make_pod("w0").group("job").min_available(1).obj()
-    observe(service, "pods", pod)
-    service.state.on_event("pods", "DELETED", pod)
+    first = make_pod("w0").group("job").min_available(2).obj()
+    observe(service, "pods", first)
     await service.reconciler.reconcile_group(GROUP)
-    [(path, body)] = podgroup_writes(raw, "DELETE")
-    assert path.endswith("/podgroups/job")
-    assert body["preconditions"] == {"uid": "pg-uid-job"}
+    [(_, created)] = podgroup_writes(raw, "POST")
+    assert created["metadata"]["ownerReferences"] == [
+        {"apiVersion": "v1", "kind": "Pod", "name": "w0", "uid": "uid-default-w0"}
+    ]
+    # Seen by the watch, then a second member: it becomes an owner too.
+    created["metadata"].update(uid="pg-uid-job", resourceVersion="1")
+    observe(service, "podgroups", created)
+    observe(service, "pods", make_pod("w1").group("job").min_available(2).obj())
+    await service.reconciler.reconcile_group(GROUP)
+    [(_, patched)] = podgroup_writes(raw, "PATCH")
+    assert [o["uid"] for o in patched["metadata"]["ownerReferences"]] == [
+        "uid-default-w0",
+        "uid-default-w1",
+    ]
+    assert patched["spec"] == {"minMember": 2}
+    assert podgroup_writes(raw, "DELETE") == []  # the garbage collector's job, not ours
 
 
 async def test_a_users_podgroup_is_never_changed_or_deleted(
