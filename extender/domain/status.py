@@ -148,8 +148,10 @@ def group_status(core: GangCore, key: GroupKey) -> GroupStatus | None:
     Pending's reason, in this order (the first that applies):
      1. pods of the group placed by another scheduler, while ours are short of
         minMember -> OtherScheduler, naming them and the fix;
-     2. a member kube-scheduler's own filters refuse (its PodScheduled condition) ->
-        Unschedulable, with that reason and the fix;
+     2. a member kube-scheduler's own filters refuse (its PodScheduled condition),
+        while no member has reached the extender (the core has no word on the group;
+        its word is newer than such a condition, which lasts until the pod is tried
+        again) -> Unschedulable, with that reason and the fix;
      3. fewer than minMember members -> WaitingForMembers, and how to lower the size;
      4. else why the core holds the gang -> Unschedulable.
     A user's PodGroup whose minMember differs from the members' annotation adds
@@ -190,7 +192,7 @@ def group_status(core: GangCore, key: GroupKey) -> GroupStatus | None:
         phase = "Pending"
         if foreign and len(active) < spec.min_member:
             reason, message = "OtherScheduler", other_scheduler_message(key, foreign)
-        elif refused:
+        elif refused and not message:
             reason, message = "Unschedulable", _refusal_message(key, refused)
         elif len(active) < spec.min_member:
             reason, message = "WaitingForMembers", _waiting_message(key, spec, len(active))

@@ -146,3 +146,19 @@ def test_members_of_a_created_podgroup_that_disagree_are_told_to_agree() -> None
     status = status_of(*pods, podgroup=make_podgroup("train", 5, created=True))
     assert status.reason == "InvalidSpec"
     assert "give every member the same value" in status.message
+
+
+def test_the_cores_word_wins_over_a_refusal_once_a_member_reached_the_extender() -> None:
+    pods = [make_pod(f"train-{i}").group("train").gpus(1).obj() for i in range(2)]
+    pods.append(make_pod("train-2").group("train").gpus(1).unschedulable(GPU_REFUSAL).obj())
+    core = GangCore(policy=Policy(), timeouts=Timeouts(60, 30, 2))
+    core.snapshot.upsert_node(NodeInfo.from_api(make_node("n0").gpus(2).obj()))
+    for p in pods:
+        core.observe_pod(PodInfo.from_api(p), T0)
+    core.snapshot.upsert_podgroup(
+        GroupSpec.from_podgroup(make_podgroup("train", 3), source="PodGroup")
+    )
+    core.filter(core.snapshot.pods["uid-default-train-0"], ["n0"], T0)
+    status = group_status(core, KEY)
+    assert status is not None
+    assert "members placeable" in status.message
