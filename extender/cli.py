@@ -151,10 +151,13 @@ def status_rows(
     """
     from extender.domain.membership import (
         SCHEDULER_NAME,
+        GroupKey,
         MembershipError,
         group_name,
         min_available,
     )
+    from extender.domain.model import PodInfo
+    from extender.domain.status import other_scheduler_message
 
     members: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for pod in pods:
@@ -190,13 +193,14 @@ def status_rows(
             "",
         )
         phase = str(status.get("phase", "Pending"))
+        # The Scheduled condition's message in every phase, as `kubectl get -o wide` shows it.
         rows[_key(pg)] = (
             *_key(pg),
             phase,
             f"{status.get('scheduled', 0)}/{(pg.get('spec') or {}).get('minMember', '?')}",
             str(status.get("running", 0)),
             SOURCE_OURS,
-            "" if phase in PLACED_PHASES else message,
+            message,
         )
 
     def from_pods(key: tuple[str, str], source: str, min_member: int | None) -> tuple[str, ...]:
@@ -222,6 +226,16 @@ def status_rows(
             if (key[0], str((p.get("metadata") or {}).get("name", ""))) in latest
         ]
         reason = max(said)[2] if said else ""
+        # Pods of the group another scheduler places: no Event of ours says so.
+        foreign = [
+            PodInfo.from_api(p)
+            for p in members.get(key, [])
+            if (p.get("spec") or {}).get("schedulerName") != SCHEDULER_NAME
+            and not (p.get("metadata") or {}).get("deletionTimestamp")
+            and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+        ]
+        if foreign and (min_member is None or len(mine) < min_member):
+            reason = other_scheduler_message(GroupKey(*key), foreign)
         return (
             *key,
             phase,

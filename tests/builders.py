@@ -10,6 +10,7 @@ import copy
 from typing import Any
 
 from extender.domain.membership import (
+    CREATED_FROM_ANNOTATION,
     GROUP_LABEL,
     MIN_AVAILABLE_ANNOTATION,
     SCHEDULER_NAME,
@@ -94,6 +95,18 @@ class PodBuilder:
         self._pod["status"]["phase"] = phase
         return self
 
+    def unschedulable(self, message: str) -> PodBuilder:
+        """kube-scheduler refused it: PodScheduled=False with this message."""
+        self._pod["status"]["conditions"] = [
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": message,
+            }
+        ]
+        return self
+
     def obj(self) -> dict[str, Any]:
         return copy.deepcopy(self._pod)
 
@@ -151,11 +164,16 @@ def make_node(name: str) -> NodeBuilder:
 
 
 def make_podgroup(
-    name: str, min_member: int, namespace: str = "default", **spec: Any
+    name: str, min_member: int, namespace: str = "default", *, created: bool = False, **spec: Any
 ) -> dict[str, Any]:
+    """A PodGroup; `created=True`: one gang-extender made from min-available annotations."""
+    meta: dict[str, Any] = {"name": name, "namespace": namespace}
+    if created:
+        meta["uid"] = f"pg-uid-{name}"
+        meta["annotations"] = {CREATED_FROM_ANNOTATION: "min-available annotation"}
     return {
         "apiVersion": "scheduling.gang-extender.io/v1alpha1",
         "kind": "PodGroup",
-        "metadata": {"name": name, "namespace": namespace},
+        "metadata": meta,
         "spec": {"minMember": min_member, **spec},
     }

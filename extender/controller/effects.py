@@ -35,7 +35,7 @@ from extender.domain.gang import (
     PlanCreated,
     PlanDropped,
 )
-from extender.domain.membership import GroupKey
+from extender.domain.membership import SCHEDULER_NAME, GroupKey
 from extender.kube.rawapi import KubeError, RawApi
 from extender.kube.writers import api_error_summary, emit_event, is_transient, set_planned_node
 from extender.metrics import Metrics
@@ -262,7 +262,13 @@ class EffectWriter:
     async def _event_on_members(
         self, key: GroupKey, reason: str, message: str, event_type: str
     ) -> None:
-        pods = list(self.state.group_pods.get(key, {}).values())
+        # Only on pods this scheduler places: another scheduler's pods are not held by
+        # the gang, and a gang Event on them would say the opposite of what happened.
+        pods = [
+            p
+            for p in self.state.group_pods.get(key, {}).values()
+            if (p.get("spec") or {}).get("schedulerName") == SCHEDULER_NAME
+        ]
         timeout = self.settings.api_write_timeout_seconds
 
         def write(meta: dict[str, Any]) -> Callable[[], None]:

@@ -24,11 +24,23 @@ from extender.controller.cluster_state import ClusterState
 from extender.controller.effects import EffectWriter, namespace_terminating
 from extender.controller.gauges import Gauges
 from extender.domain.gang import GangCore
-from extender.domain.membership import GroupKey, MembershipError, task_layout
+from extender.domain.membership import (
+    CREATED_FROM_ANNOTATION,
+    GroupKey,
+    MembershipError,
+    task_layout,
+)
+from extender.domain.model import GroupSpec
 from extender.domain.status import GroupStatus, group_status
 from extender.kube.rawapi import KubeError, RawApi
 from extender.kube.wiring import WiringConflictError
-from extender.kube.writers import api_error_summary, create_podgroup, write_podgroup_status
+from extender.kube.writers import (
+    api_error_summary,
+    create_podgroup,
+    pod_owner_references,
+    update_podgroup,
+    write_podgroup_status,
+)
 from extender.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -145,21 +157,13 @@ class GroupReconciler:
         if not pods and podgroup is None:
             self._forget_group(key)
             return
-        if spec is not None and spec.source == "annotation" and spec.error is None and pods:
-            layout = None
-            with contextlib.suppress(MembershipError):  # reported by _layout_problem
-                layout = task_layout(pods[0]["metadata"])
-            await asyncio.to_thread(
-                create_podgroup,
-                self.raw,
-                namespace=key.namespace,
-                name=key.name,
-                min_member=spec.min_member,
-                min_task_member=layout,
-            )
         ours = podgroup is not None and podgroup.get("apiVersion", "").startswith(
             "scheduling.gang-extender.io/"
         )
+        managed = ours and CREATED_FROM_ANNOTATION in (
+            (podgroup or {}).get("metadata", {}).get("annotations") or {}
+        )
+        await self._follow_members(key, spec, podgroup if managed else None, pods)
         if ours:
             await self._write_status(key)
         self._announce_waiting(key)
@@ -196,6 +200,64 @@ class GroupReconciler:
                 else:
                     self._wired[key] = fingerprint
         await self._report_problems(key, tuple(problems), write_status=ours)
+
+    async def _follow_members(
+        self,
+        key: GroupKey,
+        spec: GroupSpec | None,
+        managed: dict[str, Any] | None,
+        pods: list[dict[str, Any]],
+    ) -> None:
+        """Keep the PodGroup of an annotation-declared group in step with its members.
+
+        Created when the members carry the annotation and no PodGroup exists; its
+        minMember set to what they agree on now. Its owner references list the
+        group's pods, kept current here, so Kubernetes' garbage collector deletes it
+        once the last is gone. Only one gang-extender created (`managed`) is
+        changed: a user's PodGroup never is.
+        """
+        if not pods:
+            return
+        owners = pod_owner_references(pods)
+        agreed = (
+            spec.min_member
+            if spec is not None and spec.source == "annotation" and spec.error is None
+            else None
+        )
+        if managed is not None:
+            meta = managed["metadata"]
+            current = (managed.get("spec") or {}).get("minMember")
+            owned = {str(r.get("uid")) for r in meta.get("ownerReferences") or []}
+            size = agreed if agreed is not None else current
+            if not isinstance(size, int) or (
+                size == current and owned == {o["uid"] for o in owners}
+            ):
+                return
+            await asyncio.to_thread(
+                update_podgroup,
+                self.raw,
+                namespace=key.namespace,
+                name=key.name,
+                uid=str(meta.get("uid", "")),
+                resource_version=str(meta.get("resourceVersion", "")),
+                min_member=size,
+                owners=owners,
+            )
+            return
+        if agreed is None or self.state.podgroup_object(key) is not None:
+            return  # nothing to create from, or a user's (or scheduler-plugins') PodGroup
+        layout = None
+        with contextlib.suppress(MembershipError):  # reported by _layout_problem
+            layout = task_layout(pods[0]["metadata"])
+        await asyncio.to_thread(
+            create_podgroup,
+            self.raw,
+            namespace=key.namespace,
+            name=key.name,
+            min_member=agreed,
+            min_task_member=layout,
+            owners=owners,
+        )
 
     @staticmethod
     def _layout_problem(

@@ -26,6 +26,8 @@ INJECT_NAMESPACE_LABEL = "gang-extender.io/inject"
 SSH_PATH_ANNOTATION = "gang-extender.io/ssh-path"
 SSH_PORT_ANNOTATION = "gang-extender.io/ssh-port"
 PLANNED_NODE_ANNOTATION = "gang-extender.io/planned-node"
+# On a PodGroup gang-extender created from its members' min-available annotation.
+CREATED_FROM_ANNOTATION = "gang-extender.io/created-from"
 
 DEFAULT_TASK = "worker"
 

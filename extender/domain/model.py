@@ -91,6 +91,9 @@ class PodInfo:
     node_selector: dict[str, str] = field(default_factory=dict)
     tolerations: tuple[Toleration, ...] = ()
     created: float = 0.0
+    # The message of the pod's PodScheduled=False condition: why kube-scheduler (its own
+    # filters, or this extender through them) last refused the pod; None when not refused.
+    unschedulable_message: str | None = None
 
     @property
     def ref(self) -> str:
@@ -152,7 +155,19 @@ class PodInfo:
             node_selector=dict(spec.get("nodeSelector") or {}),
             tolerations=tolerations,
             created=_timestamp(meta.get("creationTimestamp")),
+            unschedulable_message=_unschedulable_message(status),
         )
+
+
+def _unschedulable_message(status: Mapping[str, Any]) -> str | None:
+    for condition in status.get("conditions") or []:
+        if (
+            isinstance(condition, Mapping)
+            and condition.get("type") == "PodScheduled"
+            and condition.get("status") == "False"
+        ):
+            return str(condition.get("message") or "") or None
+    return None
 
 
 def _timestamp(text: str | None) -> float:
@@ -174,6 +189,9 @@ class GroupSpec:
     schedule_timeout_seconds: float | None = None
     min_task_member: Mapping[str, int] | None = None
     error: str | None = None
+    # A PodGroup gang-extender created from the members' min-available annotation
+    # (annotated CREATED_FROM_ANNOTATION): it follows its members; a user's never does.
+    managed: bool = False
 
     @classmethod
     def from_podgroup(cls, obj: Mapping[str, Any], *, source: str) -> GroupSpec:
@@ -196,4 +214,5 @@ class GroupSpec:
             schedule_timeout_seconds=float(timeout) if timeout is not None else None,
             min_task_member=dict(tasks) if isinstance(tasks, Mapping) else None,
             error=error,
+            managed=membership.CREATED_FROM_ANNOTATION in (meta.get("annotations") or {}),
         )

@@ -139,15 +139,18 @@ class ClusterSnapshot:
         """The PodGroup, else a spec from the members' min-available annotation.
 
         Members that disagree about their size give a spec with `error` set: the
-        group is not scheduled until they agree.
+        group is not scheduled until they agree. A PodGroup gang-extender created
+        (`managed`) gives way to its members' annotation.
         """
         spec = self.podgroup(key)
-        if spec is not None:
+        if spec is not None and not spec.managed:
             return spec
+        # A PodGroup gang-extender created from the annotation follows the members:
+        # they decide while they carry it (the controller then updates the object).
         members = self.members(key)
         sizes = {p.min_available for p in members if p.min_available is not None}
         if not sizes:
-            return None
+            return spec
         if len(sizes) > 1:
             listing = ", ".join(
                 f"{p.name}={p.min_available}" for p in members if p.min_available is not None

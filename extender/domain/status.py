@@ -5,11 +5,13 @@ Pure: computed from the snapshot, the ledger and the group's last message.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from extender.domain.gang import GangCore
-from extender.domain.membership import SCHEDULER_NAME, GroupKey
+from extender.domain.membership import MIN_AVAILABLE_ANNOTATION, SCHEDULER_NAME, GroupKey
+from extender.domain.model import GroupSpec, PodInfo
 
 
 @dataclass(frozen=True)
@@ -44,15 +46,123 @@ class GroupStatus:
         }
 
 
+# Names listed in a message before it says "..." instead.
+MAX_NAMED = 5
+
+# What to change when kube-scheduler's own filters refuse a member, by a piece of
+# its reason (heuristic: the reasons of the filters a GPU job meets most).
+# "Insufficient <resource>" gets its own message (INSUFFICIENT_FIX), naming the resources.
+KUBE_SCHEDULER_FIXES = (
+    ("node affinity/selector", "fix the member's nodeSelector or affinity, or label nodes"),
+    ("untolerated taint", "add the toleration to the member's pod template"),
+)
+INSUFFICIENT = re.compile(r"\bInsufficient ([^\s,]+)")
+KUBE_SCHEDULER_FIX_DEFAULT = "see the member's FailedScheduling events"
+
+
+def _names(pods: list[PodInfo]) -> str:
+    names = sorted(p.name for p in pods)
+    return ", ".join(names[:MAX_NAMED] + (["..."] if len(names) > MAX_NAMED else []))
+
+
+def other_scheduler_message(key: GroupKey, pods: list[PodInfo]) -> str:
+    """Name the group's pods that another scheduler places, and what to set.
+
+    Such pods are not held, counted or given Events: kube-scheduler's default
+    profile placed them one by one. Pure, shared with `gang-extender status`.
+    """
+    by_scheduler: dict[str, list[PodInfo]] = {}
+    for pod in pods:
+        by_scheduler.setdefault(pod.scheduler_name, []).append(pod)
+    parts = []
+    for scheduler, mine in sorted(by_scheduler.items()):
+        count = len(mine)
+        noun, verb = ("pod", "uses") if count == 1 else ("pods", "use")
+        names = _names(mine)
+        parts.append(
+            f"gang {key}: {count} {noun} of this group {verb} schedulerName {scheduler} "
+            f"({names}): set schedulerName: {SCHEDULER_NAME} in their pod template"
+        )
+    return "; ".join(parts)
+
+
+def kube_scheduler_refusal(key: GroupKey, pod: PodInfo) -> str | None:
+    """kube-scheduler's own reason for refusing `pod` (not this extender's), cut short."""
+    said = pod.unschedulable_message
+    if not said or f"gang {key}:" in said:
+        return None
+    return said.split(". ", 1)[0].rstrip(".")
+
+
+def _refusal_message(key: GroupKey, refused: list[tuple[PodInfo, str]]) -> str:
+    pods = [p for p, _ in refused]
+    reason = refused[0][1]
+    count = len(pods)
+    noun = "member" if count == 1 else "members"
+    names = _names(pods)
+    short = sorted({r.rstrip(".") for r in INSUFFICIENT.findall(reason)})
+    if short:
+        resources = ", ".join(short)
+        return (
+            f"gang {key}: kube-scheduler's own filters refuse {count} {noun} ({names}): "
+            f"Insufficient {resources}; lower the per-pod request, or add nodes that have "
+            "that much free"
+        )
+    fix = next((f for piece, f in KUBE_SCHEDULER_FIXES if piece in reason), None)
+    return (
+        f"gang {key}: kube-scheduler's own filters refuse {count} {noun} ({names}): "
+        f"{reason}; {fix or KUBE_SCHEDULER_FIX_DEFAULT}"
+    )
+
+
+def _waiting_message(key: GroupKey, spec: GroupSpec, members: int) -> str:
+    m = spec.min_member
+    if spec.source == "annotation":
+        where = f"set {MIN_AVAILABLE_ANNOTATION} in the pod template to the number it creates"
+    else:
+        where = f"set spec.minMember of {spec.source} {key.name} to the number it creates"
+    return (
+        f"gang {key}: {members}/{m} members exist; waiting for the rest to be created "
+        f"(if the job creates fewer than {m} pods, {where})"
+    )
+
+
+def _size_disagreement(key: GroupKey, spec: GroupSpec, members: list[PodInfo]) -> str | None:
+    """A user's PodGroup wins over the members' min-available annotation: say so."""
+    if spec.source == "annotation" or spec.managed:
+        return None
+    sizes = sorted({p.min_available for p in members if p.min_available is not None})
+    if not sizes or sizes == [spec.min_member]:
+        return None
+    said = ", ".join(str(n) for n in sizes)
+    return (
+        f"{spec.source} {key.name} sets minMember {spec.min_member}, which wins over the "
+        f"members' {MIN_AVAILABLE_ANNOTATION} ({said}): change its spec.minMember, or "
+        f"delete it to let the annotation decide"
+    )
+
+
 def group_status(core: GangCore, key: GroupKey) -> GroupStatus | None:
+    """Phase, counts and the condition for `key`; None when nothing declares its size.
+
+    Pending's reason, in this order (the first that applies):
+     1. pods of the group placed by another scheduler, while ours are short of
+        minMember -> OtherScheduler, naming them and the fix;
+     2. a member kube-scheduler's own filters refuse (its PodScheduled condition),
+        while no member has reached the extender (the core has no word on the group;
+        its word is newer than such a condition, which lasts until the pod is tried
+        again) -> Unschedulable, with that reason and the fix;
+     3. fewer than minMember members -> WaitingForMembers, and how to lower the size;
+     4. else why the core holds the gang -> Unschedulable.
+    A user's PodGroup whose minMember differs from the members' annotation adds
+    which wins and what to change.
+    """
     spec = core.snapshot.group_spec(key)
     if spec is None:
         return None
-    pods = [
-        core.snapshot.pods[uid]
-        for uid in core.snapshot.member_uids(key)
-        if core.snapshot.pods[uid].scheduler_name == SCHEDULER_NAME
-    ]
+    every = [core.snapshot.pods[uid] for uid in core.snapshot.member_uids(key)]
+    pods = [p for p in every if p.scheduler_name == SCHEDULER_NAME]
+    foreign = [p for p in every if p.scheduler_name != SCHEDULER_NAME and p.is_active_member]
     active = [p for p in pods if p.is_active_member]
     scheduled = sum(1 for p in pods if p.is_bound)
     running = sum(1 for p in active if p.phase == "Running")
@@ -61,6 +171,11 @@ def group_status(core: GangCore, key: GroupKey) -> GroupStatus | None:
     state = core.groups.get(key)
     message = state.message if state and state.message else ""
     planned = key in core.ledger.plans
+    refused = [
+        (p, reason)
+        for p in active
+        if not p.is_bound and (reason := kube_scheduler_refusal(key, p)) is not None
+    ]
     if spec.error:
         phase, reason, message = "Pending", "InvalidSpec", f"gang {key}: {spec.error}"
     elif succeeded >= spec.min_member:
@@ -75,12 +190,17 @@ def group_status(core: GangCore, key: GroupKey) -> GroupStatus | None:
         phase, reason = "Scheduling", "Binding"
     else:
         phase = "Pending"
-        reason = "WaitingForMembers" if len(active) < spec.min_member else "Unschedulable"
-        if len(active) < spec.min_member:
-            message = (
-                f"gang {key}: {len(active)}/{spec.min_member} members exist; "
-                "waiting for the rest to be created"
-            )
+        if foreign and len(active) < spec.min_member:
+            reason, message = "OtherScheduler", other_scheduler_message(key, foreign)
+        elif refused and not message:
+            reason, message = "Unschedulable", _refusal_message(key, refused)
+        elif len(active) < spec.min_member:
+            reason, message = "WaitingForMembers", _waiting_message(key, spec, len(active))
+        else:
+            reason = "Unschedulable"
+        disagreement = _size_disagreement(key, spec, active)
+        if disagreement:
+            message = f"{message or f'gang {key}: waiting to be scheduled'}; {disagreement}"
     if scheduled >= spec.min_member and not spec.error:
         message = f"gang {key}: {scheduled}/{spec.min_member} members bound"
     return GroupStatus(

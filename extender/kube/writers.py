@@ -14,7 +14,11 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from extender.domain.membership import PLANNED_NODE_ANNOTATION, SCHEDULER_NAME
+from extender.domain.membership import (
+    CREATED_FROM_ANNOTATION,
+    PLANNED_NODE_ANNOTATION,
+    SCHEDULER_NAME,
+)
 from extender.kube.rawapi import KubeError, RawApi, path_of
 from extender.ports.binding import BindError
 
@@ -208,6 +212,20 @@ def emit_event(
     )
 
 
+def pod_owner_references(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Owner references to these pods (not controllers, not blocking their deletion)."""
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "name": pod["metadata"]["name"],
+            "uid": pod["metadata"]["uid"],
+        }
+        for pod in sorted(pods, key=lambda p: str(p["metadata"].get("name", "")))
+        if pod["metadata"].get("uid")
+    ]
+
+
 def podgroup_path(namespace: str, name: str | None = None, *, status: bool = False) -> str:
     parts = [
         "apis",
@@ -231,8 +249,13 @@ def create_podgroup(
     name: str,
     min_member: int,
     min_task_member: dict[str, int] | None,
+    owners: list[dict[str, Any]],
 ) -> None:
-    """Create the PodGroup a group declared only by annotation; 409 means someone won the race."""
+    """Create the PodGroup a group declared only by annotation; 409 means someone won the race.
+
+    `owners` (the group's pods, see `pod_owner_references`) make Kubernetes' garbage
+    collector delete it once the last of them is gone; the service never deletes.
+    """
     spec: dict[str, Any] = {"minMember": min_member}
     if min_task_member:
         spec["minTaskMember"] = min_task_member
@@ -243,7 +266,9 @@ def create_podgroup(
             "name": name,
             "namespace": namespace,
             "labels": {"app.kubernetes.io/managed-by": SCHEDULER_NAME},
-            "annotations": {"gang-extender.io/created-from": "min-available annotation"},
+            # What marks it as ours: it follows its members and goes with the last one.
+            "annotations": {CREATED_FROM_ANNOTATION: "min-available annotation"},
+            "ownerReferences": owners,
         },
         "spec": spec,
     }
@@ -252,6 +277,36 @@ def create_podgroup(
     except KubeError as err:
         if err.status != 409:
             raise
+
+
+def update_podgroup(
+    raw: RawApi,
+    *,
+    namespace: str,
+    name: str,
+    uid: str,
+    resource_version: str,
+    min_member: int,
+    owners: list[dict[str, Any]],
+) -> None:
+    """Bring a PodGroup gang-extender created in step with its members: size and owners.
+
+    Only the version the caller looked at: a 409 (changed meanwhile) is retried by
+    the reconciler with what the watch says next.
+    """
+    raw.call(
+        "PATCH",
+        podgroup_path(namespace, name),
+        body={
+            "metadata": {
+                "uid": uid,
+                "resourceVersion": resource_version,
+                "ownerReferences": owners,
+            },
+            "spec": {"minMember": min_member},
+        },
+        content_type="application/merge-patch+json",
+    )
 
 
 def write_podgroup_status(raw: RawApi, namespace: str, name: str, status: dict[str, Any]) -> None:

@@ -131,7 +131,9 @@ def test_gang_with_only_three_of_four_members_created_binds_none(
     time.sleep(HOLD_OBSERVATION_SECONDS)
     assert bound(list_pods(raw, namespace)) == []
     assert condition_message(get_podgroup(raw, namespace, "partial")) == (
-        f"gang {namespace}/partial: 3/4 members exist; waiting for the rest to be created"
+        f"gang {namespace}/partial: 3/4 members exist; waiting for the rest to be created "
+        "(if the job creates fewer than 4 pods, set spec.minMember of PodGroup partial to the "
+        "number it creates)"
     )
 
 

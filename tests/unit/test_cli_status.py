@@ -84,7 +84,6 @@ def test_a_scheduler_plugins_group_is_counted_from_its_members_with_their_latest
     pods = [
         pod("pi-worker-0", labels=label, node="n1", phase="Running"),
         pod("pi-worker-1", labels=label),
-        pod("other", labels={"scheduling.x-k8s.io/pod-group": "pi"}, scheduler="default-scheduler"),
     ]
     events = [
         waiting(
@@ -173,3 +172,33 @@ def test_kube_scheduler_s_own_reason_is_shown_whole_and_gangwaiting_wins_over_it
     ]
     rows = status_rows([], [podgroup("big", 1)], pods, events)
     assert row(rows, "big")["WAITING FOR"] == "gang team-a/big: waiting to be scheduled"
+
+
+def test_pods_of_a_group_that_another_scheduler_places_are_named_with_the_fix() -> None:
+    label = {"scheduling.x-k8s.io/pod-group": "pi"}
+    pods = [
+        pod("pi-worker-0", labels=label),
+        *(pod(f"pi-w{i}", labels=label, scheduler="default-scheduler") for i in range(2)),
+    ]
+    events = [waiting("pi-worker-0", "gang team-a/pi: 1/3 members exist", "2026-01-01T00:00:00Z")]
+    got = row(status_rows([], [podgroup("pi", 3)], pods, events), "pi")
+    assert got["PLACED/MIN"] == "0/3"  # not counted ...
+    assert got["WAITING FOR"] == (  # ... but named, with what to set
+        "gang team-a/pi: 2 pods of this group use schedulerName default-scheduler "
+        "(pi-w0, pi-w1): set schedulerName: gang-extender in their pod template"
+    )
+
+
+def test_our_podgroup_shows_its_condition_message_once_placed_too_as_kubectl_wide_does() -> None:
+    bound_message = "gang team-a/big: 2/2 members bound"
+    ours = podgroup(
+        "big",
+        2,
+        {
+            "phase": "Running",
+            "scheduled": 2,
+            "running": 2,
+            "conditions": [{"type": "Scheduled", "message": bound_message}],
+        },
+    )
+    assert row(status_rows([ours], [], [], []), "big")["WAITING FOR"] == bound_message

@@ -407,3 +407,83 @@ async def test_a_group_that_is_gone_leaves_nothing_in_the_services_memory(
         reconciler._problems,
     )
     assert [GROUP in memo for memo in memos] == [False, False, False, False]
+
+
+def podgroup_writes(raw: FakeRaw, method: str) -> list[tuple[str, Any]]:
+    return [
+        (p, b)
+        for m, p, b in raw.calls
+        if m == method and "/podgroups" in p and not p.endswith("/status")
+    ]
+
+
+async def test_a_created_podgroup_follows_its_members_when_they_agree_on_a_new_size(
+    service: GangService, raw: FakeRaw
+) -> None:
+    pg = make_podgroup("job", 5, created=True)
+    pg["metadata"]["resourceVersion"] = "7"
+    observe(service, "podgroups", pg)
+    observe(
+        service, "pods", *(make_pod(f"w{i}").group("job").min_available(3).obj() for i in range(3))
+    )
+    await service.reconciler.reconcile_group(GROUP)
+    [(path, body)] = podgroup_writes(raw, "PATCH")
+    assert path.endswith("/podgroups/job")
+    assert body["spec"] == {"minMember": 3}
+    assert body["metadata"]["uid"] == "pg-uid-job"
+    assert body["metadata"]["resourceVersion"] == "7"
+    assert [o["name"] for o in body["metadata"]["ownerReferences"]] == ["w0", "w1", "w2"]
+
+
+async def test_a_created_podgroup_is_owned_by_every_pod_of_its_group_so_it_goes_with_the_last(
+    service: GangService, raw: FakeRaw
+) -> None:
+    first = make_pod("w0").group("job").min_available(2).obj()
+    observe(service, "pods", first)
+    await service.reconciler.reconcile_group(GROUP)
+    [(_, created)] = podgroup_writes(raw, "POST")
+    assert created["metadata"]["ownerReferences"] == [
+        {"apiVersion": "v1", "kind": "Pod", "name": "w0", "uid": "uid-default-w0"}
+    ]
+    # Seen by the watch, then a second member: it becomes an owner too.
+    created["metadata"].update(uid="pg-uid-job", resourceVersion="1")
+    observe(service, "podgroups", created)
+    observe(service, "pods", make_pod("w1").group("job").min_available(2).obj())
+    await service.reconciler.reconcile_group(GROUP)
+    [(_, patched)] = podgroup_writes(raw, "PATCH")
+    assert [o["uid"] for o in patched["metadata"]["ownerReferences"]] == [
+        "uid-default-w0",
+        "uid-default-w1",
+    ]
+    assert patched["spec"] == {"minMember": 2}
+    assert podgroup_writes(raw, "DELETE") == []  # the garbage collector's job, not ours
+
+
+async def test_a_users_podgroup_is_never_changed_or_deleted(
+    service: GangService, raw: FakeRaw
+) -> None:
+    observe(service, "podgroups", make_podgroup("job", 5))
+    pod = make_pod("w0").group("job").min_available(1).obj()
+    observe(service, "pods", pod)
+    await service.reconciler.reconcile_group(GROUP)
+    service.state.on_event("pods", "DELETED", pod)
+    await service.reconciler.reconcile_group(GROUP)
+    assert [
+        (m, p) for m, p, _ in raw.calls if "/podgroups" in p and not p.endswith("/status")
+    ] == []
+
+
+async def test_no_gang_event_goes_to_a_pod_of_another_scheduler(
+    service: GangService, raw: FakeRaw
+) -> None:
+    observe(
+        service,
+        "pods",
+        make_pod("master").group("job").min_available(2).obj(),
+        make_pod("worker").group("job").scheduler("default-scheduler").obj(),
+    )
+    await service.reconciler.reconcile_group(GROUP)
+    await service.queues.join()
+    [event] = raw.events("GangWaiting")
+    assert event["involvedObject"]["name"] == "master"
+    assert "1 pod of this group uses schedulerName default-scheduler" in event["message"]
