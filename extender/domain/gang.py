@@ -707,7 +707,9 @@ class GangCore:
         self.snapshot.upsert_pod(pod)
         plan = self.ledger.plan_of(pod.uid)
         if plan is None:
-            if pod.deleting or pod.phase in ("Succeeded", "Failed"):
+            # A bound member that Succeeded ran: it was bound, not lost (a Job's pod can
+            # finish before the last of its gang is bound). One deleted or Failed was.
+            if pod.deleting or pod.phase == "Failed":
                 self._bound_member_gone(pod, f"member {pod.ref} is gone", now)
             if pod.group is not None and pod.is_active_member:
                 self.group_changed(pod.group, now)

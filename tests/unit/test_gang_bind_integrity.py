@@ -189,6 +189,28 @@ def test_a_bound_member_deleted_while_the_others_still_bind_breaks_the_gang() ->
     assert (broken.member, broken.bound) == ("default/w0", 0)
 
 
+def test_a_bound_member_that_completes_while_the_others_still_bind_is_not_a_partial_gang() -> None:
+    """A Job's pod can finish before the rest of its gang is bound: it ran, it is not lost."""
+    core = released_pair()
+    bind(core, "w0", "n1")
+    core.drain_effects()
+    done = dataclasses.replace(pod_info(core, "w0"), phase="Succeeded")
+    core.observe_pod(done, T0 + 3)
+    assert not [e for e in core.drain_effects() if isinstance(e, GangBroken)]
+    bind(core, "w1", "n1", T0 + 4)
+    assert [type(e) for e in core.drain_effects()] == [GangBound]
+
+
+def test_a_bound_member_that_fails_while_the_others_still_bind_breaks_the_gang() -> None:
+    core = released_pair()
+    bind(core, "w0", "n1")
+    core.drain_effects()
+    core.observe_pod(dataclasses.replace(pod_info(core, "w0"), phase="Failed"), T0 + 3)
+    [broken] = core.drain_effects()
+    assert isinstance(broken, GangBroken)
+    assert broken.member == "default/w0"
+
+
 def released_across_two_nodes() -> GangCore:
     """Gang g of two 4-GPU members, one on each of n1 and n2, released; w0 bound."""
     pods = [make_pod(f"w{i}").group("g").min_available(2).gpus(4).obj() for i in range(2)]
