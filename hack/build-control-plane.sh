@@ -83,7 +83,7 @@ step "downloading Go modules" go mod download
 for cmd in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
   step "building $cmd" go build -trimpath -ldflags "$ldflags" -o "$bin/$cmd" "k8s.io/kubernetes/cmd/$cmd"
 done
-etcd_version="$(awk '$1 == "go.etcd.io/etcd/server/v3" {print $2; exit}' go.mod)"
+etcd_version="$(awk '{ for (i = 1; i < NF; i++) if ($i == "go.etcd.io/etcd/server/v3") { print $(i + 1); exit } }' go.mod)"
 step "building etcd $etcd_version" go build -trimpath -ldflags "-s -w" -o "$bin/etcd" ./cmd/etcd
 # kwok is its own module; install it at its tag into the same bin dir.
 step "building kwok $KWOK_VERSION" env GOBIN="$bin" GOFLAGS=-buildvcs=false \
