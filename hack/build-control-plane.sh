@@ -18,9 +18,10 @@ set -euo pipefail
 
 DEFAULT_K8S_VERSION=v1.37.2
 K8S_VERSION="${1:-${K8S_VERSION:-$DEFAULT_K8S_VERSION}}"
-# kwok v0.8.0 is built against k8s.io/client-go v0.36.1: within the client skew of
-# every supported minor (1.35-1.37).
-KWOK_VERSION="${KWOK_VERSION:-v0.8.0}"
+# kwok plays the kubelet for fake nodes through client-go (v0.33 in kwok v0.7.0),
+# which is enough against 1.35-1.37. kwok v0.8.0 (client-go v0.36) no longer
+# embeds default node/pod stages and exits "no stages found" without a stage config.
+KWOK_VERSION="${KWOK_VERSION:-v0.7.0}"
 
 [[ "$K8S_VERSION" =~ ^v1\.([0-9]+)\.[0-9]+$ ]] || { echo "K8S_VERSION must look like v1.37.2, not '$K8S_VERSION'" >&2; exit 2; }
 minor="${BASH_REMATCH[1]}"
