@@ -1,27 +1,44 @@
 # The two commands a newcomer runs (see README.md):
 #   make demo   local control plane + gang-extender + the seed Horovod gang job
-#   make test   every test: unit, property, golden, and e2e on the real control plane
+#   make test   every test: unit, property, golden, packaging, and e2e on the real control plane
+#   make test-oldest   the gang, wiring and HA scenarios on the oldest supported Kubernetes
+# K8S_VERSION=v1.35.4 picks the control plane's release (default: the newest,
+# DEFAULT_K8S_VERSION in hack/build-control-plane.sh); each is built once and cached.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
+K8S_VERSION ?=
+export K8S_VERSION
+OLDEST_K8S_VERSION := v1.35.4
+OLDEST_SUITE := tests/e2e/test_control_plane.py tests/e2e/test_gang_scheduling.py \
+	tests/e2e/test_job_wiring.py tests/e2e/test_ha.py
 
-.PHONY: demo test unit e2e lint typecheck bench mutate control-plane dev-up dev-down clean
+.PHONY: demo test test-oldest unit e2e lint typecheck bench mutate control-plane dev-up dev-down clean
 
+# One line with its time; pip's output goes to $(VENV)/install.log (tail and path on failure).
 $(BIN)/gang-extender: pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	@mkdir -p $(VENV); start=$$(date +%s); \
+	printf 'installing gang-extender and its dev tools into $(VENV)... '; \
+	if { $(PYTHON) -m venv $(VENV) && $(BIN)/pip install --upgrade pip \
+	     && $(BIN)/pip install -e '.[dev]'; } > $(VENV)/install.log 2>&1; \
+	then echo "$$(( $$(date +%s) - start )) s"; \
+	else echo FAILED; tail -n 30 $(VENV)/install.log; echo "full log: $(VENV)/install.log"; exit 1; fi
 	@touch $@
 
 control-plane:
-	@hack/build-control-plane.sh >/dev/null
+	@hack/build-control-plane.sh $(K8S_VERSION) >/dev/null
 
 demo: $(BIN)/gang-extender control-plane
 	$(BIN)/gang-extender demo
 
 test: $(BIN)/gang-extender control-plane
 	$(BIN)/pytest tests $(PYTEST_ARGS)
+
+# The oldest supported minor: its own cached control plane, the core scenarios.
+test-oldest: $(BIN)/gang-extender
+	@$(MAKE) --no-print-directory control-plane K8S_VERSION=$(OLDEST_K8S_VERSION)
+	K8S_VERSION=$(OLDEST_K8S_VERSION) $(BIN)/pytest $(OLDEST_SUITE) $(PYTEST_ARGS)
 
 unit: $(BIN)/gang-extender
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)

@@ -44,6 +44,7 @@ __all__ = [
     "ClusterError",
     "LocalCluster",
     "ManagedProcess",
+    "binary_version",
     "ensure_binaries",
     "free_port",
     "free_ports",
@@ -60,6 +61,10 @@ REQUIRED_BINARIES = (
     "kwok",
 )
 BIN_DIR_ENV = "GANG_E2E_BIN_DIR"
+# The Kubernetes release to build and run (e.g. v1.35.4); unset means the build
+# script's default. Every release has its wrapper module in hack/k8s-build/v1.<minor>/.
+VERSION_ENV = "K8S_VERSION"
+_VERSION = re.compile(r"\bv1\.\d+\.\d+\b")
 SERVICE_CLUSTER_IP_RANGE = "10.0.0.0/24"
 POD_CIDR = "10.244.0.1/16"
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc"
@@ -81,20 +86,46 @@ def _missing_binaries(bin_dir: Path) -> list[str]:
     return [b for b in REQUIRED_BINARIES if not os.access(bin_dir / b, os.X_OK)]
 
 
-def ensure_binaries(*, force: bool = False) -> Path:
+def binary_version(bin_dir: Path) -> str:
+    """The Kubernetes release the binaries in ``bin_dir`` were built at (``v1.37.2``)."""
+    try:
+        out = subprocess.run(
+            [str(bin_dir / "kube-apiserver"), "--version"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise ClusterError(f"cannot run {bin_dir / 'kube-apiserver'} --version: {exc}") from exc
+    found = _VERSION.search(out)
+    if found is None:
+        raise ClusterError(f"{bin_dir / 'kube-apiserver'} --version printed no version: {out!r}")
+    return found.group(0)
+
+
+def ensure_binaries(*, force: bool = False, version: str | None = None) -> Path:
     """Return the directory holding the control-plane binaries, building them if needed.
 
+    ``version`` (default ``$K8S_VERSION``, else the build script's default
+    release) picks the Kubernetes release; each one has its own cache directory.
     ``$GANG_E2E_BIN_DIR``, when set, names a prebuilt directory and skips the
-    build. Otherwise runs ``hack/build-control-plane.sh`` (a no-op when the cache
-    is current; 5-30 minutes the first time) and returns the bin dir it prints
-    last. Build progress goes to our stderr.
+    build; if a version was asked for too, the binaries must be that version.
+    Otherwise runs ``hack/build-control-plane.sh`` (a no-op when the cache
+    is current; 12-40 minutes the first time) and returns the bin dir it prints
+    last. Build progress (one line per step) goes to our stderr.
     """
+    version = version or os.environ.get(VERSION_ENV) or None
     override = os.environ.get(BIN_DIR_ENV)
     if override and not force:
         bin_dir = Path(override).expanduser().resolve()
         missing = _missing_binaries(bin_dir)
         if missing:
             raise ClusterError(f"${BIN_DIR_ENV}={override} lacks: {', '.join(missing)}")
+        if version is not None and (found := binary_version(bin_dir)) != version:
+            raise ClusterError(
+                f"${BIN_DIR_ENV}={override} holds Kubernetes {found}, not the {version} asked for"
+            )
         return bin_dir
 
     env = dict(os.environ)
@@ -103,7 +134,7 @@ def ensure_binaries(*, force: bool = False) -> Path:
     stderr_tail: deque[str] = deque(maxlen=40)
     try:
         proc = subprocess.Popen(
-            ["bash", str(BUILD_SCRIPT)],
+            ["bash", str(BUILD_SCRIPT), *([version] if version else [])],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

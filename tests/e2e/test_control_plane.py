@@ -18,7 +18,13 @@ from typing import Any, TypeVar
 import pytest
 from kubernetes import client as k8s
 
-from extender.devcluster.cluster import LocalCluster
+from extender.devcluster.cluster import (
+    BIN_DIR_ENV,
+    BUILD_SCRIPT,
+    VERSION_ENV,
+    LocalCluster,
+    binary_version,
+)
 from extender.devcluster.pki import CertPair, issue_cert
 
 T = TypeVar("T")
@@ -56,6 +62,36 @@ def gpu_pod(name: str, gpus: int, node_selector: dict[str, str]) -> dict[str, An
             ],
         },
     }
+
+
+def test_the_control_plane_runs_the_kubernetes_release_asked_for(
+    api: k8s.ApiClient, bin_dir: Path
+) -> None:
+    # K8S_VERSION=v1.35.4 make test-oldest must really test 1.35.4: every binary
+    # reports the release its wrapper module pinned (hack/version-ldflags.sh).
+    want = os.environ.get(VERSION_ENV)
+    if not want:
+        default = [
+            line.split("=", 1)[1]
+            for line in BUILD_SCRIPT.read_text().splitlines()
+            if line.startswith("DEFAULT_K8S_VERSION=")
+        ]
+        want = binary_version(bin_dir) if os.environ.get(BIN_DIR_ENV) else default[0]
+    assert k8s.VersionApi(api).get_code().git_version == want
+    for binary in ("kube-apiserver", "kube-controller-manager", "kube-scheduler"):
+        out = subprocess.run(
+            [str(bin_dir / binary), "--version"], capture_output=True, text=True, check=True
+        ).stdout
+        assert out.split() == ["Kubernetes", want], (binary, out)
+    client = json.loads(
+        subprocess.run(
+            [str(bin_dir / "kubectl"), "version", "--client", "-o", "json"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )
+    assert client["clientVersion"]["gitVersion"] == want
 
 
 def test_pod_requesting_a_gpu_is_bound_to_a_fake_gpu_node_and_runs(
@@ -206,7 +242,7 @@ def test_stopping_a_cluster_leaves_no_process_behind(bin_dir: Path, tmp_path: Pa
 CRASHING_OWNER = """
 import os, sys
 from pathlib import Path
-from extender.devcluster.cluster import LocalCluster
+from extender.devcluster.cluster import BIN_DIR_ENV, BUILD_SCRIPT, VERSION_ENV, LocalCluster, binary_version
 cluster = LocalCluster(Path(sys.argv[1]), Path(sys.argv[2]))
 cluster.start()
 cluster.start_process("extra", sys.argv[3:])

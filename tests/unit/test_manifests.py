@@ -22,7 +22,7 @@ from extender.metrics import Metrics
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
 K8S_VERSION = re.search(
-    r"^K8S_VERSION=(\S+)$", (REPO / "hack" / "build-control-plane.sh").read_text(), re.M
+    r"^DEFAULT_K8S_VERSION=(\S+)$", (REPO / "hack" / "build-control-plane.sh").read_text(), re.M
 )
 
 
