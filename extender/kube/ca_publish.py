@@ -211,24 +211,8 @@ def publish_client_cert(
         }
         if not _create(raw, "secrets", namespace, body):
             return False  # another replica wrote one at the same moment; it is under our CA
-    else:
-        patch = {
-            "metadata": {"resourceVersion": stored["metadata"]["resourceVersion"]},
-            "data": encoded,
-        }
-        try:
-            raw.call(
-                "PATCH",
-                _path("secrets", namespace, secret_name),
-                query={"fieldManager": FIELD_MANAGER},
-                body=patch,
-                content_type="application/merge-patch+json",
-                timeout=REQUEST_TIMEOUT_SECONDS,
-            )
-        except KubeError as error:
-            if error.status == HTTP_CONFLICT:
-                return False
-            raise
+    elif not _patch_secret_data(raw, stored, encoded):
+        return False
     log.info(
         "issued kube-scheduler's client certificate (%s) into Secret %s/%s",
         common_name,
@@ -302,11 +286,14 @@ def _secret_pair(secret: dict[str, Any], namespace: str) -> tuple[bytes, bytes]:
 
 
 def _replace(raw: RawApi, stored: dict[str, Any], tls_dir: Path) -> bool:
+    return _patch_secret_data(raw, stored, _secret_data(tls_dir))
+
+
+def _patch_secret_data(raw: RawApi, stored: dict[str, Any], data: dict[str, str]) -> bool:
+    """Replace the data of Secret `stored` at the version read; False when another
+    replica changed it first (409): the caller reads what that replica wrote."""
     meta = stored["metadata"]
-    patch = {
-        "metadata": {"resourceVersion": meta["resourceVersion"]},
-        "data": _secret_data(tls_dir),
-    }
+    patch = {"metadata": {"resourceVersion": meta["resourceVersion"]}, "data": data}
     try:
         raw.call(
             "PATCH",
