@@ -25,15 +25,15 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from extender.domain.gang import (
+from extender.domain.decisions import (
     BindVerdict,
     Effect,
     FilterDecision,
     GangBound,
     GangBroken,
-    GangCore,
     PlanDropped,
 )
+from extender.domain.gang import GangCore
 from extender.domain.membership import GroupKey
 from extender.metrics import Metrics
 from extender.ports.binding import Binder, BindError

@@ -28,7 +28,7 @@ from pydantic import BaseModel, ValidationError
 
 from extender.api.body import BodyError, read_json_body
 from extender.api.wire import ExtenderArgs, ExtenderBindingArgs, node_name
-from extender.domain.gang import FilterDecision, Verdict
+from extender.domain.decisions import FilterDecision, Verdict
 from extender.metrics import Metrics
 
 Model = TypeVar("Model", bound=BaseModel)

@@ -26,15 +26,15 @@ from typing import Any
 
 from extender.config import Settings
 from extender.controller.cluster_state import ClusterState
-from extender.domain.gang import (
+from extender.domain.decisions import (
     Effect,
     GangBound,
     GangBroken,
-    GangCore,
     MemberBindFailed,
     PlanCreated,
     PlanDropped,
 )
+from extender.domain.gang import GangCore
 from extender.domain.membership import SCHEDULER_NAME, GroupKey
 from extender.kube.rawapi import KubeError, RawApi
 from extender.kube.writers import api_error_summary, emit_event, is_transient, set_planned_node

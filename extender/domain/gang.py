@@ -65,9 +65,21 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from enum import Enum
 from typing import Any
 
+from extender.domain.decisions import (
+    Assumption,
+    BindDecision,
+    BindVerdict,
+    Effect,
+    FilterDecision,
+    GangBound,
+    GangBroken,
+    MemberBindFailed,
+    PlanCreated,
+    PlanDropped,
+    Verdict,
+)
 from extender.domain.ledger import Ledger, Plan
 from extender.domain.membership import SCHEDULER_NAME, GroupKey
 from extender.domain.model import GroupSpec, PodInfo, Resources
@@ -80,90 +92,6 @@ from extender.domain.snapshot import ClusterSnapshot, fits
 # Remember what kube-scheduler's filters said about a member only when it is this
 # many node names or fewer (allow- or deny-list), to bound memory on big clusters.
 RESTRICTION_MEMORY_LIMIT = 256
-
-
-class Verdict(Enum):
-    NOT_A_GANG = "not-a-gang"
-    WAIT = "wait"
-    PLANNED = "planned"
-    REJECT = "reject"
-
-
-@dataclass(frozen=True)
-class FilterDecision:
-    verdict: Verdict
-    nodes: list[str]  # nodes the pod may go to
-    failed: dict[str, str]  # node -> reason, resolvable (plain pods vs reservations)
-    unresolvable: dict[str, str]  # node -> reason, preemption cannot help
-    message: str = ""
-
-
-class BindVerdict(Enum):
-    BIND_NOW = "bind-now"  # not part of a plan: bind straight away
-    WAIT = "wait"  # inside the barrier: wait for the rest of the gang
-    RELEASE = "release"  # last member arrived: everyone may bind
-    ERROR = "error"  # refuse: plan gone or node differs
-
-
-@dataclass(frozen=True)
-class BindDecision:
-    verdict: BindVerdict
-    plan_id: int | None = None
-    group: GroupKey | None = None
-    message: str = ""
-
-
-@dataclass(frozen=True)
-class Assumption:
-    """A plain pod counted on a node before its binding call returned: what to undo."""
-
-    before: PodInfo  # the pod as it was
-    assumed: PodInfo  # the copy recorded as bound on the node
-
-
-# ---- effects the service carries out ----
-@dataclass(frozen=True)
-class PlanCreated:
-    plan: Plan
-
-
-@dataclass(frozen=True)
-class PlanDropped:
-    plan: Plan
-    reason: str
-    timed_out: bool = False
-
-
-@dataclass(frozen=True)
-class GangBound:
-    plan: Plan
-
-
-@dataclass(frozen=True)
-class MemberBindFailed:
-    """A released member's binding failed; it keeps its reservation and is retried."""
-
-    plan: Plan
-    member: str  # "ns/name"
-    reason: str
-
-
-@dataclass(frozen=True)
-class GangBroken:
-    """A released gang lost a member that can never be bound: the gang is partial.
-
-    The hook for the gang's lifecycle policy (restart, abort); today the service
-    turns it into a Warning Event and counts the gang once (`first`).
-    """
-
-    plan: Plan
-    member: str  # "ns/name"
-    cause: str
-    bound: int  # members of the plan bound when the loss was seen
-    first: bool  # the plan's first loss: count the gang once
-
-
-Effect = PlanCreated | PlanDropped | GangBound | MemberBindFailed | GangBroken
 
 
 @dataclass

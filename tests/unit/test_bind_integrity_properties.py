@@ -22,7 +22,8 @@ import dataclasses
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from extender.domain.gang import BindVerdict, GangBroken, GangCore, Timeouts, Verdict
+from extender.domain.decisions import BindVerdict, GangBroken, Verdict
+from extender.domain.gang import GangCore, Timeouts
 from extender.domain.membership import GroupKey
 from extender.domain.model import NodeInfo, PodInfo
 from extender.domain.policy import Policy

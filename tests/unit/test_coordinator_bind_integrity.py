@@ -6,7 +6,8 @@ import asyncio
 from typing import Any
 
 from extender.coordinator import SchedulingCoordinator
-from extender.domain.gang import Effect, GangBroken, GangCore, MemberBindFailed, Timeouts
+from extender.domain.decisions import Effect, GangBroken, MemberBindFailed
+from extender.domain.gang import GangCore, Timeouts
 from extender.domain.model import NodeInfo, PodInfo
 from extender.domain.policy import Policy
 from extender.metrics import Metrics

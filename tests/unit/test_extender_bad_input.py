@@ -12,7 +12,8 @@ import pytest
 
 from extender.api.wire import ExtenderBindingArgs
 from extender.coordinator import SchedulingCoordinator
-from extender.domain.gang import GangCore, Timeouts, Verdict
+from extender.domain.decisions import Verdict
+from extender.domain.gang import GangCore, Timeouts
 from extender.domain.model import GroupSpec, NodeInfo, PodInfo
 from extender.domain.policy import Policy
 from extender.metrics import Metrics

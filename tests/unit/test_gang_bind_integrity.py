@@ -9,16 +9,15 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from extender.domain.gang import (
+from extender.domain.decisions import (
     BindVerdict,
     GangBound,
     GangBroken,
-    GangCore,
     MemberBindFailed,
     PlanDropped,
-    Timeouts,
     Verdict,
 )
+from extender.domain.gang import GangCore, Timeouts
 from extender.domain.model import NodeInfo, PodInfo
 from extender.domain.policy import Policy
 from tests.builders import make_node, make_pod

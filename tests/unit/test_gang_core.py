@@ -7,15 +7,8 @@ from typing import Any
 
 import pytest
 
-from extender.domain.gang import (
-    BindVerdict,
-    GangBound,
-    GangCore,
-    PlanCreated,
-    PlanDropped,
-    Timeouts,
-    Verdict,
-)
+from extender.domain.decisions import BindVerdict, GangBound, PlanCreated, PlanDropped, Verdict
+from extender.domain.gang import GangCore, Timeouts
 from extender.domain.membership import GroupKey
 from extender.domain.model import GroupSpec, NodeInfo, PodInfo
 from extender.domain.policy import Policy, Strategy

@@ -12,7 +12,8 @@ from extender.config import Settings
 from extender.controller.cluster_state import ClusterState
 from extender.controller.effects import EffectWriter, GroupQueues
 from extender.controller.failover import Failover, LeaderOnlyBinder
-from extender.domain.gang import GangCore, PlanDropped, Timeouts
+from extender.domain.decisions import PlanDropped
+from extender.domain.gang import GangCore, Timeouts
 from extender.domain.membership import PLANNED_NODE_ANNOTATION, GroupKey
 from extender.domain.model import GroupSpec, NodeInfo, PodInfo
 from extender.domain.policy import Policy

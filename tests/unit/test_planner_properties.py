@@ -7,7 +7,8 @@ from collections import defaultdict
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from extender.domain.gang import GangCore, Timeouts, Verdict
+from extender.domain.decisions import Verdict
+from extender.domain.gang import GangCore, Timeouts
 from extender.domain.model import NodeInfo, PodInfo
 from extender.domain.planner import Placement, Shortfall, plan_gang
 from extender.domain.policy import Policy, Strategy, Topology

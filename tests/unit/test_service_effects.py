@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from extender.config import Settings
-from extender.domain.gang import GangBound, PlanCreated, PlanDropped
+from extender.domain.decisions import GangBound, PlanCreated, PlanDropped
 from extender.domain.ledger import Plan
 from extender.domain.membership import (
     INJECT_NAMESPACE_LABEL,

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from extender.coordinator import SchedulingCoordinator
-from extender.domain.gang import GangCore, PlanCreated, Timeouts, Verdict
+from extender.domain.decisions import PlanCreated, Verdict
+from extender.domain.gang import GangCore, Timeouts
 from extender.domain.model import GroupSpec, NodeInfo, PodInfo
 from extender.domain.policy import Policy
 from extender.metrics import Metrics

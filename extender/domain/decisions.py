@@ -1,0 +1,100 @@
+"""What the gang core decides and asks for: verdicts the routes translate, effects the service carries out.
+
+The core (`domain/gang.py`) returns these records and never acts itself: the
+extender routes map a verdict to the wire format, and the controller turns each
+effect into API writes and Events. Kept apart from the core so each side reads
+one small vocabulary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from extender.domain.ledger import Plan
+from extender.domain.membership import GroupKey
+from extender.domain.model import PodInfo
+
+
+class Verdict(Enum):
+    NOT_A_GANG = "not-a-gang"
+    WAIT = "wait"
+    PLANNED = "planned"
+    REJECT = "reject"
+
+
+@dataclass(frozen=True)
+class FilterDecision:
+    verdict: Verdict
+    nodes: list[str]  # nodes the pod may go to
+    failed: dict[str, str]  # node -> reason, resolvable (plain pods vs reservations)
+    unresolvable: dict[str, str]  # node -> reason, preemption cannot help
+    message: str = ""
+
+
+class BindVerdict(Enum):
+    BIND_NOW = "bind-now"  # not part of a plan: bind straight away
+    WAIT = "wait"  # inside the barrier: wait for the rest of the gang
+    RELEASE = "release"  # last member arrived: everyone may bind
+    ERROR = "error"  # refuse: plan gone or node differs
+
+
+@dataclass(frozen=True)
+class BindDecision:
+    verdict: BindVerdict
+    plan_id: int | None = None
+    group: GroupKey | None = None
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class Assumption:
+    """A plain pod counted on a node before its binding call returned: what to undo."""
+
+    before: PodInfo  # the pod as it was
+    assumed: PodInfo  # the copy recorded as bound on the node
+
+
+# ---- effects the service carries out ----
+@dataclass(frozen=True)
+class PlanCreated:
+    plan: Plan
+
+
+@dataclass(frozen=True)
+class PlanDropped:
+    plan: Plan
+    reason: str
+    timed_out: bool = False
+
+
+@dataclass(frozen=True)
+class GangBound:
+    plan: Plan
+
+
+@dataclass(frozen=True)
+class MemberBindFailed:
+    """A released member's binding failed; it keeps its reservation and is retried."""
+
+    plan: Plan
+    member: str  # "ns/name"
+    reason: str
+
+
+@dataclass(frozen=True)
+class GangBroken:
+    """A released gang lost a member that can never be bound: the gang is partial.
+
+    The hook for the gang's lifecycle policy (restart, abort); today the service
+    turns it into a Warning Event and counts the gang once (`first`).
+    """
+
+    plan: Plan
+    member: str  # "ns/name"
+    cause: str
+    bound: int  # members of the plan bound when the loss was seen
+    first: bool  # the plan's first loss: count the gang once
+
+
+Effect = PlanCreated | PlanDropped | GangBound | MemberBindFailed | GangBroken
