@@ -32,8 +32,12 @@ control-plane:
 demo: $(BIN)/gang-extender control-plane
 	$(BIN)/gang-extender demo
 
+# What CI runs (.ci/run): the layers, ruff and mypy; every test on the default
+# release; the gang, wiring and HA scenarios on the oldest supported one.
 test: $(BIN)/gang-extender control-plane
+	@$(MAKE) --no-print-directory lint
 	$(BIN)/pytest tests $(PYTEST_ARGS)
+	@$(MAKE) --no-print-directory test-oldest PYTEST_ARGS="$(PYTEST_ARGS)"
 
 # The oldest supported minor: its own cached control plane, the core scenarios.
 test-oldest: $(BIN)/gang-extender
