@@ -7,7 +7,13 @@ from decimal import Decimal
 import pytest
 
 from extender.domain import membership as m
-from extender.domain.quantity import QuantityError, parse_quantity, pod_requests
+from extender.domain.quantity import (
+    QuantityError,
+    parse_quantity,
+    pod_gpus,
+    pod_requests,
+    sum_requests,
+)
 
 
 @pytest.mark.parametrize(
@@ -131,3 +137,89 @@ def test_pod_requests_follow_kube_scheduler_rules() -> None:
         "overhead": {"cpu": "50m"},
     }
     assert pod_requests(spec) == {"cpu": 4050, "memory": 1024**3, "nvidia.com/gpu": 2, "pods": 1}
+
+
+def _container(requests: dict[str, str], **extra: str) -> dict[str, object]:
+    return {"name": "c", "resources": {"requests": requests}, **extra}
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        pytest.param(
+            {
+                "containers": [_container({"cpu": "1"})],
+                "initContainers": [_container({"cpu": "500m"}, restartPolicy="Always")],
+            },
+            {"cpu": 1500, "pods": 1},
+            id="a sidecar runs beside the containers: it adds",
+        ),
+        pytest.param(
+            {
+                "containers": [_container({"cpu": "1"})],
+                "initContainers": [_container({"cpu": "500m"}, restartPolicy="OnFailure")],
+            },
+            {"cpu": 1000, "pods": 1},
+            id="an init container with another restartPolicy runs before: it does not add",
+        ),
+        pytest.param(
+            {
+                "containers": [_container({"cpu": "500m"})],
+                "initContainers": [
+                    _container({"cpu": "1"}, restartPolicy="Always"),
+                    _container({"cpu": "2"}),
+                ],
+            },
+            {"cpu": 3000, "pods": 1},
+            id="an init container after a sidecar runs beside it: its peak includes the sidecar",
+        ),
+        pytest.param(
+            {
+                "containers": [_container({"cpu": "1"})],
+                "initContainers": [_container({"nvidia.com/gpu": "0"})],
+            },
+            {"cpu": 1000, "nvidia.com/gpu": 0, "pods": 1},
+            id="an init container asking for 0 of something needs 0 of it",
+        ),
+    ],
+)
+def test_init_containers_and_sidecars_count_as_kube_scheduler_counts_them(
+    spec: dict[str, object], expected: dict[str, int]
+) -> None:
+    assert pod_requests(spec) == expected
+
+
+@pytest.mark.parametrize(
+    ("spec", "gpus"),
+    [
+        pytest.param({"containers": [_container({"cpu": "1"})]}, 0, id="no GPU asked for"),
+        pytest.param(
+            {
+                "containers": [_container({})],
+                "initContainers": [_container({"nvidia.com/gpu": "0"})],
+            },
+            0,
+            id="0 GPUs asked for by an init container",
+        ),
+        pytest.param(
+            {"containers": [_container({"nvidia.com/gpu": "2"})]}, 2, id="2 GPUs asked for"
+        ),
+    ],
+)
+def test_pod_gpus(spec: dict[str, object], gpus: int) -> None:
+    assert pod_gpus(spec) == gpus
+
+
+@pytest.mark.parametrize(
+    ("requests", "total"),
+    [
+        pytest.param([], {}, id="nothing: an empty total"),
+        pytest.param(
+            [{"cpu": 1000, "pods": 1}, {"cpu": 500, "memory": 1, "pods": 1}],
+            {"cpu": 1500, "memory": 1, "pods": 2},
+            id="each resource summed, one missing from an item counts as 0",
+        ),
+    ],
+)
+def test_sum_requests(requests: list[dict[str, int]], total: dict[str, int]) -> None:
+    assert sum_requests(requests) == total

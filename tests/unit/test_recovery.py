@@ -10,7 +10,7 @@ from extender.domain.gang import GangCore, Timeouts
 from extender.domain.membership import PLANNED_NODE_ANNOTATION, GroupKey
 from extender.domain.model import GroupSpec, NodeInfo, PodInfo
 from extender.domain.policy import Policy
-from extender.domain.recovery import recover_plans
+from extender.domain.recovery import RecoveredPlan, Recovery, Refused, recover_plans
 from extender.domain.snapshot import ClusterSnapshot
 from tests.builders import PodBuilder, make_node, make_pod, make_podgroup
 
@@ -153,4 +153,113 @@ def test_groups_with_a_plan_already_and_unannotated_groups_are_left_alone() -> N
     pods = [member("w0", "n1").obj(), member("w1", "n1").obj(), member("w2", "n2").obj()]
     assert recover_plans(snapshot(pods), reserved={}, planned={JOB}) == recover_plans(
         snapshot([member(f"w{i}").obj() for i in range(3)]), reserved={}
+    )
+
+
+# ---- several groups, and the exact reasons an operator reads ----
+A, B = GroupKey("default", "a"), GroupKey("default", "b")  # taken in this (key) order
+
+
+def gang_member(group: str, name: str, planned: str | None = None, gpus: int = 2) -> PodBuilder:
+    pod = make_pod(name).group(group).gpus(gpus)
+    return pod.annotation(PLANNED_NODE_ANNOTATION, planned) if planned else pod
+
+
+def two_groups(a_pods: list[dict[str, Any]], b_min: int = 2, a_min: int = 2) -> ClusterSnapshot:
+    """Group "a" (taken first) with `a_pods`; group "b" with a plan that fits: b0, b1 on n2."""
+    snap = snapshot([], min_member=None)
+    for name, min_member in (("a", a_min), ("b", b_min)):
+        snap.upsert_podgroup(
+            GroupSpec.from_podgroup(make_podgroup(name, min_member), source="PodGroup")
+        )
+    for pod in [*a_pods, gang_member("b", "b0", "n2").obj(), gang_member("b", "b1", "n2").obj()]:
+        snap.upsert_pod(PodInfo.from_api(pod))
+    return snap
+
+
+B_RECOVERED = RecoveredPlan(B, {"uid-default-b0": "n2", "uid-default-b1": "n2"})
+
+
+@pytest.mark.parametrize(
+    ("a_pods", "a_min", "a_refused"),
+    [
+        pytest.param(
+            [gang_member("a", "a0").obj(), gang_member("a", "a1").obj()],
+            2,
+            (),
+            id="an earlier group with no annotation",
+        ),
+        pytest.param(
+            [gang_member("a", "a0", "n1").obj(), gang_member("a", "a1", "n1").obj()],
+            0,
+            ("gang default/a: PodGroup spec.minMember=0 must be a whole number >= 1",),
+            id="an earlier group with a misdeclared PodGroup",
+        ),
+        pytest.param(
+            [gang_member("a", "a0", "n1").obj(), gang_member("a", "a1").obj()],
+            2,
+            ("gang default/a: partial plan: 1 annotated + 0 bound < minMember 2",),
+            id="an earlier group with a partial plan",
+        ),
+        pytest.param(
+            [gang_member("a", "a0", "n1").obj(), gang_member("a", "a1", "gone").obj()],
+            2,
+            ("gang default/a: stale plan: default/a1: planned node gone is gone",),
+            id="an earlier group with a stale plan",
+        ),
+    ],
+)
+def test_a_group_left_out_or_refused_does_not_stop_the_groups_after_it(
+    a_pods: list[dict[str, Any]], a_min: int, a_refused: tuple[str, ...]
+) -> None:
+    found = recover_plans(two_groups(a_pods, a_min=a_min), reserved={})
+    assert found.plans == (B_RECOVERED,)
+    assert tuple(r.reason for r in found.refused) == a_refused
+
+
+def test_a_group_that_already_has_a_plan_does_not_stop_the_groups_after_it() -> None:
+    snap = two_groups([gang_member("a", "a0", "n1").obj(), gang_member("a", "a1", "n1").obj()])
+    found = recover_plans(snap, reserved={"n1": {"nvidia.com/gpu": 4}}, planned={A})
+    assert found == Recovery((B_RECOVERED,), ())
+
+
+def test_every_recovered_group_is_returned_and_holds_its_capacity_for_the_next() -> None:
+    # a fills n2 (2 x 2 of 4 GPUs); b's plan on n2 then finds no room left.
+    both = two_groups([gang_member("a", "a0", "n2").obj(), gang_member("a", "a1", "n2").obj()])
+    found = recover_plans(both, reserved={})
+    assert found.plans == (RecoveredPlan(A, {"uid-default-a0": "n2", "uid-default-a1": "n2"}),)
+    assert [r.reason for r in found.refused] == [
+        "gang default/b: stale plan: default/b0: no room left on planned node n2"
+    ]
+    # With room for both, both come back, in key order.
+    apart = two_groups([gang_member("a", "a0", "n1").obj(), gang_member("a", "a1", "n1").obj()])
+    assert recover_plans(apart, reserved={}).plans == (
+        RecoveredPlan(A, {"uid-default-a0": "n1", "uid-default-a1": "n1"}),
+        B_RECOVERED,
+    )
+
+
+def test_members_planned_onto_one_node_add_up_against_its_room() -> None:
+    # 3 x 2 GPUs annotated onto n1 (4 GPUs): the third does not fit after the first two.
+    pods = [member(f"w{i}", "n1").obj() for i in range(3)]
+    found = recover_plans(snapshot(pods), reserved={})
+    assert found.plans == ()
+    assert [r.reason for r in found.refused] == [
+        "gang default/job: stale plan: default/w2: no room left on planned node n1"
+    ]
+
+
+def test_a_bound_member_counts_once_toward_the_quorum() -> None:
+    pods = [member("w0").node("n1").obj(), member("w1", "n1").obj(), member("w2").obj()]
+    found = recover_plans(snapshot(pods), reserved={})
+    assert found == Recovery(
+        (), (Refused(JOB, "gang default/job: partial plan: 1 annotated + 1 bound < minMember 3"),)
+    )
+
+
+def test_a_group_that_lost_its_podgroup_is_refused_saying_so() -> None:
+    pods = [member(f"w{i}", "n1").obj() for i in range(2)]
+    found = recover_plans(snapshot(pods, min_member=None), reserved={})
+    assert found == Recovery(
+        (), (Refused(JOB, "gang default/job: no PodGroup and no min-available"),)
     )
