@@ -6,8 +6,9 @@ cpu in millicores, everything else in whole units (bytes, GPUs, pods), rounded u
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -57,6 +58,10 @@ def parse_quantity(text: object) -> Decimal:
     raw = text.strip()
     if not raw:
         raise QuantityError("empty quantity")
+    # "NaN" and "Infinity" end in letters, and would be refused as unknown suffixes.
+    with contextlib.suppress(InvalidOperation):
+        if not Decimal(raw).is_finite():
+            raise QuantityError(f"invalid quantity {text!r}: not a finite number")
     for suffix, factor in _BINARY.items():
         if raw.endswith(suffix):
             return _bounded(_number(raw[: -len(suffix)], text), text, factor)
@@ -182,10 +187,3 @@ def _container_requests(container: Mapping[str, Any]) -> dict[str, int]:
 def pod_gpus(spec: Mapping[str, Any]) -> int:
     """GPUs a pod requests (0 when none)."""
     return pod_requests(spec).get(GPU, 0)
-
-
-def sum_requests(requests: Iterable[Mapping[str, int]]) -> dict[str, int]:
-    total: dict[str, int] = {}
-    for item in requests:
-        _add_sum(total, item)
-    return total

@@ -12,7 +12,6 @@ from extender.domain.quantity import (
     parse_quantity,
     pod_gpus,
     pod_requests,
-    sum_requests,
 )
 
 
@@ -208,18 +207,3 @@ def test_init_containers_and_sidecars_count_as_kube_scheduler_counts_them(
 )
 def test_pod_gpus(spec: dict[str, object], gpus: int) -> None:
     assert pod_gpus(spec) == gpus
-
-
-@pytest.mark.parametrize(
-    ("requests", "total"),
-    [
-        pytest.param([], {}, id="nothing: an empty total"),
-        pytest.param(
-            [{"cpu": 1000, "pods": 1}, {"cpu": 500, "memory": 1, "pods": 1}],
-            {"cpu": 1500, "memory": 1, "pods": 2},
-            id="each resource summed, one missing from an item counts as 0",
-        ),
-    ],
-)
-def test_sum_requests(requests: list[dict[str, int]], total: dict[str, int]) -> None:
-    assert sum_requests(requests) == total

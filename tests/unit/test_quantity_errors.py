@@ -80,6 +80,10 @@ def test_a_node_with_a_poisoned_allocatable_offers_nothing() -> None:
         pytest.param("xKi", "invalid quantity 'xKi'", id="not a number before a binary suffix"),
         pytest.param("1Q", "invalid quantity '1Q': unknown suffix 'Q'", id="unknown suffix"),
         pytest.param("NaNm", "invalid quantity 'NaNm': not a finite number", id="NaN milli"),
+        pytest.param("NaN", "invalid quantity 'NaN': not a finite number", id="plain NaN"),
+        pytest.param(
+            "Infinity", "invalid quantity 'Infinity': not a finite number", id="plain Infinity"
+        ),
         pytest.param(
             "InfKi", "invalid quantity 'InfKi': not a finite number", id="infinite binary"
         ),
