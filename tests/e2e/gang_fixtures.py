@@ -233,20 +233,36 @@ class BindRecorder:
         self._thread.start()
 
     def _run(self) -> None:
+        """Watch until stopped; never die. A loaded API server may end a watch with an
+        ERROR event (e.g. "too large resource version" while its watch cache lags the
+        list): then relist, seeing every pod the list returns, as the service's own
+        cache does. A recorder that died silently would record nothing."""
         path = path_of("api", "v1", "namespaces", self.namespace, "pods")
-        version = self.raw.call("GET", path)["metadata"]["resourceVersion"]
+        version: str | None = None
         while not self._stop.is_set():
             try:
+                if version is None:
+                    listed = self.raw.call("GET", path)
+                    # The list is the truth now: pods deleted while unwatched are gone.
+                    self.node_of.clear()
+                    self._gpus.clear()
+                    for pod in listed.get("items", []):
+                        self._see("ADDED", pod)
+                    version = listed["metadata"]["resourceVersion"]
                 for event in self.raw.stream(
                     path,
                     query={"watch": "true", "resourceVersion": version, "timeoutSeconds": 5},
                     read_timeout=10,
                 ):
-                    obj = event["object"]
-                    version = obj["metadata"].get("resourceVersion", version)
-                    self._see(event["type"], obj)
-            except KubeError:
-                version = self.raw.call("GET", path)["metadata"]["resourceVersion"]
+                    obj = event.get("object") or {}
+                    if event.get("type") == "ERROR":
+                        raise KubeError(int(obj.get("code") or 500), str(obj.get("message")))
+                    version = obj.get("metadata", {}).get("resourceVersion", version)
+                    if event.get("type") != "BOOKMARK":
+                        self._see(event["type"], obj)
+            except Exception:  # relist after any failure, and keep recording
+                version = None
+                self._stop.wait(0.2)
 
     def _see(self, kind: str, pod: dict[str, Any]) -> None:
         name = pod["metadata"]["name"]
