@@ -251,13 +251,7 @@ class EffectWriter:
         elif isinstance(effect, GangBroken):
             # The partial-gang metric is counted by the coordinator, which sees every effect.
             log.warning("gang %s partial: %s: %s", plan.group, effect.member, effect.cause)
-            await self._event_on_members(
-                plan.group,
-                "GangPartial",
-                f"gang {plan.group} is partial: {effect.member} cannot be bound "
-                f"({effect.cause}); {effect.bound}/{len(plan.placements)} planned members bound",
-                "Warning",
-            )
+            await self._event_on_members(plan.group, "GangPartial", effect.message, "Warning")
 
     async def _event_on_members(
         self, key: GroupKey, reason: str, message: str, event_type: str

@@ -95,6 +95,7 @@ class GangBroken:
     cause: str
     bound: int  # members of the plan bound when the loss was seen
     first: bool  # the plan's first loss: count the gang once
+    message: str  # what the group's status says, and the Warning Event on its members
 
 
 Effect = PlanCreated | PlanDropped | GangBound | MemberBindFailed | GangBroken

@@ -601,15 +601,14 @@ class GangCore:
         plan.arrived.pop(uid, None)
         self.ledger.forget_member(uid)
         state = self.groups.setdefault(plan.group, GroupState())
-        self._say(
+        bound = len(plan.bound - set(plan.lost))
+        message = self._say(
             state,
             f"gang {plan.group} is partial: {plan.names[uid]} cannot be bound ({cause}); "
-            f"{len(plan.bound - set(plan.lost))}/{len(plan.placements)} planned members bound",
+            f"{bound}/{len(plan.placements)} planned members bound",
         )
         self.effects.append(
-            GangBroken(
-                plan, plan.names[uid], cause, bound=len(plan.bound - set(plan.lost)), first=first
-            )
+            GangBroken(plan, plan.names[uid], cause, bound=bound, first=first, message=message)
         )
         self._settle(plan, now)
 

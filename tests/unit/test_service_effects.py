@@ -487,3 +487,29 @@ async def test_no_gang_event_goes_to_a_pod_of_another_scheduler(
     [event] = raw.events("GangWaiting")
     assert event["involvedObject"]["name"] == "master"
     assert "1 pod of this group uses schedulerName default-scheduler" in event["message"]
+
+
+async def test_a_partial_gang_is_told_on_its_members_in_the_words_of_its_status(
+    service: GangService, raw: FakeRaw
+) -> None:
+    """Released, one member bound, the other deleted: a GangPartial Warning whose text
+    is the sentence the core put in the group's status when it saw the loss."""
+    observe(service, "nodes", make_node("n1").gpus(4).obj())
+    pods = [make_pod(f"w{i}").group("job").min_available(2).gpus(2).obj() for i in range(2)]
+    observe(service, "pods", *pods)
+    for pod in pods:
+        service.coordinator.filter(pod, ["n1"])
+    now = time.time()
+    for pod in pods:
+        service.core.arrive(pod["metadata"]["uid"], "n1", now)
+    bound = {**pods[0], "spec": {**pods[0]["spec"], "nodeName": "n1"}}
+    service.state.on_event("pods", "MODIFIED", bound)
+    service.state.on_event("pods", "DELETED", pods[1])
+    await service.queues.join()
+    events = raw.events("GangPartial")
+    assert [e["involvedObject"]["name"] for e in events] == ["w0"]
+    assert events[0]["type"] == "Warning"
+    assert events[0]["message"] == (
+        "gang default/job is partial: default/w1 cannot be bound "
+        "(member default/w1 was deleted); 1/2 planned members bound"
+    )
