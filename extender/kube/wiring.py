@@ -30,6 +30,7 @@ from extender.injection.objects import (
     ssh_settings,
     update_patch,
 )
+from extender.injection.ready import render_ready_data
 from extender.injection.ssh import (
     SSHKeyError,
     SSHKeyPair,
@@ -105,11 +106,12 @@ class WiringController:
                 owner=owner,
             ),
         )
+        # Readiness is part of the data: a member turning Ready (or not) changes the
+        # ConfigMap once, and an unchanged render writes nothing (update_patch).
+        data = {**render_svc_data(layout), **render_ready_data(group, layout, pods)}
         self._ensure(
             "ConfigMap",
-            desired_configmap(
-                namespace=namespace, group=group, data=render_svc_data(layout), owner=owner
-            ),
+            desired_configmap(namespace=namespace, group=group, data=data, owner=owner),
         )
 
     def _ensure_secret(
