@@ -22,7 +22,7 @@ from extender.domain.membership import task_name
 from extender.domain.quantity import pod_gpus
 from extender.injection import names
 from extender.injection.layout import GroupLayout, is_deleting, is_finished, member_index
-from extender.injection.scripts import DISCOVER_HOSTS_SCRIPT, wait_for_tasks_script
+from extender.injection.scripts import discover_hosts_script, wait_for_tasks_script
 
 
 @dataclass(frozen=True)
@@ -92,6 +92,6 @@ def render_ready_data(
     """The ConfigMap keys about readiness: the ready hostfile and the two scripts."""
     return {
         names.READY_HOSTFILE_KEY: render_ready_hostfile(ready_hosts(group, layout, pods)),
-        names.DISCOVER_HOSTS_KEY: DISCOVER_HOSTS_SCRIPT,
+        names.DISCOVER_HOSTS_KEY: discover_hosts_script(group),
         names.WAIT_FOR_TASKS_KEY: wait_for_tasks_script(group),
     }

@@ -5,7 +5,8 @@ do) and find `ready.hostfile` beside themselves (`dirname "$0"`), so they read
 the mounted copy the kubelet refreshes when the controller updates the ConfigMap,
 and a test can run them against files in a temporary directory.
 
-- `discover_hosts.sh` prints `host:slots` per Ready member: Horovod elastic's
+- `discover_hosts.sh [TASK...]` prints `host:slots` per Ready member (of those
+  tasks, or of `$GANG_DISCOVER_TASKS`, or all): Horovod elastic's
   `--host-discovery-script` contract.
 - `wait_for_tasks.sh TASK[=COUNT]...` waits, for a bounded time, until each
   task has COUNT Ready members (default: the task's member count, the
@@ -28,21 +29,45 @@ WAIT_INTERVAL_SECONDS = 2
 # The message a wait that timed out ends with (quoted in docs/webhook.md).
 WAIT_GAVE_UP = "wait-for-tasks: gave up after"
 
-DISCOVER_HOSTS_SCRIPT = """\
+_DISCOVER_HOSTS_TEMPLATE = """\
 #!/bin/sh
-# gang-extender: the group's Ready members, one host:slots a line, as Horovod
-# elastic's --host-discovery-script expects. Reads ready.hostfile beside this
-# script, which the kubelet refreshes when gang-extender updates the ConfigMap.
+# gang-extender: the Ready members of group @GROUP@, one host:slots a line, as
+# Horovod elastic's --host-discovery-script expects. Reads ready.hostfile beside
+# this script, which the kubelet refreshes when gang-extender updates the ConfigMap.
+# Usage: discover_hosts.sh [TASK...]: only those tasks' members (default: the
+# tasks in $GANG_DISCOVER_TASKS, comma-separated; when empty, every member).
+group=@QUOTED_GROUP@
 hostfile="$(dirname "$0")/ready.hostfile"
+if [ $# -gt 0 ]; then
+  tasks="$*"
+else
+  tasks=$(printf '%s' "${GANG_DISCOVER_TASKS:-}" | tr ',' ' ')
+fi
 if [ ! -r "$hostfile" ]; then
   echo "discover_hosts.sh: $hostfile is missing; gang-extender writes it into the group's ConfigMap" >&2
   exit 1
 fi
+listed() {
+  [ -z "$tasks" ] && return 0
+  for task in $tasks; do
+    case $1 in
+      "$group-$task-"*".$group")
+        index=${1#"$group-$task-"}
+        case ${index%".$group"} in
+          '' | *[!0-9]*) ;;
+          *) return 0 ;;
+        esac ;;
+    esac
+  done
+  return 1
+}
 while read -r host slots rest || [ -n "$host" ]; do
   case $host in
     '' | '#'*) continue ;;
   esac
-  echo "$host:${slots#slots=}"
+  if listed "$host"; then
+    echo "$host:${slots#slots=}"
+  fi
 done < "$hostfile"
 """
 
@@ -105,10 +130,19 @@ done
 """
 
 
+def discover_hosts_script(group: str) -> str:
+    """`discover_hosts.sh` for `group`: the group names the hosts of each task."""
+    return _render(_DISCOVER_HOSTS_TEMPLATE, group)
+
+
 def wait_for_tasks_script(group: str) -> str:
     """`wait_for_tasks.sh` for `group`: the group names the hosts it counts."""
+    return _render(_WAIT_FOR_TASKS_TEMPLATE, group)
+
+
+def _render(template: str, group: str) -> str:
     return (
-        _WAIT_FOR_TASKS_TEMPLATE.replace("@QUOTED_GROUP@", shlex.quote(group))
+        template.replace("@QUOTED_GROUP@", shlex.quote(group))
         .replace("@GROUP@", group)
         .replace("@TIMEOUT@", str(DEFAULT_WAIT_TIMEOUT_SECONDS))
         .replace("@INTERVAL@", str(WAIT_INTERVAL_SECONDS))

@@ -17,9 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from extender.domain.membership import TASK_INDEX_ANNOTATION
 from extender.kube.rawapi import KubeError, RawApi, path_of
+from extender.kube.writers import podgroup_path
 from tests.e2e.gang_fixtures import (
     SETTLE_SECONDS,
     bound,
@@ -204,3 +206,41 @@ def test_a_task_declared_to_wait_for_itself_is_refused(
         create(raw, injected_namespace, pod)
     assert refused.value.status == 400
     assert "task 'worker' cannot wait for itself" in refused.value.message
+
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "horovod" / "elastic-horovod.yaml"
+
+
+def test_the_elastic_horovod_example_discovers_its_ready_workers(
+    gang_stack: Any, raw: RawApi, injected_namespace: str, gpu_nodes: Any, tmp_path: Path
+) -> None:
+    """examples/horovod/elastic-horovod.yaml as a user applies it: the launcher waits for
+    2 Ready workers, and its discovery script lists the 4 workers once they are Ready."""
+    namespace = injected_namespace
+    gpu_nodes(1, gpus=4)
+    paths = {
+        "PodGroup": podgroup_path(namespace),
+        "Deployment": path_of("apis", "apps", "v1", "namespaces", namespace, "deployments"),
+        "Pod": path_of("api", "v1", "namespaces", namespace, "pods"),
+    }
+    for doc in yaml.safe_load_all(EXAMPLE.read_text()):
+        raw.call("POST", paths[doc["kind"]], body=doc)
+    launcher = raw.call("GET", pod_path(namespace, "elastic-hvd-launcher"))
+    [wait] = launcher["spec"]["initContainers"]
+    assert wait["command"] == ["sh", "/etc/volcano/wait_for_tasks.sh", "worker=2"]
+    assert {"name": "GANG_WAIT_TIMEOUT_SECONDS", "value": "600"} in wait["env"]
+    [main] = launcher["spec"]["containers"]
+    script = next(a for a in main["command"] if a.startswith("--host-discovery-script="))
+    assert script == "--host-discovery-script=/etc/volcano/discover_hosts.sh"
+
+    workers = [f"elastic-hvd-worker-{i}.elastic-hvd" for i in range(4)]
+    data = ready_hosts_become(
+        raw, namespace, "elastic-hvd", ["elastic-hvd-launcher-0.elastic-hvd", *workers]
+    )
+    env = {e["name"]: e["value"] for e in main["env"] if "value" in e}
+    done = run_script(tmp_path, data, "discover_hosts.sh", **env)
+    assert done.stdout.splitlines() == [f"{host}:1" for host in workers]
+    done = run_script(
+        tmp_path, data, "wait_for_tasks.sh", "worker=2", GANG_WAIT_TIMEOUT_SECONDS="0"
+    )
+    assert done.returncode == 0, done.stderr

@@ -20,7 +20,11 @@ from extender.injection.ready import (
     render_ready_data,
     render_ready_hostfile,
 )
-from extender.injection.scripts import DISCOVER_HOSTS_SCRIPT, WAIT_GAVE_UP, wait_for_tasks_script
+from extender.injection.scripts import (
+    WAIT_GAVE_UP,
+    discover_hosts_script,
+    wait_for_tasks_script,
+)
 from tests.builders import make_pod
 
 LAYOUT = GroupLayout(
@@ -118,7 +122,7 @@ class TestText:
         data = render_ready_data("hvd", LAYOUT, [member("worker", 0, gpus=8)])
         assert data == {
             "ready.hostfile": "hvd-worker-0.hvd slots=8\n",
-            "discover_hosts.sh": DISCOVER_HOSTS_SCRIPT,
+            "discover_hosts.sh": discover_hosts_script("hvd"),
             "wait_for_tasks.sh": wait_for_tasks_script("hvd"),
         }
 
@@ -131,7 +135,7 @@ class TestText:
 
 def mounted(tmp_path: Path, ready: str, **files: str) -> Path:
     """A directory laid out as the ConfigMap volume at /etc/volcano."""
-    (tmp_path / "discover_hosts.sh").write_text(DISCOVER_HOSTS_SCRIPT)
+    (tmp_path / "discover_hosts.sh").write_text(discover_hosts_script("hvd"))
     (tmp_path / "wait_for_tasks.sh").write_text(wait_for_tasks_script("hvd"))
     (tmp_path / "ready.hostfile").write_text(ready)
     for name, text in files.items():
@@ -319,3 +323,29 @@ class TestWaitForTasksScript:
         done = run(sh, mounted(tmp_path, "") / "wait_for_tasks.sh", *args, **env)
         assert done.returncode == 2
         assert done.stderr.startswith("wait-for-tasks: ")
+
+
+MIXED = (
+    "hvd-launcher-0.hvd slots=1\n"
+    "hvd-worker-0.hvd slots=1\n"
+    "hvd-worker-x-0.hvd slots=1\n"
+    "hvd-worker-1.hvd slots=1\n"
+)
+
+
+class TestDiscoverHostsOfSomeTasks:
+    def test_named_tasks_only(self, tmp_path: Path, sh: list[str]) -> None:
+        done = run(sh, mounted(tmp_path, MIXED) / "discover_hosts.sh", "worker")
+        assert done.stdout == "hvd-worker-0.hvd:1\nhvd-worker-1.hvd:1\n"
+
+    def test_tasks_from_the_environment(self, tmp_path: Path, sh: list[str]) -> None:
+        done = run(
+            sh,
+            mounted(tmp_path, MIXED) / "discover_hosts.sh",
+            GANG_DISCOVER_TASKS="launcher,worker-x",
+        )
+        assert done.stdout == "hvd-launcher-0.hvd:1\nhvd-worker-x-0.hvd:1\n"
+
+    def test_a_task_nobody_has_lists_nothing(self, tmp_path: Path, sh: list[str]) -> None:
+        done = run(sh, mounted(tmp_path, MIXED) / "discover_hosts.sh", "ps")
+        assert (done.returncode, done.stdout) == (0, "")
