@@ -136,6 +136,13 @@ def test_an_elastic_groups_ready_hostfile_follows_its_members(
     set_ready(raw, namespace, "elastic-1", ready=True)
     ready_hosts_become(raw, namespace, "elastic", [every[0], every[1], every[2]])
 
+    # The last members go: nobody is Ready, and the list says so.
+    for name in ("elastic-0", "elastic-1", "elastic-2"):
+        raw.call("DELETE", pod_path(namespace, name), query={"gracePeriodSeconds": 0})
+    data = ready_hosts_become(raw, namespace, "elastic", [])
+    assert data["ready.hostfile"] == ""
+    assert data["hostfile"], "the planned host lists stay for the members' replacements"
+
 
 def test_a_launcher_declared_to_wait_for_its_workers_gets_the_wait_and_is_placed_with_them(
     gang_stack: Any, raw: RawApi, injected_namespace: str, gpu_nodes: Any, tmp_path: Path

@@ -4,6 +4,7 @@ and the scripts themselves, run with /bin/sh against files in a temporary direct
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -349,3 +350,21 @@ class TestDiscoverHostsOfSomeTasks:
     def test_a_task_nobody_has_lists_nothing(self, tmp_path: Path, sh: list[str]) -> None:
         done = run(sh, mounted(tmp_path, MIXED) / "discover_hosts.sh", "ps")
         assert (done.returncode, done.stdout) == (0, "")
+
+
+GAVE_UP_LINE = re.compile(
+    r"^wait-for-tasks: gave up after \d+s: group [a-z0-9-]+ has too few Ready members "
+    r"\(task ready/needed\):( [a-z0-9-]+ \d+/(\d+|\?))+$"
+)
+
+
+def test_the_give_up_message_docs_webhook_md_quotes_is_the_one_the_script_prints(
+    tmp_path: Path,
+) -> None:
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "webhook.md").read_text()
+    quoted = [line for line in docs.splitlines() if line.startswith(WAIT_GAVE_UP)]
+    assert quoted, "docs/webhook.md quotes the message a timed-out wait ends with"
+    folder = mounted(tmp_path, TWO_WORKERS_READY, VC_WORKER_NUM="3")
+    done = run(["/bin/sh"], folder / "wait_for_tasks.sh", "worker", GANG_WAIT_TIMEOUT_SECONDS="0")
+    for line in [*quoted, done.stderr.splitlines()[-1]]:
+        assert GAVE_UP_LINE.match(line), line

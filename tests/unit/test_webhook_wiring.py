@@ -429,3 +429,24 @@ class TestReadyHosts:
         assert (
             "hvd-worker-2.hvd" not in server.get("configmaps", "hvd-svc")["data"]["ready.hostfile"]
         )
+
+
+def test_clearing_the_ready_list_touches_only_it_and_only_once(
+    server: FakeApiServer, controller: WiringController
+) -> None:
+    pods = [ready(pod) for pod in HOROVOD]
+    controller.reconcile(namespace=NS, group="hvd", podgroup=podgroup(), pods=pods)
+    before = copy.deepcopy(server.get("configmaps", "hvd-svc")["data"])
+    written = len(server.writes)
+    controller.clear_ready_hosts(namespace=NS, group="hvd")
+    controller.clear_ready_hosts(namespace=NS, group="hvd")
+    assert server.writes[written:] == [("PATCH", "configmaps")]
+    after = server.get("configmaps", "hvd-svc")["data"]
+    assert after == {**before, "ready.hostfile": ""}
+
+
+def test_clearing_the_ready_list_of_a_group_never_wired_writes_nothing(
+    server: FakeApiServer, controller: WiringController
+) -> None:
+    controller.clear_ready_hosts(namespace=NS, group="hvd")
+    assert server.writes == []
