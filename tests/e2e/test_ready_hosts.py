@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -251,3 +252,69 @@ def test_the_elastic_horovod_example_discovers_its_ready_workers(
         tmp_path, data, "wait_for_tasks.sh", "worker=2", GANG_WAIT_TIMEOUT_SECONDS="0"
     )
     assert done.returncode == 0, done.stderr
+
+
+def configmap_versions_until(
+    raw: RawApi, namespace: str, name: str, since: str, done: Any
+) -> list[dict[str, Any]]:
+    """Every version of the ConfigMap written after resourceVersion `since`, up to the
+    first for which done(data) holds (a watch from `since` replays them in order)."""
+    path = path_of("api", "v1", "namespaces", namespace, "configmaps")
+    seen: list[dict[str, Any]] = []
+    version = since
+    deadline = time.monotonic() + SETTLE_SECONDS
+    while time.monotonic() < deadline:
+        query = {
+            "watch": "true",
+            "resourceVersion": version,
+            "fieldSelector": f"metadata.name={name}",
+            "timeoutSeconds": 5,
+        }
+        for event in raw.stream(path, query=query, read_timeout=10):
+            obj = event.get("object") or {}
+            if event.get("type") == "ERROR":
+                # A loaded API server's watch cache may lag the read: watch again.
+                time.sleep(0.5)
+                break
+            if event.get("type") == "BOOKMARK":
+                continue
+            version = obj["metadata"]["resourceVersion"]
+            seen.append(obj)
+            if done(obj.get("data") or {}):
+                return seen
+    pytest.fail(f"ConfigMap {name} never reached the awaited content; versions seen: {seen!r}")
+
+
+def test_one_configmap_write_per_readiness_change_and_none_for_other_updates(
+    gang_stack: Any, raw: RawApi, injected_namespace: str, gpu_nodes: Any
+) -> None:
+    """Members' other updates (a label here; kwok's status reports) leave the ConfigMap
+    alone; a member turning un-Ready rewrites it once."""
+    namespace = injected_namespace
+    pool = gpu_nodes(1, gpus=4)
+    create(raw, namespace, podgroup("steady", 2, scheduleTimeoutSeconds=120))
+    for i in range(2):
+        create(raw, namespace, gang_pod(f"steady-{i}", "steady", node_selector=pool.node_selector))
+    hosts = ["steady-worker-0.steady", "steady-worker-1.steady"]
+    ready_hosts_become(raw, namespace, "steady", hosts)
+    found = raw.call(
+        "GET", path_of("api", "v1", "namespaces", namespace, "configmaps", "steady-svc")
+    )
+    since = found["metadata"]["resourceVersion"]
+
+    for i in range(2):  # new pod resourceVersions: the controller re-renders the group
+        raw.call(
+            "PATCH",
+            pod_path(namespace, f"steady-{i}"),
+            body={"metadata": {"labels": {"touched": "yes"}}},
+            content_type="application/merge-patch+json",
+        )
+    set_ready(raw, namespace, "steady-1", ready=False)
+    versions = configmap_versions_until(
+        raw,
+        namespace,
+        "steady-svc",
+        since,
+        lambda data: data.get("ready.hostfile") == f"{hosts[0]} slots=1\n",
+    )
+    assert len(versions) == 1, [v["data"].get("ready.hostfile") for v in versions]
