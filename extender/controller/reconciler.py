@@ -4,7 +4,8 @@ For each group that changed (and every group each `resync_seconds`): the
 auto-created PodGroup of annotation-declared groups, PodGroup status (written
 only when it changed), a GangWaiting Event per member when the waiting reason
 changes, the group's Secret, Service and ConfigMap through the wiring
-controller, and what the user must fix (a GangMisconfigured Warning Event and
+controller (re-rendered when any member changes, its Ready list included; the
+list emptied once the last member is gone), and what the user must fix (a GangMisconfigured Warning Event and
 the `Configured` condition). Only the leader reconciles, and only once the
 caches are synced. Events go through the effect writer's group queue, so they
 keep their order with the group's other writes.
@@ -52,6 +53,8 @@ CONFIGURED_CONDITION = "Configured"
 MISCONFIGURED_EVENT = "GangMisconfigured"
 # kind label of gang_extender_api_write_errors_total
 WRITE_RECONCILE = "reconcile"
+# The wiring memo of a group whose members are all gone (its ready list cleared).
+_NO_MEMBERS = "no members"
 
 
 class Wiring(Protocol):
@@ -65,6 +68,8 @@ class Wiring(Protocol):
         podgroup: dict[str, Any] | None,
         pods: list[dict[str, Any]],
     ) -> None: ...
+
+    def clear_ready_hosts(self, *, namespace: str, group: str) -> None: ...
 
 
 class _Problem(NamedTuple):
@@ -199,6 +204,17 @@ class GroupReconciler:
                     )
                 else:
                     self._wired[key] = fingerprint
+        elif (
+            self.state.injected(key.namespace)
+            and podgroup is not None
+            and self._wired.get(key, _NO_MEMBERS) != _NO_MEMBERS
+        ):
+            # Wired before and no member left: nobody is Ready any more (the render
+            # above never runs without pods, so it would keep the last list).
+            await asyncio.to_thread(
+                self.wiring.clear_ready_hosts, namespace=key.namespace, group=key.name
+            )
+            self._wired[key] = _NO_MEMBERS
         await self._report_problems(key, tuple(problems), write_status=ours)
 
     async def _follow_members(

@@ -40,6 +40,7 @@ from extender.domain.membership import (
     task_name,
 )
 from extender.injection import names
+from extender.injection.depends import read_dependency
 from extender.injection.injectors import GroupVolume, Injection, group_volumes, injections
 from extender.injection.layout import declared_layout
 from extender.injection.member import PodMembership
@@ -185,6 +186,7 @@ def _read_membership(
         explicit_index=index,
         layout=layout,
         ssh_path=ssh_path_of(meta),
+        dependency=read_dependency(meta, task=task, layout=layout, podgroup=podgroup),
     )
     ssh_port_of(meta)  # validated here so a bad port is denied; the controller uses it
     if index is not None:
@@ -338,7 +340,44 @@ def _assemble(pod: Mapping[str, Any], wants: Sequence[Injection]) -> list[JsonPa
             have = {item.get("name") for item in container.get("env") or []}
             missing = [item for item in env if item["name"] not in have]
             ops += prepend_items(container, path, "env", missing)
+    added = _new_init_containers(spec, [c for want in wants for c in want.init_containers])
+    # Wired like every container (mounts and env), so a reinvocation finds nothing missing.
+    ops += append_items(spec, "/spec", "initContainers", [_wired(c, volumes, env) for c in added])
     return ops
+
+
+def _new_init_containers(
+    spec: Mapping[str, Any], wanted: Sequence[Mapping[str, Any]]
+) -> list[Mapping[str, Any]]:
+    """The wanted init containers the pod does not have yet; AdmissionDenied when one of
+    the pod's own has the name of ours (ours is recognised by its command)."""
+    present = {c.get("name"): c for c in spec.get("initContainers") or []}
+    missing = []
+    for container in wanted:
+        mine = present.get(container["name"])
+        if mine is None:
+            missing.append(container)
+        elif mine.get("command") != container["command"]:
+            raise AdmissionDenied(
+                f"the pod already has an init container named {container['name']!r} that "
+                f"gang-extender did not add; rename it (gang-extender uses the name "
+                f"{container['name']!r} for annotation {names.DEPENDS_ON_ANNOTATION})"
+            )
+    return missing
+
+
+def _wired(
+    container: Mapping[str, Any], volumes: Sequence[GroupVolume], env: Sequence[Mapping[str, Any]]
+) -> dict[str, Any]:
+    own = list(container.get("env") or [])
+    have = {item.get("name") for item in own}
+    return {
+        **container,
+        "env": [dict(item) for item in env if item["name"] not in have] + own,
+        "volumeMounts": [
+            {"name": each.name, "mountPath": each.mount_path, "readOnly": True} for each in volumes
+        ],
+    }
 
 
 def _set_map_entries(

@@ -7,7 +7,9 @@ not patch ops:
 - `identity`: the group label, the task-index annotation, hostname and subdomain;
 - `svc_files`: ConfigMap `<group>-svc` as volume gang-svc, mounted at /etc/volcano;
 - `ssh_keys`: Secret `<group>-ssh` as volume gang-ssh, mounted at the pod's ssh path;
-- `vc_env`: the VC_* (and GANG_*) variables, prepended to every container's env.
+- `vc_env`: the VC_* (and GANG_*) variables, prepended to every container's env;
+- `task_wait`: for a pod that declares `gang-extender.io/depends-on`, the last init
+  container `wait-for-tasks` (extender.injection.depends).
 
 `extender.injection.admission.render_pod_patch` runs them in `INJECTORS` order and
 assembles their wants into one JSON patch, checking that the pod's own volumes and
@@ -27,6 +29,7 @@ from extender.domain.membership import (
     TASK_INDEX_ANNOTATION,
 )
 from extender.injection import names
+from extender.injection.depends import wait_container
 from extender.injection.env import EnvVar, member_env
 from extender.injection.member import PodMembership
 
@@ -66,6 +69,9 @@ class Injection:
     # Prepended, in order, to every container's and init container's env (names the
     # container already has are left alone).
     env: Sequence[EnvVar] = ()
+    # Appended to spec.initContainers, then given the group's mounts and env like
+    # every container.
+    init_containers: Sequence[Mapping[str, Any]] = ()
 
 
 Injector = Callable[[Mapping[str, Any], PodMembership, int], Injection]
@@ -95,11 +101,16 @@ def identity(pod: Mapping[str, Any], membership: PodMembership, index: int) -> I
 
 
 def svc_files(pod: Mapping[str, Any], membership: PodMembership, index: int) -> Injection:
-    """ConfigMap `<group>-svc` (host lists, hostfile) as files under /etc/volcano."""
+    """ConfigMap `<group>-svc` (host lists, hostfiles, scripts) as files under /etc/volcano.
+
+    Mode 0755: discover_hosts.sh and wait_for_tasks.sh are run as commands."""
     configmap = names.svc_configmap_name(membership.group)
     return Injection(
         volume=GroupVolume(
-            volume={"name": names.SVC_VOLUME, "configMap": {"name": configmap}},
+            volume={
+                "name": names.SVC_VOLUME,
+                "configMap": {"name": configmap, "defaultMode": names.SVC_VOLUME_MODE},
+            },
             source="configMap",
             field="name",
             target=configmap,
@@ -142,8 +153,15 @@ def vc_env(pod: Mapping[str, Any], membership: PodMembership, index: int) -> Inj
     )
 
 
+def task_wait(pod: Mapping[str, Any], membership: PodMembership, index: int) -> Injection:
+    """The `wait-for-tasks` init container, for a pod declaring the tasks it waits for."""
+    if membership.dependency is None:
+        return Injection()
+    return Injection(init_containers=(wait_container(pod, membership.dependency),))
+
+
 # The one registry: every concern the webhook injects, in the order it is assembled.
-INJECTORS: tuple[Injector, ...] = (identity, svc_files, ssh_keys, vc_env)
+INJECTORS: tuple[Injector, ...] = (identity, svc_files, ssh_keys, vc_env, task_wait)
 
 
 def injections(pod: Mapping[str, Any], membership: PodMembership, index: int) -> list[Injection]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from extender.injection.depends import Dependency
 from extender.injection.layout import DeclaredLayout
 
 
@@ -21,6 +22,8 @@ class PodMembership:
     explicit_index: int | None
     layout: DeclaredLayout | None
     ssh_path: str
+    # gang-extender.io/depends-on: the tasks to wait for before starting (None: none).
+    dependency: Dependency | None = None
 
     def task_limit(self) -> int | None:
         """How many members the declared layout allows for this task (None: no limit)."""

@@ -37,6 +37,20 @@ ENV_TASK_NAME = "VC_TASK_NAME"
 HOROVOD_HOSTS_KEY = "GANG_HOROVOD_HOSTS"
 NUM_SLOTS_KEY = "GANG_NUM_SLOTS"
 HOSTFILE_KEY = "hostfile"
+# The Ready members only (`<fqdn> slots=<n>`), and the scripts that read it
+# (extender.injection.ready), rendered into the same ConfigMap.
+READY_HOSTFILE_KEY = "ready.hostfile"
+DISCOVER_HOSTS_KEY = "discover_hosts.sh"
+WAIT_FOR_TASKS_KEY = "wait_for_tasks.sh"
+# The ConfigMap volume's file mode: the scripts above must be executable, since
+# Horovod runs `--host-discovery-script <path>` as a command. Nothing in it is secret.
+SVC_VOLUME_MODE = 0o755
+
+# A task that starts only once other tasks are Ready (extender.injection.depends).
+DEPENDS_ON_ANNOTATION = "gang-extender.io/depends-on"
+DEPENDS_ON_TIMEOUT_ANNOTATION = "gang-extender.io/depends-on-timeout"
+WAIT_CONTAINER = "wait-for-tasks"
+ENV_WAIT_TIMEOUT = "GANG_WAIT_TIMEOUT_SECONDS"
 
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY_VALUE = "gang-extender"

@@ -8,10 +8,15 @@ object is owned by the PodGroup, so the garbage collector removes it with the gr
 
 The key pair is made once, when the Secret is first created, and read back from
 the Secret ever after: members that already mounted it keep working.
+
+The ConfigMap also lists the Ready members (`extender.injection.ready`), so it is
+re-rendered as pods change readiness and patched only when that list changed;
+`clear_ready_hosts` empties the list once the group's last member is gone.
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -30,6 +35,7 @@ from extender.injection.objects import (
     ssh_settings,
     update_patch,
 )
+from extender.injection.ready import render_ready_data
 from extender.injection.ssh import (
     SSHKeyError,
     SSHKeyPair,
@@ -105,12 +111,34 @@ class WiringController:
                 owner=owner,
             ),
         )
+        # Readiness is part of the data: a member turning Ready (or not) changes the
+        # ConfigMap once, and an unchanged render writes nothing (update_patch).
+        data = {**render_svc_data(layout), **render_ready_data(group, layout, pods)}
         self._ensure(
             "ConfigMap",
-            desired_configmap(
-                namespace=namespace, group=group, data=render_svc_data(layout), owner=owner
-            ),
+            desired_configmap(namespace=namespace, group=group, data=data, owner=owner),
         )
+
+    def clear_ready_hosts(self, *, namespace: str, group: str) -> None:
+        """The group's last member is gone: empty `ready.hostfile`, touching nothing else.
+
+        The host lists, keys and Service stay as the last members left them, for
+        their replacements; only the claim that someone is Ready would be false.
+        No ConfigMap, or one already empty, writes nothing.
+        """
+        name = names.svc_configmap_name(group)
+        existing = self._get("ConfigMap", namespace, name)
+        if existing is None or not (existing.get("data") or {}).get(names.READY_HOSTFILE_KEY):
+            return
+        self._check_managed(existing)
+        desired = copy.deepcopy(existing)
+        desired["data"][names.READY_HOSTFILE_KEY] = ""
+        desired["metadata"] = {
+            **desired["metadata"],
+            "labels": (existing["metadata"].get("labels") or {}),
+            "ownerReferences": existing["metadata"].get("ownerReferences") or [],
+        }
+        self._update("ConfigMap", existing, desired)
 
     def _ensure_secret(
         self,

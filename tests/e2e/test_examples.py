@@ -52,9 +52,13 @@ def split_comment(line: str) -> tuple[str, str]:
     return line.strip(), ""
 
 
-def podgroup_of(example: Path) -> tuple[str, int]:
-    """(name, minMember) of the example's PodGroup, of either API group."""
-    for path in sorted(example.glob("*.yaml")):
+def podgroup_of(example: Path, lines: list[str]) -> tuple[str, int]:
+    """(name, minMember) of the PodGroup, of either API group, in the files the block
+    applies (`kubectl apply ... -f <file>`): a directory may hold several examples."""
+    applied = [
+        REPO / m.group(1) for line in lines if (m := re.search(r"kubectl apply .*-f (\S+)", line))
+    ]
+    for path in applied or sorted(example.glob("*.yaml")):
         for doc in yaml.safe_load_all(path.read_text()):
             if doc and doc.get("kind") == "PodGroup":
                 return doc["metadata"]["name"], int(doc["spec"]["minMember"])
@@ -94,8 +98,8 @@ def test_the_readme_local_cluster_block_runs_as_written(
 ) -> None:
     gpu_nodes(3, gpus=4)  # what `gang-extender dev up` makes
     readme = (example / "README.md").read_text()
-    group, min_member = podgroup_of(example)
     lines = local_block(readme)
+    group, min_member = podgroup_of(example, lines)
     created = [re.search(r"kubectl create namespace (\S+)", line) for line in lines]
     (original,) = [m.group(1) for m in created if m]
     namespace = f"{original}-{uuid.uuid4().hex[:6]}"

@@ -279,7 +279,7 @@ class TestWhatAMemberGets:
     def test_the_configmap_and_secret_volumes(self) -> None:
         pod = wire(make_pod("p").group("hvd").obj())
         assert pod["spec"]["volumes"] == [
-            {"name": "gang-svc", "configMap": {"name": "hvd-svc"}},
+            {"name": "gang-svc", "configMap": {"name": "hvd-svc", "defaultMode": 0o755}},
             {"name": "gang-ssh", "secret": {"secretName": "hvd-ssh", "defaultMode": 0o600}},
         ]
 

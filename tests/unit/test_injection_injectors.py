@@ -23,6 +23,7 @@ from extender.injection.injectors import (
     identity,
     ssh_keys,
     svc_files,
+    task_wait,
     vc_env,
 )
 from extender.injection.member import PodMembership
@@ -42,8 +43,8 @@ def worker(**annotations: str) -> dict[str, Any]:
     return pod.obj()
 
 
-def test_the_registry_runs_identity_then_svc_then_ssh_then_env() -> None:
-    assert (identity, svc_files, ssh_keys, vc_env) == INJECTORS
+def test_the_registry_runs_identity_then_svc_then_ssh_then_env_then_the_wait() -> None:
+    assert (identity, svc_files, ssh_keys, vc_env, task_wait) == INJECTORS
 
 
 class TestIdentity:
@@ -90,7 +91,10 @@ class TestSvcFiles:
         pod = worker()
         want = svc_files(pod, membership_of(pod), 0)
         assert want.volume is not None
-        assert want.volume.volume == {"name": "gang-svc", "configMap": {"name": "hvd-svc"}}
+        assert want.volume.volume == {
+            "name": "gang-svc",
+            "configMap": {"name": "hvd-svc", "defaultMode": 0o755},
+        }
         assert want.volume.mount_path == "/etc/volcano"
         assert (want.labels, want.annotations, want.spec, list(want.env)) == ({}, {}, {}, [])
 

@@ -94,11 +94,15 @@ class FakeWiring:
     def __init__(self) -> None:
         self.error: Exception | None = None
         self.calls = 0
+        self.cleared: list[dict[str, Any]] = []
 
     def reconcile(self, **kwargs: Any) -> None:
         self.calls += 1
         if self.error is not None:
             raise self.error
+
+    def clear_ready_hosts(self, **kwargs: Any) -> None:
+        self.cleared.append(kwargs)
 
 
 @pytest.fixture
@@ -513,3 +517,21 @@ async def test_a_partial_gang_is_told_on_its_members_in_the_words_of_its_status(
         "gang default/job is partial: default/w1 cannot be bound "
         "(member default/w1 was deleted); 1/2 planned members bound"
     )
+
+
+async def test_when_the_last_member_goes_the_ready_list_is_cleared_once(
+    service: GangService, raw: FakeRaw, wiring: FakeWiring
+) -> None:
+    observe(service, "namespaces", injected_namespace())
+    pg = make_podgroup("job", 2)
+    pg["metadata"]["resourceVersion"] = "1"
+    observe(service, "podgroups", pg)
+    pods = [make_pod(n).group("job").obj() for n in ("w0", "w1")]
+    observe(service, "pods", *pods)
+    await service.reconciler.reconcile_group(GROUP)
+    assert wiring.cleared == []
+    for pod in pods:
+        service.state.on_event("pods", "DELETED", pod)
+    await service.reconciler.reconcile_group(GROUP)
+    await service.reconciler.reconcile_group(GROUP)
+    assert wiring.cleared == [{"namespace": GROUP.namespace, "group": GROUP.name}]

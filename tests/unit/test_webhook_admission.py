@@ -106,6 +106,19 @@ def horovod_master() -> dict[str, Any]:
     return obj
 
 
+def master_depending_on_workers() -> dict[str, Any]:
+    """The seed's master, declaring that it starts once every worker is Ready."""
+    obj = as_admitted(
+        make_pod("hvd-master", NS)
+        .group("hvd")
+        .task("master")
+        .annotation("gang-extender.io/depends-on", "worker")
+        .obj()
+    )
+    obj["spec"]["containers"][0]["imagePullPolicy"] = "IfNotPresent"
+    return obj
+
+
 def indexed_job_pod(index: int) -> dict[str, Any]:
     pod = make_pod(f"ds-{index}-x7k2p", NS).group("ds").gpus(2)
     pod = pod.annotation(JOB_COMPLETION_INDEX_ANNOTATION, str(index))
@@ -178,6 +191,13 @@ CASES: dict[str, dict[str, Any]] = {
         "pod": as_admitted(make_pod("ps-0", NS).group("tf").task("ps").obj()),
         "existing": [],
         "podgroup": make_podgroup("tf", 3, namespace=NS, minTaskMember={"ps": 1, "worker": 2}),
+    },
+    "master-depends-on-workers": {
+        "pod": master_depending_on_workers(),
+        "existing": [],
+        "podgroup": make_podgroup(
+            "hvd", 4, namespace=NS, minTaskMember={"master": 1, "worker": 3}
+        ),
     },
     "dry-run": {"pod": deployment_pod(), "existing": [], "dry_run": True},
     "pod-without-group": {"pod": as_admitted(make_pod("plain", NS).obj()), "existing": []},

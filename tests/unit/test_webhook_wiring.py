@@ -374,3 +374,79 @@ class TestTrouble:
         with pytest.raises(KubeError) as raised:
             controller.reconcile(namespace=NS, group="hvd", podgroup=podgroup(), pods=HOROVOD)
         assert raised.value.status == 500
+
+
+def ready(pod: dict[str, Any], node: str = "n1", *, is_ready: bool = True) -> dict[str, Any]:
+    """`pod` placed on `node`, with its Ready condition as the kubelet reports it."""
+    placed = copy.deepcopy(pod)
+    placed["spec"]["nodeName"] = node
+    placed["status"] = {
+        "phase": "Running",
+        "conditions": [{"type": "Ready", "status": "True" if is_ready else "False"}],
+    }
+    return placed
+
+
+class TestReadyHosts:
+    def test_the_configmap_lists_the_ready_members_and_carries_the_scripts(
+        self, server: FakeApiServer, controller: WiringController
+    ) -> None:
+        pods = [ready(HOROVOD[0]), ready(HOROVOD[1]), HOROVOD[2], ready(HOROVOD[3], is_ready=False)]
+        controller.reconcile(namespace=NS, group="hvd", podgroup=podgroup(), pods=pods)
+        data = server.get("configmaps", "hvd-svc")["data"]
+        assert data["ready.hostfile"] == "hvd-master-0.hvd slots=1\nhvd-worker-0.hvd slots=1\n"
+        assert data["discover_hosts.sh"].startswith("#!/bin/sh\n")
+        assert (
+            "group='hvd'" in data["wait_for_tasks.sh"] or "group=hvd" in data["wait_for_tasks.sh"]
+        )
+
+    def test_one_configmap_write_per_readiness_change_and_none_otherwise(
+        self, server: FakeApiServer, controller: WiringController
+    ) -> None:
+        pods = [ready(pod, is_ready=False) for pod in HOROVOD]
+        controller.reconcile(namespace=NS, group="hvd", podgroup=podgroup(), pods=pods)
+        created = list(server.writes)
+        # Another status update that leaves every member not Ready: nothing to write.
+        pods[1]["status"]["podIP"] = "10.0.0.7"
+        controller.reconcile(namespace=NS, group="hvd", podgroup=podgroup(), pods=pods)
+        assert server.writes == created
+        # A worker turns Ready: the ConfigMap, and only it, is written once.
+        pods[1] = ready(HOROVOD[1])
+        controller.reconcile(namespace=NS, group="hvd", podgroup=podgroup(), pods=pods)
+        controller.reconcile(namespace=NS, group="hvd", podgroup=podgroup(), pods=pods)
+        assert server.writes[len(created) :] == [("PATCH", "configmaps")]
+        assert server.get("configmaps", "hvd-svc")["data"]["ready.hostfile"] == (
+            "hvd-worker-0.hvd slots=1\n"
+        )
+
+    def test_a_member_that_goes_away_leaves_the_list(
+        self, server: FakeApiServer, controller: WiringController
+    ) -> None:
+        pods = [ready(pod) for pod in HOROVOD]
+        controller.reconcile(namespace=NS, group="hvd", podgroup=podgroup(), pods=pods)
+        assert server.get("configmaps", "hvd-svc")["data"]["ready.hostfile"].count("\n") == 4
+        controller.reconcile(namespace=NS, group="hvd", podgroup=podgroup(), pods=pods[:3])
+        assert (
+            "hvd-worker-2.hvd" not in server.get("configmaps", "hvd-svc")["data"]["ready.hostfile"]
+        )
+
+
+def test_clearing_the_ready_list_touches_only_it_and_only_once(
+    server: FakeApiServer, controller: WiringController
+) -> None:
+    pods = [ready(pod) for pod in HOROVOD]
+    controller.reconcile(namespace=NS, group="hvd", podgroup=podgroup(), pods=pods)
+    before = copy.deepcopy(server.get("configmaps", "hvd-svc")["data"])
+    written = len(server.writes)
+    controller.clear_ready_hosts(namespace=NS, group="hvd")
+    controller.clear_ready_hosts(namespace=NS, group="hvd")
+    assert server.writes[written:] == [("PATCH", "configmaps")]
+    after = server.get("configmaps", "hvd-svc")["data"]
+    assert after == {**before, "ready.hostfile": ""}
+
+
+def test_clearing_the_ready_list_of_a_group_never_wired_writes_nothing(
+    server: FakeApiServer, controller: WiringController
+) -> None:
+    controller.clear_ready_hosts(namespace=NS, group="hvd")
+    assert server.writes == []
