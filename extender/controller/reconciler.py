@@ -4,7 +4,8 @@ For each group that changed (and every group each `resync_seconds`): the
 auto-created PodGroup of annotation-declared groups, PodGroup status (written
 only when it changed), a GangWaiting Event per member when the waiting reason
 changes, the group's Secret, Service and ConfigMap through the wiring
-controller, and what the user must fix (a GangMisconfigured Warning Event and
+controller, the status of its scheduler-plugins or Volcano PodGroup
+(`controller.foreign_status`), and what the user must fix (a GangMisconfigured Warning Event and
 the `Configured` condition). Only the leader reconciles, and only once the
 caches are synced. Events go through the effect writer's group queue, so they
 keep their order with the group's other writes.
@@ -22,6 +23,7 @@ from typing import Any, NamedTuple, Protocol
 from extender.config import Settings
 from extender.controller.cluster_state import ClusterState
 from extender.controller.effects import EffectWriter, namespace_terminating
+from extender.controller.foreign_status import ForeignStatusWriter
 from extender.controller.gauges import Gauges
 from extender.domain.gang import GangCore
 from extender.domain.membership import (
@@ -113,6 +115,8 @@ class GroupReconciler:
         self._announced: dict[GroupKey, str] = {}
         self._wired: dict[GroupKey, str] = {}
         self._problems: dict[GroupKey, tuple[_Problem, ...]] = {}
+        # Status of the group's scheduler-plugins / Volcano PodGroups, in their schema.
+        self.foreign_status = ForeignStatusWriter(raw=raw, core=core, state=state)
 
     async def run(self, caches_synced: Callable[[], bool]) -> None:
         """Every reconcile interval: the coordinator's tick, then the changed groups."""
@@ -166,6 +170,7 @@ class GroupReconciler:
         await self._follow_members(key, spec, podgroup if managed else None, pods)
         if ours:
             await self._write_status(key)
+        await self.foreign_status.write(key)
         self._announce_waiting(key)
         problems: list[_Problem] = []
         layout_problem = self._layout_problem(key, podgroup, pods)
@@ -289,6 +294,7 @@ class GroupReconciler:
         so the service's memory follows the groups that exist, not all it ever saw."""
         for memo in (self._written_status, self._announced, self._wired, self._problems):
             memo.pop(key, None)
+        self.foreign_status.forget(key)
 
     async def _report_problems(
         self, key: GroupKey, problems: tuple[_Problem, ...], *, write_status: bool
