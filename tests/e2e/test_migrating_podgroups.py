@@ -170,8 +170,9 @@ def test_a_scheduler_plugins_podgroup_shows_its_gang_moving_in_kubectl_get(
         create(raw, namespace, member(i))
     pending = wait_until(
         lambda: (
-            (row := kubectl_get(cluster, bin_dir, namespace, "podgroups.scheduling.x-k8s.io/mpi"))
-            .get("PHASE")
+            (
+                row := kubectl_get(cluster, bin_dir, namespace, "podgroups.scheduling.x-k8s.io/mpi")
+            ).get("PHASE")
             == "Pending"
             and row
         ),
@@ -184,8 +185,9 @@ def test_a_scheduler_plugins_podgroup_shows_its_gang_moving_in_kubectl_get(
     create(raw, namespace, member(2))
     running = wait_until(
         lambda: (
-            (row := kubectl_get(cluster, bin_dir, namespace, "podgroups.scheduling.x-k8s.io/mpi"))
-            .get("PHASE")
+            (
+                row := kubectl_get(cluster, bin_dir, namespace, "podgroups.scheduling.x-k8s.io/mpi")
+            ).get("PHASE")
             == "Running"
             and row
         ),
@@ -229,10 +231,10 @@ def test_a_scheduler_plugins_podgroup_of_another_scheduler_is_left_alone(
     ours["metadata"]["labels"] = {COSCHEDULING_LABEL: "ours"}
     create(raw, namespace, ours)
     wait_until(
-        lambda: (raw.call("GET", podgroups(api, namespace, "ours")).get("status") or {}).get(
-            "phase"
-        )
-        == "Running",
+        lambda: (
+            (raw.call("GET", podgroups(api, namespace, "ours")).get("status") or {}).get("phase")
+            == "Running"
+        ),
         what="status on the PodGroup of this scheduler's pod",
     )
     try:

@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+from extender.controller.cluster_state import ClusterState
+from extender.controller.foreign_status import ForeignStatusWriter
 from extender.domain.foreign_podgroups import (
     SOURCE_COSCHEDULING,
     SOURCE_OURS,
@@ -31,6 +33,7 @@ from extender.domain.membership import GroupKey, task_name
 from extender.domain.model import GroupSpec, NodeInfo, PodInfo
 from extender.domain.policy import Policy
 from extender.domain.status import GroupStatus, group_status
+from extender.kube.rawapi import KubeError
 from tests.builders import make_node, make_pod, make_podgroup
 
 KEY = GroupKey("team-a", "train")
@@ -153,7 +156,10 @@ def spec_of(source: str, min_member: int, *, managed: bool = False, **tasks: int
             [spec_of(SOURCE_VOLCANO, 4)], SOURCE_VOLCANO, None, id="only Volcano's: it decides"
         ),
         pytest.param(
-            [spec_of(SOURCE_OURS, 4, master=1, worker=3), spec_of(SOURCE_VOLCANO, 4, master=1, worker=3)],
+            [
+                spec_of(SOURCE_OURS, 4, master=1, worker=3),
+                spec_of(SOURCE_VOLCANO, 4, master=1, worker=3),
+            ],
             SOURCE_OURS,
             None,
             id="ours and Volcano's agree: ours decides",
@@ -340,3 +346,109 @@ def test_a_volcano_podgroup_gets_its_own_phases_and_our_reason(
             "lastTransitionTime": "T",
         }
     ]
+
+
+# ---- the controller's writer: when and where it writes ----
+
+
+class RecordingRaw:
+    """Records the PATCHes the writer sends; answers 404 for the names in `gone`."""
+
+    def __init__(self, gone: frozenset[str] = frozenset()) -> None:
+        self.calls: list[tuple[str, str, dict[str, Any]]] = []
+        self.gone = gone
+
+    def call(self, method: str, path: str, *, body: Any = None, **_: Any) -> dict[str, Any]:
+        if any(
+            path.endswith(f"/podgroups/{name}") or f"/podgroups/{name}/" in path
+            for name in self.gone
+        ):
+            raise KubeError(404, "not found")
+        self.calls.append((method, path, body))
+        return {}
+
+
+def writer_with(
+    *podgroups: tuple[str, dict[str, Any]], scheduler: str = "gang-extender", raw: Any = None
+) -> tuple[ForeignStatusWriter, ClusterState, Any]:
+    core = GangCore(policy=Policy(), timeouts=Timeouts(60, 30, 2))
+    state = ClusterState(core, flush_effects=lambda: None)
+    state.on_page("nodes", [make_node("n0").gpus(8).obj()], True, True)
+    pods = [
+        make_pod(f"train-{i}", "team-a")
+        .label("scheduling.x-k8s.io/pod-group", "train")
+        .scheduler(scheduler)
+        .obj()
+        for i in range(2)
+    ]
+    state.on_page("pods", pods, True, True)
+    for kind, obj in podgroups:
+        state.on_page(kind, [obj], True, True)
+    raw = raw or RecordingRaw()
+    return ForeignStatusWriter(raw=raw, core=core, state=state), state, raw
+
+
+def coscheduling_podgroup(min_member: int = 2) -> dict[str, Any]:
+    return {
+        "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+        "kind": "PodGroup",
+        "metadata": {"name": "train", "namespace": "team-a", "uid": "c1"},
+        "spec": {"minMember": min_member},
+    }
+
+
+async def test_scheduler_plugins_status_goes_through_its_subresource_once_per_change() -> None:
+    writer, _, raw = writer_with(("coscheduling-podgroups", coscheduling_podgroup(3)))
+    await writer.write(KEY)
+    await writer.write(KEY)
+    ((method, path, body),) = raw.calls
+    assert (method, path) == (
+        "PATCH",
+        "/apis/scheduling.x-k8s.io/v1alpha1/namespaces/team-a/podgroups/train/status",
+    )
+    assert body == {
+        "metadata": {"uid": "c1"},
+        "status": {"phase": "Pending", "running": 0, "succeeded": 0, "failed": 0},
+    }
+
+
+async def test_a_volcano_podgroup_is_written_with_the_object_its_crd_has_no_status_subresource() -> (
+    None
+):
+    writer, _, raw = writer_with(("volcano-podgroups", volcano_podgroup(minMember=3)))
+    await writer.write(KEY)
+    ((method, path, body),) = raw.calls
+    assert (method, path) == (
+        "PATCH",
+        "/apis/scheduling.volcano.sh/v1beta1/namespaces/team-a/podgroups/train",
+    )
+    assert body["metadata"] == {"uid": "u1"} and body["status"]["phase"] == "Pending"
+    assert set(body) == {"metadata", "status"}, "never the spec"
+
+
+async def test_a_group_another_scheduler_places_gets_no_status_from_us() -> None:
+    writer, _, raw = writer_with(
+        ("coscheduling-podgroups", coscheduling_podgroup()),
+        ("volcano-podgroups", volcano_podgroup(minMember=2)),
+        scheduler="default-scheduler",
+    )
+    await writer.write(KEY)
+    assert raw.calls == []
+
+
+async def test_a_podgroup_deleted_before_its_status_lands_is_no_error() -> None:
+    writer, _, raw = writer_with(
+        ("coscheduling-podgroups", coscheduling_podgroup()), raw=RecordingRaw(frozenset({"train"}))
+    )
+    await writer.write(KEY)
+    assert raw.calls == []
+
+
+async def test_a_recreated_podgroup_is_written_afresh() -> None:
+    writer, state, raw = writer_with(("coscheduling-podgroups", coscheduling_podgroup(3)))
+    await writer.write(KEY)
+    again = coscheduling_podgroup(3)
+    again["metadata"]["uid"] = "c2"
+    state.on_page("coscheduling-podgroups", [again], True, True)
+    await writer.write(KEY)
+    assert [body["metadata"]["uid"] for _, _, body in raw.calls] == ["c1", "c2"]
