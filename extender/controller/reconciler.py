@@ -4,9 +4,9 @@ For each group that changed (and every group each `resync_seconds`): the
 auto-created PodGroup of annotation-declared groups, PodGroup status (written
 only when it changed), a GangWaiting Event per member when the waiting reason
 changes, the group's Secret, Service and ConfigMap through the wiring
-controller, the status of its scheduler-plugins or Volcano PodGroup
-(`controller.foreign_status`), and what the user must fix (a GangMisconfigured Warning Event and
-the `Configured` condition). Only the leader reconciles, and only once the
+controller, what the user must fix (a GangMisconfigured Warning Event and the
+`Configured` condition), and last the status of its scheduler-plugins or Volcano
+PodGroup (`controller.foreign_status`). Only the leader reconciles, and only once the
 caches are synced. Events go through the effect writer's group queue, so they
 keep their order with the group's other writes.
 """
@@ -170,7 +170,6 @@ class GroupReconciler:
         await self._follow_members(key, spec, podgroup if managed else None, pods)
         if ours:
             await self._write_status(key)
-        await self.foreign_status.write(key)
         self._announce_waiting(key)
         problems: list[_Problem] = []
         layout_problem = self._layout_problem(key, podgroup, pods)
@@ -205,6 +204,9 @@ class GroupReconciler:
                 else:
                     self._wired[key] = fingerprint
         await self._report_problems(key, tuple(problems), write_status=ours)
+        # Last: a PodGroup of another scheduler's API group that refuses the write (a
+        # 403 from RBAC older than this version) delays nothing above; retried as any.
+        await self.foreign_status.write(key)
 
     async def _follow_members(
         self,
