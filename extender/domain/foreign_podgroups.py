@@ -117,11 +117,13 @@ def pick_podgroup(specs: Sequence[GroupSpec]) -> GroupSpec | None:
 
     1. One a user (or their tooling) made wins over one gang-extender created from
        the members' annotation (`managed`: that one follows its members).
-    2. Of the users', the first in `PODGROUP_SOURCES` order decides...
-    3. ...unless another disagrees on minMember or minTaskMember: then the first
-       is returned with `error` naming both, and the group is held until one is
-       deleted or they agree (guessing which the user meant would place a job of
-       the wrong size).
+    2. Of the users', the first in `PODGROUP_SOURCES` order gives the size; the
+       task minimums come from the first that states any (scheduler-plugins'
+       schema cannot, so its silence is no disagreement)...
+    3. ...unless another gives a different minMember, or states different task
+       minimums: then the first is returned with `error` naming all, and the
+       group is held until one is deleted or they agree (guessing which the user
+       meant would place a job of the wrong size).
     """
     if not specs:
         return None
@@ -129,16 +131,19 @@ def pick_podgroup(specs: Sequence[GroupSpec]) -> GroupSpec | None:
     if not users:
         return specs[0]
     first = users[0]
+    if first.error:
+        return first
+    tasks = next((s.min_task_member for s in users if s.min_task_member), None)
     others = [
         s
         for s in users[1:]
-        if (s.min_member, dict(s.min_task_member or {}))
-        != (first.min_member, dict(first.min_task_member or {}))
+        if s.min_member != first.min_member
+        or (s.min_task_member and dict(s.min_task_member) != dict(tasks or {}))
     ]
-    if not others or first.error:
-        return first
-    listing = " and ".join(_describe(s) for s in (first, *others))
-    return replace(
-        first,
-        error=f"{listing} disagree; delete the one you do not use, or make them agree",
-    )
+    if others:
+        listing = " and ".join(_describe(s) for s in users)
+        return replace(
+            first,
+            error=f"{listing} disagree; delete the one you do not use, or make them agree",
+        )
+    return first if first.min_task_member == tasks else replace(first, min_task_member=tasks)

@@ -193,10 +193,24 @@ def spec_of(source: str, min_member: int, *, managed: bool = False, **tasks: int
         pytest.param(
             [spec_of(SOURCE_VOLCANO, 4, master=1, worker=3), spec_of(SOURCE_COSCHEDULING, 4)],
             SOURCE_VOLCANO,
+            None,
+            id="coscheduling's cannot state task minimums: its silence is no disagreement",
+        ),
+        pytest.param(
+            [spec_of(SOURCE_VOLCANO, 4, master=1, worker=3), spec_of(SOURCE_COSCHEDULING, 5)],
+            SOURCE_VOLCANO,
             "scheduling.volcano.sh PodGroup train (minMember 4, minTaskMember master=1,worker=3) "
-            "and scheduling.x-k8s.io PodGroup train (minMember 4) disagree; delete the one you "
+            "and scheduling.x-k8s.io PodGroup train (minMember 5) disagree; delete the one you "
             "do not use, or make them agree",
-            id="Volcano's asks for task minimums coscheduling's cannot say",
+            id="Volcano's and coscheduling's disagree on the size",
+        ),
+        pytest.param(
+            [spec_of(SOURCE_OURS, 4, worker=4), spec_of(SOURCE_VOLCANO, 4, master=1, worker=3)],
+            SOURCE_OURS,
+            "scheduling.gang-extender.io PodGroup train (minMember 4, minTaskMember worker=4) "
+            "and scheduling.volcano.sh PodGroup train (minMember 4, minTaskMember "
+            "master=1,worker=3) disagree; delete the one you do not use, or make them agree",
+            id="ours and Volcano's state different task minimums",
         ),
     ],
 )
@@ -208,6 +222,14 @@ def test_which_podgroup_of_a_name_decides(
         source,
         error,
     )
+
+
+def test_task_minimums_come_from_the_first_podgroup_that_states_them() -> None:
+    picked = pick_podgroup(
+        [spec_of(SOURCE_OURS, 4), spec_of(SOURCE_VOLCANO, 4, master=1, worker=3)]
+    )
+    assert picked is not None and picked.error is None
+    assert (picked.source, picked.min_task_member) == (SOURCE_OURS, {"master": 1, "worker": 3})
 
 
 def test_a_conflict_holds_the_gang_and_its_status_says_which_podgroups_to_reconcile() -> None:
