@@ -7,6 +7,7 @@ name, and a gang's life as `kubectl get` on their PodGroup shows it.
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import pytest
@@ -474,3 +475,19 @@ async def test_a_recreated_podgroup_is_written_afresh() -> None:
     state.on_page("coscheduling-podgroups", [again], True, True)
     await writer.write(KEY)
     assert [body["metadata"]["uid"] for _, _, body in raw.calls] == ["c1", "c2"]
+
+
+def test_the_watch_cache_reads_volcano_podgroups_when_served_and_forgets_them_when_gone() -> None:
+    from extender.kube.cache import VOLCANO_PODGROUPS, WatchCache
+
+    assert VOLCANO_PODGROUPS.optional, "a cluster without Volcano's CRD must still sync"
+    assert VOLCANO_PODGROUPS.path == "/apis/scheduling.volcano.sh/v1beta1/podgroups"
+    assert VOLCANO_PODGROUPS in inspect.signature(WatchCache).parameters["resources"].default
+    core = GangCore(policy=Policy(), timeouts=Timeouts(60, 30, 2))
+    state = ClusterState(core, flush_effects=lambda: None)
+    state.on_page("volcano-podgroups", [volcano_podgroup(minMember=4)], True, True)
+    spec = core.snapshot.group_spec(KEY)
+    assert spec is not None and (spec.source, spec.min_member) == (SOURCE_VOLCANO, 4)
+    assert state.podgroup_object(KEY) == volcano_podgroup(minMember=4)
+    state.on_page("volcano-podgroups", [], True, True)  # a relist without it: deleted
+    assert core.snapshot.group_spec(KEY) is None and state.podgroup_object(KEY) is None
