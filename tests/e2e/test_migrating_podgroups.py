@@ -23,7 +23,15 @@ from extender.devcluster.stack import (
 )
 from extender.domain.membership import SCHEDULER_NAME
 from extender.kube.rawapi import KubeError, RawApi, path_of
-from tests.e2e.gang_fixtures import bound, create, gang_pod, list_pods, wait_until
+from tests.e2e.gang_fixtures import (
+    bound,
+    create,
+    gang_pod,
+    list_pods,
+    podgroup,
+    ungate,
+    wait_until,
+)
 
 VOLCANO_CRD = DEPLOY / "crds" / "optional" / "podgroups.scheduling.volcano.sh.yaml"
 VOLCANO_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
@@ -43,13 +51,23 @@ def podgroups(api_version: str, namespace: str, name: str | None = None) -> str:
     return path_of(*parts, *([name] if name else []))
 
 
+def _scheduled_message(pod: dict[str, Any]) -> str:
+    """The message of the pod's PodScheduled=False condition (kube-scheduler's refusal)."""
+    for condition in (pod.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
+            return str(condition.get("message", ""))
+    return ""
+
+
 def events(raw: RawApi, namespace: str) -> list[dict[str, Any]]:
     return raw.call("GET", path_of("api", "v1", "namespaces", namespace, "events"))["items"]
 
 
-def volcano_pod(name: str, group: str, task: str, node_selector: dict[str, str]) -> dict[str, Any]:
+def volcano_pod(
+    name: str, group: str, task: str, node_selector: dict[str, str], *, gated: bool = False
+) -> dict[str, Any]:
     """A member as Volcano's job controller makes it: the group and the task in annotations."""
-    pod = gang_pod(name, "", gpus=1, node_selector=node_selector)
+    pod = gang_pod(name, "", gpus=1, node_selector=node_selector, gated=gated)
     pod["metadata"]["annotations"] = {
         VOLCANO_GROUP_ANNOTATION: group,
         VOLCANO_TASK_ANNOTATION: task,
@@ -242,3 +260,52 @@ def test_a_scheduler_plugins_podgroup_of_another_scheduler_is_left_alone(
     except KubeError as err:  # pragma: no cover - the object was created above
         pytest.fail(f"PodGroup theirs vanished: {err}")
     assert not theirs.get("status"), theirs.get("status")
+
+
+def test_a_volcano_podgroup_and_ours_of_one_name_that_disagree_hold_the_job_naming_both(
+    gang_stack, raw, namespace, gpu_nodes
+) -> None:
+    install_crd(raw, VOLCANO_CRD)
+    pool = gpu_nodes(1, gpus=4)
+    api = "scheduling.volcano.sh/v1beta1"
+    raw.call(
+        "POST",
+        podgroups(api, namespace),
+        body={
+            "apiVersion": api,
+            "kind": "PodGroup",
+            "metadata": {"name": "twice"},
+            "spec": {"minMember": 3},
+        },
+    )
+    create(raw, namespace, podgroup("twice", 2))
+    # Gated: were the Volcano CRD new to the service (this test alone), ours would be
+    # the only PodGroup it knows until it looks again; the gate keeps them unbound
+    # meanwhile, and the service counts them as members all the same.
+    for i in range(3):
+        create(
+            raw,
+            namespace,
+            volcano_pod(f"twice-{i}", "twice", "worker", pool.node_selector, gated=True),
+        )
+    said = wait_until(
+        lambda: [
+            e
+            for e in events(raw, namespace)
+            if e.get("reason") == "GangWaiting" and "disagree" in e.get("message", "")
+        ],
+        what="a GangWaiting Warning saying the two PodGroups disagree",
+    )
+    assert said[0]["type"] == "Warning"
+    assert (
+        "scheduling.gang-extender.io PodGroup twice (minMember 2) and scheduling.volcano.sh "
+        "PodGroup twice (minMember 3) disagree" in said[0]["message"]
+    )
+    # Ungated now, they stay held: the disagreement, not the gate, is what holds them.
+    for i in range(3):
+        ungate(raw, namespace, f"twice-{i}")
+    wait_until(
+        lambda: [p for p in list_pods(raw, namespace) if "disagree" in _scheduled_message(p)],
+        what="kube-scheduler to try a member and record the hold",
+    )
+    assert bound(list_pods(raw, namespace)) == []
