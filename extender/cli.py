@@ -108,7 +108,10 @@ def _serve(args: argparse.Namespace) -> int:
 
 # `gang-extender status`: SOURCE says where a group's size comes from.
 SOURCE_OURS = "gang-extender"  # a scheduling.gang-extender.io PodGroup (its status is ours)
-SOURCE_COSCHEDULING = "scheduler-plugins"  # a scheduling.x-k8s.io PodGroup (read, never written)
+# A scheduling.x-k8s.io / scheduling.volcano.sh PodGroup (read; the service writes their
+# status in their own schema, docs/podgroup.md#migrating-from-volcano-or-scheduler-plugins).
+SOURCE_COSCHEDULING = "scheduler-plugins"
+SOURCE_VOLCANO = "volcano"
 SOURCE_PODS = "pods"  # no PodGroup: only the members' group label or annotation
 PLACED_PHASES = ("Scheduled", "Running", "Succeeded")
 STATUS_HEADER = ("NAMESPACE", "NAME", "PHASE", "PLACED/MIN", "RUNNING", "SOURCE", "WAITING FOR")
@@ -145,9 +148,10 @@ def status_rows(
 ) -> list[tuple[str, ...]]:
     """One row per group the service reads, whatever declares it (pure, for the table).
 
-    A gang-extender PodGroup carries its status; for the others (a scheduler-plugins
-    PodGroup, or members naming a group that has no PodGroup) the counts come from
-    the member pods and the reason from their latest `GangWaiting` Event.
+    A gang-extender PodGroup carries its status; for the others (a Volcano or
+    scheduler-plugins PodGroup, both in `coscheduling`, Volcano's first as the
+    service reads them; or members naming a group that has no PodGroup) the counts
+    come from the member pods and the reason from their latest `GangWaiting` Event.
     """
     from extender.domain.membership import (
         SCHEDULER_NAME,
@@ -248,8 +252,13 @@ def status_rows(
     for pg in coscheduling:
         if _key(pg) not in rows:  # the service reads ours first
             size = (pg.get("spec") or {}).get("minMember")
+            volcano = str(pg.get("apiVersion", "")).startswith("scheduling.volcano.sh/")
+            if volcano:  # Volcano's minMember is omitempty: none is 0, no minimum
+                size = max(1, size or 0) if size is None or isinstance(size, int) else None
             rows[_key(pg)] = from_pods(
-                _key(pg), SOURCE_COSCHEDULING, int(size) if size is not None else None
+                _key(pg),
+                SOURCE_VOLCANO if volcano else SOURCE_COSCHEDULING,
+                int(size) if size is not None else None,
             )
     for key, group in members.items():
         if key in rows:
@@ -294,6 +303,7 @@ def _status(args: argparse.Namespace) -> int:
     try:
         ours = items("apis", "scheduling.gang-extender.io", "v1alpha1", resource="podgroups")
         theirs = items("apis", "scheduling.x-k8s.io", "v1alpha1", resource="podgroups")
+        volcano = items("apis", "scheduling.volcano.sh", "v1beta1", resource="podgroups")
         pods = items("api", "v1", resource="pods") or []
         events = [
             *(items("api", "v1", resource="events", fieldSelector="reason=GangWaiting") or []),
@@ -308,7 +318,8 @@ def _status(args: argparse.Namespace) -> int:
             "install gang-extender (kubectl apply -k deploy/, docs/deploy.md)",
             file=sys.stderr,
         )
-    print(format_table(status_rows(ours or [], theirs or [], pods, events)))
+    foreign = [*(volcano or []), *(theirs or [])]
+    print(format_table(status_rows(ours or [], foreign, pods, events)))
     return 0
 
 

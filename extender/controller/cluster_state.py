@@ -22,6 +22,12 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
+from extender.domain.foreign_podgroups import (
+    SOURCE_COSCHEDULING,
+    SOURCE_OURS,
+    SOURCE_VOLCANO,
+    volcano_group_spec,
+)
 from extender.domain.gang import GangCore
 from extender.domain.membership import INJECT_NAMESPACE_LABEL, GroupKey
 from extender.domain.model import GroupSpec, NodeInfo, PodInfo
@@ -51,6 +57,7 @@ class ClusterState(CacheSink):
         self.group_pods: dict[GroupKey, dict[str, dict[str, Any]]] = defaultdict(dict)
         self.podgroups: dict[GroupKey, dict[str, Any]] = {}
         self.coscheduling_podgroups: dict[GroupKey, dict[str, Any]] = {}
+        self.volcano_podgroups: dict[GroupKey, dict[str, Any]] = {}
         self.namespace_labels: dict[str, dict[str, str]] = {}
         self.dirty: set[GroupKey] = set()
         self._relisting: dict[str, set[str]] = {}
@@ -108,8 +115,8 @@ class ClusterState(CacheSink):
         elif kind == "nodes":
             for name in [n for n in self.core.snapshot.nodes if f"/{n}" not in seen]:
                 self.core.snapshot.delete_node(name)
-        elif kind in ("podgroups", "coscheduling-podgroups"):
-            store = self.podgroups if kind == "podgroups" else self.coscheduling_podgroups
+        elif kind in _PODGROUP_KINDS:
+            store = self._podgroup_store(kind)
             for key in [k for k in store if f"{k.namespace}/{k.name}" not in seen]:
                 self._apply(kind, "DELETED", store[key])
         elif kind == "namespaces":
@@ -142,10 +149,14 @@ class ClusterState(CacheSink):
             if pod.group is not None:
                 self.group_pods[pod.group][pod.uid] = obj
                 self.dirty.add(pod.group)
-        elif kind in ("podgroups", "coscheduling-podgroups"):
-            source = "PodGroup" if kind == "podgroups" else "coscheduling PodGroup"
-            store = self.podgroups if kind == "podgroups" else self.coscheduling_podgroups
-            spec = GroupSpec.from_podgroup(obj, source=source)
+        elif kind in _PODGROUP_KINDS:
+            source = _PODGROUP_KINDS[kind]
+            store = self._podgroup_store(kind)
+            spec = (
+                volcano_group_spec(obj)
+                if source == SOURCE_VOLCANO
+                else GroupSpec.from_podgroup(obj, source=source)
+            )
             if deleted:
                 store.pop(spec.key, None)
                 self.core.snapshot.delete_podgroup(source, spec.key)
@@ -161,12 +172,32 @@ class ClusterState(CacheSink):
             else:
                 self.namespace_labels[name] = dict(obj["metadata"].get("labels") or {})
 
+    def _podgroup_store(self, kind: str) -> dict[GroupKey, dict[str, Any]]:
+        return {
+            "podgroups": self.podgroups,
+            "coscheduling-podgroups": self.coscheduling_podgroups,
+            "volcano-podgroups": self.volcano_podgroups,
+        }[kind]
+
     def podgroup_object(self, key: GroupKey) -> dict[str, Any] | None:
-        return self.podgroups.get(key) or self.coscheduling_podgroups.get(key)
+        """The group's PodGroup object, in foreign_podgroups.PODGROUP_SOURCES order."""
+        return (
+            self.podgroups.get(key)
+            or self.volcano_podgroups.get(key)
+            or self.coscheduling_podgroups.get(key)
+        )
 
     def injected(self, namespace: str) -> bool:
         labels = self.namespace_labels.get(namespace, {})
         return labels.get(INJECT_NAMESPACE_LABEL) == "enabled"
+
+
+# Watch cache kind -> GroupSpec.source of the PodGroups it lists.
+_PODGROUP_KINDS = {
+    "podgroups": SOURCE_OURS,
+    "coscheduling-podgroups": SOURCE_COSCHEDULING,
+    "volcano-podgroups": SOURCE_VOLCANO,
+}
 
 
 def _describe(obj: Any) -> str:

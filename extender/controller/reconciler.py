@@ -5,8 +5,10 @@ auto-created PodGroup of annotation-declared groups, PodGroup status (written
 only when it changed), a GangWaiting Event per member when the waiting reason
 changes, the group's Secret, Service and ConfigMap through the wiring
 controller (re-rendered when any member changes, its Ready list included; the
-list emptied once the last member is gone), and what the user must fix (a GangMisconfigured Warning Event and
-the `Configured` condition). Only the leader reconciles, and only once the
+list emptied once the last member is gone), what the user must fix (a GangMisconfigured
+Warning Event and the `Configured` condition), and last the status of its
+scheduler-plugins or Volcano PodGroup (`controller.foreign_status`). Only the leader
+reconciles, and only once the
 caches are synced. Events go through the effect writer's group queue, so they
 keep their order with the group's other writes.
 """
@@ -23,6 +25,7 @@ from typing import Any, NamedTuple, Protocol
 from extender.config import Settings
 from extender.controller.cluster_state import ClusterState
 from extender.controller.effects import EffectWriter, namespace_terminating
+from extender.controller.foreign_status import ForeignStatusWriter
 from extender.controller.gauges import Gauges
 from extender.domain.gang import GangCore
 from extender.domain.membership import (
@@ -118,6 +121,8 @@ class GroupReconciler:
         self._announced: dict[GroupKey, str] = {}
         self._wired: dict[GroupKey, str] = {}
         self._problems: dict[GroupKey, tuple[_Problem, ...]] = {}
+        # Status of the group's scheduler-plugins / Volcano PodGroups, in their schema.
+        self.foreign_status = ForeignStatusWriter(raw=raw, core=core, state=state)
 
     async def run(self, caches_synced: Callable[[], bool]) -> None:
         """Every reconcile interval: the coordinator's tick, then the changed groups."""
@@ -216,6 +221,9 @@ class GroupReconciler:
             )
             self._wired[key] = _NO_MEMBERS
         await self._report_problems(key, tuple(problems), write_status=ours)
+        # Last: a PodGroup of another scheduler's API group that refuses the write (a
+        # 403 from RBAC older than this version) delays nothing above; retried as any.
+        await self.foreign_status.write(key)
 
     async def _follow_members(
         self,
@@ -305,6 +313,7 @@ class GroupReconciler:
         so the service's memory follows the groups that exist, not all it ever saw."""
         for memo in (self._written_status, self._announced, self._wired, self._problems):
             memo.pop(key, None)
+        self.foreign_status.forget(key)
 
     async def _report_problems(
         self, key: GroupKey, problems: tuple[_Problem, ...], *, write_status: bool

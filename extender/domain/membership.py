@@ -18,6 +18,9 @@ COSCHEDULING_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 VOLCANO_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
 MIN_AVAILABLE_ANNOTATION = "gang-extender.io/min-available"
 TASK_LABEL = "gang-extender.io/task"
+# Volcano's task of a vcjob pod (TaskSpecKey in volcano.sh/apis batch/v1alpha1): the
+# names a Volcano PodGroup's spec.minTaskMember counts by.
+VOLCANO_TASK_ANNOTATION = "volcano.sh/task-spec"
 TASKS_ANNOTATION = "gang-extender.io/tasks"
 TASK_INDEX_ANNOTATION = "gang-extender.io/task-index"
 JOB_COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
@@ -82,7 +85,12 @@ def group_key(meta: Mapping[str, Any]) -> GroupKey | None:
 
 
 def task_name(meta: Mapping[str, Any]) -> str:
-    return _labels(meta).get(TASK_LABEL) or DEFAULT_TASK
+    """Label gang-extender.io/task, else Volcano's volcano.sh/task-spec annotation, else worker."""
+    return (
+        _labels(meta).get(TASK_LABEL)
+        or _annotations(meta).get(VOLCANO_TASK_ANNOTATION)
+        or DEFAULT_TASK
+    )
 
 
 def min_available(meta: Mapping[str, Any]) -> int | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
+from extender.domain.foreign_podgroups import PODGROUP_SOURCES, pick_podgroup
 from extender.domain.membership import SCHEDULER_NAME, GroupKey
 from extender.domain.model import GroupSpec, NodeInfo, PodInfo, Resources
 from extender.domain.quantity import GPU
@@ -31,7 +32,8 @@ class ClusterSnapshot:
         self.pods: dict[str, PodInfo] = {}
         self._used: dict[str, Resources] = defaultdict(dict)
         self._members: dict[GroupKey, set[str]] = defaultdict(set)
-        # PodGroup objects by source; the gang-extender CRD wins over coscheduling's.
+        # PodGroup objects by source (ours, Volcano's, scheduler-plugins'): which one
+        # decides a name is foreign_podgroups.pick_podgroup's call.
         self._podgroups: dict[str, dict[GroupKey, GroupSpec]] = defaultdict(dict)
         # Bumped on every change that can alter what fits where; lets the core
         # memoise "this gang does not fit" until something changes.
@@ -111,11 +113,12 @@ class ClusterSnapshot:
             self.generation += 1
 
     def podgroup(self, key: GroupKey) -> GroupSpec | None:
-        for source in ("PodGroup", "coscheduling PodGroup"):
-            spec = self._podgroups.get(source, {}).get(key)
-            if spec is not None:
-                return spec
-        return None
+        found = [
+            spec
+            for source in PODGROUP_SOURCES
+            if (spec := self._podgroups.get(source, {}).get(key)) is not None
+        ]
+        return pick_podgroup(found)
 
     def members(self, key: GroupKey) -> list[PodInfo]:
         """Active members of a group handled by this scheduler, oldest first."""

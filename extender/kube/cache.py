@@ -1,4 +1,5 @@
-"""Watch cache: list-then-watch of Nodes, Pods, PodGroups and Namespaces, as raw JSON.
+"""Watch cache: list-then-watch of Nodes, Pods, PodGroups (ours, scheduler-plugins', Volcano's)
+and Namespaces, as raw JSON.
 
 One thread per resource lists in pages (bounded memory at 50,000 pods), then
 watches from the list's resourceVersion with bookmarks. A 410 Gone (expired
@@ -77,6 +78,13 @@ PODS = Resource("pods", "/api/v1/pods")
 PODGROUPS = Resource("podgroups", "/apis/scheduling.gang-extender.io/v1alpha1/podgroups")
 COSCHEDULING_PODGROUPS = Resource(
     "coscheduling-podgroups", "/apis/scheduling.x-k8s.io/v1alpha1/podgroups", optional=True
+)
+# Volcano's PodGroup (docs/podgroup.md#migrating-from-volcano-or-scheduler-plugins).
+# Optional like coscheduling's: where the CRD is not served the list answers 404,
+# the watcher counts as synced and asks again every optional_api_recheck_seconds,
+# so a CRD installed after start is read from then on without a restart.
+VOLCANO_PODGROUPS = Resource(
+    "volcano-podgroups", "/apis/scheduling.volcano.sh/v1beta1/podgroups", optional=True
 )
 NAMESPACES = Resource("namespaces", "/api/v1/namespaces")
 
@@ -227,6 +235,7 @@ class WatchCache:
             PODS,
             PODGROUPS,
             COSCHEDULING_PODGROUPS,
+            VOLCANO_PODGROUPS,
             NAMESPACES,
         ),
         tuning: CacheTuning = DEFAULT_TUNING,

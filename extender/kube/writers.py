@@ -316,3 +316,32 @@ def write_podgroup_status(raw: RawApi, namespace: str, name: str, status: dict[s
         body={"status": status},
         content_type="application/merge-patch+json",
     )
+
+
+def foreign_podgroup_path(api_version: str, namespace: str, name: str, *, status: bool) -> str:
+    """Path of another scheduler's PodGroup (`group/version`), or of its status subresource."""
+    group, version = api_version.split("/", 1)
+    parts = ["apis", group, version, "namespaces", namespace, "podgroups", name]
+    return path_of(*parts, "status") if status else path_of(*parts)
+
+
+def write_foreign_podgroup_status(
+    raw: RawApi,
+    *,
+    api_version: str,
+    namespace: str,
+    name: str,
+    uid: str,
+    status: dict[str, Any],
+    subresource: bool,
+) -> None:
+    """Merge `status` into another scheduler's PodGroup: through its status subresource
+    (scheduler-plugins' CRD has one), or with the object where the CRD has none
+    (Volcano's), which is how Volcano's own scheduler writes it. The uid makes it
+    fail (409) rather than write to a PodGroup re-created meanwhile."""
+    raw.call(
+        "PATCH",
+        foreign_podgroup_path(api_version, namespace, name, status=subresource),
+        body={"metadata": {"uid": uid}, "status": status},
+        content_type="application/merge-patch+json",
+    )

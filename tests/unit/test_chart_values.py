@@ -114,6 +114,7 @@ def test_the_scheduler_image_is_deploys() -> None:
 NOT_A_TEMPLATE = {
     "crds/podgroups.scheduling.gang-extender.io.yaml": "crds/ (copied)",
     "crds/optional/podgroups.scheduling.x-k8s.io.yaml": "not installed by deploy/ either",
+    "crds/optional/podgroups.scheduling.volcano.sh.yaml": "not installed by deploy/ either",
     "scheduler/scheduler-config.yaml": "files/, rendered by templates/scheduler/configmap.yaml",
     "overlays/cert-manager/service-tls.yaml": "templates/service/deployment.yaml (tls.certManager)",
     "overlays/cert-manager/scheduler-ca.yaml": "templates/scheduler/deployment.yaml (tls.certManager)",

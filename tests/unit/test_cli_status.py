@@ -202,3 +202,15 @@ def test_our_podgroup_shows_its_condition_message_once_placed_too_as_kubectl_wid
         },
     )
     assert row(status_rows([ours], [], [], []), "big")["WAITING FOR"] == bound_message
+
+
+def test_a_volcano_group_is_listed_with_its_source_and_wins_over_a_coscheduling_one() -> None:
+    annotation = {"scheduling.k8s.io/group-name": "vc"}
+    pods = [pod(f"vc-{i}", annotations=annotation, node="n1", phase="Running") for i in range(4)]
+    volcano = {**podgroup("vc", 4), "apiVersion": "scheduling.volcano.sh/v1beta1"}
+    coscheduling = {**podgroup("vc", 9), "apiVersion": "scheduling.x-k8s.io/v1alpha1"}
+    got = row(status_rows([], [volcano, coscheduling], pods, []), "vc")
+    assert (got["SOURCE"], got["PHASE"], got["PLACED/MIN"]) == ("volcano", "Running", "4/4")
+    no_minimum = {"apiVersion": "scheduling.volcano.sh/v1beta1", **podgroup("solo", 0)}
+    del no_minimum["spec"]["minMember"]
+    assert row(status_rows([], [no_minimum], [], []), "solo")["PLACED/MIN"] == "0/1"

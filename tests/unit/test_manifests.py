@@ -271,6 +271,29 @@ def test_the_optional_coscheduling_crd_matches_scheduler_plugins() -> None:
 VOLCANO_PODGROUP_SHORT_NAMES = {"pg", "podgroup-v1beta1"}
 
 
+def test_the_optional_volcano_crd_matches_volcanos_types() -> None:
+    """volcano.sh/apis scheduling/v1beta1 PodGroupSpec/PodGroupStatus, as Volcano's CRD serves them."""
+    (crd,) = load(DEPLOY / "crds" / "optional" / "podgroups.scheduling.volcano.sh.yaml")
+    assert crd["metadata"]["name"] == "podgroups.scheduling.volcano.sh"
+    assert set(crd["spec"]["names"]["shortNames"]) == VOLCANO_PODGROUP_SHORT_NAMES
+    (version,) = crd["spec"]["versions"]
+    # No status subresource, as Volcano's: the service writes status with the object.
+    assert version["name"] == "v1beta1" and version["subresources"] == {}
+    schema = version["schema"]["openAPIV3Schema"]["properties"]
+    assert {"minMember", "minTaskMember", "minResources", "queue", "priorityClassName"} <= set(
+        schema["spec"]["properties"]
+    )
+    assert set(schema["status"]["properties"]) == {
+        "phase",
+        "conditions",
+        "running",
+        "succeeded",
+        "failed",
+    }
+    columns = {c["name"]: c["jsonPath"] for c in version["additionalPrinterColumns"]}
+    assert columns["STATUS"] == ".status.phase" and columns["RUNNINGS"] == ".status.running"
+
+
 def test_our_podgroup_crd_keeps_its_plural_but_shares_no_short_name_with_another_podgroup() -> None:
     (ours,) = load(DEPLOY / "crds" / "podgroups.scheduling.gang-extender.io.yaml")
     (theirs,) = load(DEPLOY / "crds" / "optional" / "podgroups.scheduling.x-k8s.io.yaml")

@@ -1,0 +1,121 @@
+"""Status written back to scheduler-plugins' and Volcano's PodGroups of gangs gang-extender runs.
+
+A user migrating keeps `kubectl get podgroups.scheduling.x-k8s.io` (or
+`.scheduling.volcano.sh`) as the place to watch a job: the group reconciler
+calls `ForeignStatusWriter.write` for every changed group, and this writes the
+phase and counts `domain.status` computed, in that PodGroup's own schema
+(`domain.foreign_status`).
+
+Only for groups with at least one member of this scheduler (`schedulerName:
+gang-extender`): a PodGroup whose pods another scheduler (scheduler-plugins'
+coscheduling, Volcano's) places is its business, never overwritten here. Written
+only when what it would say changes (remembered per PodGroup uid, so a
+re-created PodGroup is written afresh).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from extender.controller.cluster_state import ClusterState
+from extender.domain.foreign_podgroups import COSCHEDULING_API, VOLCANO_API
+from extender.domain.foreign_status import (
+    coscheduling_status,
+    occupied_by,
+    volcano_status,
+    with_schedule_start,
+)
+from extender.domain.gang import GangCore
+from extender.domain.membership import SCHEDULER_NAME, GroupKey
+from extender.domain.status import group_status
+from extender.kube.rawapi import KubeError, RawApi
+from extender.kube.writers import HTTP_NOT_FOUND, write_foreign_podgroup_status
+
+
+def _utc_now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+class ForeignStatusWriter:
+    """Keeps the status of a group's scheduler-plugins and Volcano PodGroups in step."""
+
+    def __init__(self, *, raw: RawApi, core: GangCore, state: ClusterState) -> None:
+        self.raw = raw
+        self.core = core
+        self.state = state
+        # (api version, group, PodGroup uid) -> the status last written, times left out.
+        self._written: dict[tuple[str, GroupKey, str], dict[str, Any]] = {}
+        # scheduleStartTime this replica wrote, until the watch shows it on the object.
+        self._started: dict[tuple[GroupKey, str], str] = {}
+
+    def _schedules(self, key: GroupKey) -> bool:
+        pods = self.state.group_pods.get(key, {}).values()
+        return any((p.get("spec") or {}).get("schedulerName") == SCHEDULER_NAME for p in pods)
+
+    async def write(self, key: GroupKey) -> None:
+        coscheduling = self.state.coscheduling_podgroups.get(key)
+        volcano = self.state.volcano_podgroups.get(key)
+        if (coscheduling is None and volcano is None) or not self._schedules(key):
+            return
+        status = group_status(self.core, key)
+        if status is None:
+            return
+        if coscheduling is not None:
+            owners = [
+                str(ref.get("name", ""))
+                for pod in self.state.group_pods.get(key, {}).values()
+                for ref in (pod.get("metadata") or {}).get("ownerReferences") or []
+            ]
+            body = coscheduling_status(status, occupied=occupied_by(key.namespace, owners))
+            uid = _uid(coscheduling)
+            if self._written.get((COSCHEDULING_API, key, uid)) != body:
+                full = with_schedule_start(
+                    body,
+                    current=coscheduling.get("status") or {},
+                    remembered=self._started.get((key, uid)),
+                    now=_utc_now(),
+                )
+                await self._patch(COSCHEDULING_API, key, uid, full, subresource=True)
+                self._written[(COSCHEDULING_API, key, uid)] = body
+                if "scheduleStartTime" in full:
+                    self._started[(key, uid)] = full["scheduleStartTime"]
+        if volcano is not None:
+            comparable = volcano_status(status, transition_time="")
+            uid = _uid(volcano)
+            if self._written.get((VOLCANO_API, key, uid)) != comparable:
+                body = volcano_status(status, transition_time=_utc_now())
+                # Volcano's CRD has no status subresource: the status goes with the object.
+                await self._patch(VOLCANO_API, key, uid, body, subresource=False)
+                self._written[(VOLCANO_API, key, uid)] = comparable
+
+    async def _patch(
+        self, api_version: str, key: GroupKey, uid: str, body: dict[str, Any], *, subresource: bool
+    ) -> None:
+        try:
+            await asyncio.to_thread(
+                write_foreign_podgroup_status,
+                self.raw,
+                api_version=api_version,
+                namespace=key.namespace,
+                name=key.name,
+                uid=uid,
+                status=body,
+                subresource=subresource,
+            )
+        except KubeError as err:
+            if err.status != HTTP_NOT_FOUND:
+                raise
+            # Deleted meanwhile: its DELETED event drops it from the state; nothing to write to.
+
+    def forget(self, key: GroupKey) -> None:
+        """The group is gone: drop what was remembered about its PodGroups."""
+        for written in [w for w in self._written if w[1] == key]:
+            del self._written[written]
+        for started in [s for s in self._started if s[0] == key]:
+            del self._started[started]
+
+
+def _uid(obj: dict[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("uid", ""))
