@@ -163,7 +163,7 @@ def status_rows(
     for pod in pods:
         meta = pod.get("metadata") or {}
         try:
-            name = group_name(meta)
+            name = group_name(meta, pod.get("spec"))
         except MembershipError:
             continue  # claims two groups: its GangWaiting Warning says so
         if name is not None:

@@ -24,11 +24,13 @@ from typing import Any
 
 from extender.domain.gang import GangCore
 from extender.domain.membership import INJECT_NAMESPACE_LABEL, GroupKey
-from extender.domain.model import GroupSpec, NodeInfo, PodInfo
-from extender.kube.cache import CacheSink
+from extender.domain.model import GroupSpec, NodeInfo, PodInfo, upstream_podgroup_spec
+from extender.kube.cache import UPSTREAM_PODGROUPS, CacheSink
 from extender.metrics import Metrics
 
 log = logging.getLogger(__name__)
+
+UPSTREAM_KIND = UPSTREAM_PODGROUPS.kind
 
 
 class ClusterState(CacheSink):
@@ -51,6 +53,8 @@ class ClusterState(CacheSink):
         self.group_pods: dict[GroupKey, dict[str, dict[str, Any]]] = defaultdict(dict)
         self.podgroups: dict[GroupKey, dict[str, Any]] = {}
         self.coscheduling_podgroups: dict[GroupKey, dict[str, Any]] = {}
+        # Kubernetes' own scheduling.k8s.io PodGroups (the Workload API), when served.
+        self.upstream_podgroups: dict[GroupKey, dict[str, Any]] = {}
         self.namespace_labels: dict[str, dict[str, str]] = {}
         self.dirty: set[GroupKey] = set()
         self._relisting: dict[str, set[str]] = {}
@@ -108,8 +112,8 @@ class ClusterState(CacheSink):
         elif kind == "nodes":
             for name in [n for n in self.core.snapshot.nodes if f"/{n}" not in seen]:
                 self.core.snapshot.delete_node(name)
-        elif kind in ("podgroups", "coscheduling-podgroups"):
-            store = self.podgroups if kind == "podgroups" else self.coscheduling_podgroups
+        elif kind in ("podgroups", "coscheduling-podgroups", UPSTREAM_KIND):
+            store = self._podgroup_store(kind)
             for key in [k for k in store if f"{k.namespace}/{k.name}" not in seen]:
                 self._apply(kind, "DELETED", store[key])
         elif kind == "namespaces":
@@ -142,13 +146,16 @@ class ClusterState(CacheSink):
             if pod.group is not None:
                 self.group_pods[pod.group][pod.uid] = obj
                 self.dirty.add(pod.group)
-        elif kind in ("podgroups", "coscheduling-podgroups"):
-            source = "PodGroup" if kind == "podgroups" else "coscheduling PodGroup"
-            store = self.podgroups if kind == "podgroups" else self.coscheduling_podgroups
-            spec = GroupSpec.from_podgroup(obj, source=source)
+        elif kind in ("podgroups", "coscheduling-podgroups", UPSTREAM_KIND):
+            store = self._podgroup_store(kind)
+            if kind == UPSTREAM_KIND:
+                spec = upstream_podgroup_spec(obj)
+            else:
+                source = "PodGroup" if kind == "podgroups" else "coscheduling PodGroup"
+                spec = GroupSpec.from_podgroup(obj, source=source)
             if deleted:
                 store.pop(spec.key, None)
-                self.core.snapshot.delete_podgroup(source, spec.key)
+                self.core.snapshot.delete_podgroup(spec.source, spec.key)
             else:
                 store[spec.key] = obj
                 self.core.snapshot.upsert_podgroup(spec)
@@ -161,8 +168,17 @@ class ClusterState(CacheSink):
             else:
                 self.namespace_labels[name] = dict(obj["metadata"].get("labels") or {})
 
+    def _podgroup_store(self, kind: str) -> dict[GroupKey, dict[str, Any]]:
+        if kind == UPSTREAM_KIND:
+            return self.upstream_podgroups
+        return self.podgroups if kind == "podgroups" else self.coscheduling_podgroups
+
     def podgroup_object(self, key: GroupKey) -> dict[str, Any] | None:
-        return self.podgroups.get(key) or self.coscheduling_podgroups.get(key)
+        return (
+            self.podgroups.get(key)
+            or self.coscheduling_podgroups.get(key)
+            or self.upstream_podgroups.get(key)
+        )
 
     def injected(self, namespace: str) -> bool:
         labels = self.namespace_labels.get(namespace, {})

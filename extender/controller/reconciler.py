@@ -98,6 +98,7 @@ class GroupReconciler:
         gauges: Gauges,
         tick: Callable[[], None],
         acting: Callable[[], bool] = lambda: True,
+        schedules: bool = True,
     ) -> None:
         self.settings = settings
         self.raw = raw
@@ -109,6 +110,9 @@ class GroupReconciler:
         self.gauges = gauges
         self.tick = tick
         self.acting = acting  # one writer: controller.failover.Failover.acting
+        # False in wiring-only mode: another scheduler places the groups and reports on
+        # them, so no PodGroup status and no GangWaiting Event are written here.
+        self.schedules = schedules
         self._written_status: dict[GroupKey, dict[str, Any]] = {}
         self._announced: dict[GroupKey, str] = {}
         self._wired: dict[GroupKey, str] = {}
@@ -164,9 +168,10 @@ class GroupReconciler:
             (podgroup or {}).get("metadata", {}).get("annotations") or {}
         )
         await self._follow_members(key, spec, podgroup if managed else None, pods)
-        if ours:
+        if ours and self.schedules:
             await self._write_status(key)
-        self._announce_waiting(key)
+        if self.schedules:
+            self._announce_waiting(key)
         problems: list[_Problem] = []
         layout_problem = self._layout_problem(key, podgroup, pods)
         if layout_problem is not None:
@@ -199,7 +204,7 @@ class GroupReconciler:
                     )
                 else:
                     self._wired[key] = fingerprint
-        await self._report_problems(key, tuple(problems), write_status=ours)
+        await self._report_problems(key, tuple(problems), write_status=ours and self.schedules)
 
     async def _follow_members(
         self,

@@ -11,7 +11,13 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
 from extender.domain.membership import SCHEDULER_NAME, GroupKey
-from extender.domain.model import GroupSpec, NodeInfo, PodInfo, Resources
+from extender.domain.model import (
+    UPSTREAM_PODGROUP_SOURCE,
+    GroupSpec,
+    NodeInfo,
+    PodInfo,
+    Resources,
+)
 from extender.domain.quantity import GPU
 
 
@@ -31,7 +37,8 @@ class ClusterSnapshot:
         self.pods: dict[str, PodInfo] = {}
         self._used: dict[str, Resources] = defaultdict(dict)
         self._members: dict[GroupKey, set[str]] = defaultdict(set)
-        # PodGroup objects by source; the gang-extender CRD wins over coscheduling's.
+        # PodGroup objects by source; the gang-extender CRD wins over coscheduling's,
+        # both over Kubernetes' own (scheduling.k8s.io).
         self._podgroups: dict[str, dict[GroupKey, GroupSpec]] = defaultdict(dict)
         # Bumped on every change that can alter what fits where; lets the core
         # memoise "this gang does not fit" until something changes.
@@ -111,7 +118,7 @@ class ClusterSnapshot:
             self.generation += 1
 
     def podgroup(self, key: GroupKey) -> GroupSpec | None:
-        for source in ("PodGroup", "coscheduling PodGroup"):
+        for source in ("PodGroup", "coscheduling PodGroup", UPSTREAM_PODGROUP_SOURCE):
             spec = self._podgroups.get(source, {}).get(key)
             if spec is not None:
                 return spec

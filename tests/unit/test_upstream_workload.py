@@ -1,0 +1,344 @@
+"""Kubernetes' own Workload API as a group source, and the wiring-only mode (table tests).
+
+The JSON shapes are those of k8s.io/api v0.37.2 (core/v1 PodSpec.SchedulingGroup,
+scheduling/v1beta1 PodGroup), as kube-apiserver v1.37.2 returns them; the PodGroup
+below is a real answer of that server (with its defaulted disruptionMode and priority).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from extender.config import Settings
+from extender.controller.cluster_state import ClusterState
+from extender.domain import membership as m
+from extender.domain.gang import GangCore, Timeouts
+from extender.domain.model import (
+    UPSTREAM_PODGROUP_SOURCE,
+    GroupSpec,
+    PodInfo,
+    upstream_podgroup_spec,
+)
+from extender.domain.policy import Policy
+from extender.injection.admission import AdmissionDenied, pod_group
+from extender.kube.cache import UPSTREAM_PODGROUPS, CacheSink, Watcher
+from extender.kube.rawapi import KubeError
+from extender.metrics import Metrics
+from extender.service import EXTENDER, METRICS, WEBHOOK, listeners
+
+# kube-apiserver v1.37.2's answer to creating this PodGroup (managedFields left out).
+SERVED_PODGROUP: dict[str, Any] = {
+    "kind": "PodGroup",
+    "apiVersion": "scheduling.k8s.io/v1beta1",
+    "metadata": {
+        "name": "train",
+        "namespace": "ml",
+        "uid": "6c2496b0-1163-46d6-8858-409e7923f0cb",
+        "resourceVersion": "269",
+        "finalizers": ["scheduling.k8s.io/podgroup-protection"],
+    },
+    "spec": {
+        "schedulingPolicy": {"gang": {"minCount": 4}},
+        "disruptionMode": {"single": {}},
+        "priority": 0,
+    },
+    "status": {},
+}
+
+
+def upstream_pod(name: str, group: object, **labels: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": "ml", "uid": name, "labels": labels},
+        "spec": {
+            "schedulerName": m.SCHEDULER_NAME,
+            "schedulingGroup": {"podGroupName": group},
+            "containers": [{"name": "main", "resources": {"requests": {"cpu": "1"}}}],
+        },
+    }
+
+
+def upstream_podgroup(name: str, policy: object) -> dict[str, Any]:
+    return {
+        "apiVersion": "scheduling.k8s.io/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": "ml"},
+        "spec": {"schedulingPolicy": policy},
+    }
+
+
+# ---- the pod's reference ----
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        pytest.param({"schedulingGroup": {"podGroupName": "train"}}, "train", id="podGroupName"),
+        pytest.param({}, None, id="no schedulingGroup"),
+        pytest.param({"schedulingGroup": None}, None, id="schedulingGroup null"),
+        pytest.param({"schedulingGroup": {}}, None, id="schedulingGroup without a name"),
+        pytest.param({"schedulingGroup": {"podGroupName": ""}}, None, id="empty name"),
+        pytest.param({"schedulingGroup": {"podGroupName": 7}}, None, id="name not a string"),
+        pytest.param({"schedulingGroup": "train"}, None, id="schedulingGroup not an object"),
+        # 1.35's alpha field, tombstoned in 1.36 (protobuf tag 42): not read.
+        pytest.param({"workloadRef": {"name": "w", "podGroup": "g"}}, None, id="1.35 workloadRef"),
+    ],
+)
+def test_the_pods_scheduling_group_names_its_group(
+    spec: dict[str, Any], expected: str | None
+) -> None:
+    assert m.group_name({"name": "p"}, spec) == expected
+
+
+def test_without_the_spec_only_metadata_is_read() -> None:
+    assert m.group_name({"labels": {}}) is None
+
+
+def test_a_label_agreeing_with_the_scheduling_group_is_one_group() -> None:
+    spec = {"schedulingGroup": {"podGroupName": "train"}}
+    assert m.group_name({"labels": {m.GROUP_LABEL: "train"}}, spec) == "train"
+
+
+def test_a_label_and_a_scheduling_group_naming_different_groups_is_an_error() -> None:
+    spec = {"schedulingGroup": {"podGroupName": "train"}}
+    with pytest.raises(m.MembershipError) as err:
+        m.group_name({"labels": {m.GROUP_LABEL: "other"}}, spec)
+    assert str(err.value) == (
+        "pod claims two groups (label gang-extender.io/group='other', "
+        "field spec.schedulingGroup.podGroupName='train'); set one group name in all of them"
+    )
+
+
+def test_a_pod_with_only_the_upstream_reference_is_a_member() -> None:
+    pod = PodInfo.from_api(upstream_pod("w-0", "train"))
+    assert pod.group == m.GroupKey("ml", "train")
+    assert pod.group_error is None
+    assert pod.is_active_member
+
+
+def test_a_pod_claiming_two_groups_through_the_label_and_the_field_carries_the_error() -> None:
+    pod = PodInfo.from_api(upstream_pod("w-0", "train", **{m.COSCHEDULING_GROUP_LABEL: "x"}))
+    assert pod.group is None
+    assert pod.group_error is not None and "two groups" in pod.group_error
+
+
+def test_the_webhook_sees_the_upstream_reference_and_denies_two_groups() -> None:
+    assert pod_group(upstream_pod("w-0", "train")) == "train"
+    with pytest.raises(AdmissionDenied, match="two groups"):
+        pod_group(upstream_pod("w-0", "train", **{m.GROUP_LABEL: "x"}))
+
+
+# ---- the PodGroup's gang policy ----
+
+
+@pytest.mark.parametrize(
+    ("policy", "min_member", "error"),
+    [
+        pytest.param({"gang": {"minCount": 4}}, 4, None, id="gang minCount 4"),
+        pytest.param({"gang": {"minCount": 1}}, 1, None, id="gang minCount 1"),
+        pytest.param({"basic": {}}, 1, None, id="basic: no gang"),
+        pytest.param(
+            {"gang": {"minCount": 0}},
+            1,
+            "upstream PodGroup train spec.schedulingPolicy.gang.minCount=0 "
+            "must be a whole number >= 1",
+            id="minCount 0",
+        ),
+        pytest.param(
+            {"gang": {"minCount": "4"}},
+            1,
+            "upstream PodGroup train spec.schedulingPolicy.gang.minCount='4' "
+            "must be a whole number >= 1",
+            id="minCount a string",
+        ),
+        pytest.param(
+            {"gang": {"minCount": True}},
+            1,
+            "upstream PodGroup train spec.schedulingPolicy.gang.minCount=True "
+            "must be a whole number >= 1",
+            id="minCount a boolean",
+        ),
+        pytest.param(
+            {"gang": {}},
+            1,
+            "upstream PodGroup train spec.schedulingPolicy.gang.minCount=None "
+            "must be a whole number >= 1",
+            id="gang without minCount",
+        ),
+        pytest.param(
+            {},
+            1,
+            "upstream PodGroup train sets neither spec.schedulingPolicy.gang "
+            "nor spec.schedulingPolicy.basic",
+            id="empty policy",
+        ),
+        pytest.param(
+            None,
+            1,
+            "upstream PodGroup train sets neither spec.schedulingPolicy.gang "
+            "nor spec.schedulingPolicy.basic",
+            id="no policy",
+        ),
+    ],
+)
+def test_the_gang_policy_gives_the_group_size(
+    policy: object, min_member: int, error: str | None
+) -> None:
+    spec = upstream_podgroup_spec(upstream_podgroup("train", policy))
+    assert spec == GroupSpec(
+        key=m.GroupKey("ml", "train"),
+        min_member=min_member,
+        source=UPSTREAM_PODGROUP_SOURCE,
+        error=error,
+    )
+
+
+def test_a_podgroup_as_the_api_server_returns_it() -> None:
+    spec = upstream_podgroup_spec(SERVED_PODGROUP)
+    assert (spec.key, spec.min_member, spec.error) == (m.GroupKey("ml", "train"), 4, None)
+
+
+# ---- the cluster state and the snapshot ----
+
+
+def new_state() -> ClusterState:
+    core = GangCore(policy=Policy(), timeouts=Timeouts(60, 30, 2))
+    return ClusterState(core, flush_effects=lambda: None, metrics=Metrics())
+
+
+def test_an_upstream_podgroup_sizes_the_group_of_its_pods_and_goes_with_its_deletion() -> None:
+    state = new_state()
+    key = m.GroupKey("ml", "train")
+    state.on_page(UPSTREAM_PODGROUPS.kind, [SERVED_PODGROUP], True, True)
+    state.on_event("pods", "ADDED", upstream_pod("w-0", "train"))
+    spec = state.core.snapshot.group_spec(key)
+    assert spec is not None and (spec.min_member, spec.source) == (4, UPSTREAM_PODGROUP_SOURCE)
+    assert state.podgroup_object(key) is SERVED_PODGROUP
+    assert [p.name for p in state.core.snapshot.members(key)] == ["w-0"]
+    state.on_event(UPSTREAM_PODGROUPS.kind, "DELETED", SERVED_PODGROUP)
+    assert state.core.snapshot.group_spec(key) is None
+    assert state.podgroup_object(key) is None
+
+
+def test_a_relist_without_the_podgroup_forgets_it() -> None:
+    state = new_state()
+    key = m.GroupKey("ml", "train")
+    state.on_page(UPSTREAM_PODGROUPS.kind, [SERVED_PODGROUP], True, True)
+    state.on_page(UPSTREAM_PODGROUPS.kind, [], True, True)
+    assert state.core.snapshot.podgroup(key) is None
+
+
+def test_our_podgroup_of_the_same_name_wins_over_the_upstream_one() -> None:
+    state = new_state()
+    key = m.GroupKey("ml", "train")
+    ours = {
+        "apiVersion": "scheduling.gang-extender.io/v1alpha1",
+        "kind": "PodGroup",
+        "metadata": {"name": "train", "namespace": "ml"},
+        "spec": {"minMember": 2},
+    }
+    state.on_page(UPSTREAM_PODGROUPS.kind, [SERVED_PODGROUP], True, True)
+    state.on_page("podgroups", [ours], True, True)
+    spec = state.core.snapshot.group_spec(key)
+    assert spec is not None and (spec.min_member, spec.source) == (2, "PodGroup")
+    assert state.podgroup_object(key) is ours
+
+
+# ---- the watch cache finds the served version ----
+
+
+class ImmediateLoop:
+    def call_soon_threadsafe(self, fn: Any, *args: Any) -> None:
+        fn(*args)
+
+
+class RecordingSink(CacheSink):
+    def __init__(self) -> None:
+        self.pages: list[list[str]] = []
+
+    def on_page(self, kind: str, items: list[dict[str, Any]], first: bool, last: bool) -> None:
+        self.pages.append([i["metadata"]["name"] for i in items])
+
+    def on_event(self, kind: str, event_type: str, obj: dict[str, Any]) -> None:
+        pass
+
+
+class VersionedApi:
+    """Serves podgroups at `served` paths only; `refuse` answers with that status instead."""
+
+    def __init__(self, served: tuple[str, ...], refuse: int = 404) -> None:
+        self.served = served
+        self.refuse = refuse
+        self.listed: list[str] = []
+        self.watched: list[str] = []
+        self.watching = threading.Event()
+
+    def call(
+        self, method: str, path: str, *, query: dict[str, Any], timeout: float
+    ) -> dict[str, Any]:
+        self.listed.append(path)
+        if path not in self.served:
+            raise KubeError(self.refuse, "the server could not find the requested resource")
+        return {"metadata": {"resourceVersion": "7"}, "items": [SERVED_PODGROUP]}
+
+    def stream(
+        self, path: str, *, query: dict[str, Any], read_timeout: float
+    ) -> Iterator[dict[str, Any]]:
+        self.watched.append(path)
+        self.watching.set()
+        threading.Event().wait(3600)
+        yield {}
+
+
+def test_the_cache_lists_and_watches_the_first_served_version() -> None:
+    v1alpha2 = "/apis/scheduling.k8s.io/v1alpha2/podgroups"
+    api = VersionedApi(served=(v1alpha2,))
+    sink = RecordingSink()
+    watcher = Watcher(api, UPSTREAM_PODGROUPS, sink, ImmediateLoop(), Metrics())  # type: ignore[arg-type]
+    watcher.start()
+    assert api.watching.wait(10)
+    watcher.stop()
+    assert api.listed == list(UPSTREAM_PODGROUPS.paths)
+    assert api.watched == [v1alpha2]
+    assert sink.pages == [["train"]]
+    assert watcher.synced.is_set() and not watcher.absent
+
+
+@pytest.mark.parametrize("status", [404, 403], ids=["not served", "not permitted"])
+def test_a_cluster_without_the_api_is_synced_with_nothing_read(status: int) -> None:
+    api = VersionedApi(served=(), refuse=status)
+    sink = RecordingSink()
+    watcher = Watcher(api, UPSTREAM_PODGROUPS, sink, ImmediateLoop(), Metrics())  # type: ignore[arg-type]
+    watcher.start()
+    assert watcher.synced.wait(10)
+    watcher.stop()
+    assert watcher.absent
+    assert sink.pages == [] and api.watched == []
+    expected = list(UPSTREAM_PODGROUPS.paths) if status == 404 else [UPSTREAM_PODGROUPS.path]
+    assert api.listed[: len(expected)] == expected
+
+
+# ---- the mode switch ----
+
+
+def test_full_mode_opens_every_listener() -> None:
+    assert Settings().mode == "full"
+    assert listeners(Settings()) == (EXTENDER, WEBHOOK, METRICS)
+
+
+def test_wiring_only_mode_opens_no_extender_listener() -> None:
+    assert listeners(Settings(mode="wiring-only")) == (WEBHOOK, METRICS)
+
+
+def test_the_mode_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GANG_MODE", "wiring-only")
+    assert Settings().mode == "wiring-only"
+
+
+def test_an_unknown_mode_is_refused_naming_the_choices() -> None:
+    with pytest.raises(ValidationError, match="'full' or 'wiring-only'"):
+        Settings(mode="scheduler-only")  # type: ignore[arg-type]
