@@ -202,6 +202,7 @@ class Watcher:
             meta = page.get("metadata") or {}
             token = meta.get("continue")
             items = page.get("items") or []
+            _type_items(page, items)
             if not token:
                 self.absent = False
             self._deliver(self._apply_page, items, first, not token)
@@ -330,6 +331,21 @@ class WatchCache:
 
     def absent(self, kind: str) -> bool:
         return any(w.absent for w in self.watchers if w.resource.kind == kind)
+
+
+def _type_items(page: dict[str, Any], items: list[dict[str, Any]]) -> None:
+    """Give list items the apiVersion and kind their list names: kube-apiserver leaves
+    them out of the items of built-in kinds (a watch event's object has them), and an
+    object that owns others (a scheduling.k8s.io PodGroup owns its group's Secret,
+    Service and ConfigMap) must say what it is in the ownerReference."""
+    api_version, list_kind = page.get("apiVersion"), page.get("kind")
+    if not isinstance(api_version, str) or not isinstance(list_kind, str):
+        return
+    kind = list_kind.removesuffix("List")
+    for item in items:
+        if isinstance(item, dict):
+            item.setdefault("apiVersion", api_version)
+            item.setdefault("kind", kind)
 
 
 def _freeze_and_enable_gc() -> None:

@@ -227,10 +227,13 @@ def test_a_job_naming_only_an_upstream_podgroup_is_held_then_bound_whole_by_gang
 ) -> None:
     """API served, upstream GangScheduling plugin off: gang-extender is the gang scheduler."""
     raw, namespace = wl_raw, wired_namespace
+    # Before the service starts: it comes in the first list, whose items kube-apiserver
+    # sends without apiVersion and kind (and nothing modifies it later here: the
+    # upstream plugin, which would write its status, is off).
+    create_in(raw, namespace, upstream_podgroup("train", MEMBERS))
     stack = GangStack(workload_cluster)
     stack.start()
     try:
-        create_in(raw, namespace, upstream_podgroup("train", MEMBERS))
         create_in(
             raw,
             namespace,
@@ -254,7 +257,9 @@ def test_a_job_naming_only_an_upstream_podgroup_is_held_then_bound_whole_by_gang
         )
         assert bound(held) == []
         # Each says so when last tried (the first one may not be retried since it was 1/4).
-        waiting = re.compile(rf"gang {namespace}/train: [123]/4 members exist; waiting for the rest")
+        waiting = re.compile(
+            rf"gang {namespace}/train: [123]/4 members exist; waiting for the rest"
+        )
         assert all(waiting.search(unschedulable_message(p)) for p in held), [
             unschedulable_message(p) for p in held
         ]
@@ -306,10 +311,12 @@ def test_with_the_upstream_gate_on_wiring_only_mode_leaves_scheduling_to_kube_sc
         raw, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SYSTEM_NAMESPACE}}
     )
     stack.install_webhook_config()
+    # Made before the service starts, so it comes in its first list (whose items the
+    # API server sends without apiVersion and kind), not in a watch event.
+    create_in(raw, namespace, upstream_podgroup("mpi", MEMBERS))
     stack.start_service()  # no gang kube-scheduler: deploy/overlays/wiring-only has none
     try:
         assert not extender_port_open(stack.extender_port), "wiring-only opened the extender port"
-        create_in(raw, namespace, upstream_podgroup("mpi", MEMBERS))
         create_in(
             raw,
             namespace,

@@ -342,3 +342,105 @@ def test_the_mode_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) ->
 def test_an_unknown_mode_is_refused_naming_the_choices() -> None:
     with pytest.raises(ValidationError, match="'full' or 'wiring-only'"):
         Settings(mode="scheduler-only")  # type: ignore[arg-type]
+
+
+def test_listed_items_get_the_apiversion_and_kind_of_their_list() -> None:
+    """kube-apiserver leaves TypeMeta out of a built-in kind's list items; the wiring's
+    ownerReference to an upstream PodGroup needs it."""
+    item = {"metadata": {"name": "train", "namespace": "ml", "uid": "u"}, "spec": {}}
+
+    class ListApi(VersionedApi):
+        def call(
+            self, method: str, path: str, *, query: dict[str, Any], timeout: float
+        ) -> dict[str, Any]:
+            self.listed.append(path)
+            return {
+                "apiVersion": "scheduling.k8s.io/v1beta1",
+                "kind": "PodGroupList",
+                "metadata": {"resourceVersion": "7"},
+                "items": [item],
+            }
+
+    api = ListApi(served=())
+    watcher = Watcher(api, UPSTREAM_PODGROUPS, RecordingSink(), ImmediateLoop(), Metrics())  # type: ignore[arg-type]
+    watcher.start()
+    assert api.watching.wait(10)
+    watcher.stop()
+    assert (item["apiVersion"], item["kind"]) == ("scheduling.k8s.io/v1beta1", "PodGroup")
+
+
+# ---- wiring-only: the reconciler wires, and leaves reporting to the other scheduler ----
+
+
+def _service(mode: str) -> tuple[Any, Any, Any]:
+    from extender.service import Deps, create_service
+    from tests.unit.test_service_effects import FakeRaw, FakeWiring
+
+    raw, wiring = FakeRaw(), FakeWiring()
+    settings = Settings(mode=mode, webhook_config_name=None)  # type: ignore[arg-type]
+    return create_service(settings, Deps(raw=raw, wiring=wiring)), raw, wiring  # type: ignore[arg-type]
+
+
+def _observe_waiting_group(svc: Any) -> None:
+    from tests.builders import make_pod, make_podgroup
+
+    namespace = {"metadata": {"name": "default", "labels": {m.INJECT_NAMESPACE_LABEL: "enabled"}}}
+    podgroup = make_podgroup("job", 2)
+    podgroup["metadata"]["resourceVersion"] = "1"
+    svc.state.on_page("namespaces", [namespace], True, False)
+    svc.state.on_page("podgroups", [podgroup], True, False)
+    svc.state.on_page("pods", [make_pod("w0").group("job").obj()], True, False)
+
+
+@pytest.mark.parametrize(
+    ("mode", "reports"), [("full", True), ("wiring-only", False)], ids=["full", "wiring-only"]
+)
+async def test_wiring_only_wires_but_writes_no_status_and_no_waiting_event(
+    mode: str, reports: bool
+) -> None:
+    svc, raw, wiring = _service(mode)
+    try:
+        assert svc.reconciler.schedules is reports
+        _observe_waiting_group(svc)
+        await svc.reconciler.reconcile_group(m.GroupKey("default", "job"))
+        await svc.queues.join()
+        assert wiring.calls == 1  # the Secret, Service and ConfigMap are made in both modes
+        assert bool(raw.status_patches("job")) is reports
+        assert bool(raw.events("GangWaiting")) is reports
+    finally:
+        svc.binder.close()
+
+
+# ---- the dev control plane's feature gates (used by tests/e2e/test_upstream_workload.py) ----
+
+
+def _bin_dir(tmp_path: Any) -> Any:
+    from extender.devcluster.cluster import REQUIRED_BINARIES
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in REQUIRED_BINARIES:
+        (bin_dir / name).write_text("")
+        (bin_dir / name).chmod(0o755)
+    return bin_dir
+
+
+def test_feature_gates_are_given_per_component(tmp_path: Any) -> None:
+    from extender.devcluster.cluster import LocalCluster
+
+    cluster = LocalCluster(
+        tmp_path / "c",
+        _bin_dir(tmp_path),
+        feature_gates={"kube-apiserver": {"GenericWorkload": True, "B": False}},
+        runtime_config=["scheduling.k8s.io/v1beta1=true"],
+    )
+    assert cluster._gate_flags("kube-apiserver") == ["--feature-gates=B=false,GenericWorkload=true"]
+    assert cluster._gate_flags("kube-scheduler") == []
+    assert cluster.runtime_config == ("scheduling.k8s.io/v1beta1=true",)
+
+
+def test_feature_gates_for_a_component_that_is_not_run_are_refused(tmp_path: Any) -> None:
+    from extender.devcluster.cluster import ClusterError, LocalCluster
+
+    with pytest.raises(ClusterError, match="unknown components: \\['kubelet'\\]"):
+        LocalCluster(tmp_path / "c", _bin_dir(tmp_path), feature_gates={"kubelet": {"X": True}})
