@@ -225,7 +225,7 @@ UPSTREAM_PODGROUP_SOURCE = "upstream PodGroup"
 
 def upstream_podgroup_spec(obj: Mapping[str, Any]) -> GroupSpec:
     """A scheduling.k8s.io PodGroup as a group: `spec.schedulingPolicy.gang.minCount` is
-    its size; `spec.schedulingPolicy.basic` (no gang) is a group of one at a time.
+    its size; `spec.schedulingPolicy.basic` (no gang) is size 1: no member waits for others.
 
     Anything else (no policy, a minCount that is not a whole number >= 1) is an error
     the group shows until it is fixed. Its other fields (priority, disruptionMode,
