@@ -444,3 +444,43 @@ def test_feature_gates_for_a_component_that_is_not_run_are_refused(tmp_path: Any
 
     with pytest.raises(ClusterError, match="unknown components: \\['kubelet'\\]"):
         LocalCluster(tmp_path / "c", _bin_dir(tmp_path), feature_gates={"kubelet": {"X": True}})
+
+
+# ---- `gang-extender status` lists upstream groups with their size ----
+
+
+def _status_pod(name: str, *, node: str | None = None, phase: str = "Pending") -> dict[str, Any]:
+    pod = upstream_pod(name, "train")
+    pod["metadata"]["namespace"] = "ml"
+    if node:
+        pod["spec"]["nodeName"] = node
+    pod["status"] = {"phase": phase}
+    return pod
+
+
+def test_status_shows_an_upstream_group_with_its_min_count() -> None:
+    from extender.cli import SOURCE_UPSTREAM, STATUS_HEADER, status_rows
+
+    pods = [
+        _status_pod("train-0", node="n1", phase="Running"),
+        _status_pod("train-1", node="n1", phase="Running"),
+        _status_pod("train-2"),
+    ]
+    rows = status_rows([], [], pods, [], upstream=[SERVED_PODGROUP])
+    (found,) = [r for r in rows[1:] if r[1] == "train"]
+    assert dict(zip(STATUS_HEADER, found, strict=True)) == {
+        "NAMESPACE": "ml",
+        "NAME": "train",
+        "PHASE": "Pending",
+        "PLACED/MIN": "2/4",
+        "RUNNING": "2",
+        "SOURCE": SOURCE_UPSTREAM,
+        "WAITING FOR": "",
+    }
+
+
+def test_status_without_upstream_podgroups_shows_the_group_from_its_pods() -> None:
+    from extender.cli import SOURCE_PODS, status_rows
+
+    rows = status_rows([], [], [_status_pod("train-0")], [])
+    assert [(r[1], r[3], r[5]) for r in rows[1:]] == [("train", "0/?", SOURCE_PODS)]
