@@ -113,6 +113,9 @@ SOURCE_OURS = "gang-extender"  # a scheduling.gang-extender.io PodGroup (its sta
 SOURCE_COSCHEDULING = "scheduler-plugins"
 SOURCE_VOLCANO = "volcano"
 SOURCE_PODS = "pods"  # no PodGroup: only the members' group label or annotation
+SOURCE_UPSTREAM = "kubernetes"  # a scheduling.k8s.io PodGroup (Workload API; read, never written)
+# The versions of scheduling.k8s.io PodGroups `status` asks for, newest first.
+UPSTREAM_PODGROUP_VERSIONS = ("v1beta1", "v1alpha3", "v1alpha2")
 PLACED_PHASES = ("Scheduled", "Running", "Succeeded")
 STATUS_HEADER = ("NAMESPACE", "NAME", "PHASE", "PLACED/MIN", "RUNNING", "SOURCE", "WAITING FOR")
 
@@ -145,6 +148,8 @@ def status_rows(
     coscheduling: list[dict[str, Any]],
     pods: list[dict[str, Any]],
     waiting_events: list[dict[str, Any]],
+    *,
+    upstream: list[dict[str, Any]] | None = None,
 ) -> list[tuple[str, ...]]:
     """One row per group the service reads, whatever declares it (pure, for the table).
 
@@ -160,14 +165,14 @@ def status_rows(
         group_name,
         min_available,
     )
-    from extender.domain.model import PodInfo
+    from extender.domain.model import PodInfo, upstream_podgroup_spec
     from extender.domain.status import other_scheduler_message
 
     members: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for pod in pods:
         meta = pod.get("metadata") or {}
         try:
-            name = group_name(meta)
+            name = group_name(meta, pod.get("spec"))
         except MembershipError:
             continue  # claims two groups: its GangWaiting Warning says so
         if name is not None:
@@ -260,6 +265,12 @@ def status_rows(
                 SOURCE_VOLCANO if volcano else SOURCE_COSCHEDULING,
                 int(size) if size is not None else None,
             )
+    for pg in upstream or []:
+        if _key(pg) not in rows:  # as the service: ours, then scheduler-plugins', then these
+            spec = upstream_podgroup_spec(pg)
+            rows[_key(pg)] = from_pods(
+                _key(pg), SOURCE_UPSTREAM, None if spec.error else spec.min_member
+            )
     for key, group in members.items():
         if key in rows:
             continue
@@ -300,10 +311,25 @@ def _status(args: argparse.Namespace) -> int:
             raise
         return list(found.get("items", []))
 
+    def upstream_podgroups() -> list[dict[str, Any]] | None:
+        """Kubernetes' PodGroups in the first version served; None when none is (or when
+        this user may not list them: they are an extra, not what `status` is about)."""
+        for version in UPSTREAM_PODGROUP_VERSIONS:
+            try:
+                found = items("apis", "scheduling.k8s.io", version, resource="podgroups")
+            except KubeError as err:
+                if err.status == 403:
+                    return None
+                raise
+            if found is not None:
+                return found
+        return None
+
     try:
         ours = items("apis", "scheduling.gang-extender.io", "v1alpha1", resource="podgroups")
         theirs = items("apis", "scheduling.x-k8s.io", "v1alpha1", resource="podgroups")
         volcano = items("apis", "scheduling.volcano.sh", "v1beta1", resource="podgroups")
+        upstream = upstream_podgroups()
         pods = items("api", "v1", resource="pods") or []
         events = [
             *(items("api", "v1", resource="events", fieldSelector="reason=GangWaiting") or []),
@@ -319,7 +345,7 @@ def _status(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     foreign = [*(volcano or []), *(theirs or [])]
-    print(format_table(status_rows(ours or [], foreign, pods, events)))
+    print(format_table(status_rows(ours or [], foreign, pods, events, upstream=upstream)))
     return 0
 
 

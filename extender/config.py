@@ -7,11 +7,13 @@ flags (see `extender.cli`). Documented in docs/deploy.md (configuration referenc
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 MAX_PORT = 65535
+WIRING_ONLY = "wiring-only"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
@@ -119,6 +121,14 @@ class Settings(BaseSettings):
     shutdown_grace_seconds: int = Field(default=5, gt=0)
     # Largest request body the extender accepts; a 5,000-node NodeNames list is ~150 KB.
     max_request_bytes: int = Field(default=16 * 1024 * 1024, gt=0)
+
+    # "full": extender verbs (filter, prioritize, bind: gang scheduling), webhook and
+    # controller. "wiring-only": the webhook and the wiring controller only (SSH Secret,
+    # headless Service, hostfile ConfigMap, VC_* env), for clusters where another
+    # scheduler gang-schedules (Kubernetes' GangScheduling plugin, Volcano, Kueue,
+    # coscheduling): the extender port is not opened, no PodGroup status or GangWaiting
+    # Event is written (that scheduler reports), and no client certificate is issued.
+    mode: Literal["full", "wiring-only"] = Field(default="full")
 
     leader_elect: bool = Field(default=False, description="run leader election on a Lease")
     lease_namespace: str = Field(default="gang-system")

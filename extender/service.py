@@ -46,7 +46,7 @@ from extender.bootstrap import (
     serving_tls,
     webhook_client_ca,
 )
-from extender.config import Settings
+from extender.config import WIRING_ONLY, Settings
 from extender.controller.cluster_state import ClusterState
 from extender.controller.effects import EffectWriter, GroupQueues
 from extender.controller.failover import Failover, LeaderOnlyBinder
@@ -137,6 +137,11 @@ class GangService:
         # One writer: Ready only once the previous leader's plans are reserved here.
         return self.failover.ready() if ok else (ok, why)
 
+    @property
+    def schedules(self) -> bool:
+        """False in wiring-only mode: no extender verbs, another scheduler places groups."""
+        return EXTENDER in listeners(self.settings)
+
     def tls(self) -> TLSMaterial:
         """The serving cert and key; StartupError when they cannot be read or made."""
         return serving_tls(self.settings)
@@ -155,12 +160,14 @@ class GangService:
                 local=tls,
                 hosts=list(self.settings.tls_hosts),
             )
-            if self.settings.scheduler_client_secret:
+            if self.settings.scheduler_client_secret and self.schedules:
                 await asyncio.to_thread(self._issue_scheduler_client_cert, tls)
         token = await asyncio.to_thread(self._webhook_token)
         if token is not None:
             self.webhook_path.path = mutate_path(token)
-        client_ca = extender_client_ca(self.settings, tls)
+        # Wiring-only: no extender listener, so no client CA is needed for one.
+        opened = listeners(self.settings)
+        client_ca = extender_client_ca(self.settings, tls) if EXTENDER in opened else None
         hook_client_ca = webhook_client_ca(self.settings)
         tasks: list[asyncio.Task[None]] = []
         if not self.ca_bundle.written and not await self.ca_bundle.write(
@@ -204,21 +211,27 @@ class GangService:
         # Mutual TLS: a caller without a certificate from client_ca is refused in the
         # handshake; one whose certificate names none of the accepted identities is
         # disconnected before its request is read (extender.api.client_auth).
-        configs = [
-            uvicorn.Config(
-                extender_app,
-                host=s.bind_address,
-                port=s.extender_port,
-                ssl_certfile=str(tls.cert_path),
-                ssl_keyfile=str(tls.key_path),
-                ssl_cert_reqs=ssl.CERT_REQUIRED,
-                ssl_ca_certs=str(client_ca),
-                http=_http_protocol("extender", s.extender_client_names),
-                log_level="warning",
-                access_log=False,
-                timeout_graceful_shutdown=s.shutdown_grace_seconds,
-                timeout_keep_alive=s.extender_keep_alive_seconds,
-            ),
+        configs = (
+            []
+            if client_ca is None
+            else [
+                uvicorn.Config(
+                    extender_app,
+                    host=s.bind_address,
+                    port=s.extender_port,
+                    ssl_certfile=str(tls.cert_path),
+                    ssl_keyfile=str(tls.key_path),
+                    ssl_cert_reqs=ssl.CERT_REQUIRED,
+                    ssl_ca_certs=str(client_ca),
+                    http=_http_protocol("extender", s.extender_client_names),
+                    log_level="warning",
+                    access_log=False,
+                    timeout_graceful_shutdown=s.shutdown_grace_seconds,
+                    timeout_keep_alive=s.extender_keep_alive_seconds,
+                ),
+            ]
+        )
+        configs += [
             uvicorn.Config(
                 webhook_asgi,
                 host=s.bind_address,
@@ -249,13 +262,21 @@ class GangService:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.shutdown)
         tasks.append(asyncio.create_task(self.reconciler.run(cache.synced), name="reconcile"))
-        log.info(
-            "serving extender :%d, webhook :%d, metrics :%d (policy %s)",
-            s.extender_port,
-            s.webhook_port,
-            s.metrics_port,
-            self.policy.name,
-        )
+        if self.schedules:
+            log.info(
+                "serving extender :%d, webhook :%d, metrics :%d (policy %s)",
+                s.extender_port,
+                s.webhook_port,
+                s.metrics_port,
+                self.policy.name,
+            )
+        else:
+            log.info(
+                "wiring-only mode: serving webhook :%d, metrics :%d; no extender listener "
+                "(another scheduler places the groups)",
+                s.webhook_port,
+                s.metrics_port,
+            )
         try:
             await asyncio.gather(*(server.serve() for server in self._servers))
         finally:
@@ -310,6 +331,18 @@ class GangService:
     def shutdown(self) -> None:
         for server in self._servers:
             server.should_exit = True
+
+
+EXTENDER, WEBHOOK, METRICS = "extender", "webhook", "metrics"
+
+
+def listeners(settings: Settings) -> tuple[str, ...]:
+    """The listeners `run` opens. Wiring-only mode answers no extender verb, so it opens
+    no extender port at all: a kube-scheduler still pointed at it fails to connect, and
+    its log says so, rather than being told "not a gang" and placing pods piecemeal."""
+    if settings.mode == WIRING_ONLY:
+        return (WEBHOOK, METRICS)
+    return (EXTENDER, WEBHOOK, METRICS)
 
 
 def create_service(settings: Settings, deps: Deps | None = None) -> GangService:
@@ -394,6 +427,7 @@ def create_service(settings: Settings, deps: Deps | None = None) -> GangService:
         gauges=gauges,
         tick=coordinator.tick,
         acting=failover.acting,
+        schedules=EXTENDER in listeners(settings),
     )
     webhook_path = WebhookPath()
 

@@ -30,11 +30,19 @@ from extender.domain.foreign_podgroups import (
 )
 from extender.domain.gang import GangCore
 from extender.domain.membership import INJECT_NAMESPACE_LABEL, GroupKey
-from extender.domain.model import GroupSpec, NodeInfo, PodInfo
-from extender.kube.cache import CacheSink
+from extender.domain.model import (
+    UPSTREAM_PODGROUP_SOURCE,
+    GroupSpec,
+    NodeInfo,
+    PodInfo,
+    upstream_podgroup_spec,
+)
+from extender.kube.cache import UPSTREAM_PODGROUPS, CacheSink
 from extender.metrics import Metrics
 
 log = logging.getLogger(__name__)
+
+UPSTREAM_KIND = UPSTREAM_PODGROUPS.kind
 
 
 class ClusterState(CacheSink):
@@ -58,6 +66,8 @@ class ClusterState(CacheSink):
         self.podgroups: dict[GroupKey, dict[str, Any]] = {}
         self.coscheduling_podgroups: dict[GroupKey, dict[str, Any]] = {}
         self.volcano_podgroups: dict[GroupKey, dict[str, Any]] = {}
+        # Kubernetes' own scheduling.k8s.io PodGroups (the Workload API), when served.
+        self.upstream_podgroups: dict[GroupKey, dict[str, Any]] = {}
         self.namespace_labels: dict[str, dict[str, str]] = {}
         self.dirty: set[GroupKey] = set()
         self._relisting: dict[str, set[str]] = {}
@@ -152,14 +162,15 @@ class ClusterState(CacheSink):
         elif kind in _PODGROUP_KINDS:
             source = _PODGROUP_KINDS[kind]
             store = self._podgroup_store(kind)
-            spec = (
-                volcano_group_spec(obj)
-                if source == SOURCE_VOLCANO
-                else GroupSpec.from_podgroup(obj, source=source)
-            )
+            if source == SOURCE_VOLCANO:
+                spec = volcano_group_spec(obj)
+            elif source == UPSTREAM_PODGROUP_SOURCE:
+                spec = upstream_podgroup_spec(obj)
+            else:
+                spec = GroupSpec.from_podgroup(obj, source=source)
             if deleted:
                 store.pop(spec.key, None)
-                self.core.snapshot.delete_podgroup(source, spec.key)
+                self.core.snapshot.delete_podgroup(spec.source, spec.key)
             else:
                 store[spec.key] = obj
                 self.core.snapshot.upsert_podgroup(spec)
@@ -177,6 +188,7 @@ class ClusterState(CacheSink):
             "podgroups": self.podgroups,
             "coscheduling-podgroups": self.coscheduling_podgroups,
             "volcano-podgroups": self.volcano_podgroups,
+            UPSTREAM_KIND: self.upstream_podgroups,
         }[kind]
 
     def podgroup_object(self, key: GroupKey) -> dict[str, Any] | None:
@@ -185,6 +197,7 @@ class ClusterState(CacheSink):
             self.podgroups.get(key)
             or self.volcano_podgroups.get(key)
             or self.coscheduling_podgroups.get(key)
+            or self.upstream_podgroups.get(key)
         )
 
     def injected(self, namespace: str) -> bool:
@@ -197,6 +210,7 @@ _PODGROUP_KINDS = {
     "podgroups": SOURCE_OURS,
     "coscheduling-podgroups": SOURCE_COSCHEDULING,
     "volcano-podgroups": SOURCE_VOLCANO,
+    UPSTREAM_KIND: UPSTREAM_PODGROUP_SOURCE,
 }
 
 

@@ -106,6 +106,7 @@ class GroupReconciler:
         gauges: Gauges,
         tick: Callable[[], None],
         acting: Callable[[], bool] = lambda: True,
+        schedules: bool = True,
     ) -> None:
         self.settings = settings
         self.raw = raw
@@ -117,6 +118,9 @@ class GroupReconciler:
         self.gauges = gauges
         self.tick = tick
         self.acting = acting  # one writer: controller.failover.Failover.acting
+        # False in wiring-only mode: another scheduler places the groups and reports on
+        # them, so no PodGroup status and no GangWaiting Event are written here.
+        self.schedules = schedules
         self._written_status: dict[GroupKey, dict[str, Any]] = {}
         self._announced: dict[GroupKey, str] = {}
         self._wired: dict[GroupKey, str] = {}
@@ -174,9 +178,10 @@ class GroupReconciler:
             (podgroup or {}).get("metadata", {}).get("annotations") or {}
         )
         await self._follow_members(key, spec, podgroup if managed else None, pods)
-        if ours:
+        if ours and self.schedules:
             await self._write_status(key)
-        self._announce_waiting(key)
+        if self.schedules:
+            self._announce_waiting(key)
         problems: list[_Problem] = []
         layout_problem = self._layout_problem(key, podgroup, pods)
         if layout_problem is not None:
@@ -220,10 +225,12 @@ class GroupReconciler:
                 self.wiring.clear_ready_hosts, namespace=key.namespace, group=key.name
             )
             self._wired[key] = _NO_MEMBERS
-        await self._report_problems(key, tuple(problems), write_status=ours)
+        await self._report_problems(key, tuple(problems), write_status=ours and self.schedules)
         # Last: a PodGroup of another scheduler's API group that refuses the write (a
         # 403 from RBAC older than this version) delays nothing above; retried as any.
-        await self.foreign_status.write(key)
+        # Wiring-only: that scheduler places the pods and writes its own status.
+        if self.schedules:
+            await self.foreign_status.write(key)
 
     async def _follow_members(
         self,

@@ -318,8 +318,24 @@ class LocalCluster:
     #: start order; stop() goes in reverse
     COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 
-    def __init__(self, workdir: Path, bin_dir: Path | None = None) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        bin_dir: Path | None = None,
+        *,
+        feature_gates: Mapping[str, Mapping[str, bool]] | None = None,
+        runtime_config: Sequence[str] = (),
+    ) -> None:
+        """`feature_gates` per component name (e.g. {"kube-apiserver": {"GenericWorkload":
+        True}}) and kube-apiserver's `--runtime-config` entries (e.g.
+        "scheduling.k8s.io/v1beta1=true"): for tests of features that are off by default.
+        """
         self.workdir = Path(workdir).resolve()
+        self.feature_gates = {name: dict(gates) for name, gates in (feature_gates or {}).items()}
+        unknown = set(self.feature_gates) - set(self.COMPONENTS)
+        if unknown:
+            raise ClusterError(f"feature gates for unknown components: {sorted(unknown)}")
+        self.runtime_config = tuple(runtime_config)
         self.bin_dir = Path(bin_dir).resolve() if bin_dir is not None else ensure_binaries()
         missing = _missing_binaries(self.bin_dir)
         if missing:
@@ -671,6 +687,13 @@ class LocalCluster:
         status, body = _http_get(self._ports[component], "/healthz", self._client_ssl())
         return status == 200 and body.strip() == "ok"
 
+    def component_metrics(self, component: str) -> str:
+        """The Prometheus text of a component's /metrics (kube-scheduler's pending pods)."""
+        status, body = _http_get(self._ports[component], "/metrics", self._client_ssl(), 10)
+        if status != 200:
+            raise ClusterError(f"{component} /metrics answered {status}: {body[:200]}")
+        return body
+
     def _default_service_account_exists(self) -> bool:
         with self.api_client() as api:
             try:
@@ -764,7 +787,34 @@ class LocalCluster:
             "--endpoint-reconciler-type=none",
             "--allow-privileged=true",
             "--profiling=false",
+            *self._gate_flags("kube-apiserver"),
+            *([f"--runtime-config={','.join(self.runtime_config)}"] if self.runtime_config else []),
         ]
+
+    def _gate_flags(self, component: str) -> list[str]:
+        gates = self.feature_gates.get(component)
+        if not gates:
+            return []
+        listed = ",".join(f"{name}={str(on).lower()}" for name, on in sorted(gates.items()))
+        return [f"--feature-gates={listed}"]
+
+    def restart_scheduler(
+        self, *, feature_gates: Mapping[str, bool] | None = None, timeout: float = 60
+    ) -> None:
+        """Restart the default kube-scheduler, with `feature_gates` replacing its gates."""
+        with self._lock:
+            self.feature_gates["kube-scheduler"] = dict(feature_gates or {})
+            old = self._live.get("kube-scheduler")
+            if old is not None:
+                old.terminate()
+                old.finish(time.monotonic() + 10)
+            proc = self._launch("kube-scheduler", self._scheduler_argv())
+            self._wait(
+                "kube-scheduler /healthz",
+                time.monotonic() + timeout,
+                [proc],
+                lambda: self._healthz("kube-scheduler"),
+            )
 
     def _controller_manager_argv(self) -> list[str]:
         p = self._pki
@@ -791,6 +841,7 @@ class LocalCluster:
             "--controllers=*",
             f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
             "--profiling=false",
+            *self._gate_flags("kube-controller-manager"),
         ]
 
     def _scheduler_argv(self) -> list[str]:
@@ -809,6 +860,7 @@ class LocalCluster:
             "--leader-elect=false",
             "--profiling=false",
             "--v=2",
+            *self._gate_flags("kube-scheduler"),
         ]
 
     def _kwok_argv(self) -> list[str]:

@@ -11,7 +11,10 @@ tooling makes (docs/podgroup.md#migrating-from-volcano-or-scheduler-plugins):
 - `scheduling.x-k8s.io/v1alpha1` PodGroup (scheduler-plugins' coscheduling):
   read by `GroupSpec.from_podgroup`.
 
-Several PodGroups of one namespace/name (ours, Volcano's, scheduler-plugins')
+- `scheduling.k8s.io` PodGroup (Kubernetes' Workload API): read by
+  `model.upstream_podgroup_spec`; its status is never written.
+
+Several PodGroups of one namespace/name (ours, Volcano's, scheduler-plugins', Kubernetes')
 describe one group: `pick_podgroup` says which decides and makes a disagreement
 an error the group's status and Events show.
 
@@ -29,13 +32,14 @@ from dataclasses import replace
 from typing import Any
 
 from extender.domain.membership import GroupKey
-from extender.domain.model import GroupSpec
+from extender.domain.model import UPSTREAM_PODGROUP_SOURCE, GroupSpec
 
 VOLCANO_GROUP = "scheduling.volcano.sh"
 VOLCANO_API = f"{VOLCANO_GROUP}/v1beta1"
 COSCHEDULING_GROUP = "scheduling.x-k8s.io"
 COSCHEDULING_API = f"{COSCHEDULING_GROUP}/v1alpha1"
 OURS_GROUP = "scheduling.gang-extender.io"
+UPSTREAM_GROUP = "scheduling.k8s.io"  # Kubernetes' Workload API (model.upstream_podgroup_spec)
 
 # GroupSpec.source of each kind of PodGroup; the words messages use.
 SOURCE_OURS = "PodGroup"
@@ -43,11 +47,13 @@ SOURCE_VOLCANO = "Volcano PodGroup"
 SOURCE_COSCHEDULING = "coscheduling PodGroup"
 # Which one decides when several of one name agree (pick_podgroup): ours is the
 # one written for gang-extender; Volcano's carries task minimums, coscheduling's none.
-PODGROUP_SOURCES = (SOURCE_OURS, SOURCE_VOLCANO, SOURCE_COSCHEDULING)
+# Kubernetes' own comes last: it states no task minimums.
+PODGROUP_SOURCES = (SOURCE_OURS, SOURCE_VOLCANO, SOURCE_COSCHEDULING, UPSTREAM_PODGROUP_SOURCE)
 API_GROUP_OF_SOURCE = {
     SOURCE_OURS: OURS_GROUP,
     SOURCE_VOLCANO: VOLCANO_GROUP,
     SOURCE_COSCHEDULING: COSCHEDULING_GROUP,
+    UPSTREAM_PODGROUP_SOURCE: UPSTREAM_GROUP,
 }
 
 # Volcano's int32 fields: a value past this is refused by the API server's schema;
@@ -105,7 +111,8 @@ def volcano_group_spec(obj: Mapping[str, Any]) -> GroupSpec:
 
 
 def _describe(spec: GroupSpec) -> str:
-    said = f"minMember {spec.min_member}"
+    size = "minCount" if spec.source == UPSTREAM_PODGROUP_SOURCE else "minMember"
+    said = f"{size} {spec.min_member}"
     if spec.min_task_member:
         tasks = ",".join(f"{t}={n}" for t, n in sorted(spec.min_task_member.items()))
         said += f", minTaskMember {tasks}"

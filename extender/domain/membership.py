@@ -16,6 +16,9 @@ SCHEDULER_NAME = "gang-extender"
 GROUP_LABEL = "gang-extender.io/group"
 COSCHEDULING_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 VOLCANO_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
+# Kubernetes' own reference (k8s.io/api core/v1 PodSpec.SchedulingGroup, 1.36 and later,
+# behind the GenericWorkload gate): the name of a scheduling.k8s.io PodGroup.
+UPSTREAM_GROUP_FIELD = "spec.schedulingGroup.podGroupName"
 MIN_AVAILABLE_ANNOTATION = "gang-extender.io/min-available"
 TASK_LABEL = "gang-extender.io/task"
 # Volcano's task of a vcjob pod (TaskSpecKey in volcano.sh/apis batch/v1alpha1): the
@@ -59,13 +62,24 @@ def _annotations(meta: Mapping[str, Any]) -> Mapping[str, str]:
     return meta.get("annotations") or {}
 
 
-def group_name(meta: Mapping[str, Any]) -> str | None:
-    """The group a pod belongs to, or None. Raises when two sources disagree."""
+def upstream_group_name(spec: Mapping[str, Any] | None) -> str | None:
+    """`spec.schedulingGroup.podGroupName` of a pod spec, None when unset or not a string."""
+    ref = (spec or {}).get("schedulingGroup")
+    name = ref.get("podGroupName") if isinstance(ref, Mapping) else None
+    return name if isinstance(name, str) and name else None
+
+
+def group_name(meta: Mapping[str, Any], spec: Mapping[str, Any] | None = None) -> str | None:
+    """The group a pod belongs to, or None. Raises when two sources disagree.
+
+    `spec` (the pod's) adds Kubernetes' own reference; without it only metadata is read.
+    """
     labels, annotations = _labels(meta), _annotations(meta)
     sources = {
         f"label {GROUP_LABEL}": labels.get(GROUP_LABEL),
         f"label {COSCHEDULING_GROUP_LABEL}": labels.get(COSCHEDULING_GROUP_LABEL),
         f"annotation {VOLCANO_GROUP_ANNOTATION}": annotations.get(VOLCANO_GROUP_ANNOTATION),
+        f"field {UPSTREAM_GROUP_FIELD}": upstream_group_name(spec),
     }
     named = {where: value for where, value in sources.items() if value}
     distinct = set(named.values())
@@ -77,8 +91,8 @@ def group_name(meta: Mapping[str, Any]) -> str | None:
     return distinct.pop() if distinct else None
 
 
-def group_key(meta: Mapping[str, Any]) -> GroupKey | None:
-    name = group_name(meta)
+def group_key(meta: Mapping[str, Any], spec: Mapping[str, Any] | None = None) -> GroupKey | None:
+    name = group_name(meta, spec)
     if name is None:
         return None
     return GroupKey(meta.get("namespace") or "default", name)

@@ -120,7 +120,7 @@ class PodInfo:
         group_error: str | None = None
         min_avail: int | None = None
         try:
-            group = membership.group_key(meta)
+            group = membership.group_key(meta, spec)
             min_avail = membership.min_available(meta)
         except MembershipError as err:
             group_error = str(err)
@@ -185,7 +185,7 @@ class GroupSpec:
 
     key: GroupKey
     min_member: int
-    source: str  # "PodGroup", "coscheduling PodGroup" or "annotation"
+    source: str  # "PodGroup", "coscheduling PodGroup", UPSTREAM_PODGROUP_SOURCE or "annotation"
     schedule_timeout_seconds: float | None = None
     min_task_member: Mapping[str, int] | None = None
     error: str | None = None
@@ -216,3 +216,37 @@ class GroupSpec:
             error=error,
             managed=membership.CREATED_FROM_ANNOTATION in (meta.get("annotations") or {}),
         )
+
+
+# GroupSpec.source of a Kubernetes scheduling.k8s.io PodGroup (the Workload API's runtime
+# group, KEP-4671/KEP-5832: v1beta1 in 1.37, v1alpha3 in 1.37, v1alpha2 in 1.36).
+UPSTREAM_PODGROUP_SOURCE = "upstream PodGroup"
+
+
+def upstream_podgroup_spec(obj: Mapping[str, Any]) -> GroupSpec:
+    """A scheduling.k8s.io PodGroup as a group: `spec.schedulingPolicy.gang.minCount` is
+    its size; `spec.schedulingPolicy.basic` (no gang) is size 1: no member waits for others.
+
+    Anything else (no policy, a minCount that is not a whole number >= 1) is an error
+    the group shows until it is fixed. Its other fields (priority, disruptionMode,
+    schedulingConstraints, resourceClaims) are not read.
+    """
+    meta, spec = obj["metadata"], obj.get("spec") or {}
+    key = GroupKey(meta.get("namespace") or "default", meta["name"])
+    where = f"{UPSTREAM_PODGROUP_SOURCE} {meta['name']}"
+    policy = spec.get("schedulingPolicy")
+    policy = policy if isinstance(policy, Mapping) else {}
+    gang = policy.get("gang")
+    error = None
+    min_member = 1
+    if isinstance(gang, Mapping):
+        count = gang.get("minCount")
+        if isinstance(count, int) and not isinstance(count, bool) and count >= 1:
+            min_member = count
+        else:
+            error = (
+                f"{where} spec.schedulingPolicy.gang.minCount={count!r} must be a whole number >= 1"
+            )
+    elif not isinstance(policy.get("basic"), Mapping):
+        error = f"{where} sets neither spec.schedulingPolicy.gang nor spec.schedulingPolicy.basic"
+    return GroupSpec(key=key, min_member=min_member, source=UPSTREAM_PODGROUP_SOURCE, error=error)

@@ -32,8 +32,8 @@ class ClusterSnapshot:
         self.pods: dict[str, PodInfo] = {}
         self._used: dict[str, Resources] = defaultdict(dict)
         self._members: dict[GroupKey, set[str]] = defaultdict(set)
-        # PodGroup objects by source (ours, Volcano's, scheduler-plugins'): which one
-        # decides a name is foreign_podgroups.pick_podgroup's call.
+        # PodGroup objects by source (ours, Volcano's, scheduler-plugins', Kubernetes'):
+        # which one decides a name is foreign_podgroups.pick_podgroup's call.
         self._podgroups: dict[str, dict[GroupKey, GroupSpec]] = defaultdict(dict)
         # Bumped on every change that can alter what fits where; lets the core
         # memoise "this gang does not fit" until something changes.

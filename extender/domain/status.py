@@ -11,7 +11,7 @@ from typing import Any
 
 from extender.domain.gang import GangCore
 from extender.domain.membership import MIN_AVAILABLE_ANNOTATION, SCHEDULER_NAME, GroupKey
-from extender.domain.model import GroupSpec, PodInfo
+from extender.domain.model import UPSTREAM_PODGROUP_SOURCE, GroupSpec, PodInfo
 
 
 @dataclass(frozen=True)
@@ -119,6 +119,11 @@ def _waiting_message(key: GroupKey, spec: GroupSpec, members: int) -> str:
     m = spec.min_member
     if spec.source == "annotation":
         where = f"set {MIN_AVAILABLE_ANNOTATION} in the pod template to the number it creates"
+    elif spec.source == UPSTREAM_PODGROUP_SOURCE:
+        where = (
+            f"set spec.schedulingPolicy.gang.minCount of PodGroup {key.name} "
+            f"(scheduling.k8s.io) to the number it creates"
+        )
     else:
         where = f"set spec.minMember of {spec.source} {key.name} to the number it creates"
     return (

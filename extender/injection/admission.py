@@ -132,7 +132,7 @@ def wants_wiring(request: AdmissionRequest) -> bool:
 def pod_group(pod: Mapping[str, Any]) -> str | None:
     """The pod's group, None when it has none; AdmissionDenied when it claims two."""
     try:
-        return group_name(pod.get("metadata") or {})
+        return group_name(pod.get("metadata") or {}, pod.get("spec"))
     except MembershipError as error:
         raise AdmissionDenied(str(error)) from None
 

@@ -1,6 +1,13 @@
 """Watch cache: list-then-watch of Nodes, Pods, PodGroups (ours, scheduler-plugins', Volcano's)
 and Namespaces, as raw JSON.
 
+Optional APIs (scheduler-plugins' PodGroup CRD; Kubernetes' own scheduling.k8s.io
+PodGroups, served only where the GenericWorkload gate and their API version are on)
+are found by listing them: a 404 on every version the resource names means "not
+served", which is not an error, and they are looked for again every
+`optional_api_recheck_seconds`. A 403 on one counts the same, with a warning: a
+replica whose RBAC lacks an optional kind must not stay unready for it.
+
 One thread per resource lists in pages (bounded memory at 50,000 pods), then
 watches from the list's resourceVersion with bookmarks. A 410 Gone (expired
 resourceVersion) or any stream error relists; every restart is counted. Events
@@ -70,6 +77,13 @@ class Resource:
     path: str
     field_selector: str | None = None
     optional: bool = False  # a missing API (404) is not an error: the CRD is not installed
+    # Other versions of the same kind, tried in order when `path` is not served (404);
+    # the objects' fields the sink reads must be the same in all of them.
+    alternatives: tuple[str, ...] = ()
+
+    @property
+    def paths(self) -> tuple[str, ...]:
+        return (self.path, *self.alternatives)
 
 
 NODES = Resource("nodes", "/api/v1/nodes")
@@ -85,6 +99,17 @@ COSCHEDULING_PODGROUPS = Resource(
 # so a CRD installed after start is read from then on without a restart.
 VOLCANO_PODGROUPS = Resource(
     "volcano-podgroups", "/apis/scheduling.volcano.sh/v1beta1/podgroups", optional=True
+)
+# Kubernetes' Workload API runtime groups: v1beta1 from 1.37, v1alpha3 in 1.37 and
+# v1alpha2 in 1.36 keep spec.schedulingPolicy.gang.minCount where we read it.
+UPSTREAM_PODGROUPS = Resource(
+    "upstream-podgroups",
+    "/apis/scheduling.k8s.io/v1beta1/podgroups",
+    optional=True,
+    alternatives=(
+        "/apis/scheduling.k8s.io/v1alpha3/podgroups",
+        "/apis/scheduling.k8s.io/v1alpha2/podgroups",
+    ),
 )
 NAMESPACES = Resource("namespaces", "/api/v1/namespaces")
 
@@ -117,6 +142,7 @@ class Watcher:
         self.metrics = metrics
         self.synced = threading.Event()
         self.absent = False  # optional API not installed
+        self.path = resource.path  # the served version of the resource, once listed
         self._stop = threading.Event()
         self._thread = threading.Thread(
             target=self._run, name=f"watch-{resource.kind}", daemon=True
@@ -141,7 +167,14 @@ class Watcher:
                 version = self._watch(version)
                 delay = self.tuning.retry_min_seconds
             except KubeError as err:
-                if err.status == 404 and self.resource.optional:
+                if err.status in (403, 404) and self.resource.optional:
+                    if err.status == 403 and not self.absent:
+                        log.warning(
+                            "no permission to list %s (%s): treated as not served; "
+                            "grant list and watch on it to read it",
+                            self.resource.kind,
+                            self.path,
+                        )
                     self.absent = True
                     self._deliver(self._mark_synced)
                     self._stop.wait(self.tuning.missing_api_recheck_seconds)
@@ -173,10 +206,11 @@ class Watcher:
             query["fieldSelector"] = self.resource.field_selector
         first = True
         while True:
-            page = self.raw.call("GET", self.resource.path, query=query, timeout=60)
+            page = self._get_page(query, first)
             meta = page.get("metadata") or {}
             token = meta.get("continue")
             items = page.get("items") or []
+            _type_items(page, items)
             if not token:
                 self.absent = False
             self._deliver(self._apply_page, items, first, not token)
@@ -184,6 +218,24 @@ class Watcher:
             if not token:
                 return str(meta.get("resourceVersion", ""))
             query["continue"] = token
+
+    def _get_page(self, query: dict[str, Any], first: bool) -> dict[str, Any]:
+        """One list page; the first page of a relist finds which version is served."""
+        if not first:
+            return self.raw.call("GET", self.path, query=query, timeout=60)
+        missing: KubeError | None = None
+        for path in self.resource.paths:
+            try:
+                page = self.raw.call("GET", path, query=query, timeout=60)
+            except KubeError as err:
+                if err.status != 404:
+                    raise
+                missing = missing or err
+                continue
+            self.path = path
+            return page
+        assert missing is not None
+        raise missing
 
     def _apply_page(self, items: list[dict[str, Any]], first: bool, last: bool) -> None:
         """On the event loop: hand a page to the sink; after the final one, the list is in."""
@@ -206,7 +258,7 @@ class Watcher:
         if self.resource.field_selector:
             query["fieldSelector"] = self.resource.field_selector
         for event in self.raw.stream(
-            self.resource.path,
+            self.path,
             query=query,
             read_timeout=self.tuning.watch_seconds + WATCH_READ_SLACK_SECONDS,
         ):
@@ -236,6 +288,7 @@ class WatchCache:
             PODGROUPS,
             COSCHEDULING_PODGROUPS,
             VOLCANO_PODGROUPS,
+            UPSTREAM_PODGROUPS,
             NAMESPACES,
         ),
         tuning: CacheTuning = DEFAULT_TUNING,
@@ -287,6 +340,21 @@ class WatchCache:
 
     def absent(self, kind: str) -> bool:
         return any(w.absent for w in self.watchers if w.resource.kind == kind)
+
+
+def _type_items(page: dict[str, Any], items: list[dict[str, Any]]) -> None:
+    """Give list items the apiVersion and kind their list names: kube-apiserver leaves
+    them out of the items of built-in kinds (a watch event's object has them), and an
+    object that owns others (a scheduling.k8s.io PodGroup owns its group's Secret,
+    Service and ConfigMap) must say what it is in the ownerReference."""
+    api_version, list_kind = page.get("apiVersion"), page.get("kind")
+    if not isinstance(api_version, str) or not isinstance(list_kind, str):
+        return
+    kind = list_kind.removesuffix("List")
+    for item in items:
+        if isinstance(item, dict):
+            item.setdefault("apiVersion", api_version)
+            item.setdefault("kind", kind)
 
 
 def _freeze_and_enable_gc() -> None:

@@ -304,7 +304,7 @@ def _describe(err: KubeError) -> str:
 
 def _in_group(pod: dict[str, Any], group: str) -> bool:
     try:
-        return group_name(pod.get("metadata") or {}) == group
+        return group_name(pod.get("metadata") or {}, pod.get("spec")) == group
     except MembershipError:
         # A pod claiming two groups was never admitted into either (the webhook denies
         # it), so it holds no index in this one.

@@ -208,6 +208,28 @@ def test_with_cert_manager_the_chart_renders_what_the_component_adds(
     )
 
 
+def test_in_wiring_only_mode_the_chart_renders_what_the_component_leaves(
+    bin_dir: Path, helm: Path, tmp_path: Path
+) -> None:
+    """deploy/ plus Component overlays/wiring-only, as docs/deploy.md#modes composes them."""
+    relative = os.path.relpath(DEPLOY, tmp_path)
+    (tmp_path / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "resources": [relative],
+                "components": [f"{relative}/overlays/wiring-only"],
+            }
+        )
+    )
+    kustomized = kustomize(bin_dir, tmp_path)
+    assert not [d for d in kustomized if d["metadata"]["name"].startswith("gang-scheduler")]
+    assert_same(
+        kustomized, helm_template(helm, "namespace.create=true", "settings.mode=wiring-only")
+    )
+
+
 def test_with_monitoring_the_chart_adds_what_deploy_monitoring_applies(
     bin_dir: Path, helm: Path
 ) -> None:
@@ -266,6 +288,8 @@ def _sample(field: str) -> tuple[str, Any]:
     default = Settings.model_fields[field].get_default(call_default_factory=True)
     if field == "log_level":
         return '"debug"', "DEBUG"
+    if field == "mode":
+        return '"wiring-only"', "wiring-only"
     if isinstance(default, list):  # tls_hosts, extender_client_names, webhook_client_names
         return '["a.example", "10.0.0.1"]', ["a.example", "10.0.0.1"]
     if isinstance(default, bool):

@@ -119,6 +119,7 @@ NOT_A_TEMPLATE = {
     "overlays/cert-manager/service-tls.yaml": "templates/service/deployment.yaml (tls.certManager)",
     "overlays/cert-manager/scheduler-ca.yaml": "templates/scheduler/deployment.yaml (tls.certManager)",
     "overlays/cert-manager/webhook-ca.yaml": "templates/webhook.yaml (tls.certManager)",
+    "overlays/wiring-only/without-scheduler.yaml": "templates/scheduler/ (settings.mode)",
 }
 
 

@@ -31,11 +31,12 @@ def load(path: Path) -> list[dict[str, Any]]:
 
 
 def objects() -> list[dict[str, Any]]:
-    """Every Kubernetes object under deploy/ (kustomization files excluded)."""
+    """Every Kubernetes object under deploy/ (kustomization files and `$patch: delete`
+    entries of overlays excluded: they name an object, they are none)."""
     found = []
     for path in sorted(DEPLOY.rglob("*.yaml")):
         for doc in load(path):
-            if "kustomize.config.k8s.io" not in doc.get("apiVersion", ""):
+            if "kustomize.config.k8s.io" not in doc.get("apiVersion", "") and "$patch" not in doc:
                 found.append({**doc, "_file": str(path.relative_to(REPO))})
     return found
 

@@ -1,0 +1,504 @@
+"""Kubernetes' own Workload API as a group source, and the wiring-only mode (table tests).
+
+The JSON shapes are those of k8s.io/api v0.37.2 (core/v1 PodSpec.SchedulingGroup,
+scheduling/v1beta1 PodGroup), as kube-apiserver v1.37.2 returns them; the PodGroup
+below is a real answer of that server (with its defaulted disruptionMode and priority).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from extender.config import Settings
+from extender.controller.cluster_state import ClusterState
+from extender.domain import membership as m
+from extender.domain.gang import GangCore, Timeouts
+from extender.domain.model import (
+    UPSTREAM_PODGROUP_SOURCE,
+    GroupSpec,
+    PodInfo,
+    upstream_podgroup_spec,
+)
+from extender.domain.policy import Policy
+from extender.injection.admission import AdmissionDenied, pod_group
+from extender.kube.cache import UPSTREAM_PODGROUPS, CacheSink, Watcher
+from extender.kube.rawapi import KubeError
+from extender.metrics import Metrics
+from extender.service import EXTENDER, METRICS, WEBHOOK, listeners
+
+# kube-apiserver v1.37.2's answer to creating this PodGroup (managedFields left out).
+SERVED_PODGROUP: dict[str, Any] = {
+    "kind": "PodGroup",
+    "apiVersion": "scheduling.k8s.io/v1beta1",
+    "metadata": {
+        "name": "train",
+        "namespace": "ml",
+        "uid": "6c2496b0-1163-46d6-8858-409e7923f0cb",
+        "resourceVersion": "269",
+        "finalizers": ["scheduling.k8s.io/podgroup-protection"],
+    },
+    "spec": {
+        "schedulingPolicy": {"gang": {"minCount": 4}},
+        "disruptionMode": {"single": {}},
+        "priority": 0,
+    },
+    "status": {},
+}
+
+
+def upstream_pod(name: str, group: object, **labels: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": "ml", "uid": name, "labels": labels},
+        "spec": {
+            "schedulerName": m.SCHEDULER_NAME,
+            "schedulingGroup": {"podGroupName": group},
+            "containers": [{"name": "main", "resources": {"requests": {"cpu": "1"}}}],
+        },
+    }
+
+
+def upstream_podgroup(name: str, policy: object) -> dict[str, Any]:
+    return {
+        "apiVersion": "scheduling.k8s.io/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": "ml"},
+        "spec": {"schedulingPolicy": policy},
+    }
+
+
+# ---- the pod's reference ----
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        pytest.param({"schedulingGroup": {"podGroupName": "train"}}, "train", id="podGroupName"),
+        pytest.param({}, None, id="no schedulingGroup"),
+        pytest.param({"schedulingGroup": None}, None, id="schedulingGroup null"),
+        pytest.param({"schedulingGroup": {}}, None, id="schedulingGroup without a name"),
+        pytest.param({"schedulingGroup": {"podGroupName": ""}}, None, id="empty name"),
+        pytest.param({"schedulingGroup": {"podGroupName": 7}}, None, id="name not a string"),
+        pytest.param({"schedulingGroup": "train"}, None, id="schedulingGroup not an object"),
+        # 1.35's alpha field, tombstoned in 1.36 (protobuf tag 42): not read.
+        pytest.param({"workloadRef": {"name": "w", "podGroup": "g"}}, None, id="1.35 workloadRef"),
+    ],
+)
+def test_the_pods_scheduling_group_names_its_group(
+    spec: dict[str, Any], expected: str | None
+) -> None:
+    assert m.group_name({"name": "p"}, spec) == expected
+
+
+def test_without_the_spec_only_metadata_is_read() -> None:
+    assert m.group_name({"labels": {}}) is None
+
+
+def test_a_label_agreeing_with_the_scheduling_group_is_one_group() -> None:
+    spec = {"schedulingGroup": {"podGroupName": "train"}}
+    assert m.group_name({"labels": {m.GROUP_LABEL: "train"}}, spec) == "train"
+
+
+def test_a_label_and_a_scheduling_group_naming_different_groups_is_an_error() -> None:
+    spec = {"schedulingGroup": {"podGroupName": "train"}}
+    with pytest.raises(m.MembershipError) as err:
+        m.group_name({"labels": {m.GROUP_LABEL: "other"}}, spec)
+    assert str(err.value) == (
+        "pod claims two groups (label gang-extender.io/group='other', "
+        "field spec.schedulingGroup.podGroupName='train'); set one group name in all of them"
+    )
+
+
+def test_a_pod_with_only_the_upstream_reference_is_a_member() -> None:
+    pod = PodInfo.from_api(upstream_pod("w-0", "train"))
+    assert pod.group == m.GroupKey("ml", "train")
+    assert pod.group_error is None
+    assert pod.is_active_member
+
+
+def test_a_pod_claiming_two_groups_through_the_label_and_the_field_carries_the_error() -> None:
+    pod = PodInfo.from_api(upstream_pod("w-0", "train", **{m.COSCHEDULING_GROUP_LABEL: "x"}))
+    assert pod.group is None
+    assert pod.group_error is not None and "two groups" in pod.group_error
+
+
+def test_the_webhook_sees_the_upstream_reference_and_denies_two_groups() -> None:
+    assert pod_group(upstream_pod("w-0", "train")) == "train"
+    with pytest.raises(AdmissionDenied, match="two groups"):
+        pod_group(upstream_pod("w-0", "train", **{m.GROUP_LABEL: "x"}))
+
+
+# ---- the PodGroup's gang policy ----
+
+
+@pytest.mark.parametrize(
+    ("policy", "min_member", "error"),
+    [
+        pytest.param({"gang": {"minCount": 4}}, 4, None, id="gang minCount 4"),
+        pytest.param({"gang": {"minCount": 1}}, 1, None, id="gang minCount 1"),
+        pytest.param({"basic": {}}, 1, None, id="basic: no gang"),
+        pytest.param(
+            {"gang": {"minCount": 0}},
+            1,
+            "upstream PodGroup train spec.schedulingPolicy.gang.minCount=0 "
+            "must be a whole number >= 1",
+            id="minCount 0",
+        ),
+        pytest.param(
+            {"gang": {"minCount": "4"}},
+            1,
+            "upstream PodGroup train spec.schedulingPolicy.gang.minCount='4' "
+            "must be a whole number >= 1",
+            id="minCount a string",
+        ),
+        pytest.param(
+            {"gang": {"minCount": True}},
+            1,
+            "upstream PodGroup train spec.schedulingPolicy.gang.minCount=True "
+            "must be a whole number >= 1",
+            id="minCount a boolean",
+        ),
+        pytest.param(
+            {"gang": {}},
+            1,
+            "upstream PodGroup train spec.schedulingPolicy.gang.minCount=None "
+            "must be a whole number >= 1",
+            id="gang without minCount",
+        ),
+        pytest.param(
+            {},
+            1,
+            "upstream PodGroup train sets neither spec.schedulingPolicy.gang "
+            "nor spec.schedulingPolicy.basic",
+            id="empty policy",
+        ),
+        pytest.param(
+            None,
+            1,
+            "upstream PodGroup train sets neither spec.schedulingPolicy.gang "
+            "nor spec.schedulingPolicy.basic",
+            id="no policy",
+        ),
+    ],
+)
+def test_the_gang_policy_gives_the_group_size(
+    policy: object, min_member: int, error: str | None
+) -> None:
+    spec = upstream_podgroup_spec(upstream_podgroup("train", policy))
+    assert spec == GroupSpec(
+        key=m.GroupKey("ml", "train"),
+        min_member=min_member,
+        source=UPSTREAM_PODGROUP_SOURCE,
+        error=error,
+    )
+
+
+def test_a_podgroup_as_the_api_server_returns_it() -> None:
+    spec = upstream_podgroup_spec(SERVED_PODGROUP)
+    assert (spec.key, spec.min_member, spec.error) == (m.GroupKey("ml", "train"), 4, None)
+
+
+# ---- the cluster state and the snapshot ----
+
+
+def new_state() -> ClusterState:
+    core = GangCore(policy=Policy(), timeouts=Timeouts(60, 30, 2))
+    return ClusterState(core, flush_effects=lambda: None, metrics=Metrics())
+
+
+def test_an_upstream_podgroup_sizes_the_group_of_its_pods_and_goes_with_its_deletion() -> None:
+    state = new_state()
+    key = m.GroupKey("ml", "train")
+    state.on_page(UPSTREAM_PODGROUPS.kind, [SERVED_PODGROUP], True, True)
+    state.on_event("pods", "ADDED", upstream_pod("w-0", "train"))
+    spec = state.core.snapshot.group_spec(key)
+    assert spec is not None and (spec.min_member, spec.source) == (4, UPSTREAM_PODGROUP_SOURCE)
+    assert state.podgroup_object(key) is SERVED_PODGROUP
+    assert [p.name for p in state.core.snapshot.members(key)] == ["w-0"]
+    state.on_event(UPSTREAM_PODGROUPS.kind, "DELETED", SERVED_PODGROUP)
+    assert state.core.snapshot.group_spec(key) is None
+    assert state.podgroup_object(key) is None
+
+
+def test_a_relist_without_the_podgroup_forgets_it() -> None:
+    state = new_state()
+    key = m.GroupKey("ml", "train")
+    state.on_page(UPSTREAM_PODGROUPS.kind, [SERVED_PODGROUP], True, True)
+    state.on_page(UPSTREAM_PODGROUPS.kind, [], True, True)
+    assert state.core.snapshot.podgroup(key) is None
+
+
+def test_our_podgroup_and_an_upstream_one_of_the_same_name_that_disagree_hold_the_group() -> None:
+    state = new_state()
+    key = m.GroupKey("ml", "train")
+    ours = {
+        "apiVersion": "scheduling.gang-extender.io/v1alpha1",
+        "kind": "PodGroup",
+        "metadata": {"name": "train", "namespace": "ml"},
+        "spec": {"minMember": 2},
+    }
+    state.on_page(UPSTREAM_PODGROUPS.kind, [SERVED_PODGROUP], True, True)
+    state.on_page("podgroups", [ours], True, True)
+    spec = state.core.snapshot.group_spec(key)
+    assert spec is not None and spec.error == (
+        "scheduling.gang-extender.io PodGroup train (minMember 2) and scheduling.k8s.io "
+        "PodGroup train (minCount 4) disagree; delete the one you do not use, or make them agree"
+    )
+    assert state.podgroup_object(key) is ours
+
+
+def test_our_podgroup_and_an_upstream_one_that_agree_are_one_group() -> None:
+    state = new_state()
+    key = m.GroupKey("ml", "train")
+    ours = {
+        "apiVersion": "scheduling.gang-extender.io/v1alpha1",
+        "kind": "PodGroup",
+        "metadata": {"name": "train", "namespace": "ml"},
+        "spec": {"minMember": 4},
+    }
+    state.on_page(UPSTREAM_PODGROUPS.kind, [SERVED_PODGROUP], True, True)
+    state.on_page("podgroups", [ours], True, True)
+    spec = state.core.snapshot.group_spec(key)
+    assert spec is not None and (spec.min_member, spec.source, spec.error) == (4, "PodGroup", None)
+
+
+# ---- the watch cache finds the served version ----
+
+
+class ImmediateLoop:
+    def call_soon_threadsafe(self, fn: Any, *args: Any) -> None:
+        fn(*args)
+
+
+class RecordingSink(CacheSink):
+    def __init__(self) -> None:
+        self.pages: list[list[str]] = []
+
+    def on_page(self, kind: str, items: list[dict[str, Any]], first: bool, last: bool) -> None:
+        self.pages.append([i["metadata"]["name"] for i in items])
+
+    def on_event(self, kind: str, event_type: str, obj: dict[str, Any]) -> None:
+        pass
+
+
+class VersionedApi:
+    """Serves podgroups at `served` paths only; `refuse` answers with that status instead."""
+
+    def __init__(self, served: tuple[str, ...], refuse: int = 404) -> None:
+        self.served = served
+        self.refuse = refuse
+        self.listed: list[str] = []
+        self.watched: list[str] = []
+        self.watching = threading.Event()
+
+    def call(
+        self, method: str, path: str, *, query: dict[str, Any], timeout: float
+    ) -> dict[str, Any]:
+        self.listed.append(path)
+        if path not in self.served:
+            raise KubeError(self.refuse, "the server could not find the requested resource")
+        return {"metadata": {"resourceVersion": "7"}, "items": [SERVED_PODGROUP]}
+
+    def stream(
+        self, path: str, *, query: dict[str, Any], read_timeout: float
+    ) -> Iterator[dict[str, Any]]:
+        self.watched.append(path)
+        self.watching.set()
+        threading.Event().wait(3600)
+        yield {}
+
+
+def test_the_cache_lists_and_watches_the_first_served_version() -> None:
+    v1alpha2 = "/apis/scheduling.k8s.io/v1alpha2/podgroups"
+    api = VersionedApi(served=(v1alpha2,))
+    sink = RecordingSink()
+    watcher = Watcher(api, UPSTREAM_PODGROUPS, sink, ImmediateLoop(), Metrics())  # type: ignore[arg-type]
+    watcher.start()
+    assert api.watching.wait(10)
+    watcher.stop()
+    assert api.listed == list(UPSTREAM_PODGROUPS.paths)
+    assert api.watched == [v1alpha2]
+    assert sink.pages == [["train"]]
+    assert watcher.synced.is_set() and not watcher.absent
+
+
+@pytest.mark.parametrize("status", [404, 403], ids=["not served", "not permitted"])
+def test_a_cluster_without_the_api_is_synced_with_nothing_read(status: int) -> None:
+    api = VersionedApi(served=(), refuse=status)
+    sink = RecordingSink()
+    watcher = Watcher(api, UPSTREAM_PODGROUPS, sink, ImmediateLoop(), Metrics())  # type: ignore[arg-type]
+    watcher.start()
+    assert watcher.synced.wait(10)
+    watcher.stop()
+    assert watcher.absent
+    assert sink.pages == [] and api.watched == []
+    expected = list(UPSTREAM_PODGROUPS.paths) if status == 404 else [UPSTREAM_PODGROUPS.path]
+    assert api.listed[: len(expected)] == expected
+
+
+# ---- the mode switch ----
+
+
+def test_full_mode_opens_every_listener() -> None:
+    assert Settings().mode == "full"
+    assert listeners(Settings()) == (EXTENDER, WEBHOOK, METRICS)
+
+
+def test_wiring_only_mode_opens_no_extender_listener() -> None:
+    assert listeners(Settings(mode="wiring-only")) == (WEBHOOK, METRICS)
+
+
+def test_the_mode_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GANG_MODE", "wiring-only")
+    assert Settings().mode == "wiring-only"
+
+
+def test_an_unknown_mode_is_refused_naming_the_choices() -> None:
+    with pytest.raises(ValidationError, match="'full' or 'wiring-only'"):
+        Settings(mode="scheduler-only")  # type: ignore[arg-type]
+
+
+def test_listed_items_get_the_apiversion_and_kind_of_their_list() -> None:
+    """kube-apiserver leaves TypeMeta out of a built-in kind's list items; the wiring's
+    ownerReference to an upstream PodGroup needs it."""
+    item = {"metadata": {"name": "train", "namespace": "ml", "uid": "u"}, "spec": {}}
+
+    class ListApi(VersionedApi):
+        def call(
+            self, method: str, path: str, *, query: dict[str, Any], timeout: float
+        ) -> dict[str, Any]:
+            self.listed.append(path)
+            return {
+                "apiVersion": "scheduling.k8s.io/v1beta1",
+                "kind": "PodGroupList",
+                "metadata": {"resourceVersion": "7"},
+                "items": [item],
+            }
+
+    api = ListApi(served=())
+    watcher = Watcher(api, UPSTREAM_PODGROUPS, RecordingSink(), ImmediateLoop(), Metrics())  # type: ignore[arg-type]
+    watcher.start()
+    assert api.watching.wait(10)
+    watcher.stop()
+    assert (item["apiVersion"], item["kind"]) == ("scheduling.k8s.io/v1beta1", "PodGroup")
+
+
+# ---- wiring-only: the reconciler wires, and leaves reporting to the other scheduler ----
+
+
+def _service(mode: str) -> tuple[Any, Any, Any]:
+    from extender.service import Deps, create_service
+    from tests.unit.test_service_effects import FakeRaw, FakeWiring
+
+    raw, wiring = FakeRaw(), FakeWiring()
+    settings = Settings(mode=mode, webhook_config_name=None)  # type: ignore[arg-type]
+    return create_service(settings, Deps(raw=raw, wiring=wiring)), raw, wiring  # type: ignore[arg-type]
+
+
+def _observe_waiting_group(svc: Any) -> None:
+    from tests.builders import make_pod, make_podgroup
+
+    namespace = {"metadata": {"name": "default", "labels": {m.INJECT_NAMESPACE_LABEL: "enabled"}}}
+    podgroup = make_podgroup("job", 2)
+    podgroup["metadata"]["resourceVersion"] = "1"
+    svc.state.on_page("namespaces", [namespace], True, False)
+    svc.state.on_page("podgroups", [podgroup], True, False)
+    svc.state.on_page("pods", [make_pod("w0").group("job").obj()], True, False)
+
+
+@pytest.mark.parametrize(
+    ("mode", "reports"), [("full", True), ("wiring-only", False)], ids=["full", "wiring-only"]
+)
+async def test_wiring_only_wires_but_writes_no_status_and_no_waiting_event(
+    mode: str, reports: bool
+) -> None:
+    svc, raw, wiring = _service(mode)
+    try:
+        assert svc.reconciler.schedules is reports
+        _observe_waiting_group(svc)
+        await svc.reconciler.reconcile_group(m.GroupKey("default", "job"))
+        await svc.queues.join()
+        assert wiring.calls == 1  # the Secret, Service and ConfigMap are made in both modes
+        assert bool(raw.status_patches("job")) is reports
+        assert bool(raw.events("GangWaiting")) is reports
+    finally:
+        svc.binder.close()
+
+
+# ---- the dev control plane's feature gates (used by tests/e2e/test_upstream_workload.py) ----
+
+
+def _bin_dir(tmp_path: Any) -> Any:
+    from extender.devcluster.cluster import REQUIRED_BINARIES
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in REQUIRED_BINARIES:
+        (bin_dir / name).write_text("")
+        (bin_dir / name).chmod(0o755)
+    return bin_dir
+
+
+def test_feature_gates_are_given_per_component(tmp_path: Any) -> None:
+    from extender.devcluster.cluster import LocalCluster
+
+    cluster = LocalCluster(
+        tmp_path / "c",
+        _bin_dir(tmp_path),
+        feature_gates={"kube-apiserver": {"GenericWorkload": True, "B": False}},
+        runtime_config=["scheduling.k8s.io/v1beta1=true"],
+    )
+    assert cluster._gate_flags("kube-apiserver") == ["--feature-gates=B=false,GenericWorkload=true"]
+    assert cluster._gate_flags("kube-scheduler") == []
+    assert cluster.runtime_config == ("scheduling.k8s.io/v1beta1=true",)
+
+
+def test_feature_gates_for_a_component_that_is_not_run_are_refused(tmp_path: Any) -> None:
+    from extender.devcluster.cluster import ClusterError, LocalCluster
+
+    with pytest.raises(ClusterError, match="unknown components: \\['kubelet'\\]"):
+        LocalCluster(tmp_path / "c", _bin_dir(tmp_path), feature_gates={"kubelet": {"X": True}})
+
+
+# ---- `gang-extender status` lists upstream groups with their size ----
+
+
+def _status_pod(name: str, *, node: str | None = None, phase: str = "Pending") -> dict[str, Any]:
+    pod = upstream_pod(name, "train")
+    pod["metadata"]["namespace"] = "ml"
+    if node:
+        pod["spec"]["nodeName"] = node
+    pod["status"] = {"phase": phase}
+    return pod
+
+
+def test_status_shows_an_upstream_group_with_its_min_count() -> None:
+    from extender.cli import SOURCE_UPSTREAM, STATUS_HEADER, status_rows
+
+    pods = [
+        _status_pod("train-0", node="n1", phase="Running"),
+        _status_pod("train-1", node="n1", phase="Running"),
+        _status_pod("train-2"),
+    ]
+    rows = status_rows([], [], pods, [], upstream=[SERVED_PODGROUP])
+    (found,) = [r for r in rows[1:] if r[1] == "train"]
+    assert dict(zip(STATUS_HEADER, found, strict=True)) == {
+        "NAMESPACE": "ml",
+        "NAME": "train",
+        "PHASE": "Pending",
+        "PLACED/MIN": "2/4",
+        "RUNNING": "2",
+        "SOURCE": SOURCE_UPSTREAM,
+        "WAITING FOR": "",
+    }
+
+
+def test_status_without_upstream_podgroups_shows_the_group_from_its_pods() -> None:
+    from extender.cli import SOURCE_PODS, status_rows
+
+    rows = status_rows([], [], [_status_pod("train-0")], [])
+    assert [(r[1], r[3], r[5]) for r in rows[1:]] == [("train", "0/?", SOURCE_PODS)]
