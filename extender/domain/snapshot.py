@@ -156,7 +156,7 @@ class ClusterSnapshot:
         minimums (`task_layout`).
         """
         spec = self._sized_spec(key)
-        layout = self.task_layout(key) if spec is not None else None
+        layout = self.task_layout(key)
         if spec is None or layout is None:
             return spec
         size_from = (
