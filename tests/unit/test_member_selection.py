@@ -470,3 +470,41 @@ def test_a_replacement_worker_is_planned_beside_the_bound_master() -> None:
     decision = core.filter(pods[-1], ["n1"], T0)
     assert decision.verdict is Verdict.PLANNED
     assert set(core.ledger.plans[JOB].placements) == {pods[-1].uid}
+
+
+def test_a_planned_gang_says_how_many_members_it_binds() -> None:
+    core = core_with(
+        [make_node("n1").gpus(4).obj()],
+        [*workers(5, gpus=1), member("m", 30, "master", gpus=1)],
+        HOROVOD_GROUP,
+    )
+    assert core.filter(workers(1, gpus=1)[0], ["n1"], T0).verdict is Verdict.PLANNED
+    assert core.groups[JOB].message == "gang default/job: planned 4 members, binding"
+
+
+def test_a_gang_that_does_not_fit_is_not_planned_again_until_something_changes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import extender.domain.gang as gang_module
+
+    calls: list[int] = []
+    real = gang_module.plan_gang
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(len(args[0]))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(gang_module, "plan_gang", counted)
+    core = core_with(
+        [make_node("n1").gpus(3).obj()],
+        [*workers(5, gpus=1), member("m", 30, "master", gpus=1)],
+        HOROVOD_GROUP,
+    )
+    first = core.filter(workers(1, gpus=1)[0], ["n1"], T0)
+    assert first.verdict is Verdict.WAIT
+    assert calls == [6, 4]  # every unbound member, then the fewest that meet the minimums
+    again = core.filter(workers(1, gpus=1)[0], ["n1"], T0 + 1)
+    assert again.unresolvable == first.unresolvable
+    assert calls == [6, 4], "nothing changed: the shortfall is remembered, not re-planned"
+    core.snapshot.upsert_node(NodeInfo.from_api(make_node("n2").gpus(1).obj()))
+    assert core.filter(workers(1, gpus=1)[0], ["n1", "n2"], T0 + 2).verdict is Verdict.PLANNED
