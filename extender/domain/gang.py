@@ -14,11 +14,12 @@ Filter decision order for a pod:
     still offers that node; else the plan is dropped and the gang waits, unless its
     barrier released: then the member waits for its node, and a node that is gone
     loses the member, GangBroken).
- 4. Group backing off after a dropped plan, or fewer than minMember members -> WAIT.
+ 4. Group backing off after a dropped plan, or fewer members than minMember or
+    than a task's minimum (minTaskMember) -> WAIT.
  5. Nothing changed since the last failed attempt -> WAIT (memoised shortfall).
- 6. Plan every unbound member (or, failing that, just enough to reach minMember)
-    on capacity free of bound pods and other gangs' reservations -> PLANNED, or
-    WAIT with what is missing.
+ 6. Plan every unbound member (or, failing that, the fewest that meet every task
+    minimum and minMember: domain/selection.py) on capacity free of bound pods and
+    other gangs' reservations -> PLANNED, or WAIT with what is missing.
 
 Steps 4-6 also run when the watch delivers a change to a held group
 (`group_changed`): kube-scheduler retries held members only on an event, and the
@@ -87,6 +88,7 @@ from extender.domain.planner import NodeRestriction, Placement, plan_gang
 from extender.domain.policy import Policy
 from extender.domain.recovery import Recovery, recover_plans
 from extender.domain.scoring import MAX_SCORE, NodeScoreBoard
+from extender.domain.selection import MembersMissing, choose_members, tasks_left_out
 from extender.domain.snapshot import ClusterSnapshot, fits
 
 # Remember what kube-scheduler's filters said about a member only when it is this
@@ -238,34 +240,32 @@ class GangCore:
         members = self.snapshot.members(key)
         if asking is not None and asking.uid not in {m.uid for m in members}:
             members = sorted([*members, asking], key=lambda p: (p.created, p.name))
-        bound = [m for m in members if m.is_bound]
-        if len(members) < spec.min_member:
-            return self._say(
-                state,
-                f"gang {key}: {len(members)}/{spec.min_member} members exist; "
-                "waiting for the rest to be created",
-            )
+        choice = choose_members(
+            members, min_member=spec.min_member, task_minimums=spec.min_task_member
+        )
+        if isinstance(choice, MembersMissing):
+            return self._say(state, f"gang {key}: {choice}; waiting for the rest to be created")
         generation = (self.snapshot.generation, self.ledger.generation)
         if state.shortfall_generation == generation:
             return state.message
 
-        unbound = [m for m in members if not m.is_bound]
-        need = max(1, spec.min_member - len(bound))
         free = self.free_for_planning()
         allowed = dict(self.restrictions)
         if asking is not None and candidates is not None:
             allowed[asking.uid] = NodeRestriction(allowed=frozenset(candidates))
-        outcome = plan_gang(unbound, free, self.snapshot.nodes, self.policy, allowed=allowed)
-        if not isinstance(outcome, Placement) and len(unbound) > need:
-            outcome = plan_gang(
-                unbound[:need], free, self.snapshot.nodes, self.policy, allowed=allowed
-            )
+        for chosen in choice.attempts:
+            outcome = plan_gang(chosen, free, self.snapshot.nodes, self.policy, allowed=allowed)
+            if isinstance(outcome, Placement):
+                break
         if not isinstance(outcome, Placement):
             state.shortfall_generation = generation
+            left_out = tasks_left_out(chosen, outcome.unplaced, spec.min_task_member)
+            if left_out:
+                return self._say(state, f"gang {key}: {outcome.message}; short of room: {left_out}")
             return self._say(state, f"gang {key}: {outcome.message}")
 
         timeout = spec.schedule_timeout_seconds or self.timeouts.schedule_timeout_seconds
-        members_by_uid = {m.uid: m for m in unbound}
+        members_by_uid = {m.uid: m for m in members}
         plan = Plan(
             group=key,
             plan_id=self.ledger.new_plan_id(),

@@ -6,8 +6,9 @@ the HTTP edge and the watch cache produce identical objects.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -87,6 +88,9 @@ class PodInfo:
     group_error: str | None = None
     task: str = membership.DEFAULT_TASK
     min_available: int | None = None
+    # The pod's gang-extender.io/tasks annotation, parsed; None when absent or
+    # malformed (the controller reports a malformed one, InvalidTaskLayout).
+    task_layout: Mapping[str, int] | None = None
     planned_node: str | None = None
     node_selector: dict[str, str] = field(default_factory=dict)
     tolerations: tuple[Toleration, ...] = ()
@@ -129,6 +133,9 @@ class PodInfo:
         except QuantityError as err:
             requests = {"pods": 1}
             group_error = group_error or f"unreadable resource request: {err}"
+        task_layout = None
+        with contextlib.suppress(MembershipError):
+            task_layout = membership.task_layout(meta)
         tolerations = tuple(
             Toleration(
                 t.get("key") or None,
@@ -151,6 +158,7 @@ class PodInfo:
             group_error=group_error,
             task=membership.task_name(meta),
             min_available=min_avail,
+            task_layout=task_layout,
             planned_node=(meta.get("annotations") or {}).get(membership.PLANNED_NODE_ANNOTATION),
             node_selector=dict(spec.get("nodeSelector") or {}),
             tolerations=tolerations,
@@ -206,16 +214,79 @@ class GroupSpec:
         if timeout is not None and (not isinstance(timeout, int | float) or timeout <= 0):
             error = error or f"{source} spec.scheduleTimeoutSeconds={timeout!r} must be > 0"
             timeout = None
-        tasks = spec.get("minTaskMember")
+        tasks, tasks_error = read_task_minimums(
+            spec.get("minTaskMember"), where=f"{source} spec.minTaskMember"
+        )
+        if tasks is not None and error is None:
+            tasks_error = task_minimums_exceed(
+                min_member,
+                tasks,
+                tasks_from=f"{source} spec.minTaskMember",
+                size_from="spec.minMember",
+            )
         return cls(
             key=key,
             min_member=min_member,
             source=source,
             schedule_timeout_seconds=float(timeout) if timeout is not None else None,
-            min_task_member=dict(tasks) if isinstance(tasks, Mapping) else None,
-            error=error,
+            min_task_member=tasks,
+            error=error or tasks_error,
             managed=membership.CREATED_FROM_ANNOTATION in (meta.get("annotations") or {}),
         )
+
+    def with_members_task_layout(self, layout: Mapping[str, int], *, size_from: str) -> GroupSpec:
+        """This spec with the members' gang-extender.io/tasks layout as its task minimums.
+
+        Only a spec without minTaskMember of its own takes it (a PodGroup's wins), and a
+        layout asking for more members than `size_from` says the group has makes the
+        spec an error rather than a plan that can never satisfy both.
+        """
+        if self.min_task_member is not None or self.error is not None:
+            return self
+        exceed = task_minimums_exceed(
+            self.min_member,
+            layout,
+            tasks_from=f"annotation {membership.TASKS_ANNOTATION}",
+            size_from=size_from,
+        )
+        return replace(self, min_task_member=dict(layout), error=exceed)
+
+
+def read_task_minimums(raw: Any, *, where: str) -> tuple[dict[str, int] | None, str | None]:
+    """`minTaskMember` as task -> count (None when absent or empty), and what is wrong with it.
+
+    The CRD refuses counts below 1, but a PodGroup of another schema (or one stored
+    before the CRD said so) can carry anything: a count that is not a whole number
+    >= 1 makes the group's spec an error instead of a plan built on it.
+    """
+    if raw is None or raw == {}:
+        return None, None
+    if not isinstance(raw, Mapping):
+        return None, f"{where} must map task names to counts, got {raw!r}"
+    counts: dict[str, int] = {}
+    for task, count in raw.items():
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+            return None, f"{where}[{task}]={count!r} must be a whole number >= 1"
+        counts[str(task)] = count
+    return counts, None
+
+
+def task_minimums_exceed(
+    min_member: int, minimums: Mapping[str, int], *, tasks_from: str, size_from: str
+) -> str | None:
+    """Why task minimums that add up to more than minMember cannot stand, else None.
+
+    Every task minimum counts toward minMember, so such a group would be planned
+    bigger than its declared size; it is refused and the message says which to raise.
+    """
+    total = sum(minimums.values())
+    if total <= min_member:
+        return None
+    listed = ",".join(f"{task}={count}" for task, count in minimums.items())
+    return (
+        f"{tasks_from} ({listed}) asks for {total} members, more than {size_from}="
+        f"{min_member}; raise {size_from} to {total} or lower the task counts"
+    )
 
 
 # GroupSpec.source of a Kubernetes scheduling.k8s.io PodGroup (the Workload API's runtime

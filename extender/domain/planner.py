@@ -46,6 +46,9 @@ class Shortfall:
     placeable: int
     total: int
     message: str
+    # Uids of the members the greedy placement left out (empty when not known, as for
+    # a required topology domain): the core says which tasks they belong to.
+    unplaced: tuple[str, ...] = ()
 
 
 def node_accepts(node: NodeInfo, pod: PodInfo) -> bool:
@@ -215,7 +218,12 @@ def plan_gang(
     placed, misfit = _place(members, free, nodes, policy, allowed)
     if misfit is None:
         return Placement(placed)
-    return Shortfall(len(placed), len(members), _shortfall_text(members, placed, misfit, free))
+    return Shortfall(
+        len(placed),
+        len(members),
+        _shortfall_text(members, placed, misfit, free),
+        unplaced=tuple(m.uid for m in members if m.uid not in placed),
+    )
 
 
 def _need_text(members: Sequence[PodInfo]) -> str:

@@ -11,7 +11,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
 from extender.domain.foreign_podgroups import PODGROUP_SOURCES, pick_podgroup
-from extender.domain.membership import SCHEDULER_NAME, GroupKey
+from extender.domain.membership import MIN_AVAILABLE_ANNOTATION, SCHEDULER_NAME, GroupKey
 from extender.domain.model import GroupSpec, NodeInfo, PodInfo, Resources
 from extender.domain.quantity import GPU
 
@@ -32,6 +32,9 @@ class ClusterSnapshot:
         self.pods: dict[str, PodInfo] = {}
         self._used: dict[str, Resources] = defaultdict(dict)
         self._members: dict[GroupKey, set[str]] = defaultdict(set)
+        # Members carrying a gang-extender.io/tasks layout, usually none: group_spec
+        # looks only at these, so a big group without the annotation costs nothing.
+        self._laid_out: dict[GroupKey, set[str]] = defaultdict(set)
         # PodGroup objects by source (ours, Volcano's, scheduler-plugins', Kubernetes'):
         # which one decides a name is foreign_podgroups.pick_podgroup's call.
         self._podgroups: dict[str, dict[GroupKey, GroupSpec]] = defaultdict(dict)
@@ -65,6 +68,8 @@ class ClusterSnapshot:
             self.capacity_changed.add(pod.node_name)
         if pod.group is not None:
             self._members[pod.group].add(pod.uid)
+            if pod.task_layout is not None:
+                self._laid_out[pod.group].add(pod.uid)
         self.generation += 1
         return old
 
@@ -85,6 +90,11 @@ class ClusterSnapshot:
                 members.discard(pod.uid)
                 if not members:
                     del self._members[pod.group]
+            laid_out = self._laid_out.get(pod.group)
+            if laid_out is not None:
+                laid_out.discard(pod.uid)
+                if not laid_out:
+                    del self._laid_out[pod.group]
 
     def replace_all(
         self, nodes: Iterable[NodeInfo], pods: Iterable[PodInfo], groups: Iterable[GroupSpec]
@@ -95,6 +105,7 @@ class ClusterSnapshot:
         self.pods = {}
         self._used = defaultdict(dict)
         self._members = defaultdict(set)
+        self._laid_out = defaultdict(set)
         self._podgroups = defaultdict(dict)
         for node in nodes:
             self.upsert_node(node)
@@ -143,8 +154,38 @@ class ClusterSnapshot:
 
         Members that disagree about their size give a spec with `error` set: the
         group is not scheduled until they agree. A PodGroup gang-extender created
-        (`managed`) gives way to its members' annotation.
+        (`managed`) gives way to its members' annotation. A spec without
+        minTaskMember takes the members' gang-extender.io/tasks layout as its task
+        minimums (`task_layout`).
         """
+        spec = self._sized_spec(key)
+        layout = self.task_layout(key)
+        if spec is None or layout is None:
+            return spec
+        size_from = (
+            f"annotation {MIN_AVAILABLE_ANNOTATION}"
+            if spec.source == "annotation"
+            else f"{spec.source} spec.minMember"
+        )
+        return spec.with_members_task_layout(layout, size_from=size_from)
+
+    def task_layout(self, key: GroupKey) -> Mapping[str, int] | None:
+        """The gang-extender.io/tasks layout of the group's members, None when none carries one.
+
+        The first member by name that carries one (malformed ones were dropped when
+        parsed) decides, as the webhook's layout for hostfiles does
+        (injection/layout.py), so the plan and the hostfile count the same tasks.
+        """
+        carriers = [
+            self.pods[uid]
+            for uid in self._laid_out.get(key, ())
+            if self.pods[uid].is_active_member and self.pods[uid].scheduler_name == SCHEDULER_NAME
+        ]
+        if not carriers:
+            return None
+        return min(carriers, key=lambda p: p.name).task_layout
+
+    def _sized_spec(self, key: GroupKey) -> GroupSpec | None:
         spec = self.podgroup(key)
         if spec is not None and not spec.managed:
             return spec

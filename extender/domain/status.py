@@ -12,6 +12,7 @@ from typing import Any
 from extender.domain.gang import GangCore
 from extender.domain.membership import MIN_AVAILABLE_ANNOTATION, SCHEDULER_NAME, GroupKey
 from extender.domain.model import UPSTREAM_PODGROUP_SOURCE, GroupSpec, PodInfo
+from extender.domain.selection import MembersMissing, choose_members
 
 
 @dataclass(frozen=True)
@@ -158,6 +159,7 @@ def group_status(core: GangCore, key: GroupKey) -> GroupStatus | None:
         its word is newer than such a condition, which lasts until the pod is tried
         again) -> Unschedulable, with that reason and the fix;
      3. fewer than minMember members -> WaitingForMembers, and how to lower the size;
+        a task with fewer members than its minTaskMember -> WaitingForMembers, naming it;
      4. else why the core holds the gang -> Unschedulable.
     A user's PodGroup whose minMember differs from the members' annotation adds
     which wins and what to change.
@@ -201,6 +203,14 @@ def group_status(core: GangCore, key: GroupKey) -> GroupStatus | None:
             reason, message = "Unschedulable", _refusal_message(key, refused)
         elif len(active) < spec.min_member:
             reason, message = "WaitingForMembers", _waiting_message(key, spec, len(active))
+        elif isinstance(
+            missing := choose_members(
+                active, min_member=spec.min_member, task_minimums=spec.min_task_member
+            ),
+            MembersMissing,
+        ):
+            reason = "WaitingForMembers"
+            message = f"gang {key}: {missing}; waiting for the rest to be created"
         else:
             reason = "Unschedulable"
         disagreement = _size_disagreement(key, spec, active)

@@ -195,9 +195,7 @@ CASES: dict[str, dict[str, Any]] = {
     "master-depends-on-workers": {
         "pod": master_depending_on_workers(),
         "existing": [],
-        "podgroup": make_podgroup(
-            "hvd", 4, namespace=NS, minTaskMember={"master": 1, "worker": 3}
-        ),
+        "podgroup": make_podgroup("hvd", 4, namespace=NS, minTaskMember={"master": 1, "worker": 3}),
     },
     "dry-run": {"pod": deployment_pod(), "existing": [], "dry_run": True},
     "pod-without-group": {"pod": as_admitted(make_pod("plain", NS).obj()), "existing": []},
