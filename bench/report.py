@@ -259,6 +259,38 @@ def markdown(results: dict[str, Any]) -> str:
                 ),
                 "",
             ]
+        by_size = hook.get("by_namespace_size") or []
+        if by_size:
+            out += [
+                "Added latency against the pods already in the namespace (group members "
+                "created one at a time; ms):",
+                "",
+            ]
+            out += _table(
+                [
+                    "pods in namespace",
+                    "n",
+                    "with p50",
+                    "with p99",
+                    "without p50",
+                    "without p99",
+                    "added p50",
+                    "added p99",
+                ],
+                [
+                    [
+                        row["pods_in_namespace"],
+                        row["with webhook"].get("n"),
+                        row["with webhook"].get("p50_ms"),
+                        row["with webhook"].get("p99_ms"),
+                        row["without webhook"].get("p50_ms"),
+                        row["without webhook"].get("p99_ms"),
+                        row["added_ms"]["p50"],
+                        row["added_ms"]["p99"],
+                    ]
+                    for row in by_size
+                ],
+            )
     elif hook:
         out += ["## 4. Webhook", "", f"failed: {hook.get('error')}", ""]
     return "\n".join(out)
@@ -324,7 +356,26 @@ def plot(results: dict[str, Any], path: Path) -> bool:
 
     ax = axes[1][1]
     series = ((results.get("webhook") or {}).get("series")) or {}
-    if series:
+    by_size = ((results.get("webhook") or {}).get("by_namespace_size")) or []
+    if by_size:  # the latency-vs-namespace-size figure, when that series ran
+        sizes_x = [row["pods_in_namespace"] for row in by_size]
+        for q, style in (("p50", "-"), ("p99", "--")):
+            ax.plot(
+                sizes_x,
+                [row["added_ms"][q] for row in by_size],
+                style,
+                marker="o",
+                color="C0",
+                label=f"added by the webhook, {q}",
+            )
+        ax.axhline(5.0, color="red", linestyle=":", linewidth=1, label="5 ms p50 target")
+        ax.axhline(15.0, color="red", linestyle="-.", linewidth=1, label="15 ms p99 target")
+        ax.set_xscale("log")
+        ax.set_xlabel("pods already in the namespace")
+        ax.set_ylabel("ms added per pod create")
+        ax.legend(fontsize=8)
+        ax.set_title("4. webhook cost vs namespace size")
+    elif series:
         labels = list(series)
         ax.bar(
             range(len(labels)), [series[x].get("p99_ms", 0) for x in labels], alpha=0.35, color="C0"
@@ -333,7 +384,7 @@ def plot(results: dict[str, Any], path: Path) -> bool:
         ax.set_xticks(range(len(labels)))
         ax.set_xticklabels(labels, fontsize=8)
         ax.set_ylabel("ms (solid p50, light p99)")
-    ax.set_title("4. pod create round trip")
+        ax.set_title("4. pod create round trip")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
