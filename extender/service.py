@@ -63,7 +63,7 @@ from extender.kube.ca_publish import (
     shared_webhook_token,
 )
 from extender.kube.cache import CacheTuning, WatchCache
-from extender.kube.indexes import IndexAllocator
+from extender.kube.indexes import IndexAllocator, PodIndexFeed
 from extender.kube.leader import LeaderElector
 from extender.kube.rawapi import KubeError, RawApi
 from extender.kube.webhook_config import write_client_config
@@ -169,13 +169,16 @@ class GangService:
             tasks.append(
                 asyncio.create_task(self.ca_bundle.keep_writing(tls.ca_pem), name="ca-bundle")
             )
+        # Pods also feed the webhook's task-index book, which answers once the pod
+        # watch is caught up (listing per create until then: kube/indexes.py).
         cache = self.cache = WatchCache(
             self.deps.raw,
-            self.state,
+            PodIndexFeed(self.state, self.allocator.members),
             loop,
             self.metrics,
             tuning=CacheTuning.from_settings(self.settings),
         )
+        self.allocator.answer_from_watch(lambda: cache.watching("pods"))
         cache.start()
         self.failover.synced = cache.synced
         tasks.append(
@@ -381,6 +384,7 @@ def create_service(settings: Settings, deps: Deps | None = None) -> GangService:
         deps.raw,
         hold_seconds=settings.index_hold_seconds,
         list_timeout_seconds=settings.index_list_timeout_seconds,
+        on_read=lambda source: metrics.index_reads.labels(source=source).inc(),
     )
     gauges = Gauges(core, metrics)
     reconciler = GroupReconciler(
