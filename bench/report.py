@@ -15,6 +15,8 @@ TARGETS: list[tuple[str, str, float, bool]] = [
     ("gang throughput ratio (gang-extender / coscheduling)", "gang_ratio", 1.0, True),
     ("RSS at 5,000 nodes + 50,000 pods (MB)", "rss_50k", 300.0, False),
     ("ready at 5,000 nodes + 50,000 pods (s)", "ready_50k", 5.0, False),
+    ("webhook added p50, 2,000 pods in the namespace (ms)", "webhook_added_p50_2000", 5.0, False),
+    ("webhook added p99, 2,000 pods in the namespace (ms)", "webhook_added_p99_2000", 15.0, False),
 ]
 
 
@@ -42,6 +44,10 @@ def headline(results: dict[str, Any]) -> dict[str, float | None]:
         "rss_50k": (at50k or {}).get("rss_after_mb"),
         "ready_50k": (at50k or {}).get("ready_s"),
     }
+    by_size = (results.get("webhook") or {}).get("by_namespace_size") or []
+    at2000 = next((r for r in by_size if r["pods_in_namespace"] == 2000), {})
+    out["webhook_added_p50_2000"] = (at2000.get("added_ms") or {}).get("p50")
+    out["webhook_added_p99_2000"] = (at2000.get("added_ms") or {}).get("p99")
     return out
 
 
