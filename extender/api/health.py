@@ -47,9 +47,10 @@ class _AdmissionTimer:
     """Times each HTTP request and counts errors (status >= 400 or an exception).
 
     A plain ASGI middleware, not `@app.middleware("http")`: starlette's
-    BaseHTTPMiddleware runs every request through a task group and a memory stream
-    for the body, which profiled at about a third of an admission's time in the
-    service (docs/benchmarks.md); this one only watches the response start.
+    BaseHTTPMiddleware runs every request through a task group and wraps the body
+    stream; with it gone, py-spy found half as many samples inside the webhook route
+    for the same bench series (docs/benchmarks.md). This one only watches the
+    response start.
     """
 
     def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
