@@ -63,7 +63,7 @@ from extender.kube.ca_publish import (
     shared_webhook_token,
 )
 from extender.kube.cache import CacheTuning, WatchCache
-from extender.kube.indexes import IndexAllocator, PodIndexFeed
+from extender.kube.indexes import IndexAllocator
 from extender.kube.leader import LeaderElector
 from extender.kube.rawapi import KubeError, RawApi
 from extender.kube.webhook_config import write_client_config
@@ -173,7 +173,7 @@ class GangService:
         # watch is caught up (listing per create until then: kube/indexes.py).
         cache = self.cache = WatchCache(
             self.deps.raw,
-            PodIndexFeed(self.state, self.allocator.members),
+            self.allocator.feed(self.state),
             loop,
             self.metrics,
             tuning=CacheTuning.from_settings(self.settings),

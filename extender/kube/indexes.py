@@ -21,8 +21,9 @@ per group:
 Where the members come from (docs/webhook.md, "How task indexes are allocated"):
 the service's watch cache feeds every pod event into a `MemberIndex`
 (extender.domain.member_indexes) through `PodIndexFeed`, O(1) per event; while
-the pod watch is caught up (its list applied and its watch not failed since) the
-allocator answers from it without any API call. Before that, and from a watch
+the pod watch is caught up (its list applied, its watch not failed since, and a
+pod delivered within `hold_seconds`) the allocator answers from it without any
+API call. Before that, and from a watch
 error until the relist is complete, it lists the group's pods from the API server
 per create (a consistent read), as it always did: a partial or stale index never
 answers. Both give the same answers from the same pods (ListedGroup vs MemberIndex,
@@ -142,9 +143,11 @@ class IndexAllocator:
         self._clock = clock
         self._on_read = on_read
         self._groups: dict[tuple[str, str], _GroupState] = {}
-        # Fed by PodIndexFeed from the watch cache; read only while `_watch_current()`.
+        # Fed by PodIndexFeed from the watch cache; read only while `_watch_current()`
+        # and the watch was heard from within `hold_seconds` (see `_caught_up`).
         self.members = MemberIndex()
         self._watch_current: Callable[[], bool] = _never
+        self._last_heard: float | None = None
         self._answering_from_watch = False
 
     def answer_from_watch(self, current: Callable[[], bool]) -> None:
@@ -156,6 +159,27 @@ class IndexAllocator:
         without a watch: a partial or stale index never answers.
         """
         self._watch_current = current
+
+    def feed(self, then: CacheSink) -> PodIndexFeed:
+        """The watch cache's sink: pods into `members` (telling this allocator), all to `then`."""
+        return PodIndexFeed(then, self.members, heard=self._heard_from_watch)
+
+    def _heard_from_watch(self) -> None:
+        self._last_heard = self._clock()
+
+    def _caught_up(self) -> bool:
+        """The pod watch is caught up (`current`) and has delivered a pod lately.
+
+        Why "lately": a watch whose connection died without an error delivers nothing
+        until its read times out (minutes). A pod this allocator admitted meanwhile
+        is covered by its hold for `hold_seconds`; once the watch has been silent for
+        that long, a hold may have lapsed for a pod the watch never delivered, so the
+        group is listed instead. On a quiet cluster this costs one list per create
+        until the next pod event arrives (the create's own pod is one).
+        """
+        if self._last_heard is None or not self._watch_current():
+            return False
+        return self._clock() - self._last_heard < self._hold_seconds
 
     async def allocate(
         self,
@@ -234,7 +258,7 @@ class IndexAllocator:
         The watch view is read with no await until the answer is remembered, so no
         event lands in between (events are applied on this event loop).
         """
-        current = self._watch_current()
+        current = self._caught_up()
         if current != self._answering_from_watch:
             self._answering_from_watch = current
             log.info(
@@ -310,6 +334,10 @@ def _never() -> bool:
     return False
 
 
+def _nothing() -> None:
+    pass
+
+
 def pod_uid(pod: dict[str, Any]) -> str:
     """The key a pod is kept under: its uid, or namespace/name when it has none (as ClusterState)."""
     meta = pod.get("metadata") or {}
@@ -352,9 +380,13 @@ class PodIndexFeed(CacheSink):
     index holds. Everything is passed on to `then` unchanged, after the index.
     """
 
-    def __init__(self, then: CacheSink, members: MemberIndex) -> None:
+    def __init__(
+        self, then: CacheSink, members: MemberIndex, *, heard: Callable[[], None] = _nothing
+    ) -> None:
+        """`heard()` is called after each page or event of pods is applied."""
         self.then = then
         self.members = members
+        self.heard = heard
 
     def on_page(self, kind: str, items: list[dict[str, Any]], first: bool, last: bool) -> None:
         if kind == "pods":
@@ -364,6 +396,7 @@ class PodIndexFeed(CacheSink):
                 self._put(pod)
             if last:
                 self.members.end_relist()
+            self.heard()
         self.then.on_page(kind, items, first, last)
 
     def on_event(self, kind: str, event_type: str, obj: dict[str, Any]) -> None:
@@ -372,6 +405,7 @@ class PodIndexFeed(CacheSink):
                 self._remove(obj)
             else:
                 self._put(obj)
+            self.heard()
         self.then.on_event(kind, event_type, obj)
 
     def _put(self, pod: Any) -> None:

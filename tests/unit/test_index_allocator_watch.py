@@ -95,7 +95,7 @@ def watching_allocator(**kwargs: Any) -> tuple[IndexAllocator, PodIndexFeed, For
     allocator = IndexAllocator(lister=never_list, **kwargs)
     allocator.answer_from_watch(lambda: True)
     then = Forwarded()
-    return allocator, PodIndexFeed(then, allocator.members), then
+    return allocator, allocator.feed(then), then
 
 
 def allocate(
@@ -224,12 +224,17 @@ async def answer(allocator: IndexAllocator, request: tuple[Any, ...]) -> Any:
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(watch_events, max_size=15), st.lists(requests, min_size=1, max_size=12))
+@given(
+    st.lists(pods, max_size=8),
+    st.lists(watch_events, max_size=15),
+    st.lists(requests, min_size=1, max_size=12),
+)
 def test_answers_from_the_watch_equal_answers_from_a_list_per_create(
-    events: list[tuple[str, Any]], asked: list[tuple[Any, ...]]
+    listed: list[dict[str, Any]], events: list[tuple[str, Any]], asked: list[tuple[Any, ...]]
 ) -> None:
     fast, feed, _ = watching_allocator()
-    stored = final_pods(events, feed)
+    # A watch starts with a full list, then events and relists.
+    stored = final_pods([("RELIST", listed), *events], feed)
     # The index holds exactly what the API server holds: pods still there after the
     # events, with what they showed last.
     plain = IndexAllocator(NamespaceLister(stored))  # type: ignore[arg-type]
@@ -319,7 +324,7 @@ def test_until_the_watch_is_caught_up_every_create_lists_the_group() -> None:
     allocator = IndexAllocator(raw)  # type: ignore[arg-type]
     caught_up = False
     allocator.answer_from_watch(lambda: caught_up)
-    feed = PodIndexFeed(Forwarded(), allocator.members)
+    feed = allocator.feed(Forwarded())
     # The watch is behind: it has not delivered pod "a" yet; the list has it.
     assert allocate(allocator, name="b") == 1
     assert raw.lists == 1
@@ -362,3 +367,38 @@ def test_twenty_concurrent_creates_delivered_late_by_the_watch_get_distinct_inde
         return await asyncio.gather(*(create(f"p{i}") for i in range(20)))
 
     assert sorted(asyncio.run(main())) == list(range(20))
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_pod_watch_silent_for_longer_than_the_hold_is_not_trusted() -> None:
+    # A watch whose connection died without an error delivers nothing until its read
+    # times out; a hold may lapse meanwhile for a pod it never delivered.
+    clock = Clock()
+    raw = NamespaceLister([pod("a", index=0), pod("b", index=1)])
+    allocator = IndexAllocator(raw, hold_seconds=60, clock=clock)  # type: ignore[arg-type]
+    allocator.answer_from_watch(lambda: True)
+    feed = allocator.feed(Forwarded())
+    feed.on_page("pods", [pod("a", index=0)], True, True)
+    assert allocate(allocator, name="x") == 1  # from the watch, which has not shown "b"
+    assert raw.lists == 0
+    clock.now += 61
+    assert allocate(allocator, name="y") == 2  # listed: "b" holds 1; "x"'s hold lapsed
+    assert raw.lists == 1
+    feed.on_event("pods", "ADDED", pod("b", index=1))  # heard from again
+    assert allocate(allocator, name="z") == 3  # from the watch: "a" 0, "b" 1, "y"'s hold 2
+    assert raw.lists == 1
+
+
+def test_nothing_is_answered_from_a_watch_that_never_delivered() -> None:
+    raw = NamespaceLister([pod("a", index=0)])
+    allocator = IndexAllocator(raw)  # type: ignore[arg-type]
+    allocator.answer_from_watch(lambda: True)
+    assert allocate(allocator) == 1
+    assert raw.lists == 1
