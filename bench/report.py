@@ -15,6 +15,8 @@ TARGETS: list[tuple[str, str, float, bool]] = [
     ("gang throughput ratio (gang-extender / coscheduling)", "gang_ratio", 1.0, True),
     ("RSS at 5,000 nodes + 50,000 pods (MB)", "rss_50k", 300.0, False),
     ("ready at 5,000 nodes + 50,000 pods (s)", "ready_50k", 5.0, False),
+    ("webhook added p50, 2,000 pods in the namespace (ms)", "webhook_added_p50_2000", 5.0, False),
+    ("webhook added p99, 2,000 pods in the namespace (ms)", "webhook_added_p99_2000", 15.0, False),
 ]
 
 
@@ -42,6 +44,10 @@ def headline(results: dict[str, Any]) -> dict[str, float | None]:
         "rss_50k": (at50k or {}).get("rss_after_mb"),
         "ready_50k": (at50k or {}).get("ready_s"),
     }
+    by_size = (results.get("webhook") or {}).get("by_namespace_size") or []
+    at2000 = next((r for r in by_size if r["pods_in_namespace"] == 2000), {})
+    out["webhook_added_p50_2000"] = (at2000.get("added_ms") or {}).get("p50")
+    out["webhook_added_p99_2000"] = (at2000.get("added_ms") or {}).get("p99")
     return out
 
 
@@ -259,6 +265,38 @@ def markdown(results: dict[str, Any]) -> str:
                 ),
                 "",
             ]
+        by_size = hook.get("by_namespace_size") or []
+        if by_size:
+            out += [
+                "Added latency against the pods already in the namespace (group members "
+                "created one at a time; ms):",
+                "",
+            ]
+            out += _table(
+                [
+                    "pods in namespace",
+                    "n",
+                    "with p50",
+                    "with p99",
+                    "without p50",
+                    "without p99",
+                    "added p50",
+                    "added p99",
+                ],
+                [
+                    [
+                        row["pods_in_namespace"],
+                        row["with webhook"].get("n"),
+                        row["with webhook"].get("p50_ms"),
+                        row["with webhook"].get("p99_ms"),
+                        row["without webhook"].get("p50_ms"),
+                        row["without webhook"].get("p99_ms"),
+                        row["added_ms"]["p50"],
+                        row["added_ms"]["p99"],
+                    ]
+                    for row in by_size
+                ],
+            )
     elif hook:
         out += ["## 4. Webhook", "", f"failed: {hook.get('error')}", ""]
     return "\n".join(out)
@@ -324,7 +362,36 @@ def plot(results: dict[str, Any], path: Path) -> bool:
 
     ax = axes[1][1]
     series = ((results.get("webhook") or {}).get("series")) or {}
-    if series:
+    by_size = ((results.get("webhook") or {}).get("by_namespace_size")) or []
+    if by_size:  # the latency-vs-namespace-size figure, when that series ran
+        sizes_x = [row["pods_in_namespace"] for row in by_size]
+        # Round trips themselves (a difference of two p99s can be negative), and the
+        # added p50 against its target.
+        for case, color in (("with webhook", "C0"), ("without webhook", "C1")):
+            for q, style in (("p50", "-"), ("p99", "--")):
+                ax.plot(
+                    sizes_x,
+                    [row[case].get(f"{q}_ms") for row in by_size],
+                    style,
+                    marker="o",
+                    color=color,
+                    label=f"{case}, {q}",
+                )
+        ax.plot(
+            sizes_x,
+            [row["added_ms"]["p50"] for row in by_size],
+            "-",
+            marker="s",
+            color="C2",
+            label="added by the webhook, p50",
+        )
+        ax.axhline(5.0, color="red", linestyle=":", linewidth=1, label="5 ms added p50 target")
+        ax.set_xscale("log")
+        ax.set_xlabel("pods already in the namespace")
+        ax.set_ylabel("ms per pod create (round trip)")
+        ax.legend(fontsize=8)
+        ax.set_title("4. pod create round trip vs namespace size")
+    elif series:
         labels = list(series)
         ax.bar(
             range(len(labels)), [series[x].get("p99_ms", 0) for x in labels], alpha=0.35, color="C0"
@@ -333,7 +400,7 @@ def plot(results: dict[str, Any], path: Path) -> bool:
         ax.set_xticks(range(len(labels)))
         ax.set_xticklabels(labels, fontsize=8)
         ax.set_ylabel("ms (solid p50, light p99)")
-    ax.set_title("4. pod create round trip")
+        ax.set_title("4. pod create round trip")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

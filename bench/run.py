@@ -52,6 +52,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         "gang_size": 8,
         "gang_nodes": 200,
         "webhook_pods": 200,
+        "webhook_namespace_sizes": "10,200,1000,2000",
+        "webhook_pods_per_size": 60,
         "timeout": 600.0,
     },
     "quick": {
@@ -69,6 +71,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         "gang_size": 8,
         "gang_nodes": 40,
         "webhook_pods": 60,
+        "webhook_namespace_sizes": "10,2000",
+        "webhook_pods_per_size": 30,
         "timeout": 180.0,
     },
 }
@@ -91,6 +95,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="run the service from this source tree (a copy of the repo) for before/after runs",
     )
     p.add_argument("--latency-sizes", help="NODESxPODS,... (default: the preset's)")
+    p.add_argument(
+        "--webhook-namespace-sizes",
+        help="pods in the namespace for the webhook's size series, N,...",
+    )
     for name in (
         "requests",
         "binds",
@@ -101,6 +109,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "gangs",
         "gang_nodes",
         "webhook_pods",
+        "webhook_pods_per_size",
     ):
         p.add_argument(f"--{name.replace('_', '-')}", type=int)
     p.add_argument("--timeout", type=float, help="bound on each scheduling run (s)")
@@ -200,7 +209,15 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 if name == "webhook":
                     results[name] = webhook.run(
-                        env, webhook.WebhookConfig(pods=cfg["webhook_pods"], seconds=cfg["timeout"])
+                        env,
+                        webhook.WebhookConfig(
+                            pods=cfg["webhook_pods"],
+                            seconds=cfg["timeout"],
+                            namespace_sizes=tuple(
+                                int(n) for n in str(cfg["webhook_namespace_sizes"]).split(",") if n
+                            ),
+                            pods_per_size=cfg["webhook_pods_per_size"],
+                        ),
                     )
                 elif name == "plain":
                     results[name] = plain.run(

@@ -183,10 +183,12 @@ class Settings(BaseSettings):
     # Task indexes the webhook hands out (extender.kube.indexes). An index handed out
     # stays taken this long without a pod showing it: longer than the API server takes
     # to store a pod after admission (each webhook in the chain may take up to 30 s),
-    # short enough that a create that failed after us frees its index soon.
+    # short enough that a create that failed after us frees its index soon. A pod
+    # watch silent this long is not trusted for indexes (a list is made instead).
     index_hold_seconds: float = Field(default=60.0, gt=0)
-    # The list of a group's pods behind each allocation must end well before the
-    # webhook's own timeout (10 s in deploy/webhook.yaml).
+    # The list of a group's pods behind an allocation (made only while the pod watch
+    # is not caught up) must end well before the webhook's own timeout (10 s in
+    # deploy/webhook.yaml).
     index_list_timeout_seconds: float = Field(default=5.0, gt=0)
 
     log_level: str = Field(default="INFO", description="DEBUG, INFO, WARNING, ERROR")

@@ -131,6 +131,13 @@ class Metrics:
             ["what"],
             registry=r,
         )
+        self.index_reads = Counter(
+            "gang_extender_index_reads_total",
+            "Group members read by the webhook to allocate or check a task index, by "
+            "source: watch (the pod watch, caught up) or list (an API list per create).",
+            ["source"],
+            registry=r,
+        )
         self.cache_rejected_objects = Counter(
             "gang_extender_cache_rejected_objects_total",
             "Objects from a list page or watch event that could not be read (logged, "

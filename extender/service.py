@@ -176,13 +176,16 @@ class GangService:
             tasks.append(
                 asyncio.create_task(self.ca_bundle.keep_writing(tls.ca_pem), name="ca-bundle")
             )
+        # Pods also feed the webhook's task-index book, which answers once the pod
+        # watch is caught up (listing per create until then: kube/indexes.py).
         cache = self.cache = WatchCache(
             self.deps.raw,
-            self.state,
+            self.allocator.feed(self.state),
             loop,
             self.metrics,
             tuning=CacheTuning.from_settings(self.settings),
         )
+        self.allocator.answer_from_watch(lambda: cache.watching("pods"))
         cache.start()
         self.failover.synced = cache.synced
         tasks.append(
@@ -414,6 +417,7 @@ def create_service(settings: Settings, deps: Deps | None = None) -> GangService:
         deps.raw,
         hold_seconds=settings.index_hold_seconds,
         list_timeout_seconds=settings.index_list_timeout_seconds,
+        on_read=lambda source: metrics.index_reads.labels(source=source).inc(),
     )
     gauges = Gauges(core, metrics)
     reconciler = GroupReconciler(

@@ -7,6 +7,12 @@ allocates a task index and injects hostname, env, mounts) and one without the
 label (the webhook is never called). Pods name a scheduler nobody serves, so
 no scheduling traffic mixes in. A third series, pods without a group in the
 labelled namespace, shows that the CEL matchConditions keep them off the webhook.
+
+Then the namespace-size series: both namespaces of a second pair are filled with
+pods without a group (kept off the webhook, created in bulk) up to each of
+`namespace_sizes`, and at each size `pods_per_size` group members are created
+one at a time in each: the added latency per create against the pods already in
+the namespace (issue 15's target: flat from 10 to 2,000).
 """
 
 from __future__ import annotations
@@ -16,19 +22,23 @@ from dataclasses import dataclass
 from typing import Any
 
 from bench.env import BenchEnv
-from bench.kubeclient import pods_path
+from bench.kubeclient import bulk, pods_path
 from bench.objects import UNSERVED_SCHEDULER, gang_member, pod_body
 from bench.stats import summary_ms
 from extender.domain.membership import INJECT_NAMESPACE_LABEL
 
 WORKLOAD = "webhook"
 GROUP_SIZE = 8
+FILL_WORKERS = 8
 
 
 @dataclass
 class WebhookConfig:
     pods: int  # per series
-    seconds: float  # bound on the whole loop
+    seconds: float  # bound on the whole loop (each of the two loops)
+    # pods already in the namespace at which the size series measures, ascending
+    namespace_sizes: tuple[int, ...] = ()
+    pods_per_size: int = 40
 
 
 def run(env: BenchEnv, cfg: WebhookConfig) -> dict[str, Any]:
@@ -87,7 +97,68 @@ def run(env: BenchEnv, cfg: WebhookConfig) -> dict[str, Any]:
         "series": summaries,
         "mutated": mutated,
         "trend": trend,
-        "added_ms": {
-            q: round(with_hook[f"{q}_ms"] - without[f"{q}_ms"], 3) for q in ("p50", "p99")
-        },
+        "added_ms": _added(with_hook, without),
+        "by_namespace_size": _by_namespace_size(env, cfg, create),
     }
+
+
+def _added(with_hook: dict[str, Any], without: dict[str, Any]) -> dict[str, float | None]:
+    if not with_hook.get("n") or not without.get("n"):
+        return {"p50": None, "p99": None}
+    return {q: round(with_hook[f"{q}_ms"] - without[f"{q}_ms"], 3) for q in ("p50", "p99")}
+
+
+def _by_namespace_size(env: BenchEnv, cfg: WebhookConfig, create: Any) -> list[dict[str, Any]]:
+    """Added latency per create at each namespace size (pods already in the namespace)."""
+    if not cfg.namespace_sizes:
+        return []
+    on = env.namespace("bench-webhook-size-on", labels={INJECT_NAMESPACE_LABEL: "enabled"})
+    off = env.namespace("bench-webhook-size-off")
+    deadline = time.monotonic() + cfg.seconds
+    in_namespace = 0  # pods in each of the two namespaces
+    rows: list[dict[str, Any]] = []
+    for size in sorted(cfg.namespace_sizes):
+        if time.monotonic() > deadline:
+            break
+        fill = [(ns, f"fill-{i:05d}") for i in range(in_namespace, size) for ns in (on, off)]
+        filled = bulk(
+            fill,
+            lambda item: env.api.create(
+                pods_path(item[0]), pod_body(item[1], WORKLOAD, scheduler=UNSERVED_SCHEDULER)
+            ),
+            workers=FILL_WORKERS,
+            deadline=deadline,
+        )
+        if filled.errors:
+            raise RuntimeError(
+                f"filling to {size} pods: {filled.errors} creates failed: {filled.first_error}"
+            )
+        in_namespace = max(in_namespace, size)
+        with_hook: list[float] = []
+        without: list[float] = []
+        mutated = 0
+        for i in range(cfg.pods_per_size):
+            if time.monotonic() > deadline:
+                break
+            name, group = f"s{size}-m-{i:04d}", f"s{size}-g{i // GROUP_SIZE:03d}"
+            took, obj = create(
+                on, gang_member(name, group, GROUP_SIZE, WORKLOAD, scheduler=UNSERVED_SCHEDULER)
+            )
+            with_hook.append(took)
+            mutated += bool(obj["spec"].get("hostname"))
+            took, _ = create(
+                off, gang_member(name, group, GROUP_SIZE, WORKLOAD, scheduler=UNSERVED_SCHEDULER)
+            )
+            without.append(took)
+        in_namespace += len(with_hook)
+        hook_summary, plain_summary = summary_ms(with_hook), summary_ms(without)
+        rows.append(
+            {
+                "pods_in_namespace": size,
+                "with webhook": hook_summary,
+                "without webhook": plain_summary,
+                "added_ms": _added(hook_summary, plain_summary),
+                "mutated": mutated,
+            }
+        )
+    return rows

@@ -26,6 +26,7 @@ every routine 410 relist take the leader out of its Service.)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import logging
 import threading
@@ -143,6 +144,11 @@ class Watcher:
         self.synced = threading.Event()
         self.absent = False  # optional API not installed
         self.path = resource.path  # the served version of the resource, once listed
+        # The last list is applied and its watch has not failed since: events arrive as
+        # they happen. Set and cleared on the event loop, in order with the events, so
+        # a reader there never sees it set over a view with a gap (the task-index
+        # allocator answers from the watch only then).
+        self.watching = False
         self._stop = threading.Event()
         self._thread = threading.Thread(
             target=self._run, name=f"watch-{resource.kind}", daemon=True
@@ -167,6 +173,7 @@ class Watcher:
                 version = self._watch(version)
                 delay = self.tuning.retry_min_seconds
             except KubeError as err:
+                self._lose_watch()
                 if err.status in (403, 404) and self.resource.optional:
                     if err.status == 403 and not self.absent:
                         log.warning(
@@ -192,6 +199,7 @@ class Watcher:
                 self._stop.wait(delay)
                 delay = min(delay * 2, self.tuning.retry_max_seconds)
             except Exception as err:  # a broken stream, bad JSON: relist, never die
+                self._lose_watch()
                 self.metrics.watch_restarts.labels(resource=self.resource.kind, cause="error").inc()
                 log.warning(
                     "watch %s broke: %r; relisting in %.1fs", self.resource.kind, err, delay
@@ -241,7 +249,13 @@ class Watcher:
         """On the event loop: hand a page to the sink; after the final one, the list is in."""
         self.sink.on_page(self.resource.kind, items, first, last)
         if last:
+            self.watching = True
             self._mark_synced()
+
+    def _lose_watch(self) -> None:
+        """Events may be missed from here until the relist's last page (cleared on the loop)."""
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody reads it
+            self._deliver(setattr, self, "watching", False)
 
     def _mark_synced(self) -> None:
         """On the event loop, after everything handed over before it was applied."""
@@ -337,6 +351,10 @@ class WatchCache:
 
     def synced(self) -> bool:
         return all(w.synced.is_set() for w in self.watchers)
+
+    def watching(self, kind: str) -> bool:
+        """`kind`'s list is applied and its watch has not failed since (see Watcher.watching)."""
+        return any(w.watching for w in self.watchers if w.resource.kind == kind)
 
     def absent(self, kind: str) -> bool:
         return any(w.absent for w in self.watchers if w.resource.kind == kind)

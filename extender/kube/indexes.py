@@ -8,34 +8,48 @@ Two ways a pod gets its index, both through one per-group lock:
 
 Why both a lock and a memory: the API server calls the webhook for many pods of
 one group at once (a Deployment scaling to 20), and a pod we gave an index to is
-not visible in a list until the API server has stored it, after the webhook
-answered. So per group:
+not visible until the API server has stored it, after the webhook answered. So
+per group:
 
 1. take the group's asyncio lock (one allocation or claim at a time per group);
-2. list the group's pods from the API server (a consistent read, not a cache);
+2. read the group's members (see below);
 3. taken = indexes of active pods of the task + indexes handed out in the last
-   `hold_seconds` that no listed pod shows yet;
+   `hold_seconds` that the members do not show yet;
 4. hand out the lowest index not taken (allocate), or the pod's own index when
    nobody else holds it (claim), and remember it (unless dry run).
 
-A remembered index is forgotten once its pod is listed (by name; a pod without a
+Where the members come from (docs/webhook.md, "How task indexes are allocated"):
+the service's watch cache feeds every pod event into a `MemberIndex`
+(extender.domain.member_indexes) through `PodIndexFeed`, O(1) per event; while
+the pod watch is caught up (its list applied, its watch not failed since, and a
+pod delivered within `hold_seconds`) the allocator answers from it without any
+API call. Before that, and from a watch
+error until the relist is complete, it lists the group's pods from the API server
+per create (a consistent read), as it always did: a partial or stale index never
+answers. Both give the same answers from the same pods (ListedGroup vs MemberIndex,
+tests/unit/test_member_indexes.py).
+
+A remembered index is forgotten once its pod is seen (by name; a pod without a
 name yet: once a live pod shows the index), or after `hold_seconds` (the create
 failed later, e.g. another webhook denied it).
-This holds within one process; the webhook runs on the leader replica only.
+This holds within one process; the webhook runs on the leader replica only (only
+it is Ready). Every replica runs the watch cache, so a new leader's index is
+current the moment it is Ready.
 `IndexAllocator` implements `extender.ports.indexes.IndexAllocatorPort`, whose
 types (Claimant and the errors) it answers in.
 
-Who holds an index, for a claim: a listed pod of the task showing it that is
-neither finished nor being deleted (a finished or terminating pod's index is free
-for its replacement, as an Indexed Job or StatefulSet recreates it), and that has
-another name (a pod of the same name is the replacement: the API server stores one
-pod per name); or a remembered index that is not the claimant's own (see Claimant).
+Who holds an index, for a claim: a pod of the task showing it that is neither
+finished nor being deleted (a finished or terminating pod's index is free for its
+replacement, as an Indexed Job or StatefulSet recreates it), and that has another
+name (a pod of the same name is the replacement: the API server stores one pod per
+name); or a remembered index that is not the claimant's own (see Claimant).
 Allocation stays more careful: a pod being deleted still holds its index there.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -43,8 +57,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from extender.config import Settings
+from extender.domain.member_indexes import GroupView, ListedGroup, Member, MemberIndex
 from extender.domain.membership import MembershipError, group_name, task_name
 from extender.injection.layout import is_deleting, is_finished, member_index
+from extender.kube.cache import CacheSink
 from extender.kube.rawapi import KubeError, RawApi, path_of
 from extender.ports.indexes import (
     Claimant,
@@ -58,11 +74,15 @@ __all__ = [
     "IndexAllocator",
     "IndexTakenError",
     "NoFreeIndexError",
+    "PodIndexFeed",
     "PodLister",
     "PodsUnreadableError",
     "api_pod_lister",
-    "lowest_free",
+    "member_of",
+    "pod_uid",
 ]
+
+log = logging.getLogger(__name__)
 
 # Defaults: the Settings fields', whose comments say why these values.
 DEFAULT_HOLD_SECONDS: float = Settings.model_fields["index_hold_seconds"].default
@@ -102,11 +122,16 @@ class IndexAllocator:
         hold_seconds: float = DEFAULT_HOLD_SECONDS,
         list_timeout_seconds: float = DEFAULT_LIST_TIMEOUT_SECONDS,
         clock: Callable[[], float] = time.monotonic,
+        on_read: Callable[[str], None] | None = None,
     ) -> None:
         """Give `raw` (production) or `lister` (tests, other sources), not both.
 
+        `on_read(source)` is told where each read of a group's members came from:
+        "watch" or "list" (gang_extender_index_reads_total).
+
         `hold_seconds` and `list_timeout_seconds`: see Settings.index_hold_seconds and
         Settings.index_list_timeout_seconds (the defaults are theirs).
+        The allocator lists per create until `answer_from_watch` is called.
         """
         if (raw is None) == (lister is None):
             raise ValueError("IndexAllocator needs exactly one of raw or lister")
@@ -116,7 +141,45 @@ class IndexAllocator:
         self._lister: PodLister = lister
         self._hold_seconds = hold_seconds
         self._clock = clock
+        self._on_read = on_read
         self._groups: dict[tuple[str, str], _GroupState] = {}
+        # Fed by PodIndexFeed from the watch cache; read only while `_watch_current()`
+        # and the watch was heard from within `hold_seconds` (see `_caught_up`).
+        self.members = MemberIndex()
+        self._watch_current: Callable[[], bool] = _never
+        self._last_heard: float | None = None
+        self._answering_from_watch = False
+
+    def answer_from_watch(self, current: Callable[[], bool]) -> None:
+        """Answer from `members` whenever `current()` says the pod watch is caught up.
+
+        `current` is true while the watch cache's pod list is applied and its watch has
+        not failed since (`WatchCache.watching("pods")`); otherwise (start-up, a relist
+        after an error or a 410) the allocator lists the group's pods per create, as
+        without a watch: a partial or stale index never answers.
+        """
+        self._watch_current = current
+
+    def feed(self, then: CacheSink) -> PodIndexFeed:
+        """The watch cache's sink: pods into `members` (telling this allocator), all to `then`."""
+        return PodIndexFeed(then, self.members, heard=self._heard_from_watch)
+
+    def _heard_from_watch(self) -> None:
+        self._last_heard = self._clock()
+
+    def _caught_up(self) -> bool:
+        """The pod watch is caught up (`current`) and has delivered a pod lately.
+
+        Why "lately": a watch whose connection died without an error delivers nothing
+        until its read times out (minutes). A pod this allocator admitted meanwhile
+        is covered by its hold for `hold_seconds`; once the watch has been silent for
+        that long, a hold may have lapsed for a pod the watch never delivered, so the
+        group is listed instead. On a quiet cluster this costs one list per create
+        until the next pod event arrives (the create's own pod is one).
+        """
+        if self._last_heard is None or not self._watch_current():
+            return False
+        return self._clock() - self._last_heard < self._hold_seconds
 
     async def allocate(
         self,
@@ -135,10 +198,12 @@ class IndexAllocator:
         again, which is right, since a dry-run pod is never stored.
         """
         async with self._locked(namespace, group) as state:
-            pods = await self._list(namespace, group)
+            view = await self._view(namespace, group)
             now = self._clock()
-            self._forget_seen(state, pods, now)
-            index = lowest_free(self._taken(state, pods, task))
+            self._forget_seen(state, view, now)
+            index = 0
+            while view.taken(task, index) or (task, index) in state.handed_out:
+                index += 1
             if limit is not None and index >= limit:
                 raise NoFreeIndexError(task=task, limit=limit)
             if not dry_run:
@@ -162,10 +227,10 @@ class IndexAllocator:
         when the list fails. With `dry_run` the check is made and nothing is remembered.
         """
         async with self._locked(namespace, group) as state:
-            pods = await self._list(namespace, group)
+            view = await self._view(namespace, group)
             now = self._clock()
-            self._forget_seen(state, pods, now)
-            taken = self._holder(state, pods, task, index, claimant, now)
+            self._forget_seen(state, view, now)
+            taken = self._holder(state, view, task, index, claimant, now)
             if taken is not None:
                 raise taken
             if not dry_run:
@@ -187,11 +252,30 @@ class IndexAllocator:
             return {}
         return {held: hold.until for held, hold in state.handed_out.items()}
 
-    async def _list(self, namespace: str, group: str) -> list[dict[str, Any]]:
+    async def _view(self, namespace: str, group: str) -> GroupView:
+        """The group's members: from the watch when it is caught up, else listed now.
+
+        The watch view is read with no await until the answer is remembered, so no
+        event lands in between (events are applied on this event loop).
+        """
+        current = self._caught_up()
+        if current != self._answering_from_watch:
+            self._answering_from_watch = current
+            log.info(
+                "task indexes: %s",
+                "answering from the pod watch"
+                if current
+                else "the pod watch is not caught up; listing the group's pods per create",
+            )
+        if self._on_read is not None:
+            self._on_read("watch" if current else "list")
+        if current:
+            return self.members.group(namespace, group)
         try:
-            return await asyncio.to_thread(self._lister, namespace, group)
+            pods = await asyncio.to_thread(self._lister, namespace, group)
         except KubeError as err:
             raise PodsUnreadableError(_describe(err)) from None
+        return ListedGroup(_listed_member(pod, namespace, group) for pod in pods)
 
     @asynccontextmanager
     async def _locked(self, namespace: str, group: str) -> AsyncIterator[_GroupState]:
@@ -212,51 +296,27 @@ class IndexAllocator:
             until=now + self._hold_seconds, name=claimant.name, owner=claimant.owner
         )
 
-    def _forget_seen(self, state: _GroupState, pods: list[dict[str, Any]], now: float) -> None:
-        """Drop holds that lapsed or whose pod the list shows (it now speaks for itself)."""
-        names: set[str] = set()
-        live: set[tuple[str, int]] = set()
-        for pod in pods:
-            meta = pod.get("metadata") or {}
-            names.add(str(meta.get("name") or ""))
-            index = member_index(meta)
-            if index is not None and not is_finished(pod) and not is_deleting(pod):
-                live.add((task_name(meta), index))
+    def _forget_seen(self, state: _GroupState, view: GroupView, now: float) -> None:
+        """Drop holds that lapsed or whose pod the view shows (it now speaks for itself)."""
         for held, hold in list(state.handed_out.items()):
-            seen = hold.name in names if hold.name else held in live
+            seen = view.has_name(hold.name) if hold.name else view.live(*held)
             if seen or hold.until <= now:
                 del state.handed_out[held]
-
-    def _taken(self, state: _GroupState, pods: list[dict[str, Any]], task: str) -> set[int]:
-        taken: set[int] = set()
-        for pod in pods:
-            if is_finished(pod):
-                continue  # a finished pod's index is free for its replacement
-            meta = pod.get("metadata") or {}
-            index = member_index(meta)
-            if index is not None and task_name(meta) == task:
-                taken.add(index)
-        taken |= {index for each_task, index in state.handed_out if each_task == task}
-        return taken
 
     def _holder(
         self,
         state: _GroupState,
-        pods: list[dict[str, Any]],
+        view: GroupView,
         task: str,
         index: int,
         claimant: Claimant,
         now: float,
     ) -> IndexTakenError | None:
-        for pod in pods:
-            if is_finished(pod) or is_deleting(pod):
-                continue  # its replacement may take the index
-            meta = pod.get("metadata") or {}
-            name = str(meta.get("name") or "")
-            if claimant.name and name == claimant.name:
-                continue  # the replacement itself (the API server keeps one pod per name)
-            if task_name(meta) == task and member_index(meta) == index:
-                return IndexTakenError(task=task, index=index, holder=name, stored=True)
+        # A finished or terminating pod is not a holder: its replacement may take the
+        # index; nor is a pod of the claimant's name (the API server keeps one per name).
+        holder = view.holder(task, index, other_than=claimant.name)
+        if holder is not None:
+            return IndexTakenError(task=task, index=index, holder=holder, stored=True)
         hold = state.handed_out.get((task, index))
         if hold is not None and not claimant.owns(name=hold.name, owner=hold.owner):
             return IndexTakenError(
@@ -270,11 +330,95 @@ class IndexAllocator:
             del self._groups[key]
 
 
-def lowest_free(taken: set[int]) -> int:
-    index = 0
-    while index in taken:
-        index += 1
-    return index
+def _never() -> bool:
+    return False
+
+
+def _nothing() -> None:
+    pass
+
+
+def pod_uid(pod: dict[str, Any]) -> str:
+    """The key a pod is kept under: its uid, or namespace/name when it has none (as ClusterState)."""
+    meta = pod.get("metadata") or {}
+    return str(meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}")
+
+
+def member_of(pod: dict[str, Any]) -> Member | None:
+    """What a watched pod says about task indexes; None when it belongs to no group.
+
+    A pod claiming two groups was never admitted into either (the webhook denies it),
+    so it holds no index in any: None, as the plain path's `_in_group` decides.
+    """
+    meta = pod.get("metadata") or {}
+    try:
+        group = group_name(meta)
+    except MembershipError:
+        return None
+    if group is None:
+        return None
+    return _listed_member(pod, str(meta.get("namespace") or "default"), group)
+
+
+def _listed_member(pod: dict[str, Any], namespace: str, group: str) -> Member:
+    meta = pod.get("metadata") or {}
+    return Member(
+        namespace=namespace,
+        group=group,
+        name=str(meta.get("name") or ""),
+        task=task_name(meta),
+        index=member_index(meta),
+        finished=is_finished(pod),
+        deleting=is_deleting(pod),
+    )
+
+
+class PodIndexFeed(CacheSink):
+    """The watch cache's sink in front of `then`: pods also go into a MemberIndex.
+
+    O(1) per watch event; a relist (pages from `first` to `last`) replaces what the
+    index holds. Everything is passed on to `then` unchanged, after the index.
+    """
+
+    def __init__(
+        self, then: CacheSink, members: MemberIndex, *, heard: Callable[[], None] = _nothing
+    ) -> None:
+        """`heard()` is called after each page or event of pods is applied."""
+        self.then = then
+        self.members = members
+        self.heard = heard
+
+    def on_page(self, kind: str, items: list[dict[str, Any]], first: bool, last: bool) -> None:
+        if kind == "pods":
+            if first:
+                self.members.begin_relist()
+            for pod in items:
+                self._put(pod)
+            if last:
+                self.members.end_relist()
+            self.heard()
+        self.then.on_page(kind, items, first, last)
+
+    def on_event(self, kind: str, event_type: str, obj: dict[str, Any]) -> None:
+        if kind == "pods":
+            if event_type == "DELETED":
+                self._remove(obj)
+            else:
+                self._put(obj)
+            self.heard()
+        self.then.on_event(kind, event_type, obj)
+
+    def _put(self, pod: Any) -> None:
+        try:
+            self.members.put(pod_uid(pod), member_of(pod))
+        except Exception as err:  # a malformed object: ClusterState logs and counts it too
+            log.warning("task index: skipped an unreadable pod: %s: %s", type(err).__name__, err)
+
+    def _remove(self, pod: Any) -> None:
+        try:
+            self.members.remove(pod_uid(pod))
+        except Exception as err:
+            log.warning("task index: skipped an unreadable pod: %s: %s", type(err).__name__, err)
 
 
 def api_pod_lister(raw: RawApi, *, timeout: float = DEFAULT_LIST_TIMEOUT_SECONDS) -> PodLister:

@@ -158,3 +158,40 @@ def test_default_tuning_is_the_settings_defaults() -> None:
     from extender.kube.cache import DEFAULT_TUNING, CacheTuning
 
     assert CacheTuning.from_settings(Settings()) == DEFAULT_TUNING
+
+
+class WatchingRecorder(RecordingSink):
+    """Records, with each call, whether the watcher said its watch was caught up."""
+
+    watcher: Watcher
+
+    def on_page(self, kind: str, items: list[dict[str, Any]], first: bool, last: bool) -> None:
+        super().on_page(kind, items, first, last)
+        self.calls[-1] += (self.watcher.watching,)
+
+    def on_event(self, kind: str, event_type: str, obj: dict[str, Any]) -> None:
+        super().on_event(kind, event_type, obj)
+        self.calls[-1] += (self.watcher.watching,)
+
+
+def test_watching_holds_from_a_complete_list_until_the_watch_fails_and_again_after_the_relist() -> (
+    None
+):
+    """What the webhook's index allocator reads: never set over a view with a gap."""
+    sink = WatchingRecorder()
+    api = ScriptedApi(sink)
+    watcher = Watcher(api, PODS, sink, ImmediateLoop(), Metrics())  # type: ignore[arg-type]
+    sink.watcher = watcher
+    assert not watcher.watching  # nothing listed yet
+    watcher.start()
+    assert sink.done.wait(10)  # the third watch: after the 410 and the connection error
+    watcher.stop()
+    # first list: not before its last page is applied; the event after it: caught up
+    assert sink.calls[:3] == [
+        ("page", ["a"], True, False, False),
+        ("page", ["b"], False, True, False),
+        ("event", "ADDED", "c", True),
+    ]
+    # the 410 cleared it: the relists after the 410 and after the error ran without it
+    assert [call[-1] for call in sink.calls[3:]] == [False] * len(sink.calls[3:])
+    assert watcher.watching  # the last relist is in and its watch is open
