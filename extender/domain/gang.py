@@ -255,10 +255,24 @@ class GangCore:
         allowed = dict(self.restrictions)
         if asking is not None and candidates is not None:
             allowed[asking.uid] = NodeRestriction(allowed=frozenset(candidates))
-        outcome = plan_gang(unbound, free, self.snapshot.nodes, self.policy, allowed=allowed)
+        outcome = plan_gang(
+            unbound,
+            free,
+            self.snapshot.nodes,
+            self.policy,
+            allowed=allowed,
+            topology=spec.topology,
+            bound=bound,
+        )
         if not isinstance(outcome, Placement) and len(unbound) > need:
             outcome = plan_gang(
-                unbound[:need], free, self.snapshot.nodes, self.policy, allowed=allowed
+                unbound[:need],
+                free,
+                self.snapshot.nodes,
+                self.policy,
+                allowed=allowed,
+                topology=spec.topology,
+                bound=bound,
             )
         if not isinstance(outcome, Placement):
             state.shortfall_generation = generation
