@@ -1,9 +1,12 @@
 """The gang planner: can every member be placed at once on free capacity, and where.
 
-`plan_gang` is a pure function of members, free capacity and policy. Heuristic:
-best-fit decreasing (largest members first, each onto the node the policy ranks
-best among those it fits), optionally inside one topology domain. It can miss a
-packing that exists; it never returns one that over-commits.
+`plan_gang` is a pure function of members, free capacity, policy and the group's
+topology. Binpack puts a gang on the fewest nodes that hold it, then the
+tightest (`_place_together`), and never spans more nodes than best-fit decreasing
+(`_place`, also spread's planner), which it falls back to. Topology (`_Planner`):
+inside one value of a required node label, on as few values of each preferred
+label as fit, coarsest first. It can miss a packing that exists; it never returns
+one that over-commits.
 """
 
 from __future__ import annotations
@@ -17,6 +20,10 @@ from extender.domain.model import NodeInfo, PodInfo, Resources
 from extender.domain.policy import GroupTopology, Policy, Strategy, default_topology
 from extender.domain.quantity import CPU, GPU, MEMORY
 from extender.domain.snapshot import add_into, fits
+
+# Domains that hold a gang are compared, tightest first, up to this many: the plan
+# stays a few placements' work however many racks or zones a cluster has.
+COMPARED_DOMAINS = 4
 
 
 @dataclass(frozen=True)
@@ -350,7 +357,11 @@ class _Planner:
     def best_single(
         self, free: Mapping[str, Resources], domains: Mapping[str, list[str]], level: int
     ) -> dict[str, str] | None:
-        """The best placement inside one domain: fewest values below, fewest nodes, tightest."""
+        """The best placement inside one domain: fewest values below, fewest nodes, tightest.
+
+        Compares the `COMPARED_DOMAINS` tightest domains that hold the gang (the
+        emptiest first and only, for spread); None when none does.
+        """
         capacity = {d: sum(free[n].get(GPU, 0) for n in names) for d, names in domains.items()}
         order = sorted(
             (d for d in domains if capacity[d] >= self.demand),
@@ -363,15 +374,19 @@ class _Planner:
             self.demand, sorted((r.get(GPU, 0) for r in free.values()), reverse=True)
         )
         perfect = (1,) * len(self.preferred) + (fewest,)
+        compared = 0
         for d in order:
             placed, misfit = self.within({n: free[n] for n in domains[d]}, level)
             if misfit is not None:
                 continue
             score = self.score(placed)
+            compared += 1
             if best is None or score < best[0]:
                 best = (score, placed)
                 if score[level:] <= perfect[level:] or self.policy.strategy is Strategy.SPREAD:
                     break
+            if compared >= COMPARED_DOMAINS:
+                break
         return best[1] if best is not None else None
 
 
