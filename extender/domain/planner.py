@@ -15,6 +15,7 @@ from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from math import gcd
 
 from extender.domain.model import NodeInfo, PodInfo, Resources
 from extender.domain.policy import GroupTopology, Policy, Strategy, default_topology
@@ -195,7 +196,7 @@ def _place_together(
     gang_nodes: frozenset[str],
 ) -> tuple[dict[str, str], PodInfo | None, int]:
     """Binpack a gang onto as few nodes as it can: returns placements, first misfit, and
-    a lower bound on the nodes its GPUs need (see `_nodes_level`).
+    a lower bound on the nodes its GPUs need (see `_Planner.nodes_level`).
 
     Largest members first. A member goes onto a node its gang already uses when it
     fits there (the best fit among them); otherwise it opens a node: the smallest
@@ -237,7 +238,10 @@ def _place_together(
     order = sorted(free, key=lambda n: _static_key(Strategy.BINPACK, n, free[n]))
     order_gpus = [free[n].get(GPU, 0) for n in order]  # ascending
     demand = sum(_gpus(p) for p in members)
-    lower_bound = _min_nodes_for(demand, reversed(order_gpus))
+    # A node gives the gang at most a multiple of the gcd of its GPU requests (two
+    # 5-GPU members use 5 of 8 free GPUs, not 8): a tighter bound, so fewer fallbacks.
+    step = gcd(*(_gpus(p) for p in members)) or 1
+    lower_bound = _min_nodes_for(demand, (g // step * step for g in reversed(order_gpus)))
     to_place = sorted((p for p in members if p.uid not in placed), key=_size_key)
     outstanding = sum(_gpus(p) for p in to_place)
     for pod in to_place:
