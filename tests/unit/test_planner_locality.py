@@ -309,3 +309,88 @@ def test_a_podgroup_topology_reaches_the_planner_through_the_core() -> None:
     assert decision.verdict is Verdict.PLANNED
     plan = core.ledger.plans[members[0].group]  # type: ignore[index]
     assert set(plan.placements.values()) == {"b1", "b2"}
+
+
+def test_a_podgroup_topology_wins_over_kueue_annotations() -> None:
+    nodes, free = cluster(node("a1", 2, zone="a"), node("b1", 2, zone="b"))
+    members = gang(3, 1, **{KUEUE_REQUIRED_TOPOLOGY: ZONE})
+    outcome = plan_gang(members, free, nodes, Policy(), topology=GroupTopology(preferred=(ZONE,)))
+    assert len(nodes_used(outcome)) == 2
+
+
+def test_the_disagreement_message_lists_each_member_topology() -> None:
+    nodes, free = cluster(node("a1", 4, zone="a"))
+    members = gang(1, 1, **{KUEUE_REQUIRED_TOPOLOGY: ZONE}) + [
+        PodInfo.from_api(
+            make_pod("other").group("g").gpus(1).annotation(KUEUE_PREFERRED_TOPOLOGY, RACK).obj()
+        )
+    ]
+    outcome = plan_gang(members, free, nodes, Policy())
+    assert isinstance(outcome, Shortfall)
+    assert outcome.message == (
+        "members disagree on their Kueue topology annotations "
+        f"(m0: required {ZONE}, other: preferred {RACK}); give every member the same"
+    )
+    assert (outcome.placeable, outcome.total) == (0, 2)
+
+
+def test_a_policy_preferred_topology_is_a_preference_and_required_a_requirement() -> None:
+    nodes, free = cluster(node("a1", 2, zone="a"), node("b1", 2, zone="b"), node("b2", 2, zone="b"))
+    preferred = Policy(name="zone", topology=Topology(key=ZONE))
+    # Zone b holds the 4 members; fewest nodes alone would be two nodes anywhere.
+    assert nodes_used(plan_gang(gang(4, 1), free, nodes, preferred)) == {"b1", "b2"}
+    assert len(nodes_used(plan_gang(gang(5, 1), free, nodes, preferred))) == 3
+
+
+def test_spread_with_a_required_zone_takes_the_emptiest_zone() -> None:
+    nodes, free = cluster(node("a1", 2, zone="a"), node("b1", 4, zone="b"), node("b2", 4, zone="b"))
+    spread = Policy(name="spread", strategy=Strategy.SPREAD)
+    outcome = plan_gang(gang(2, 1), free, nodes, spread, topology=GroupTopology(required=ZONE))
+    assert nodes_used(outcome) == {"b1", "b2"}
+
+
+def test_binpack_with_a_required_zone_takes_the_tightest_zone() -> None:
+    nodes, free = cluster(node("a1", 2, zone="a"), node("b1", 4, zone="b"), node("b2", 4, zone="b"))
+    outcome = plan_gang(gang(2, 1), free, nodes, Policy(), topology=GroupTopology(required=ZONE))
+    assert nodes_used(outcome) == {"a1"}
+
+
+def test_a_member_keeps_its_planned_node_from_before_a_restart() -> None:
+    nodes, free = cluster(node("two", 2), node("four", 4))
+    members = gang(3, 1)
+    members[0].planned_node = "two"
+    outcome = plan_gang(members, free, nodes, Policy())
+    assert isinstance(outcome, Placement)
+    assert outcome.nodes[members[0].uid] == "two"
+
+
+def test_a_shortfall_counts_the_members_it_could_place() -> None:
+    nodes, free = cluster(node("a", 2), node("b", 1))
+    outcome = plan_gang(gang(4, 1), free, nodes, Policy())
+    assert isinstance(outcome, Shortfall)
+    assert (outcome.placeable, outcome.total) == (3, 4)
+    assert outcome.message.startswith("3/4 members placeable")
+
+
+@pytest.mark.parametrize(
+    ("key", "ok"),
+    [
+        ("rack", True),
+        ("topology.kubernetes.io/zone", True),
+        ("a" * 63, True),
+        ("a" * 64, False),
+        ("example.com/" + "a" * 63, True),
+        ("Example.com/rack", False),
+        ("a" * 254 + "/rack", False),
+        ("/rack", False),
+        ("rack/", False),
+        ("ra ck", False),
+        ("", False),
+        ("_rack", False),
+        ("rack.io_", False),
+    ],
+)
+def test_label_keys_are_checked_as_kubernetes_does(key: str, ok: bool) -> None:
+    from extender.domain.policy import is_label_key
+
+    assert is_label_key(key) is ok
