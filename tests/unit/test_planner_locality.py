@@ -394,3 +394,28 @@ def test_label_keys_are_checked_as_kubernetes_does(key: str, ok: bool) -> None:
     from extender.domain.policy import is_label_key
 
     assert is_label_key(key) is ok
+
+
+def test_bound_members_that_already_span_the_required_label_are_named() -> None:
+    nodes, free = cluster(node("a1", 4, zone="a"), node("bare", 4))
+    bound = [
+        PodInfo.from_api(make_pod(f"m{i}").group("g").gpus(1).node(n).obj())
+        for i, n in enumerate(("a1", "bare"), start=8)
+    ]
+    outcome = plan_gang(
+        gang(1, 1), free, nodes, Policy(), topology=GroupTopology(required=ZONE), bound=bound
+    )
+    assert isinstance(outcome, Shortfall)
+    assert f"bound members already span {ZONE} (none), a;" in outcome.message
+
+
+def test_a_cpu_only_gang_that_no_required_domain_holds_says_what_it_needs() -> None:
+    nodes = {"c": NodeInfo.from_api(make_node("c").cpu_only().obj())}
+    free = {n: dict(i.allocatable) for n, i in nodes.items()}
+    members = [PodInfo.from_api(make_pod(f"m{i}").group("g").cpu("1").obj()) for i in range(2)]
+    outcome = plan_gang(members, free, nodes, Policy(), topology=GroupTopology(required=ZONE))
+    assert isinstance(outcome, Shortfall)
+    assert outcome.message == (
+        f"no single {ZONE} domain fits all 2 members (needs cpu/memory for every member; "
+        f"most free {GPU} in one {ZONE} domain: 0)"
+    )
