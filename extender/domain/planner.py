@@ -349,14 +349,19 @@ class _Planner:
         best = self.best_single(free, domains, level + 1)
         if best is not None:
             return best, None
-        # No one domain holds the gang: the fewest that hold its GPUs, then all of them.
+        # No one domain holds the gang: the fewest whose GPUs add up to it, or all of
+        # them, whichever spans fewer values (then nodes): fewest-by-capacity can still
+        # lose, on nodes, to a placement over every domain.
+        anywhere = self.within(free, level + 1)
         chosen = _cover(domains, free, self.demand)
         if chosen is not None and 1 < len(chosen) < len(domains):
             union = {n: free[n] for d in chosen for n in domains[d]}
             placed, misfit = self.within(union, level + 1)
-            if misfit is None:
+            if misfit is None and (
+                anywhere[1] is not None or self.score(placed) <= self.score(anywhere[0])
+            ):
                 return placed, None
-        return self.within(free, level + 1)
+        return anywhere
 
     def best_single(
         self, free: Mapping[str, Resources], domains: Mapping[str, list[str]], level: int

@@ -419,3 +419,58 @@ def test_a_cpu_only_gang_that_no_required_domain_holds_says_what_it_needs() -> N
         f"no single {ZONE} domain fits all 2 members (needs cpu/memory for every member; "
         f"most free {GPU} in one {ZONE} domain: 0)"
     )
+
+
+def test_when_no_rack_holds_the_gang_it_takes_the_fewest_racks() -> None:
+    # Fewest nodes over all racks takes r2's 4, r1's 3 and r3's 2 (three racks);
+    # r1's two nodes plus r3 hold all eight in two racks.
+    nodes, free = cluster(
+        node("r1a", 3, rack="r1"),
+        node("r1b", 3, rack="r1"),
+        node("r2a", 4, rack="r2"),
+        node("r3a", 2, rack="r3"),
+    )
+    outcome = plan_gang(
+        gang(8, 1), free, nodes, Policy(), topology=GroupTopology(preferred=(RACK,))
+    )
+    assert {nodes[n].labels[RACK] for n in nodes_used(outcome)} == {"r1", "r3"}
+
+
+def test_fewest_racks_by_capacity_gives_way_to_a_placement_as_good_on_fewer_nodes() -> None:
+    # By capacity: r1 (2+2) then r2 (3): two racks, three nodes. Over all racks the
+    # gang fits r2's and r3's 3-GPU nodes: two racks, two nodes.
+    nodes, free = cluster(
+        node("r1a", 2, rack="r1"),
+        node("r1b", 2, rack="r1"),
+        node("r2a", 3, rack="r2"),
+        node("r3a", 3, rack="r3"),
+    )
+    outcome = plan_gang(
+        gang(6, 1), free, nodes, Policy(), topology=GroupTopology(preferred=(RACK,))
+    )
+    assert nodes_used(outcome) == {"r2a", "r3a"}
+
+
+def test_cover_takes_the_largest_domains_then_the_tightest_that_holds_the_rest() -> None:
+    from extender.domain.planner import _cover
+
+    free = {"a": {GPU: 5}, "b": {GPU: 4}, "c": {GPU: 2}, "d": {GPU: 3}, "e": {GPU: 1}}
+    domains = {name: [name] for name in free}
+    assert _cover(domains, free, 7) == ["a", "c"]
+    assert _cover(domains, free, 9) == ["a", "b"]
+    assert _cover(domains, free, 10) == ["a", "b", "e"]
+    assert _cover(domains, free, 3) == ["d"]
+    assert _cover(domains, free, 16) is None
+    assert _cover(domains, free, 15) == ["a", "b", "d", "c", "e"]
+
+
+def test_a_member_only_one_node_takes_is_not_crowded_out_of_it() -> None:
+    # Fewest nodes would open the largest node (b, last by name) for m0 and leave m1,
+    # which may only use b, nowhere; best-fit decreasing places both.
+    nodes, free = cluster(node("a", 4), node("b", 4, pool="only"))
+    restricted = make_pod("m1").group("g").gpus(4).obj()
+    restricted["spec"]["nodeSelector"] = {"pool": "only"}
+    members = [*gang(1, 4), PodInfo.from_api(restricted)]
+    outcome = plan_gang(members, free, nodes, Policy())
+    assert isinstance(outcome, Placement)
+    assert outcome.nodes == {members[0].uid: "a", members[1].uid: "b"}
