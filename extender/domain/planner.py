@@ -419,19 +419,19 @@ def _cover(
     holds the rest, so bigger domains stay whole. None when all of them are short.
     """
     capacity = {d: sum(free[n].get(GPU, 0) for n in names) for d, names in domains.items()}
-    by_size = sorted(domains, key=lambda d: (-capacity[d], d))
+    ascending = sorted(domains, key=lambda d: (capacity[d], d))
+    capacities = [capacity[d] for d in ascending]
     chosen: list[str] = []
     rest = demand
-    for d in by_size:
-        if rest <= 0:
-            break
-        holds = [e for e in by_size if e not in chosen and capacity[e] >= rest]
-        if holds:
-            chosen.append(min(holds, key=lambda e: (capacity[e], e)))
+    # The k chosen so far are the k largest: the last k of `ascending`.
+    for taken, largest in enumerate(reversed(ascending)):
+        tightest = bisect_left(capacities, rest)
+        if tightest < len(ascending) - taken:
+            chosen.append(ascending[tightest])
             return chosen
-        chosen.append(d)
-        rest -= capacity[d]
-    return chosen if rest <= 0 else None
+        chosen.append(largest)
+        rest -= capacity[largest]
+    return None
 
 
 def _resolve_topology(

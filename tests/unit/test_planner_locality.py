@@ -474,3 +474,88 @@ def test_a_member_only_one_node_takes_is_not_crowded_out_of_it() -> None:
     outcome = plan_gang(members, free, nodes, Policy())
     assert isinstance(outcome, Placement)
     assert outcome.nodes == {members[0].uid: "a", members[1].uid: "b"}
+
+
+def test_cover_counts_a_node_without_gpus_as_none() -> None:
+    from extender.domain.planner import _cover
+
+    free = {"a": {GPU: 2}, "cpu": {"cpu": 8000}, "b": {GPU: 1}}
+    domains = {"x": ["a", "cpu"], "y": ["b"]}
+    assert _cover(domains, free, 3) == ["x", "y"]
+    assert _cover(domains, free, 2) == ["x"]
+    assert _cover(domains, free, 4) is None
+
+
+def test_a_member_restricted_by_kube_scheduler_goes_where_it_may() -> None:
+    from extender.domain.planner import NodeRestriction
+
+    nodes, free = cluster(node("two", 2), node("four", 4))
+    members = gang(3, 1)
+    allowed = {members[0].uid: NodeRestriction(allowed=frozenset({"two"}))}
+    outcome = plan_gang(members, free, nodes, Policy(), allowed=allowed)
+    assert isinstance(outcome, Placement)
+    assert outcome.nodes[members[0].uid] == "two"
+
+
+def test_a_planned_node_is_kept_only_when_the_member_fits_and_may_use_it() -> None:
+    from extender.domain.planner import NodeRestriction
+
+    nodes, free = cluster(node("two", 2), node("four", 4))
+    members = gang(2, 1)
+    members[0].planned_node = "two"
+    denied = {members[0].uid: NodeRestriction(denied=frozenset({"two"}))}
+    assert nodes_used(plan_gang(members, free, nodes, Policy(), allowed=denied)) == {"four"}
+    free["two"][GPU] = 0
+    assert nodes_used(plan_gang(members, free, nodes, Policy())) == {"four"}
+    members[1].planned_node = "gone"
+    assert nodes_used(plan_gang(members, free, nodes, Policy())) == {"four"}
+
+
+def test_a_later_member_takes_the_tighter_of_the_nodes_its_gang_uses() -> None:
+    # 2 + 2 open b (3, last by name) and a (3); the 1-GPU members then fit either.
+    nodes, free = cluster(node("a", 3), node("b", 3))
+    members = [
+        PodInfo.from_api(make_pod(f"m{i}").group("g").gpus(g).obj())
+        for i, g in enumerate((2, 2, 1))
+    ]
+    free["a"]["cpu"] = 1000
+    outcome = plan_gang(members, free, nodes, Policy())
+    assert isinstance(outcome, Placement)
+    assert outcome.nodes == {members[0].uid: "b", members[1].uid: "a", members[2].uid: "a"}
+
+
+def test_a_cpu_only_gang_opens_the_node_with_fewest_gpus_that_fits() -> None:
+    nodes = {
+        "small": NodeInfo.from_api(make_node("small").cpu_only().cpu("2").obj()),
+        "big": NodeInfo.from_api(make_node("big").cpu_only().cpu("8").obj()),
+        "gpu": node("gpu", 4),
+    }
+    free = {n: dict(i.allocatable) for n, i in nodes.items()}
+    members = [PodInfo.from_api(make_pod(f"m{i}").group("g").cpu("4").obj()) for i in range(2)]
+    assert nodes_used(plan_gang(members, free, nodes, Policy())) == {"big"}
+
+
+def test_equal_nodes_are_taken_in_name_order() -> None:
+    nodes, free = cluster(node("b", 4), node("a", 4))
+    assert nodes_used(plan_gang(gang(2, 1), free, nodes, Policy())) == {"a"}
+
+
+def test_a_bound_member_on_a_node_that_is_gone_is_ignored() -> None:
+    nodes, free = cluster(node("a1", 4, zone="a"))
+    bound = PodInfo.from_api(make_pod("m9").group("g").gpus(1).node("gone").obj())
+    outcome = plan_gang(
+        gang(2, 1), free, nodes, Policy(), topology=GroupTopology(required=ZONE), bound=[bound]
+    )
+    assert nodes_used(outcome) == {"a1"}
+
+
+def test_racks_are_minimised_inside_the_only_zone() -> None:
+    nodes, free = cluster(
+        node("r1a", 2, zone="a", rack="r1"),
+        node("r2a", 2, zone="a", rack="r2"),
+        node("r3a", 3, zone="a", rack="r3"),
+        node("r3b", 3, zone="a", rack="r3"),
+    )
+    topology = GroupTopology(preferred=(ZONE, RACK))
+    outcome = plan_gang(gang(4, 1), free, nodes, Policy(), topology=topology)
+    assert {nodes[n].labels[RACK] for n in nodes_used(outcome)} == {"r3"}
