@@ -253,8 +253,18 @@ class GangCore:
         allowed = dict(self.restrictions)
         if asking is not None and candidates is not None:
             allowed[asking.uid] = NodeRestriction(allowed=frozenset(candidates))
+        # Bound members anchor the gang's topology domain and its nodes.
+        bound = [m for m in members if m.is_bound]
         for chosen in choice.attempts:
-            outcome = plan_gang(chosen, free, self.snapshot.nodes, self.policy, allowed=allowed)
+            outcome = plan_gang(
+                chosen,
+                free,
+                self.snapshot.nodes,
+                self.policy,
+                allowed=allowed,
+                topology=spec.topology,
+                bound=bound,
+            )
             if isinstance(outcome, Placement):
                 break
         if not isinstance(outcome, Placement):

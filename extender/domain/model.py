@@ -14,6 +14,7 @@ from typing import Any
 
 from extender.domain import membership
 from extender.domain.membership import GroupKey, MembershipError
+from extender.domain.policy import GroupTopology, topology_from_annotations, topology_from_spec
 from extender.domain.quantity import QuantityError, pod_requests, resource_list
 
 Resources = dict[str, int]
@@ -98,6 +99,8 @@ class PodInfo:
     # The message of the pod's PodScheduled=False condition: why kube-scheduler (its own
     # filters, or this extender through them) last refused the pod; None when not refused.
     unschedulable_message: str | None = None
+    # Kueue's podset topology annotations, when the pod carries one (its group's default).
+    topology: GroupTopology | None = None
 
     @property
     def ref(self) -> str:
@@ -136,6 +139,9 @@ class PodInfo:
         task_layout = None
         with contextlib.suppress(MembershipError):
             task_layout = membership.task_layout(meta)
+        topology, topology_error = topology_from_annotations(meta.get("annotations") or {})
+        if group is not None and topology_error is not None:
+            group_error = group_error or topology_error
         tolerations = tuple(
             Toleration(
                 t.get("key") or None,
@@ -164,6 +170,7 @@ class PodInfo:
             tolerations=tolerations,
             created=_timestamp(meta.get("creationTimestamp")),
             unschedulable_message=_unschedulable_message(status),
+            topology=topology,
         )
 
 
@@ -200,6 +207,8 @@ class GroupSpec:
     # A PodGroup gang-extender created from the members' min-available annotation
     # (annotated CREATED_FROM_ANNOTATION): it follows its members; a user's never does.
     managed: bool = False
+    # spec.topology: None leaves it to the members' Kueue annotations, then the policy.
+    topology: GroupTopology | None = None
 
     @classmethod
     def from_podgroup(cls, obj: Mapping[str, Any], *, source: str) -> GroupSpec:
@@ -224,6 +233,10 @@ class GroupSpec:
                 tasks_from=f"{source} spec.minTaskMember",
                 size_from="spec.minMember",
             )
+        topology, topology_error = topology_from_spec(
+            spec.get("topology"), where=f"{source} spec.topology"
+        )
+        error = error or topology_error
         return cls(
             key=key,
             min_member=min_member,
@@ -232,6 +245,7 @@ class GroupSpec:
             min_task_member=tasks,
             error=error or tasks_error,
             managed=membership.CREATED_FROM_ANNOTATION in (meta.get("annotations") or {}),
+            topology=topology,
         )
 
     def with_members_task_layout(self, layout: Mapping[str, int], *, size_from: str) -> GroupSpec:

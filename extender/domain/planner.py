@@ -1,22 +1,30 @@
 """The gang planner: can every member be placed at once on free capacity, and where.
 
-`plan_gang` is a pure function of members, free capacity and policy. Heuristic:
-best-fit decreasing (largest members first, each onto the node the policy ranks
-best among those it fits), optionally inside one topology domain. It can miss a
-packing that exists; it never returns one that over-commits.
+`plan_gang` is a pure function of members, free capacity, policy and the group's
+topology. Binpack puts a gang on the fewest nodes that hold it, then the
+tightest (`_place_together`), and never spans more nodes than best-fit decreasing
+(`_place`, also spread's planner), which it falls back to. Topology (`_Planner`):
+inside one value of a required node label, on as few values of each preferred
+label as fit, coarsest first. It can miss a packing that exists; it never returns
+one that over-commits.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from math import gcd
 
 from extender.domain.model import NodeInfo, PodInfo, Resources
-from extender.domain.policy import Policy, Strategy, TopologyMode
+from extender.domain.policy import GroupTopology, Policy, Strategy, default_topology
 from extender.domain.quantity import CPU, GPU, MEMORY
 from extender.domain.snapshot import add_into, fits
+
+# Domains that hold a gang are compared, tightest first, up to this many: the plan
+# stays a few placements' work however many racks or zones a cluster has.
+COMPARED_DOMAINS = 4
 
 
 @dataclass(frozen=True)
@@ -168,23 +176,285 @@ def _place(
     return placed, misfit
 
 
-def _domains(
-    free: Mapping[str, Resources], nodes: Mapping[str, NodeInfo], key: str, strategy: Strategy
-) -> list[list[str]]:
+def _gpus(pod: PodInfo) -> int:
+    return pod.requests.get(GPU, 0)
+
+
+def _min_nodes_for(gpus: int, free_gpus_descending: Iterable[int]) -> int:
+    """Fewest nodes whose free GPUs add up to `gpus`: a lower bound for any placement."""
+    total, count = 0, 0
+    for have in free_gpus_descending:
+        if total >= gpus:
+            break
+        total += max(0, have)
+        count += 1
+    return max(1, count)
+
+
+def _place_together(
+    members: Sequence[PodInfo],
+    free: Mapping[str, Resources],
+    nodes: Mapping[str, NodeInfo],
+    allowed: Mapping[str, NodeRestriction],
+    gang_nodes: frozenset[str],
+) -> tuple[dict[str, str], PodInfo | None, int]:
+    """Binpack a gang onto as few nodes as it can: returns placements, first misfit, and
+    a lower bound on the nodes its GPUs need (see `_Planner.nodes_level`).
+
+    Largest members first. A member goes onto a node its gang already uses when it
+    fits there (the best fit among them); otherwise it opens a node: the smallest
+    one that holds every GPU still to be placed (so the rest of the gang follows it
+    there and bigger nodes stay whole), or, when none holds that much, the largest
+    free one (fewest nodes). Members without GPUs open the node with fewest free
+    GPUs, as `_place` does.
+
+    Cost: one sort of `free`, then per member a bisection, a scan that usually stops
+    at its first node, and a look at the few nodes the gang uses.
+    """
+    remaining: dict[str, Resources] = dict(free)
+    touched: set[str] = set()
+    placed: dict[str, str] = {}
+    misfit: PodInfo | None = None
+    # Nodes the gang's bound members are on count as used: members go beside them.
+    used = [n for n in sorted(gang_nodes) if n in remaining]
+
+    def place(pod: PodInfo, node: str) -> None:
+        if node not in touched:
+            touched.add(node)
+            remaining[node] = dict(remaining[node])
+            if node not in gang_nodes:
+                used.append(node)
+        placed[pod.uid] = node
+        add_into(remaining[node], pod.requests, -1)
+
+    def usable(pod: PodInfo, node: str, choices: NodeRestriction | None) -> bool:
+        return (
+            (choices is None or choices.permits(node))
+            and fits(pod.requests, remaining[node])
+            and node_accepts(nodes[node], pod)
+        )
+
+    for pod in members:
+        node = pod.planned_node
+        if node and node in remaining and usable(pod, node, allowed.get(pod.uid)):
+            place(pod, node)
+    order = sorted(free, key=lambda n: _static_key(Strategy.BINPACK, n, free[n]))
+    order_gpus = [free[n].get(GPU, 0) for n in order]  # ascending
+    demand = sum(_gpus(p) for p in members)
+    # A node gives the gang at most a multiple of the gcd of its GPU requests (two
+    # 5-GPU members use 5 of 8 free GPUs, not 8): a tighter bound, so fewer fallbacks.
+    step = gcd(*(_gpus(p) for p in members)) or 1
+    lower_bound = _min_nodes_for(demand, (g // step * step for g in reversed(order_gpus)))
+    to_place = sorted((p for p in members if p.uid not in placed), key=_size_key)
+    outstanding = sum(_gpus(p) for p in to_place)
+    for pod in to_place:
+        choices = allowed.get(pod.uid)
+        gpus = _gpus(pod)
+        best_node: str | None = None
+        best_rank = None
+        for name in used:
+            if not usable(pod, name, choices):
+                continue
+            rank = _rank(Strategy.BINPACK, pod, name, remaining[name], 0)
+            if best_rank is None or rank < best_rank:
+                best_node, best_rank = name, rank
+        if best_node is None and gpus > 0:
+            # The smallest untouched node that takes every GPU still to place...
+            for i in range(bisect_left(order_gpus, outstanding), len(order)):
+                name = order[i]
+                if name not in touched and usable(pod, name, choices):
+                    best_node = name
+                    break
+            # ...else the largest one this member fits (the scan stops below its request).
+            if best_node is None:
+                for i in range(len(order) - 1, -1, -1):
+                    if order_gpus[i] < gpus:
+                        break
+                    name = order[i]
+                    if name not in touched and usable(pod, name, choices):
+                        best_node = name
+                        break
+        elif best_node is None:
+            for name in order:
+                if name not in touched and usable(pod, name, choices):
+                    best_node = name
+                    break
+        outstanding -= gpus
+        if best_node is None:
+            misfit = misfit or pod
+            continue
+        place(pod, best_node)
+    return placed, misfit, lower_bound
+
+
+@dataclass
+class _Planner:
+    """One gang's planning: its members, restrictions and topology levels."""
+
+    members: Sequence[PodInfo]
+    nodes: Mapping[str, NodeInfo]
+    policy: Policy
+    allowed: Mapping[str, NodeRestriction]
+    gang_nodes: frozenset[str]
+    preferred: tuple[str, ...]
+
+    demand: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.demand = sum(_gpus(p) for p in self.members)
+
+    def _value(self, node: str, key: str) -> str:
+        """The node's domain under `key`; an unlabelled node is a domain of its own."""
+        value = self.nodes[node].labels.get(key)
+        return f"={value}" if value is not None else f"/{node}"
+
+    def score(self, placed: Mapping[str, str]) -> tuple[int, ...]:
+        """Values of each preferred label the gang spans, coarsest first, then nodes."""
+        used = set(placed.values()) | self.gang_nodes
+        spans = [len({self._value(n, key) for n in used}) for key in self.preferred]
+        return (*spans, len(used))
+
+    def nodes_level(self, free: Mapping[str, Resources]) -> tuple[dict[str, str], PodInfo | None]:
+        """Fewest nodes, then best fit; spread keeps its own order (fewest members per node).
+
+        The locality heuristic is checked against best-fit decreasing (`_place`) unless
+        it reached the lower bound: the planner never spans more nodes than that, nor
+        misses a placement it finds.
+        """
+        if self.policy.strategy is Strategy.SPREAD:
+            return _place(self.members, free, self.nodes, self.policy, self.allowed)
+        placed, misfit, lower_bound = _place_together(
+            self.members, free, self.nodes, self.allowed, self.gang_nodes
+        )
+        if misfit is None and len(set(placed.values())) <= lower_bound:
+            return placed, misfit
+        fallback, fallback_misfit = _place(
+            self.members, free, self.nodes, self.policy, self.allowed
+        )
+        if misfit is not None:
+            if fallback_misfit is None or len(fallback) > len(placed):
+                return fallback, fallback_misfit
+            return placed, misfit
+        if fallback_misfit is None and len(set(fallback.values())) < len(set(placed.values())):
+            return fallback, None
+        return placed, None
+
+    def within(
+        self, free: Mapping[str, Resources], level: int = 0
+    ) -> tuple[dict[str, str], PodInfo | None]:
+        """Place inside `free` using as few values of preferred[level:] as it can, in order."""
+        if level >= len(self.preferred):
+            return self.nodes_level(free)
+        key = self.preferred[level]
+        domains = _group_by(free, self.nodes, key)
+        if len(domains) <= 1:
+            return self.within(free, level + 1)
+        best = self.best_single(free, domains, level + 1)
+        if best is not None:
+            return best, None
+        # No one domain holds the gang: the fewest whose GPUs add up to it, or all of
+        # them, whichever spans fewer values (then nodes): fewest-by-capacity can still
+        # lose, on nodes, to a placement over every domain.
+        anywhere = self.within(free, level + 1)
+        chosen = _cover(domains, free, self.demand)
+        if chosen is not None and 1 < len(chosen) < len(domains):
+            union = {n: free[n] for d in chosen for n in domains[d]}
+            placed, misfit = self.within(union, level + 1)
+            if misfit is None and (
+                anywhere[1] is not None or self.score(placed) <= self.score(anywhere[0])
+            ):
+                return placed, None
+        return anywhere
+
+    def best_single(
+        self, free: Mapping[str, Resources], domains: Mapping[str, list[str]], level: int
+    ) -> dict[str, str] | None:
+        """The best placement inside one domain: fewest values below, fewest nodes, tightest.
+
+        Compares the `COMPARED_DOMAINS` tightest domains that hold the gang (the
+        emptiest first and only, for spread); None when none does.
+        """
+        capacity = {d: sum(free[n].get(GPU, 0) for n in names) for d, names in domains.items()}
+        order = sorted(
+            (d for d in domains if capacity[d] >= self.demand),
+            key=lambda d: (capacity[d], d),
+            reverse=self.policy.strategy is Strategy.SPREAD,
+        )
+        best: tuple[tuple[int, ...], dict[str, str]] | None = None
+        # A score no domain can beat: one value of each label below, the fewest nodes.
+        fewest = _min_nodes_for(
+            self.demand, sorted((r.get(GPU, 0) for r in free.values()), reverse=True)
+        )
+        perfect = (1,) * len(self.preferred) + (fewest,)
+        compared = 0
+        for d in order:
+            placed, misfit = self.within({n: free[n] for n in domains[d]}, level)
+            if misfit is not None:
+                continue
+            score = self.score(placed)
+            compared += 1
+            if best is None or score < best[0]:
+                best = (score, placed)
+                if score[level:] <= perfect[level:] or self.policy.strategy is Strategy.SPREAD:
+                    break
+            if compared >= COMPARED_DOMAINS:
+                break
+        return best[1] if best is not None else None
+
+
+def _group_by(
+    free: Mapping[str, Resources], nodes: Mapping[str, NodeInfo], key: str
+) -> dict[str, list[str]]:
+    """Nodes by their value of `key`; each unlabelled node is a domain of its own."""
     by_value: dict[str, list[str]] = defaultdict(list)
     for name in free:
         value = nodes[name].labels.get(key)
-        if value is not None:
-            by_value[value].append(name)
+        by_value[f"={value}" if value is not None else f"/{name}"].append(name)
+    return by_value
 
-    def total_gpus(value: str) -> int:
-        return sum(free[n].get(GPU, 0) for n in by_value[value])
 
-    # Binpack tries the fullest domain that fits first; spread the emptiest.
-    order = sorted(by_value, key=lambda v: (total_gpus(v), v))
-    if strategy is Strategy.SPREAD:
-        order.reverse()
-    return [by_value[v] for v in order]
+def _cover(
+    domains: Mapping[str, list[str]], free: Mapping[str, Resources], demand: int
+) -> list[str] | None:
+    """The fewest domains whose free GPUs add up to `demand`, the last one the tightest.
+
+    Largest domains first until the rest fits one; that one is the smallest that
+    holds the rest, so bigger domains stay whole. None when all of them are short.
+    """
+    capacity = {d: sum(free[n].get(GPU, 0) for n in names) for d, names in domains.items()}
+    ascending = sorted(domains, key=lambda d: (capacity[d], d))
+    capacities = [capacity[d] for d in ascending]
+    chosen: list[str] = []
+    rest = demand
+    # The k chosen so far are the k largest: the last k of `ascending`.
+    for taken, largest in enumerate(reversed(ascending)):
+        tightest = bisect_left(capacities, rest)
+        if tightest < len(ascending) - taken:
+            chosen.append(ascending[tightest])
+            return chosen
+        chosen.append(largest)
+        rest -= capacity[largest]
+    return None
+
+
+def _resolve_topology(
+    members: Sequence[PodInfo], topology: GroupTopology | None, policy: Policy
+) -> GroupTopology | str:
+    """The group's topology: its PodGroup's, else its members' Kueue annotations, else the policy's.
+
+    Members whose Kueue annotations disagree give a message instead.
+    """
+    if topology is not None:
+        return topology
+    annotated = {m.topology for m in members if m.topology is not None}
+    if len(annotated) > 1:
+        listing = ", ".join(
+            f"{m.name}: {m.topology.describe()}" for m in members if m.topology is not None
+        )
+        return f"members disagree on their Kueue topology annotations ({listing}); give every member the same"
+    if annotated:
+        return annotated.pop()
+    return default_topology(policy)
 
 
 def plan_gang(
@@ -194,28 +464,27 @@ def plan_gang(
     policy: Policy,
     *,
     allowed: Mapping[str, NodeRestriction] | None = None,
+    topology: GroupTopology | None = None,
+    bound: Sequence[PodInfo] = (),
 ) -> Placement | Shortfall:
     """Place every member at once, or say what is missing.
 
     `free` is free capacity per node after bound pods and other gangs' reservations.
     `allowed` optionally restricts members (by uid) to the nodes kube-scheduler's
     own filters left for them (affinity, host ports... that the planner does not model).
+    `topology` is the group's own (PodGroup spec.topology); None falls back to the
+    members' Kueue annotations, then to the policy's. `bound` are the gang's members
+    already bound: the rest go beside them and stay in their required domain.
     """
     allowed = allowed or {}
-    if policy.topology is not None:
-        for domain in _domains(free, nodes, policy.topology.key, policy.strategy):
-            subset = {n: free[n] for n in domain}
-            placed, misfit = _place(members, subset, nodes, policy, allowed)
-            if misfit is None:
-                return Placement(placed)
-        if policy.topology.mode is TopologyMode.REQUIRED:
-            return Shortfall(
-                0,
-                len(members),
-                f"no single {policy.topology.key} domain fits all {len(members)} members "
-                f"({_need_text(members)})",
-            )
-    placed, misfit = _place(members, free, nodes, policy, allowed)
+    resolved = _resolve_topology(members, topology, policy)
+    if isinstance(resolved, str):
+        return Shortfall(0, len(members), resolved)
+    gang_nodes = frozenset(p.node_name for p in bound if p.node_name and p.node_name in nodes)
+    planner = _Planner(members, nodes, policy, allowed, gang_nodes, resolved.preferred)
+    if resolved.required is not None:
+        return _plan_required(planner, free, resolved.required)
+    placed, misfit = planner.within(free)
     if misfit is None:
         return Placement(placed)
     return Shortfall(
@@ -223,6 +492,33 @@ def plan_gang(
         len(members),
         _shortfall_text(members, placed, misfit, free),
         unplaced=tuple(m.uid for m in members if m.uid not in placed),
+    )
+
+
+def _plan_required(
+    planner: _Planner, free: Mapping[str, Resources], key: str
+) -> Placement | Shortfall:
+    """Inside one value of `key` or not at all; the gang's bound members fix the value."""
+    members, nodes = planner.members, planner.nodes
+    labelled = {n: r for n, r in free.items() if nodes[n].labels.get(key) is not None}
+    domains = _group_by(labelled, nodes, key)
+    anchors = sorted({nodes[n].labels.get(key) or "(none)" for n in planner.gang_nodes})
+    where = ""
+    if anchors:
+        domains = {d: names for d, names in domains.items() if d == f"={anchors[0]}"}
+        where = f" {key}={anchors[0]}, where members are bound,"
+        if len(anchors) > 1:
+            domains = {}
+            where = f" domain: bound members already span {key} {', '.join(anchors)};"
+    best = planner.best_single(free, domains, 0)
+    if best is not None:
+        return Placement(best)
+    most = max((sum(free[n].get(GPU, 0) for n in names) for names in domains.values()), default=0)
+    return Shortfall(
+        0,
+        len(members),
+        f"no single {key} domain fits all {len(members)} members "
+        f"({_need_text(members)};{where} most free {GPU} in one {key} domain: {most})",
     )
 
 
