@@ -66,6 +66,7 @@ HTTP_CONFLICT = 409
 # recreating it (its grace period); then it gives up, logged and in an Event.
 RECREATE_WAIT_SECONDS = 300.0
 RECREATE_POLL_SECONDS = 0.5
+RECREATE_SETTLE_SECONDS = 1.0
 
 # The reason of the DisruptionTarget condition put on members a policy deletes.
 RESTART_DISRUPTION_REASON = "DeletedByGangPolicy"
@@ -456,11 +457,30 @@ class LifecycleController:
     ) -> None:
         await asyncio.gather(*(self._recreate(key, t, generation) for t in templates))
 
+    async def _name_free(self, namespace: str, name: str) -> bool:
+        try:
+            await asyncio.to_thread(
+                self.raw.call,
+                "GET",
+                _pod_path(namespace, name),
+                timeout=self.settings.api_write_timeout_seconds,
+            )
+        except KubeError as err:
+            return err.status == HTTP_NOT_FOUND
+        return False
+
     async def _recreate(self, key: GroupKey, template: dict[str, Any], generation: int) -> None:
         meta = template["metadata"]
         namespace, name = meta["namespace"], meta["name"]
         body = recreated_pod(template, generation)
         deadline = self.clock() + RECREATE_WAIT_SECONDS
+        while not await self._name_free(namespace, name):
+            if self.clock() >= deadline:
+                break  # the POST below says why (409)
+            await asyncio.sleep(RECREATE_POLL_SECONDS)
+        # The node agent that removed the old pod may act on its name once more just
+        # after (KWOK deletes by name, without the uid precondition kubelet uses).
+        await asyncio.sleep(RECREATE_SETTLE_SECONDS)
         while True:
             try:
                 await asyncio.to_thread(

@@ -122,6 +122,13 @@ def lifecycle_condition(raw: RawApi, namespace: str, group: str) -> dict[str, An
     return {}
 
 
+def running_gang(raw: RawApi, namespace: str, group: str, size: int, old: set[str]) -> Any:
+    """As `whole_gang`, and every member Running: the Eviction API marks only a running
+    pod with DisruptionTarget (a Pending one is deleted as is, which is no eviction)."""
+    pods = whole_gang(raw, namespace, group, size, old)
+    return pods if pods and all(p["status"].get("phase") == "Running" for p in pods) else None
+
+
 def whole_gang(raw: RawApi, namespace: str, group: str, size: int, old: set[str]) -> Any:
     """`size` live members, none of them of `old` uids, every one bound; else falsy."""
     pods = live_members(raw, namespace, group)
@@ -217,7 +224,7 @@ def test_evicting_a_worker_of_the_seed_shape_recreates_the_bare_master_too(
         pool,
         policies=[{"event": "PodEvicted", "action": "RestartJob"}],
     )
-    first = wait_until(lambda: whole_gang(raw, namespace, "hvd", 4, set()), what="gang bound")
+    first = wait_until(lambda: running_gang(raw, namespace, "hvd", 4, set()), what="gang running")
     old = {p["metadata"]["uid"] for p in first}
     worker = sorted(p["metadata"]["name"] for p in first if "worker" in p["metadata"]["name"])[0]
 
@@ -255,10 +262,10 @@ def test_second_eviction_past_max_retry_leaves_the_group_failed_and_nothing_rest
         policies=[{"event": "PodEvicted", "action": "RestartJob"}],
         maxRetry=1,
     )
-    first = wait_until(lambda: whole_gang(raw, namespace, "once", 2, set()), what="gang bound")
+    first = wait_until(lambda: running_gang(raw, namespace, "once", 2, set()), what="gang running")
     evict(raw, namespace, "once-master")
     second = wait_until(
-        lambda: whole_gang(raw, namespace, "once", 2, {p["metadata"]["uid"] for p in first}),
+        lambda: running_gang(raw, namespace, "once", 2, {p["metadata"]["uid"] for p in first}),
         what="the gang restarted once and bound whole",
     )
     assert status(raw, namespace, "once").get("restarts") == 1

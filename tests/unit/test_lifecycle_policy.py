@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -461,3 +463,17 @@ def test_one_failure_never_restarts_twice_and_max_retry_holds(
                 not [e for e in effects if isinstance(e, Restart)] or state.phase == PHASE_ABORTED
             )
     assert acted <= 1
+
+
+def test_the_restart_example_declares_the_seed_policy() -> None:
+    path = (
+        Path(__file__).resolve().parents[2]
+        / "examples"
+        / "horovod"
+        / "horovod-job-restart-on-eviction.yaml"
+    )
+    podgroup = next(d for d in yaml.safe_load_all(path.read_text()) if d["kind"] == "PodGroup")
+    parsed = policy_from_spec(podgroup["spec"])
+    assert parsed.error is None
+    assert parsed.rules[Event.POD_EVICTED] is Action.RESTART_JOB
+    assert parsed.max_retry == 3

@@ -458,6 +458,7 @@ def test_the_service_writes_pods_secrets_configmaps_services_only_per_namespace(
     namespaced = one("ClusterRole", "gang-extender-namespace")
     assert {r for rule in namespaced["rules"] for r in rule["resources"]} == {
         "pods",
+        "pods/status",
         "services",
         "configmaps",
         "secrets",
