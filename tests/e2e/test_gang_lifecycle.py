@@ -4,14 +4,18 @@ A user declares `policies` on the PodGroup (Volcano's vocabulary); a member is
 evicted through the Eviction API, fails (its status written as kubelet writes an
 admission reject), or stays un-Ready; the gang is restarted whole, or left Failed
 once maxRetry is spent. Each test makes its own KWOK GPU pool.
+
+KWOK v0.7 plays the kubelet: it marks a bound pod Running and Ready at once (its
+pod-ready stage, only for pods without status.podIP) and a Job's pod Succeeded the
+moment it runs. Members that must stay un-Ready, and a Job's members that must not
+finish, are created gated and get a status.podIP before they are let go
+(`start_held_members`): bound, Pending, never Ready, as containers still starting.
 """
 
 from __future__ import annotations
 
 import time
 from typing import Any
-
-import pytest
 
 from extender.domain.lifecycle import RESTART_GENERATION_LABEL
 from extender.domain.membership import GROUP_LABEL, SCHEDULER_NAME
@@ -23,6 +27,7 @@ from tests.e2e.gang_fixtures import (
     get_podgroup,
     list_pods,
     podgroup,
+    ungate,
     wait_until,
 )
 
@@ -49,7 +54,8 @@ def evict(raw: RawApi, namespace: str, name: str) -> None:
 
 
 def indexed_job(name: str, group: str, count: int, node_selector: dict[str, str]) -> dict[str, Any]:
-    template = gang_pod("unused", group, gpus=1, node_selector=node_selector)
+    # Gated: `start_held_members` lets each pod go once KWOK is kept from running it.
+    template = gang_pod("unused", group, gpus=1, node_selector=node_selector, gated=True)
     template["spec"]["restartPolicy"] = "Never"
     return {
         "apiVersion": "batch/v1",
@@ -90,6 +96,27 @@ def deployment(
             },
         },
     }
+
+
+def start_held_members(raw: RawApi, namespace: str, group: str) -> None:
+    """Ungate the group's gated members after setting their status.podIP.
+
+    KWOK v0.7 (the fake kubelet) marks a Job's pod Succeeded the moment it runs, so a
+    Job's gang would finish before anything could fail it. Its pod-ready stage only
+    takes pods without status.podIP: with one set before the bind, the member stays
+    bound and Pending, as a container still starting would, and never completes.
+    """
+    for pod in live_members(raw, namespace, group):
+        if not pod["spec"].get("schedulingGates"):
+            continue
+        name = pod["metadata"]["name"]
+        raw.call(
+            "PATCH",
+            pod_path(namespace, name, "status"),
+            body={"status": {"podIP": "10.250.0.1", "podIPs": [{"ip": "10.250.0.1"}]}},
+            content_type="application/merge-patch+json",
+        )
+        ungate(raw, namespace, name)
 
 
 def create_in(raw: RawApi, namespace: str, obj: dict[str, Any]) -> dict[str, Any]:
@@ -138,12 +165,6 @@ def whole_gang(raw: RawApi, namespace: str, group: str, size: int, old: set[str]
     return None
 
 
-@pytest.mark.skip(
-    reason="KWOK v0.7's built-in pod-complete stage marks a Job's pod Succeeded as soon as "
-    "it runs (no delay, no per-pod opt-out): the gang has finished before it can be evicted, "
-    "and the Job does not recreate completed indexes. The same restart of controller-made "
-    "members is shown with a Deployment (the seed shape) below."
-)
 def test_evicting_one_member_of_an_indexed_job_gang_restarts_the_whole_gang(
     gang_stack, raw, namespace, gpu_nodes
 ) -> None:
@@ -154,18 +175,18 @@ def test_evicting_one_member_of_an_indexed_job_gang_restarts_the_whole_gang(
         podgroup("train", 4, policies=[{"event": "PodEvicted", "action": "RestartJob"}]),
     )
     create_in(raw, namespace, indexed_job("train", "train", 4, pool.node_selector))
-    first = wait_until(
-        lambda: whole_gang(raw, namespace, "train", 4, set()), what="the gang bound whole"
-    )
+
+    def started_whole(old: set[str]) -> Any:
+        start_held_members(raw, namespace, "train")
+        return whole_gang(raw, namespace, "train", 4, old)
+
+    first = wait_until(lambda: started_whole(set()), what="the gang bound whole")
     old = {p["metadata"]["uid"] for p in first}
     victim = sorted(p["metadata"]["name"] for p in first)[1]
 
     evict(raw, namespace, victim)
 
-    new = wait_until(
-        lambda: whole_gang(raw, namespace, "train", 4, old),
-        what="4 new members (all new UIDs) bound whole",
-    )
+    new = wait_until(lambda: started_whole(old), what="4 new members (all new UIDs) bound whole")
     wait_until(
         lambda: (
             {
@@ -354,16 +375,18 @@ def test_members_never_ready_past_the_timeout_restart_the_gang_once(
             podsReadyTimeoutSeconds=5,
         ),
     )
-    for i in range(2):
-        create(raw, namespace, gang_pod(f"slow-{i}", "slow", node_selector=pool.node_selector))
-    # KWOK's pod-ready stage (Running, Ready) only takes pods without status.podIP: one
-    # set before the bind keeps slow-1 bound but never Ready, as a stuck container would.
+    create(raw, namespace, gang_pod("slow-0", "slow", node_selector=pool.node_selector))
+    # Gated (kube-scheduler leaves it alone) until its status is set: KWOK's pod-ready
+    # stage (Running, Ready) only takes pods without status.podIP, so one set before the
+    # bind keeps slow-1 bound but never Ready, as a container stuck starting would.
+    create(raw, namespace, gang_pod("slow-1", "slow", node_selector=pool.node_selector, gated=True))
     raw.call(
         "PATCH",
         pod_path(namespace, "slow-1", "status"),
         body={"status": {"podIP": "10.250.0.1", "podIPs": [{"ip": "10.250.0.1"}]}},
         content_type="application/merge-patch+json",
     )
+    ungate(raw, namespace, "slow-1")
     first = wait_until(lambda: whole_gang(raw, namespace, "slow", 2, set()), what="gang bound")
     assert not any(
         c.get("type") == "Ready" and c.get("status") == "True"
