@@ -457,7 +457,8 @@ def test_one_failure_never_restarts_twice_and_max_retry_holds(
                 acted += 1
                 # What the controller does next: those members are deleted.
                 seen = [replace(m, deleting=True) if m.uid in effect.delete else m for m in seen]
-        assert state.restarts <= max(restarts, max_retry)
+        labelled = [m.generation or 0 for m in members if not m.deleting]
+        assert state.restarts <= max(restarts, max_retry, *labelled)
         if state.phase:
             assert (
                 not [e for e in effects if isinstance(e, Restart)] or state.phase == PHASE_ABORTED
@@ -477,3 +478,14 @@ def test_the_restart_example_declares_the_seed_policy() -> None:
     assert parsed.error is None
     assert parsed.rules[Event.POD_EVICTED] is Action.RESTART_JOB
     assert parsed.max_retry == 3
+
+
+def test_members_of_a_later_generation_than_remembered_are_current() -> None:
+    """The memory was lost (a service restart, a re-created PodGroup): the members'
+    own labels say which generation runs, and its failures still count."""
+    pol = policy(Event.POD_FAILED, Action.RESTART_JOB)
+    state = LifecycleState()
+    members = [replace(m, generation=2) for m in gang(3)]
+    members[0] = replace(members[0], phase="Failed", reason="Error")
+    (restart,) = [e for e in run(pol, state, members) if isinstance(e, Restart)]
+    assert restart.generation == 3 == state.restarts
