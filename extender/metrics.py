@@ -160,8 +160,7 @@ class Metrics:
         )
         self.gang_recovery_seconds = Histogram(
             "gang_extender_gang_recovery_seconds",
-            "Time from the failure that restarted a gang to its new members bound whole, "
-            "by cause.",
+            "Time from the failure that restarted a gang to its new members bound whole, by cause.",
             ["cause"],
             buckets=WAIT_BUCKETS,
             registry=r,

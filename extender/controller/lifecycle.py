@@ -35,6 +35,7 @@ from extender.domain.lifecycle import (
     DISRUPTION_TARGET,
     LIFECYCLE_CONDITION,
     POLICIES_ANNOTATION,
+    POLICY_DISRUPTION_REASON,
     RESTART_GENERATION_LABEL,
     Abort,
     Event,
@@ -67,9 +68,6 @@ HTTP_CONFLICT = 409
 RECREATE_WAIT_SECONDS = 300.0
 RECREATE_POLL_SECONDS = 0.5
 RECREATE_SETTLE_SECONDS = 1.0
-
-# The reason of the DisruptionTarget condition put on members a policy deletes.
-RESTART_DISRUPTION_REASON = "DeletedByGangPolicy"
 
 RESTARTED_EVENT = "GangRestarted"
 ABORTED_EVENT = "GangAborted"
@@ -123,15 +121,22 @@ class LifecycleController:
     # ---- inputs ----
     def pod_gone(self, key: GroupKey, obj: dict[str, Any]) -> None:
         """The watch saw a member deleted: keep its last object for the next decision."""
+        member = Member.from_api(obj, gone=True)
         group = self._groups.get(key)
-        if group is None or not group.policy.active:
+        if member.disruption is None:
+            # Deleted by its owner (or the user): no failure, and not part of the gang
+            # a restart rebuilds.
+            if group is not None:
+                group.templates.pop(str(obj["metadata"].get("name")), None)
             return
-        uid = str(obj.get("metadata", {}).get("uid") or "")
-        if uid:
-            group.departed[uid] = obj
-        if Member.from_api(obj).disruption is None:
-            # Deleted by its owner (or the user): not part of the gang a restart rebuilds.
-            group.templates.pop(str(obj["metadata"].get("name")), None)
+        if group is None:
+            # Evicted before the group was first reconciled (a gang evicted within a
+            # second of being bound): kept for that first decision.
+            group = self._groups[key] = _Group()
+        if member.uid and member.bound:
+            group.departed[member.uid] = obj
+            if not member.controlled:  # an evicted bare member: what a restart recreates
+                group.templates[str(obj["metadata"]["name"])] = obj
 
     def see_effects(self, effects: list[Effect]) -> None:
         """The core's GangBroken: a released member that can never be bound is a failure."""
@@ -213,6 +218,8 @@ class LifecycleController:
             return
         group = self._groups.setdefault(key, _Group())
         group.policy = self._policy(podgroup, managed, pods)
+        if not group.policy.active:
+            group.departed.clear()  # kept only for a policy to act on
         meta = podgroup.get("metadata") or {}
         spec_generation = meta.get("generation")
         if not group.adopted:
@@ -247,6 +254,8 @@ class LifecycleController:
             for u, o in group.departed.items()
             if Member.from_api(o).generation == group.state.restarts
         }
+        if any(isinstance(e, Abort) for e in decision.effects):
+            group.departed.clear()  # consumed: a released group starts afresh
         for effect in decision.effects:
             await self._carry_out(key, group, effect, pods)
 
@@ -410,7 +419,7 @@ class LifecycleController:
                                 {
                                     "type": DISRUPTION_TARGET,
                                     "status": "True",
-                                    "reason": RESTART_DISRUPTION_REASON,
+                                    "reason": POLICY_DISRUPTION_REASON,
                                     "message": reason[:1024],
                                     "lastTransitionTime": _utc(self.clock()),
                                 }

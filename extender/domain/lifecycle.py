@@ -56,6 +56,9 @@ PHASE_ABORTED = HELD_PHASE
 PHASE_FAILED = "Failed"
 
 DISRUPTION_TARGET = "DisruptionTarget"
+# The DisruptionTarget reason gang-extender puts on the members a policy deletes (so a
+# Job's podFailurePolicy can ignore them): its own doing, never a new failure.
+POLICY_DISRUPTION_REASON = "DeletedByGangPolicy"
 
 
 class Event(Enum):
@@ -275,6 +278,9 @@ class LifecycleState:
     failed_at: float | None = None  # the failure the current generation recovers from
     held_generation: int | None = None  # the PodGroup's metadata.generation when held
     ready_seen: bool = False  # every member of the generation was Ready once
+    # Members of an aborted run (their failures were acted on): never a failure again,
+    # however long they take to go away after the group is released.
+    aborted_uids: frozenset[str] = frozenset()
     reported_invalid: str | None = None
 
     def adopt(self, status: Mapping[str, Any], generation: int | None) -> None:
@@ -364,7 +370,7 @@ class Decision:
 
 
 def _failure_of(member: Member) -> Failure | None:
-    if not member.bound:
+    if not member.bound or member.disruption == POLICY_DISRUPTION_REASON:
         return None
     if member.disruption is not None:
         return Failure(Event.POD_EVICTED, member.ref, f"evicted ({member.disruption})")
@@ -475,6 +481,7 @@ def decide(
         effects.append(Recovered(max(0.0, now - state.failed_at), _last_cause(state)))
         state.failed_at = None
 
+    current = [m for m in current if m.uid not in state.aborted_uids]
     failures = [f for m in sorted(current, key=lambda m: m.ref) if (f := _failure_of(m))]
     failures += list(broken)
     next_check: float | None = None
@@ -495,6 +502,7 @@ def decide(
         )
         state.phase, state.held_generation = PHASE_ABORTED, spec_generation
         state.reason, state.message = "Aborted", message
+        state.aborted_uids = frozenset(m.uid for m in members)
         effects.append(Abort(failure, live, message))
         return Decision(effects)
     if state.restarts >= policy.max_retry:

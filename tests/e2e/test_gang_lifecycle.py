@@ -20,6 +20,7 @@ from typing import Any
 from extender.domain.lifecycle import RESTART_GENERATION_LABEL
 from extender.domain.membership import GROUP_LABEL, SCHEDULER_NAME
 from extender.kube.rawapi import KubeError, RawApi, path_of
+from extender.kube.writers import podgroup_path
 from tests.e2e.gang_fixtures import (
     bound,
     create,
@@ -420,3 +421,63 @@ def test_members_never_ready_past_the_timeout_restart_the_gang_once(
     assert {p["metadata"]["uid"] for p in live_members(raw, namespace, "slow")} == {
         p["metadata"]["uid"] for p in new
     }
+
+
+def test_abort_job_holds_the_recreated_members_until_the_user_changes_the_podgroup(
+    gang_stack, raw, namespace, gpu_nodes
+) -> None:
+    pool = gpu_nodes(1, gpus=4)
+    create(
+        raw,
+        namespace,
+        podgroup("stop", 2, policies=[{"event": "PodEvicted", "action": "AbortJob"}]),
+    )
+    create_in(raw, namespace, deployment("stop-worker", "stop", 2, pool.node_selector))
+    first = wait_until(lambda: running_gang(raw, namespace, "stop", 2, set()), what="gang running")
+    old = {p["metadata"]["uid"] for p in first}
+
+    evict(raw, namespace, first[0]["metadata"]["name"])
+
+    condition = wait_until(
+        lambda: (
+            status(raw, namespace, "stop").get("phase") == "Aborted"
+            and lifecycle_condition(raw, namespace, "stop")
+        ),
+        what="phase Aborted with the Lifecycle condition",
+    )
+    assert (
+        condition["reason"] == "Aborted" and "change or delete the PodGroup" in condition["message"]
+    )
+    assert events(raw, namespace, "GangAborted")
+    # The Deployment brings its pods back; they are held, not scheduled.
+    held = wait_until(
+        lambda: (
+            len(pods := live_members(raw, namespace, "stop")) == 2
+            and not ({p["metadata"]["uid"] for p in pods} & old)
+            and pods
+        ),
+        what="the Deployment's new pods",
+    )
+    time.sleep(SETTLE_OBSERVATION_SECONDS)
+    assert bound(live_members(raw, namespace, "stop")) == []
+    assert status(raw, namespace, "stop").get("phase") == "Aborted"
+
+    raw.call(
+        "PATCH",
+        podgroup_path(namespace, "stop"),
+        body={"spec": {"maxRetry": 5}},
+        content_type="application/merge-patch+json",
+    )
+
+    wait_until(
+        lambda: whole_gang(raw, namespace, "stop", 2, old),
+        what="the held members bound whole once the PodGroup changed",
+    )
+    assert {p["metadata"]["uid"] for p in live_members(raw, namespace, "stop")} == {
+        p["metadata"]["uid"] for p in held
+    }
+    assert events(raw, namespace, "GangReleased")
+    wait_until(
+        lambda: status(raw, namespace, "stop").get("phase") in ("Scheduled", "Running"),
+        what="the PodGroup's phase back to Scheduled/Running",
+    )

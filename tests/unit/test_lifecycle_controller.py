@@ -167,3 +167,32 @@ async def test_a_policy_annotation_that_does_not_parse_is_told_to_the_user(
     assert configured["reason"] == "InvalidPolicy"
     assert "action 'Reboot' is not one of RestartJob, AbortJob" in configured["message"]
     assert raw.events("GangMisconfigured")
+
+
+async def test_an_aborted_group_is_released_when_its_podgroup_changes(
+    service: GangService, raw: FakeRaw
+) -> None:
+    pg = make_podgroup("job", 2, policies=[{"event": "PodEvicted", "action": "AbortJob"}])
+    pg["metadata"]["generation"] = 1
+    observe(service, "podgroups", pg)
+    observe(service, "pods", running("w0"), running("w1"))
+    await service.reconciler.reconcile_group(GROUP)
+    service.state.on_event("pods", "MODIFIED", evicted(running("w1")))
+    await service.reconciler.reconcile_group(GROUP)
+    await settle(service)
+    assert raw.status_patches("job")[-1]["phase"] == "Aborted"
+    assert [c for c in raw.calls if c[0] == "DELETE" and c[1].endswith("/pods/w0")]
+    assert not [c for c in raw.calls if c[0] == "POST" and c[1].endswith("/pods")]
+
+    held = {**pg, "status": raw.status_patches("job")[-1]}
+    service.state.on_event("podgroups", "MODIFIED", held)
+    await service.reconciler.reconcile_group(GROUP)
+    await settle(service)
+    assert not raw.events("GangReleased")
+
+    changed = {**held, "metadata": {**pg["metadata"], "generation": 2}}
+    service.state.on_event("podgroups", "MODIFIED", changed)
+    await service.reconciler.reconcile_group(GROUP)
+    await settle(service)
+    assert raw.events("GangReleased")
+    assert raw.status_patches("job")[-1]["phase"] != "Aborted"
