@@ -225,6 +225,8 @@ class LifecycleController:
         if not group.adopted:
             group.state.adopt(podgroup.get("status") or {}, spec_generation)
             group.adopted = True
+        if not group.policy.active and not group.state.phase:
+            return  # nothing to decide: members are not even read
         for pod in pods:
             if not _controlled(pod):
                 group.templates[pod["metadata"]["name"]] = pod
