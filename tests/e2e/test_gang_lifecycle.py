@@ -481,3 +481,42 @@ def test_abort_job_holds_the_recreated_members_until_the_user_changes_the_podgro
         lambda: status(raw, namespace, "stop").get("phase") in ("Scheduled", "Running"),
         what="the PodGroup's phase back to Scheduled/Running",
     )
+
+
+def test_annotation_declared_group_restarts_by_its_policies_annotation(
+    gang_stack, raw, namespace, gpu_nodes
+) -> None:
+    pool = gpu_nodes(1, gpus=4)
+    annotations = {
+        "gang-extender.io/min-available": "2",
+        "gang-extender.io/policies": "PodEvicted=RestartJob,PodFailed=RestartJob",
+    }
+    for i in range(2):
+        create(
+            raw,
+            namespace,
+            gang_pod(
+                f"anno-{i}", "anno", node_selector=pool.node_selector, annotations=annotations
+            ),
+        )
+    first = wait_until(lambda: running_gang(raw, namespace, "anno", 2, set()), what="gang running")
+    wait_until(
+        lambda: "restarts" in status(raw, namespace, "anno"),
+        what="the created PodGroup counting restarts",
+    )
+
+    evict(raw, namespace, "anno-0")
+
+    new = wait_until(
+        lambda: whole_gang(raw, namespace, "anno", 2, {p["metadata"]["uid"] for p in first}),
+        what="both members recreated (new UIDs) and bound whole",
+    )
+    assert {p["metadata"]["labels"].get(RESTART_GENERATION_LABEL) for p in new} == {"1"}
+    assert {p["metadata"]["annotations"]["gang-extender.io/policies"] for p in new} == {
+        annotations["gang-extender.io/policies"]
+    }
+    message = wait_until(
+        lambda: [e["message"] for e in events(raw, namespace, "GangRestarted")],
+        what="a GangRestarted Event",
+    )[0]
+    assert "PodEvicted" in message and "anno-0" in message
