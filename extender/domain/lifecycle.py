@@ -454,10 +454,11 @@ def decide(
             return Decision(effects)
     if not policy.active:
         return Decision(effects)
-    # Live members labelled with a later generation than remembered (memory lost: the
+    # Members labelled with a later generation than remembered (memory lost: the
     # service restarted before the status was written, a created PodGroup went with
     # its pods): theirs is the current one, or they would be ignored for good.
-    labelled = [m.generation for m in members if m.generation is not None and not m.deleting]
+    # Generations only move forward, whether or not such a member is going away.
+    labelled = [m.generation for m in members if m.generation is not None]
     if labelled and max(labelled) > state.restarts:
         state.restarts = max(labelled)
     generation = state.restarts
