@@ -145,3 +145,30 @@ class Metrics:
             ["kind"],
             registry=r,
         )
+        # Lifecycle policies (domain/lifecycle.py, docs/podgroup.md#lifecycle-policies).
+        self.gang_restarts = Counter(
+            "gang_extender_gang_restarts_total",
+            "Gangs restarted by their lifecycle policy (RestartJob), by the event that "
+            "caused it (PodEvicted, PodFailed, PodsNotReady).",
+            ["cause"],
+            registry=r,
+        )
+        self.gangs_aborted = Counter(
+            "gang_extender_gangs_aborted_total",
+            "Gangs aborted by their lifecycle policy (AbortJob), by cause.",
+            ["cause"],
+            registry=r,
+        )
+        self.gangs_failed = Counter(
+            "gang_extender_gangs_retries_exhausted_total",
+            "Gangs left Failed after maxRetry restarts, by the cause of the last failure.",
+            ["cause"],
+            registry=r,
+        )
+        self.gang_recovery_seconds = Histogram(
+            "gang_extender_gang_recovery_seconds",
+            "Time from the failure that restarted a gang to its new members bound whole, by cause.",
+            ["cause"],
+            buckets=WAIT_BUCKETS,
+            registry=r,
+        )

@@ -51,8 +51,10 @@ from extender.controller.cluster_state import ClusterState
 from extender.controller.effects import EffectWriter, GroupQueues
 from extender.controller.failover import Failover, LeaderOnlyBinder
 from extender.controller.gauges import Gauges
+from extender.controller.lifecycle import LifecycleController
 from extender.controller.reconciler import GroupReconciler, Wiring
 from extender.coordinator import SchedulingCoordinator
+from extender.domain.decisions import Effect
 from extender.domain.gang import GangCore, Timeouts
 from extender.domain.membership import GroupKey
 from extender.domain.policy import Policy
@@ -395,7 +397,12 @@ def create_service(settings: Settings, deps: Deps | None = None) -> GangService:
     failover = Failover(core, leader, metrics, flush_effects=lambda: coordinator.flush_effects())
     if leader is not None:
         leader.on_change = failover.on_leadership
-    state = ClusterState(core, flush_effects=lambda: coordinator.flush_effects(), metrics=metrics)
+    state = ClusterState(
+        core,
+        flush_effects=lambda: coordinator.flush_effects(),
+        metrics=metrics,
+        on_member_deleted=lambda key, obj: lifecycle.pod_gone(key, obj),
+    )
     queues = GroupQueues(settings.effect_concurrency)
     writer = EffectWriter(
         settings,
@@ -406,11 +413,19 @@ def create_service(settings: Settings, deps: Deps | None = None) -> GangService:
         queues=queues,
         acting=failover.acting,
     )
+    lifecycle = LifecycleController(
+        settings, raw=deps.raw, metrics=metrics, state=state, writer=writer
+    )
+
+    def effect_sink(effects: list[Effect]) -> None:
+        lifecycle.see_effects(effects)  # GangBroken feeds the lifecycle policy
+        writer.queue_effects(effects)
+
     coordinator = SchedulingCoordinator(
         core,
         LeaderOnlyBinder(binder, failover.acting, metrics),
         metrics,
-        effect_sink=writer.queue_effects,
+        effect_sink=effect_sink,
     )
     wiring = deps.wiring if deps.wiring is not None else WiringController(deps.raw)
     allocator = IndexAllocator(
@@ -432,6 +447,7 @@ def create_service(settings: Settings, deps: Deps | None = None) -> GangService:
         tick=coordinator.tick,
         acting=failover.acting,
         schedules=EXTENDER in listeners(settings),
+        lifecycle=lifecycle,
     )
     webhook_path = WebhookPath()
 

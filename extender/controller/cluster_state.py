@@ -57,8 +57,11 @@ class ClusterState(CacheSink):
         core: GangCore,
         flush_effects: Callable[[], None],
         metrics: Metrics | None = None,
+        on_member_deleted: Callable[[GroupKey, dict[str, Any]], None] | None = None,
     ) -> None:
         self.core = core
+        # The lifecycle controller: a deleted member's last object (its eviction mark).
+        self.on_member_deleted = on_member_deleted
         self.flush_effects = flush_effects
         self.metrics = metrics
         self.rejected = 0  # objects skipped as unreadable, since start
@@ -154,6 +157,8 @@ class ClusterState(CacheSink):
             if deleted:
                 self._drop_pod_json(pod)
                 self.core.forget_pod(pod.uid, now)
+                if pod.group is not None and self.on_member_deleted is not None:
+                    self.on_member_deleted(pod.group, obj)
                 return
             self.core.observe_pod(pod, now)
             if pod.group is not None:

@@ -27,6 +27,7 @@ from extender.controller.cluster_state import ClusterState
 from extender.controller.effects import EffectWriter, namespace_terminating
 from extender.controller.foreign_status import ForeignStatusWriter
 from extender.controller.gauges import Gauges
+from extender.controller.lifecycle import LifecycleController
 from extender.domain.gang import GangCore
 from extender.domain.membership import (
     CREATED_FROM_ANNOTATION,
@@ -107,6 +108,7 @@ class GroupReconciler:
         tick: Callable[[], None],
         acting: Callable[[], bool] = lambda: True,
         schedules: bool = True,
+        lifecycle: LifecycleController | None = None,
     ) -> None:
         self.settings = settings
         self.raw = raw
@@ -121,6 +123,7 @@ class GroupReconciler:
         # False in wiring-only mode: another scheduler places the groups and reports on
         # them, so no PodGroup status and no GangWaiting Event are written here.
         self.schedules = schedules
+        self.lifecycle = lifecycle  # restart / abort policies (controller/lifecycle.py)
         self._written_status: dict[GroupKey, dict[str, Any]] = {}
         self._announced: dict[GroupKey, str] = {}
         self._wired: dict[GroupKey, str] = {}
@@ -142,6 +145,8 @@ class GroupReconciler:
             if now - last_resync > self.settings.resync_seconds:
                 self.state.dirty.update(self.core.snapshot.group_keys())
                 last_resync = now
+            if self.lifecycle is not None:
+                self.state.dirty.update(self.lifecycle.due(now))
             dirty, self.state.dirty = self.state.dirty, set()
             self.gauges.update()
             for key in sorted(dirty):
@@ -178,11 +183,19 @@ class GroupReconciler:
             (podgroup or {}).get("metadata", {}).get("annotations") or {}
         )
         await self._follow_members(key, spec, podgroup if managed else None, pods)
+        if self.lifecycle is not None and self.schedules:
+            # Another scheduler's gangs (wiring-only mode) are its to restart.
+            await self.lifecycle.reconcile(
+                key, podgroup=podgroup if ours else None, managed=managed, pods=pods, spec=spec
+            )
         if ours and self.schedules:
             await self._write_status(key)
         if self.schedules:
             self._announce_waiting(key)
         problems: list[_Problem] = []
+        policy_problem = self.lifecycle.problem(key) if self.lifecycle is not None else None
+        if policy_problem is not None:
+            problems.append(_Problem("InvalidPolicy", policy_problem))
         layout_problem = self._layout_problem(key, podgroup, pods)
         if layout_problem is not None:
             problems.append(layout_problem)
@@ -321,6 +334,8 @@ class GroupReconciler:
         for memo in (self._written_status, self._announced, self._wired, self._problems):
             memo.pop(key, None)
         self.foreign_status.forget(key)
+        if self.lifecycle is not None:
+            self.lifecycle.forget(key)
 
     async def _report_problems(
         self, key: GroupKey, problems: tuple[_Problem, ...], *, write_status: bool
@@ -342,6 +357,11 @@ class GroupReconciler:
 
     def _status_body(self, key: GroupKey, status: GroupStatus, when: str) -> dict[str, Any]:
         body = status.as_api(when)
+        if self.lifecycle is not None:
+            fields, condition = self.lifecycle.status_fields(key)
+            body.update(fields)
+            if condition is not None:
+                body["conditions"].append({**condition, "lastTransitionTime": when})
         problems = self._problems.get(key)
         if problems:
             body["conditions"].append(

@@ -195,6 +195,9 @@ class GangCore:
                 ),
             )
         if spec.error is not None:
+            # Waiting for its spec to be fixed (or an aborted group to be released): the
+            # fix plans it at once (`group_changed`), whatever the group did before.
+            state.waiting = True
             return self._hold(
                 candidates, Verdict.REJECT, self._say(state, f"gang {key}: {spec.error}")
             )

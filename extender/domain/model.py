@@ -20,6 +20,8 @@ from extender.domain.quantity import QuantityError, pod_requests, resource_list
 Resources = dict[str, int]
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+# PodGroup status.phase of a group held after AbortJob (domain/lifecycle.py).
+HELD_PHASE = "Aborted"
 
 
 @dataclass(frozen=True)
@@ -237,6 +239,14 @@ class GroupSpec:
             spec.get("topology"), where=f"{source} spec.topology"
         )
         error = error or topology_error
+        # A group its lifecycle policy aborted (domain/lifecycle.py) is held until its
+        # user changes or deletes the PodGroup: its members are refused, saying so.
+        phase = (obj.get("status") or {}).get("phase")
+        if phase == HELD_PHASE and error is None:
+            error = (
+                f"{source} {key.name} is {HELD_PHASE} by its lifecycle policy; change or "
+                "delete the PodGroup to run the gang again"
+            )
         return cls(
             key=key,
             min_member=min_member,

@@ -234,6 +234,8 @@ def test_the_crd_is_served_with_its_printer_columns(cluster, applied) -> None:
         pytest.param(
             "create", "pods", ("--subresource=binding", "-n", "team-b"), id="binds anywhere"
         ),
+        pytest.param("delete", "pods", ("-n", "team-a"), id="restarts a gang where bound"),
+        pytest.param("create", "pods", ("-n", "team-a"), id="recreates a bare member where bound"),
     ],
 )
 def test_the_service_account_may_do_what_the_service_does(
@@ -245,8 +247,9 @@ def test_the_service_account_may_do_what_the_service_does(
 @pytest.mark.parametrize(
     ("verb", "resource", "flags"),
     [
-        pytest.param("delete", "pods", ("-n", "team-a"), id="never deletes pods"),
-        pytest.param("create", "pods", ("-n", "team-a"), id="never creates pods"),
+        pytest.param("delete", "pods", ("-n", "team-b"), id="no pod deletes where not bound"),
+        pytest.param("create", "pods", ("-n", "team-b"), id="no pod creates where not bound"),
+        pytest.param("delete", "pods", ("-n", "kube-system"), id="no pod deletes in kube-system"),
         pytest.param(
             "create", "pods", ("--subresource=eviction", "-n", "team-a"), id="never evicts"
         ),

@@ -1,0 +1,531 @@
+"""Carries out a gang's lifecycle policy: restart, abort, retries exhausted (docs/podgroup.md).
+
+The decisions are domain/lifecycle.py's (`decide`); this is the edge. The group
+reconciler calls `reconcile` for each changed group (and for a group whose
+PodsNotReady deadline is due, `due`), and merges `status_fields` into the status
+it writes. The cluster state hands over every deleted pod's last object
+(`pod_gone`): an evicted member is gone before the next reconcile, and only its
+last object carries the DisruptionTarget condition. The core's GangBroken effects
+come in through `see_effects`.
+
+A restart, in order: the new restart count is written to the PodGroup's status
+first (a crash after it never restarts the same failure again), a Warning Event
+GangRestarted goes on the PodGroup and the members, every live member is deleted
+together, and each member without a controller (a bare pod) is recreated from its
+own last spec once its name is free (`recreated_pod`). Members with a controller
+(Job, ReplicaSet, StatefulSet) come back through it; the controller labels those
+new pods with the restart generation (`Stamp`) once it sees them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from extender.config import Settings
+from extender.controller.cluster_state import ClusterState
+from extender.controller.effects import EffectWriter
+from extender.domain.decisions import Effect, GangBroken
+from extender.domain.lifecycle import (
+    DISRUPTION_TARGET,
+    LIFECYCLE_CONDITION,
+    POLICIES_ANNOTATION,
+    POLICY_DISRUPTION_REASON,
+    RESTART_GENERATION_LABEL,
+    Abort,
+    Event,
+    Failure,
+    LifecyclePolicy,
+    LifecycleState,
+    Member,
+    Recovered,
+    Released,
+    Restart,
+    RetriesExhausted,
+    Stamp,
+    decide,
+    policy_from_annotations,
+    policy_from_spec,
+    recreated_pod,
+)
+from extender.domain.membership import GroupKey
+from extender.domain.model import GroupSpec
+from extender.kube.rawapi import KubeError, RawApi, path_of
+from extender.kube.writers import emit_event, write_podgroup_status
+from extender.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+HTTP_NOT_FOUND = 404
+HTTP_CONFLICT = 409
+# How long a restart waits for a deleted bare member's name to be free before
+# recreating it (its grace period); then it gives up, logged and in an Event.
+RECREATE_WAIT_SECONDS = 300.0
+RECREATE_POLL_SECONDS = 0.5
+RECREATE_SETTLE_SECONDS = 1.0
+
+RESTARTED_EVENT = "GangRestarted"
+ABORTED_EVENT = "GangAborted"
+FAILED_EVENT = "GangFailed"
+RELEASED_EVENT = "GangReleased"
+
+
+def _utc(when: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when))
+
+
+def _pod_path(namespace: str, name: str | None = None, *sub: str) -> str:
+    parts = ["api", "v1", "namespaces", namespace, "pods"]
+    return path_of(*parts, *([name] if name else []), *sub)
+
+
+@dataclass
+class _Group:
+    state: LifecycleState = field(default_factory=LifecycleState)
+    policy: LifecyclePolicy = field(default_factory=LifecyclePolicy)
+    # uid -> last object of a member the watch saw deleted (kept until a restart
+    # makes it of an older generation)
+    departed: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # name -> last object of each member without a controller: what a restart recreates
+    templates: dict[str, dict[str, Any]] = field(default_factory=dict)
+    broken: list[Failure] = field(default_factory=list)
+    next_check: float | None = None
+    adopted: bool = False
+
+
+class LifecycleController:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        raw: RawApi,
+        metrics: Metrics,
+        state: ClusterState,
+        writer: EffectWriter,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.settings = settings
+        self.raw = raw
+        self.metrics = metrics
+        self.state = state
+        self.writer = writer
+        self.clock = clock
+        self._groups: dict[GroupKey, _Group] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # ---- inputs ----
+    def pod_gone(self, key: GroupKey, obj: dict[str, Any]) -> None:
+        """The watch saw a member deleted: keep its last object for the next decision."""
+        member = Member.from_api(obj, gone=True)
+        group = self._groups.get(key)
+        if member.disruption is None:
+            # Deleted by its owner (or the user): no failure, and not part of the gang
+            # a restart rebuilds.
+            if group is not None:
+                group.templates.pop(str(obj["metadata"].get("name")), None)
+            return
+        if group is None:
+            # Evicted before the group was first reconciled (a gang evicted within a
+            # second of being bound): kept for that first decision.
+            group = self._groups[key] = _Group()
+        if member.uid and member.bound:
+            group.departed[member.uid] = obj
+            if not member.controlled:  # an evicted bare member: what a restart recreates
+                group.templates[str(obj["metadata"]["name"])] = obj
+
+    def see_effects(self, effects: list[Effect]) -> None:
+        """The core's GangBroken: a released member that can never be bound is a failure."""
+        for effect in effects:
+            if not isinstance(effect, GangBroken):
+                continue
+            key = effect.plan.group
+            group = self._groups.get(key)
+            if group is None or not group.policy.active:
+                continue
+            obj = self._object_of(key, group, effect.member)
+            member = Member.from_api(obj) if obj is not None else None
+            if member is not None and member.generation != group.state.restarts:
+                continue  # a member of a generation already restarted (our own deletes)
+            event = (
+                Event.POD_EVICTED
+                if member is not None and member.disruption is not None
+                else Event.POD_FAILED
+            )
+            group.broken.append(Failure(event, effect.member, f"lost ({effect.cause})"))
+            self.state.dirty.add(key)
+
+    def _object_of(self, key: GroupKey, group: _Group, ref: str) -> dict[str, Any] | None:
+        name = ref.partition("/")[2]
+        for obj in [*self.state.group_pods.get(key, {}).values(), *group.departed.values()]:
+            if obj["metadata"].get("name") == name:
+                return obj
+        return None
+
+    def due(self, now: float) -> set[GroupKey]:
+        """Groups whose PodsNotReady deadline has passed: reconcile them now."""
+        return {k for k, g in self._groups.items() if g.next_check and g.next_check <= now}
+
+    def forget(self, key: GroupKey) -> None:
+        self._groups.pop(key, None)
+
+    # ---- what the reconciler writes ----
+    def problem(self, key: GroupKey) -> str | None:
+        """What is wrong with the group's policy declaration, for the Configured condition."""
+        group = self._groups.get(key)
+        if group is None or group.policy.error is None:
+            return None
+        return f"gang {key}: {group.policy.error}; no lifecycle policy applies until it is fixed"
+
+    def status_fields(self, key: GroupKey) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        """Fields to merge into the PodGroup status, and the Lifecycle condition (or None)."""
+        group = self._groups.get(key)
+        if group is None or (not group.policy.active and not group.state.restarts):
+            return {}, None
+        s = group.state
+        fields: dict[str, Any] = {"restarts": s.restarts}
+        if s.restarted_at is not None:
+            fields["lastRestartTime"] = _utc(s.restarted_at)
+        if s.phase:
+            fields["phase"] = s.phase
+        condition = None
+        if s.reason:
+            condition = {
+                "type": LIFECYCLE_CONDITION,
+                "status": "False" if s.phase else "True",
+                "reason": s.reason,
+                "message": s.message,
+            }
+        return fields, condition
+
+    # ---- the decision and its effects ----
+    async def reconcile(
+        self,
+        key: GroupKey,
+        *,
+        podgroup: dict[str, Any] | None,
+        managed: bool,
+        pods: list[dict[str, Any]],
+        spec: GroupSpec | None,
+    ) -> None:
+        """Decide and carry out what the group's policy says now. `podgroup`: ours, or None."""
+        if podgroup is None:
+            self._groups.pop(key, None)  # no PodGroup of ours: nowhere to count restarts
+            return
+        group = self._groups.setdefault(key, _Group())
+        group.policy = self._policy(podgroup, managed, pods)
+        if not group.policy.active:
+            group.departed.clear()  # kept only for a policy to act on
+        meta = podgroup.get("metadata") or {}
+        spec_generation = meta.get("generation")
+        if not group.adopted:
+            group.state.adopt(podgroup.get("status") or {}, spec_generation)
+            group.adopted = True
+        if not group.policy.active and not group.state.phase:
+            return  # nothing to decide: members are not even read
+        for pod in pods:
+            if not _controlled(pod):
+                group.templates[pod["metadata"]["name"]] = pod
+        members = [Member.from_api(p) for p in pods]
+        live_uids = {m.uid for m in members}
+        members += [
+            Member.from_api(obj, gone=True)
+            for uid, obj in group.departed.items()
+            if uid not in live_uids
+        ]
+        now = self.clock()
+        broken, group.broken = group.broken, []
+        decision = decide(
+            str(key),
+            group.policy,
+            group.state,
+            members,
+            min_member=spec.min_member if spec is not None else 1,
+            now=now,
+            spec_generation=spec_generation if isinstance(spec_generation, int) else None,
+            broken=broken,
+        )
+        group.next_check = decision.next_check
+        # Departed members of an older generation can no longer fail the gang.
+        group.departed = {
+            u: o
+            for u, o in group.departed.items()
+            if Member.from_api(o).generation == group.state.restarts
+        }
+        if any(isinstance(e, Abort) for e in decision.effects):
+            group.departed.clear()  # consumed: a released group starts afresh
+        for effect in decision.effects:
+            await self._carry_out(key, group, effect, pods)
+
+    @staticmethod
+    def _policy(
+        podgroup: dict[str, Any], managed: bool, pods: list[dict[str, Any]]
+    ) -> LifecyclePolicy:
+        if not managed:
+            return policy_from_spec(podgroup.get("spec") or {})
+        # Declared by annotation: every member that says something must say the same.
+        declared = {
+            tuple(
+                sorted(
+                    (k, v)
+                    for k, v in (p["metadata"].get("annotations") or {}).items()
+                    if k.startswith("gang-extender.io/")
+                    and k
+                    in (
+                        POLICIES_ANNOTATION,
+                        "gang-extender.io/max-retry",
+                        "gang-extender.io/pods-ready-timeout-seconds",
+                    )
+                )
+            )
+            for p in pods
+        }
+        declared.discard(())
+        if not declared:
+            return LifecyclePolicy()
+        if len(declared) > 1:
+            return LifecyclePolicy(
+                error="members disagree on their lifecycle annotations "
+                f"({' vs '.join(str(dict(d)) for d in sorted(declared))}); give every "
+                "member the same"
+            )
+        return policy_from_annotations(dict(next(iter(declared))))
+
+    async def _carry_out(
+        self, key: GroupKey, group: _Group, effect: Any, pods: list[dict[str, Any]]
+    ) -> None:
+        if isinstance(effect, Stamp):
+            by_uid = {p["metadata"].get("uid"): p for p in pods}
+            for uid in effect.uids:
+                pod = by_uid.get(uid)
+                if pod is not None:
+                    await self._call(key, "label", self._label, pod, effect.generation)
+        elif isinstance(effect, Recovered):
+            self.metrics.gang_recovery_seconds.labels(cause=effect.cause.value).observe(
+                effect.seconds
+            )
+            log.info("gang %s running again %.1fs after its failure", key, effect.seconds)
+        elif isinstance(effect, Restart):
+            cause = effect.failure.event.value
+            self.metrics.gang_restarts.labels(cause=cause).inc()
+            log.warning("%s", effect.message)
+            await self._write_status(key, group)
+            self._announce(key, RESTARTED_EVENT, effect.message)
+            await self._delete_and_recreate(key, group, effect, pods)
+        elif isinstance(effect, Abort):
+            self.metrics.gangs_aborted.labels(cause=effect.failure.event.value).inc()
+            log.warning("%s", effect.message)
+            await self._write_status(key, group)  # held before any member comes back
+            self._announce(key, ABORTED_EVENT, effect.message)
+            await self._delete(key, effect.delete, pods, effect.message)
+        elif isinstance(effect, RetriesExhausted):
+            self.metrics.gangs_failed.labels(cause=effect.failure.event.value).inc()
+            log.warning("%s", effect.message)
+            await self._write_status(key, group)
+            self._announce(key, FAILED_EVENT, effect.message)
+        elif isinstance(effect, Released):
+            log.info("%s", effect.message)
+            await self._write_status(key, group, clear_phase=True)
+            self._announce(key, RELEASED_EVENT, effect.message, "Normal")
+        self.state.dirty.add(key)
+
+    async def _call(self, key: GroupKey, what: str, call: Callable[..., None], *args: Any) -> bool:
+        """One write; a 404 is moot, anything else is logged and counted (no crash)."""
+        try:
+            await asyncio.to_thread(call, *args)
+            return True
+        except KubeError as err:
+            if err.status == HTTP_NOT_FOUND:
+                return True
+            log.warning("gang %s: lifecycle %s failed: %s %s", key, what, err.status, err.reason)
+        except Exception:
+            log.exception("gang %s: lifecycle %s failed", key, what)
+        self.metrics.api_write_errors.labels(kind=f"lifecycle-{what}").inc()
+        return False
+
+    def _label(self, pod: dict[str, Any], generation: int) -> None:
+        meta = pod["metadata"]
+        self.raw.call(
+            "PATCH",
+            _pod_path(meta["namespace"], meta["name"]),
+            body={
+                "metadata": {
+                    "uid": meta.get("uid"),
+                    "labels": {RESTART_GENERATION_LABEL: str(generation)},
+                }
+            },
+            content_type="application/merge-patch+json",
+            timeout=self.settings.api_write_timeout_seconds,
+        )
+
+    async def _write_status(
+        self, key: GroupKey, group: _Group, *, clear_phase: bool = False
+    ) -> None:
+        """Restart count and held phase now, before any member is deleted."""
+        fields, _ = self.status_fields(key)
+        if clear_phase:
+            fields["phase"] = "Pending"
+        await self._call(
+            key, "status", write_podgroup_status, self.raw, key.namespace, key.name, fields
+        )
+
+    def _announce(self, key: GroupKey, reason: str, message: str, kind: str = "Warning") -> None:
+        """The Event on the PodGroup (it outlives the members) and on every member."""
+
+        def on_podgroup() -> None:
+            emit_event(
+                self.raw,
+                involved={
+                    "apiVersion": "scheduling.gang-extender.io/v1alpha1",
+                    "kind": "PodGroup",
+                    "namespace": key.namespace,
+                    "name": key.name,
+                    "uid": str(
+                        ((self.state.podgroups.get(key) or {}).get("metadata") or {}).get("uid")
+                        or ""
+                    ),
+                },
+                reason=reason,
+                message=message,
+                event_type=kind,
+                timeout=self.settings.api_write_timeout_seconds,
+            )
+
+        async def job() -> None:
+            await self._call(key, "event", on_podgroup)
+
+        self.writer.queues.submit(key, job)
+        self.writer.queue_event(key, reason, message, kind)
+
+    async def _delete(
+        self, key: GroupKey, uids: tuple[str, ...], pods: list[dict[str, Any]], reason: str
+    ) -> None:
+        by_uid = {p["metadata"].get("uid"): p for p in pods}
+
+        def delete(meta: dict[str, Any]) -> None:
+            # Marked as disrupted first, as the scheduler marks a pod it preempts: a Job
+            # whose podFailurePolicy ignores DisruptionTarget then neither counts the
+            # member against backoffLimit nor delays its replacement by its backoff.
+            with contextlib.suppress(KubeError):  # a pod gone already; the delete says so
+                self.raw.call(
+                    "PATCH",
+                    _pod_path(meta["namespace"], meta["name"], "status"),
+                    body={
+                        "metadata": {"uid": meta.get("uid")},
+                        "status": {
+                            "conditions": [
+                                {
+                                    "type": DISRUPTION_TARGET,
+                                    "status": "True",
+                                    "reason": POLICY_DISRUPTION_REASON,
+                                    "message": reason[:1024],
+                                    "lastTransitionTime": _utc(self.clock()),
+                                }
+                            ]
+                        },
+                    },
+                    content_type="application/strategic-merge-patch+json",
+                    timeout=self.settings.api_write_timeout_seconds,
+                )
+            self.raw.call(
+                "DELETE",
+                _pod_path(meta["namespace"], meta["name"]),
+                body={"preconditions": {"uid": meta.get("uid")}},
+                timeout=self.settings.api_write_timeout_seconds,
+            )
+
+        await asyncio.gather(
+            *(
+                self._call(key, "delete", delete, by_uid[uid]["metadata"])
+                for uid in uids
+                if uid in by_uid
+            )
+        )
+
+    async def _delete_and_recreate(
+        self, key: GroupKey, group: _Group, effect: Restart, pods: list[dict[str, Any]]
+    ) -> None:
+        await self._delete(key, effect.delete, pods, effect.message)
+        live_names = {p["metadata"]["name"] for p in pods if _controlled(p)}
+        bare = [t for name, t in sorted(group.templates.items()) if name not in live_names]
+        group.templates = {}
+        if not bare:
+            return
+        # Recreated in the background: a name is free only once the old pod's grace
+        # period is over, and the reconciler must not wait for that.
+        task = asyncio.get_running_loop().create_task(
+            self._recreate_all(key, bare, effect.generation), name=f"recreate {key}"
+        )
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _recreate_all(
+        self, key: GroupKey, templates: list[dict[str, Any]], generation: int
+    ) -> None:
+        await asyncio.gather(*(self._recreate(key, t, generation) for t in templates))
+
+    async def _name_free(self, namespace: str, name: str) -> bool:
+        try:
+            await asyncio.to_thread(
+                self.raw.call,
+                "GET",
+                _pod_path(namespace, name),
+                timeout=self.settings.api_write_timeout_seconds,
+            )
+        except KubeError as err:
+            return err.status == HTTP_NOT_FOUND
+        return False
+
+    async def _recreate(self, key: GroupKey, template: dict[str, Any], generation: int) -> None:
+        meta = template["metadata"]
+        namespace, name = meta["namespace"], meta["name"]
+        body = recreated_pod(template, generation)
+        deadline = self.clock() + RECREATE_WAIT_SECONDS
+        while not await self._name_free(namespace, name):
+            if self.clock() >= deadline:
+                break  # the POST below says why (409)
+            await asyncio.sleep(RECREATE_POLL_SECONDS)
+        # The node agent that removed the old pod may act on its name once more just
+        # after (KWOK deletes by name, without the uid precondition kubelet uses).
+        await asyncio.sleep(RECREATE_SETTLE_SECONDS)
+        while True:
+            try:
+                await asyncio.to_thread(
+                    self.raw.call,
+                    "POST",
+                    _pod_path(namespace),
+                    body=body,
+                    timeout=self.settings.api_write_timeout_seconds,
+                )
+                log.info(
+                    "gang %s: recreated %s/%s (generation %d)", key, namespace, name, generation
+                )
+                return
+            except KubeError as err:
+                if err.status != HTTP_CONFLICT or self.clock() >= deadline:
+                    log.warning(
+                        "gang %s: could not recreate %s/%s: %s %s",
+                        key,
+                        namespace,
+                        name,
+                        err.status,
+                        err.reason,
+                    )
+                    self.metrics.api_write_errors.labels(kind="lifecycle-recreate").inc()
+                    self.writer.queue_event(
+                        key,
+                        "GangRestartIncomplete",
+                        f"gang {key}: could not recreate {namespace}/{name} after the "
+                        f"restart ({err.status} {err.reason}); recreate it by hand",
+                        "Warning",
+                    )
+                    return
+            await asyncio.sleep(RECREATE_POLL_SECONDS)  # the old pod still holds the name
+
+
+def _controlled(pod: dict[str, Any]) -> bool:
+    return any(r.get("controller") for r in pod["metadata"].get("ownerReferences") or [])

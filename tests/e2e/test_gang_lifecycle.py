@@ -1,0 +1,522 @@
+"""A gang's life after bind on the real control plane: lifecycle policies (issue 12, item 2).
+
+A user declares `policies` on the PodGroup (Volcano's vocabulary); a member is
+evicted through the Eviction API, fails (its status written as kubelet writes an
+admission reject), or stays un-Ready; the gang is restarted whole, or left Failed
+once maxRetry is spent. Each test makes its own KWOK GPU pool.
+
+KWOK v0.7 plays the kubelet: it marks a bound pod Running and Ready at once (its
+pod-ready stage, only for pods without status.podIP) and a Job's pod Succeeded the
+moment it runs. Members that must stay un-Ready, and a Job's members that must not
+finish, are created gated and get a status.podIP before they are let go
+(`start_held_members`): bound, Pending, never Ready, as containers still starting.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from extender.domain.lifecycle import RESTART_GENERATION_LABEL
+from extender.domain.membership import GROUP_LABEL, SCHEDULER_NAME
+from extender.kube.rawapi import KubeError, RawApi, path_of
+from extender.kube.writers import podgroup_path
+from tests.e2e.gang_fixtures import (
+    bound,
+    create,
+    gang_pod,
+    get_podgroup,
+    list_pods,
+    podgroup,
+    ungate,
+    wait_until,
+)
+
+# After the restart settles: long enough for several reconcile passes (1s each) that
+# would restart the gang a second time if one failure could.
+SETTLE_OBSERVATION_SECONDS = 6
+
+
+def pod_path(namespace: str, name: str | None = None, *sub: str) -> str:
+    return path_of("api", "v1", "namespaces", namespace, "pods", *([name] if name else []), *sub)
+
+
+def evict(raw: RawApi, namespace: str, name: str) -> None:
+    """The Eviction API, as `kubectl drain` uses it."""
+    raw.call(
+        "POST",
+        pod_path(namespace, name, "eviction"),
+        body={
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": namespace},
+        },
+    )
+
+
+def indexed_job(name: str, group: str, count: int, node_selector: dict[str, str]) -> dict[str, Any]:
+    # Gated: `start_held_members` lets each pod go once KWOK is kept from running it.
+    template = gang_pod("unused", group, gpus=1, node_selector=node_selector, gated=True)
+    template["spec"]["restartPolicy"] = "Never"
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name},
+        "spec": {
+            "completionMode": "Indexed",
+            "completions": count,
+            "parallelism": count,
+            # A restart deletes every member, marked DisruptionTarget: without this rule
+            # the Job counts each as failed and delays its replacement by its backoff.
+            "podFailurePolicy": {
+                "rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]
+            },
+            "template": {
+                "metadata": {"labels": {GROUP_LABEL: group}},
+                "spec": template["spec"],
+            },
+        },
+    }
+
+
+def deployment(
+    name: str, group: str, replicas: int, node_selector: dict[str, str]
+) -> dict[str, Any]:
+    template = gang_pod("unused", group, gpus=1, task="worker", node_selector=node_selector)
+    labels = {GROUP_LABEL: group, "app": name}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {**labels, **template["metadata"]["labels"]}},
+                "spec": template["spec"],
+            },
+        },
+    }
+
+
+def start_held_members(raw: RawApi, namespace: str, group: str) -> None:
+    """Ungate the group's gated members after setting their status.podIP.
+
+    KWOK v0.7 (the fake kubelet) marks a Job's pod Succeeded the moment it runs, so a
+    Job's gang would finish before anything could fail it. Its pod-ready stage only
+    takes pods without status.podIP: with one set before the bind, the member stays
+    bound and Pending, as a container still starting would, and never completes.
+    """
+    for pod in live_members(raw, namespace, group):
+        if not pod["spec"].get("schedulingGates"):
+            continue
+        name = pod["metadata"]["name"]
+        raw.call(
+            "PATCH",
+            pod_path(namespace, name, "status"),
+            body={"status": {"podIP": "10.250.0.1", "podIPs": [{"ip": "10.250.0.1"}]}},
+            content_type="application/merge-patch+json",
+        )
+        ungate(raw, namespace, name)
+
+
+def create_in(raw: RawApi, namespace: str, obj: dict[str, Any]) -> dict[str, Any]:
+    group = "batch" if obj["kind"] == "Job" else "apps"
+    plural = "jobs" if obj["kind"] == "Job" else "deployments"
+    return raw.call("POST", path_of("apis", group, "v1", "namespaces", namespace, plural), body=obj)
+
+
+def live_members(raw: RawApi, namespace: str, group: str) -> list[dict[str, Any]]:
+    return [
+        p
+        for p in list_pods(raw, namespace, f"{GROUP_LABEL}={group}")
+        if not p["metadata"].get("deletionTimestamp")
+    ]
+
+
+def events(raw: RawApi, namespace: str, reason: str) -> list[dict[str, Any]]:
+    items = raw.call("GET", path_of("api", "v1", "namespaces", namespace, "events"))["items"]
+    return [e for e in items if e.get("reason") == reason]
+
+
+def status(raw: RawApi, namespace: str, group: str) -> dict[str, Any]:
+    return (get_podgroup(raw, namespace, group) or {}).get("status") or {}
+
+
+def lifecycle_condition(raw: RawApi, namespace: str, group: str) -> dict[str, Any]:
+    for c in status(raw, namespace, group).get("conditions") or []:
+        if c.get("type") == "Lifecycle":
+            return dict(c)
+    return {}
+
+
+def running_gang(raw: RawApi, namespace: str, group: str, size: int, old: set[str]) -> Any:
+    """As `whole_gang`, and every member Running: the Eviction API marks only a running
+    pod with DisruptionTarget (a Pending one is deleted as is, which is no eviction)."""
+    pods = whole_gang(raw, namespace, group, size, old)
+    return pods if pods and all(p["status"].get("phase") == "Running" for p in pods) else None
+
+
+def whole_gang(raw: RawApi, namespace: str, group: str, size: int, old: set[str]) -> Any:
+    """`size` live members, none of them of `old` uids, every one bound; else falsy."""
+    pods = live_members(raw, namespace, group)
+    uids = {p["metadata"]["uid"] for p in pods}
+    if len(pods) == size and not (uids & old) and len(bound(pods)) == size:
+        return pods
+    return None
+
+
+def test_evicting_one_member_of_an_indexed_job_gang_restarts_the_whole_gang(
+    gang_stack, raw, namespace, gpu_nodes
+) -> None:
+    pool = gpu_nodes(2, gpus=2)
+    create(
+        raw,
+        namespace,
+        podgroup("train", 4, policies=[{"event": "PodEvicted", "action": "RestartJob"}]),
+    )
+    create_in(raw, namespace, indexed_job("train", "train", 4, pool.node_selector))
+
+    def started_whole(old: set[str]) -> Any:
+        start_held_members(raw, namespace, "train")
+        return whole_gang(raw, namespace, "train", 4, old)
+
+    first = wait_until(lambda: started_whole(set()), what="the gang bound whole")
+    old = {p["metadata"]["uid"] for p in first}
+    victim = sorted(p["metadata"]["name"] for p in first)[1]
+
+    evict(raw, namespace, victim)
+
+    new = wait_until(lambda: started_whole(old), what="4 new members (all new UIDs) bound whole")
+    wait_until(
+        lambda: (
+            {
+                p["metadata"]["labels"].get(RESTART_GENERATION_LABEL)
+                for p in live_members(raw, namespace, "train")
+            }
+            == {"1"}
+        ),
+        what="the new members labelled with restart generation 1",
+    )
+    assert status(raw, namespace, "train").get("restarts") == 1
+    restarted = wait_until(
+        lambda: [e for e in events(raw, namespace, "GangRestarted") if victim in e["message"]],
+        what="a GangRestarted Event naming the evicted member",
+    )
+    assert "PodEvicted" in restarted[0]["message"]
+    assert restarted[0]["type"] == "Warning"
+    time.sleep(SETTLE_OBSERVATION_SECONDS)
+    assert status(raw, namespace, "train").get("restarts") == 1, "one eviction, two restarts"
+    assert {p["metadata"]["uid"] for p in live_members(raw, namespace, "train")} == {
+        p["metadata"]["uid"] for p in new
+    }
+
+
+def seed_shape(
+    raw: RawApi, namespace: str, group: str, workers: int, pool: Any, **spec: Any
+) -> None:
+    """The seed Volcano job's shape: a bare master Pod and a worker Deployment."""
+    create(raw, namespace, podgroup(group, workers + 1, **spec))
+    create(
+        raw,
+        namespace,
+        gang_pod(f"{group}-master", group, task="master", node_selector=pool.node_selector),
+    )
+    create_in(raw, namespace, deployment(f"{group}-worker", group, workers, pool.node_selector))
+
+
+def uid_of(raw: RawApi, namespace: str, name: str) -> str | None:
+    try:
+        return str(raw.call("GET", pod_path(namespace, name))["metadata"]["uid"])
+    except KubeError as err:
+        if err.status == 404:
+            return None
+        raise
+
+
+def test_evicting_a_worker_of_the_seed_shape_recreates_the_bare_master_too(
+    gang_stack, raw, namespace, gpu_nodes
+) -> None:
+    pool = gpu_nodes(2, gpus=2)
+    seed_shape(
+        raw,
+        namespace,
+        "hvd",
+        3,
+        pool,
+        policies=[{"event": "PodEvicted", "action": "RestartJob"}],
+    )
+    first = wait_until(lambda: running_gang(raw, namespace, "hvd", 4, set()), what="gang running")
+    old = {p["metadata"]["uid"] for p in first}
+    worker = sorted(p["metadata"]["name"] for p in first if "worker" in p["metadata"]["name"])[0]
+
+    evict(raw, namespace, worker)
+
+    new = wait_until(
+        lambda: whole_gang(raw, namespace, "hvd", 4, old),
+        what="master and 3 workers replaced (all new UIDs) and bound whole",
+    )
+    master = next(p for p in new if p["metadata"]["name"] == "hvd-master")
+    assert master["metadata"]["labels"][RESTART_GENERATION_LABEL] == "1"
+    assert master["spec"]["schedulerName"] == SCHEDULER_NAME
+    assert status(raw, namespace, "hvd").get("restarts") == 1
+    message = wait_until(
+        lambda: [
+            e["message"] for e in events(raw, namespace, "GangRestarted") if worker in e["message"]
+        ],
+        what="a GangRestarted Event naming the evicted worker",
+    )[0]
+    assert "PodEvicted" in message and "evicted" in message
+    time.sleep(SETTLE_OBSERVATION_SECONDS)
+    assert status(raw, namespace, "hvd").get("restarts") == 1, "one eviction, two restarts"
+
+
+def test_second_eviction_past_max_retry_leaves_the_group_failed_and_nothing_restarts(
+    gang_stack, raw, namespace, gpu_nodes
+) -> None:
+    pool = gpu_nodes(1, gpus=4)
+    seed_shape(
+        raw,
+        namespace,
+        "once",
+        1,
+        pool,
+        policies=[{"event": "PodEvicted", "action": "RestartJob"}],
+        maxRetry=1,
+    )
+    first = wait_until(lambda: running_gang(raw, namespace, "once", 2, set()), what="gang running")
+    evict(raw, namespace, "once-master")
+    second = wait_until(
+        lambda: running_gang(raw, namespace, "once", 2, {p["metadata"]["uid"] for p in first}),
+        what="the gang restarted once and bound whole",
+    )
+    assert status(raw, namespace, "once").get("restarts") == 1
+    # The new members carry generation 1 before they count: evict only then.
+    wait_until(
+        lambda: all(
+            p["metadata"]["labels"].get(RESTART_GENERATION_LABEL) == "1"
+            for p in live_members(raw, namespace, "once")
+        ),
+        what="the new members labelled generation 1",
+    )
+    master_uid = next(
+        p["metadata"]["uid"] for p in second if p["metadata"]["name"] == "once-master"
+    )
+    worker = next(p["metadata"]["name"] for p in second if "worker" in p["metadata"]["name"])
+
+    evict(raw, namespace, worker)
+
+    condition = wait_until(
+        lambda: (
+            status(raw, namespace, "once").get("phase") == "Failed"
+            and lifecycle_condition(raw, namespace, "once")
+        ),
+        what="phase Failed with the Lifecycle condition",
+    )
+    assert condition["reason"] == "RetriesExhausted"
+    assert "maxRetry 1" in condition["message"] and worker in condition["message"]
+    assert events(raw, namespace, "GangFailed")
+    time.sleep(SETTLE_OBSERVATION_SECONDS)
+    assert status(raw, namespace, "once").get("restarts") == 1
+    assert uid_of(raw, namespace, "once-master") == master_uid, "the master was restarted"
+
+
+def test_member_rejected_by_kubelet_admission_restarts_the_gang_as_pod_failed(
+    gang_stack, raw, namespace, gpu_nodes
+) -> None:
+    pool = gpu_nodes(1, gpus=4)
+    create(
+        raw,
+        namespace,
+        podgroup("adm", 2, policies=[{"event": "PodFailed", "action": "RestartJob"}]),
+    )
+    for i in range(2):
+        create(
+            raw, namespace, gang_pod(f"adm-{i}", "adm", gpus=1, node_selector=pool.node_selector)
+        )
+    first = wait_until(lambda: whole_gang(raw, namespace, "adm", 2, set()), what="gang bound")
+
+    # What kubelet writes when its device manager has no GPU left for the pod.
+    raw.call(
+        "PATCH",
+        pod_path(namespace, "adm-1", "status"),
+        body={
+            "status": {
+                "phase": "Failed",
+                "reason": "OutOfnvidia.com/gpu",
+                "message": "Pod was rejected: Node didn't have enough resource: nvidia.com/gpu",
+            }
+        },
+        content_type="application/merge-patch+json",
+    )
+
+    wait_until(
+        lambda: whole_gang(raw, namespace, "adm", 2, {p["metadata"]["uid"] for p in first}),
+        what="both members recreated (new UIDs) and bound whole",
+    )
+    assert status(raw, namespace, "adm").get("restarts") == 1
+    message = wait_until(
+        lambda: [e["message"] for e in events(raw, namespace, "GangRestarted")],
+        what="a GangRestarted Event",
+    )[0]
+    assert "PodFailed" in message and "OutOfnvidia.com/gpu" in message and "adm-1" in message
+
+
+def test_members_never_ready_past_the_timeout_restart_the_gang_once(
+    gang_stack, raw, namespace, gpu_nodes
+) -> None:
+    pool = gpu_nodes(1, gpus=4)
+    create(
+        raw,
+        namespace,
+        podgroup(
+            "slow",
+            2,
+            policies=[{"event": "PodsNotReady", "action": "RestartJob"}],
+            podsReadyTimeoutSeconds=5,
+        ),
+    )
+    create(raw, namespace, gang_pod("slow-0", "slow", node_selector=pool.node_selector))
+    # Gated (kube-scheduler leaves it alone) until its status is set: KWOK's pod-ready
+    # stage (Running, Ready) only takes pods without status.podIP, so one set before the
+    # bind keeps slow-1 bound but never Ready, as a container stuck starting would.
+    create(raw, namespace, gang_pod("slow-1", "slow", node_selector=pool.node_selector, gated=True))
+    raw.call(
+        "PATCH",
+        pod_path(namespace, "slow-1", "status"),
+        body={"status": {"podIP": "10.250.0.1", "podIPs": [{"ip": "10.250.0.1"}]}},
+        content_type="application/merge-patch+json",
+    )
+    ungate(raw, namespace, "slow-1")
+    first = wait_until(lambda: whole_gang(raw, namespace, "slow", 2, set()), what="gang bound")
+    assert not any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for p in first
+        if p["metadata"]["name"] == "slow-1"
+        for c in p["status"].get("conditions") or []
+    )
+
+    new = wait_until(
+        lambda: whole_gang(raw, namespace, "slow", 2, {p["metadata"]["uid"] for p in first}),
+        what="both members recreated after the ready timeout and bound whole",
+    )
+    message = wait_until(
+        lambda: [e["message"] for e in events(raw, namespace, "GangRestarted")],
+        what="a GangRestarted Event",
+    )[0]
+    assert "PodsNotReady" in message and "slow-1" in message
+    # The recreated members become Ready (KWOK): no second restart.
+    wait_until(
+        lambda: all(
+            any(
+                c.get("type") == "Ready" and c.get("status") == "True"
+                for c in p["status"].get("conditions") or []
+            )
+            for p in live_members(raw, namespace, "slow")
+        ),
+        what="the new members Ready",
+    )
+    time.sleep(SETTLE_OBSERVATION_SECONDS)
+    assert status(raw, namespace, "slow").get("restarts") == 1
+    assert {p["metadata"]["uid"] for p in live_members(raw, namespace, "slow")} == {
+        p["metadata"]["uid"] for p in new
+    }
+
+
+def test_abort_job_holds_the_recreated_members_until_the_user_changes_the_podgroup(
+    gang_stack, raw, namespace, gpu_nodes
+) -> None:
+    pool = gpu_nodes(1, gpus=4)
+    create(
+        raw,
+        namespace,
+        podgroup("stop", 2, policies=[{"event": "PodEvicted", "action": "AbortJob"}]),
+    )
+    create_in(raw, namespace, deployment("stop-worker", "stop", 2, pool.node_selector))
+    first = wait_until(lambda: running_gang(raw, namespace, "stop", 2, set()), what="gang running")
+    old = {p["metadata"]["uid"] for p in first}
+
+    evict(raw, namespace, first[0]["metadata"]["name"])
+
+    condition = wait_until(
+        lambda: (
+            status(raw, namespace, "stop").get("phase") == "Aborted"
+            and lifecycle_condition(raw, namespace, "stop")
+        ),
+        what="phase Aborted with the Lifecycle condition",
+    )
+    assert (
+        condition["reason"] == "Aborted" and "change or delete the PodGroup" in condition["message"]
+    )
+    assert events(raw, namespace, "GangAborted")
+    # The Deployment brings its pods back; they are held, not scheduled.
+    held = wait_until(
+        lambda: (
+            len(pods := live_members(raw, namespace, "stop")) == 2
+            and not ({p["metadata"]["uid"] for p in pods} & old)
+            and pods
+        ),
+        what="the Deployment's new pods",
+    )
+    time.sleep(SETTLE_OBSERVATION_SECONDS)
+    assert bound(live_members(raw, namespace, "stop")) == []
+    assert status(raw, namespace, "stop").get("phase") == "Aborted"
+
+    raw.call(
+        "PATCH",
+        podgroup_path(namespace, "stop"),
+        body={"spec": {"maxRetry": 5}},
+        content_type="application/merge-patch+json",
+    )
+
+    wait_until(
+        lambda: whole_gang(raw, namespace, "stop", 2, old),
+        what="the held members bound whole once the PodGroup changed",
+    )
+    assert {p["metadata"]["uid"] for p in live_members(raw, namespace, "stop")} == {
+        p["metadata"]["uid"] for p in held
+    }
+    assert events(raw, namespace, "GangReleased")
+    wait_until(
+        lambda: status(raw, namespace, "stop").get("phase") in ("Scheduled", "Running"),
+        what="the PodGroup's phase back to Scheduled/Running",
+    )
+
+
+def test_annotation_declared_group_restarts_by_its_policies_annotation(
+    gang_stack, raw, namespace, gpu_nodes
+) -> None:
+    pool = gpu_nodes(1, gpus=4)
+    annotations = {
+        "gang-extender.io/min-available": "2",
+        "gang-extender.io/policies": "PodEvicted=RestartJob,PodFailed=RestartJob",
+    }
+    for i in range(2):
+        create(
+            raw,
+            namespace,
+            gang_pod(
+                f"anno-{i}", "anno", node_selector=pool.node_selector, annotations=annotations
+            ),
+        )
+    first = wait_until(lambda: running_gang(raw, namespace, "anno", 2, set()), what="gang running")
+    wait_until(
+        lambda: "restarts" in status(raw, namespace, "anno"),
+        what="the created PodGroup counting restarts",
+    )
+
+    evict(raw, namespace, "anno-0")
+
+    new = wait_until(
+        lambda: whole_gang(raw, namespace, "anno", 2, {p["metadata"]["uid"] for p in first}),
+        what="both members recreated (new UIDs) and bound whole",
+    )
+    assert {p["metadata"]["labels"].get(RESTART_GENERATION_LABEL) for p in new} == {"1"}
+    assert {p["metadata"]["annotations"]["gang-extender.io/policies"] for p in new} == {
+        annotations["gang-extender.io/policies"]
+    }
+    message = wait_until(
+        lambda: [e["message"] for e in events(raw, namespace, "GangRestarted")],
+        what="a GangRestarted Event",
+    )[0]
+    assert "PodEvicted" in message and "anno-0" in message

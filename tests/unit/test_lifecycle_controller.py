@@ -1,0 +1,198 @@
+"""The lifecycle edge (controller/lifecycle.py) inside the real service, the API faked.
+
+What order a restart writes in, what a bare member is recreated as, and what a
+user is told about a policy that does not parse.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from extender.config import Settings
+from extender.controller import lifecycle as edge
+from extender.domain.lifecycle import RESTART_GENERATION_LABEL
+from extender.domain.membership import GroupKey
+from extender.kube.rawapi import KubeError
+from extender.service import Deps, GangService, create_service
+from tests.builders import make_pod, make_podgroup
+from tests.unit.test_service_effects import FakeRaw, FakeWiring, conditions_of, observe
+
+GROUP = GroupKey("default", "job")
+
+
+@pytest.fixture
+def raw() -> FakeRaw:
+    fake = FakeRaw()
+
+    def names_are_free(method: str, path: str, body: Any) -> None:
+        if method == "GET":
+            raise KubeError(404, "not found", "NotFound")
+
+    fake.hook = names_are_free
+    return fake
+
+
+@pytest.fixture
+def service(raw: FakeRaw, monkeypatch: pytest.MonkeyPatch) -> Iterator[GangService]:
+    monkeypatch.setattr(edge, "RECREATE_SETTLE_SECONDS", 0.0)
+    settings = Settings(
+        api_write_attempts=1, api_write_backoff_seconds=0.001, webhook_config_name=None
+    )
+    svc = create_service(settings, Deps(raw=raw, wiring=FakeWiring()))  # type: ignore[arg-type]
+    yield svc
+    svc.binder.close()
+
+
+def running(name: str, **labels: str) -> dict[str, Any]:
+    builder = make_pod(name).group("job").node("n1")
+    for key, value in labels.items():
+        builder = builder.label(key, value)
+    pod = builder.obj()
+    pod["metadata"]["uid"] = f"uid-{name}"
+    pod["status"]["conditions"] = [
+        {"type": "PodScheduled", "status": "True", "lastTransitionTime": "2026-11-22T10:00:01Z"},
+        {"type": "Ready", "status": "True"},
+    ]
+    return pod
+
+
+def evicted(pod: dict[str, Any]) -> dict[str, Any]:
+    pod = {**pod, "metadata": {**pod["metadata"], "deletionTimestamp": "2026-11-22T11:00:00Z"}}
+    pod["status"] = {
+        **pod["status"],
+        "conditions": [
+            *pod["status"]["conditions"],
+            {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"},
+        ],
+    }
+    return pod
+
+
+async def settle(svc: GangService) -> None:
+    await svc.queues.join()
+    for _ in range(50):  # the background recreation of bare members
+        if not svc.reconciler.lifecycle._tasks:  # type: ignore[union-attr]
+            break
+        await asyncio.sleep(0.01)
+
+
+def index(calls: list[tuple[str, str, Any]], predicate: Any) -> int:
+    return next(i for i, call in enumerate(calls) if predicate(*call))
+
+
+async def test_an_eviction_restarts_every_member_status_first_then_recreates_bare_ones(
+    service: GangService, raw: FakeRaw
+) -> None:
+    pg = make_podgroup("job", 2, policies=[{"event": "PodEvicted", "action": "RestartJob"}])
+    pg["metadata"]["uid"] = "pg-uid"
+    observe(service, "podgroups", pg)
+    observe(service, "pods", running("w0"), running("w1"))
+    await service.reconciler.reconcile_group(GROUP)
+    await settle(service)
+    assert not [c for c in raw.calls if c[0] == "DELETE"]
+
+    service.state.on_event("pods", "MODIFIED", evicted(running("w1")))
+    await service.reconciler.reconcile_group(GROUP)
+    await settle(service)
+
+    calls = raw.calls
+    status = index(
+        calls,
+        lambda m, p, b: (
+            m == "PATCH"
+            and p.endswith("/podgroups/job/status")
+            and b["status"].get("restarts") == 1
+        ),
+    )
+    marked = index(calls, lambda m, p, b: m == "PATCH" and p.endswith("/pods/w0/status"))
+    deleted = index(calls, lambda m, p, b: m == "DELETE" and p.endswith("/pods/w0"))
+    assert status < marked < deleted, "restart count first, then DisruptionTarget, then delete"
+    mark = calls[marked][2]["status"]["conditions"][0]
+    assert (mark["type"], mark["reason"]) == ("DisruptionTarget", "DeletedByGangPolicy")
+    assert calls[deleted][2] == {"preconditions": {"uid": "uid-w0"}}
+    # w1 was being deleted already: not deleted again; both recreated (no controller).
+    assert not [c for c in calls if c[0] == "DELETE" and c[1].endswith("/pods/w1")]
+    created = [b for m, p, b in calls if m == "POST" and p.endswith("/pods")]
+    assert sorted(b["metadata"]["name"] for b in created) == ["w0", "w1"]
+    for body in created:
+        assert body["metadata"]["labels"][RESTART_GENERATION_LABEL] == "1"
+        assert "nodeName" not in body["spec"] and "uid" not in body["metadata"]
+    restarted = raw.events("GangRestarted")
+    kinds = {e["involvedObject"]["kind"] for e in restarted}
+    assert kinds == {"PodGroup", "Pod"}
+    assert all("default/w1" in e["message"] and "PodEvicted" in e["message"] for e in restarted)
+    assert raw.status_patches("job")[-1]["restarts"] == 1
+    assert conditions_of(raw.status_patches("job")[-1])["Lifecycle"]["reason"] == "PodEvicted"
+
+    # The same eviction seen again (the watch, a resync): no second restart.
+    service.state.on_event("pods", "DELETED", evicted(running("w1")))
+    await service.reconciler.reconcile_group(GROUP)
+    await settle(service)
+    assert len([c for c in raw.calls if c[0] == "DELETE"]) == 1
+    assert max(s.get("restarts", 0) for s in raw.status_patches("job")) == 1
+
+
+async def test_a_plain_delete_is_the_owners_and_restarts_nothing(
+    service: GangService, raw: FakeRaw
+) -> None:
+    observe(
+        service,
+        "podgroups",
+        make_podgroup("job", 2, policies=[{"event": "PodEvicted", "action": "RestartJob"}]),
+    )
+    observe(service, "pods", running("w0"), running("w1"))
+    await service.reconciler.reconcile_group(GROUP)
+    service.state.on_event("pods", "DELETED", running("w1"))
+    await service.reconciler.reconcile_group(GROUP)
+    await settle(service)
+    assert not [c for c in raw.calls if c[0] in ("DELETE", "POST") and "/pods" in c[1]]
+    assert not raw.events("GangRestarted")
+
+
+async def test_a_policy_annotation_that_does_not_parse_is_told_to_the_user(
+    service: GangService, raw: FakeRaw
+) -> None:
+    observe(service, "podgroups", make_podgroup("job", 2, created=True))
+    bad = [running(n) for n in ("w0", "w1")]
+    for pod in bad:
+        pod["metadata"]["annotations"]["gang-extender.io/policies"] = "PodEvicted=Reboot"
+    observe(service, "pods", *bad)
+    await service.reconciler.reconcile_group(GROUP)
+    await settle(service)
+    configured = conditions_of(raw.status_patches("job")[-1])["Configured"]
+    assert configured["reason"] == "InvalidPolicy"
+    assert "action 'Reboot' is not one of RestartJob, AbortJob" in configured["message"]
+    assert raw.events("GangMisconfigured")
+
+
+async def test_an_aborted_group_is_released_when_its_podgroup_changes(
+    service: GangService, raw: FakeRaw
+) -> None:
+    pg = make_podgroup("job", 2, policies=[{"event": "PodEvicted", "action": "AbortJob"}])
+    pg["metadata"]["generation"] = 1
+    observe(service, "podgroups", pg)
+    observe(service, "pods", running("w0"), running("w1"))
+    await service.reconciler.reconcile_group(GROUP)
+    service.state.on_event("pods", "MODIFIED", evicted(running("w1")))
+    await service.reconciler.reconcile_group(GROUP)
+    await settle(service)
+    assert raw.status_patches("job")[-1]["phase"] == "Aborted"
+    assert [c for c in raw.calls if c[0] == "DELETE" and c[1].endswith("/pods/w0")]
+    assert not [c for c in raw.calls if c[0] == "POST" and c[1].endswith("/pods")]
+
+    held = {**pg, "status": raw.status_patches("job")[-1]}
+    service.state.on_event("podgroups", "MODIFIED", held)
+    await service.reconciler.reconcile_group(GROUP)
+    await settle(service)
+    assert not raw.events("GangReleased")
+
+    changed = {**held, "metadata": {**pg["metadata"], "generation": 2}}
+    service.state.on_event("podgroups", "MODIFIED", changed)
+    await service.reconciler.reconcile_group(GROUP)
+    await settle(service)
+    assert raw.events("GangReleased")
+    assert raw.status_patches("job")[-1]["phase"] != "Aborted"
