@@ -30,6 +30,9 @@ TASK_LABEL = "gang-extender.io/task"
 # Volcano's task of a vcjob pod (TaskSpecKey in volcano.sh/apis batch/v1alpha1): the
 # names a Volcano PodGroup's spec.minTaskMember counts by.
 VOLCANO_TASK_ANNOTATION = "volcano.sh/task-spec"
+# Volcano's index of a vcjob pod within its task (TaskIndex in volcano.sh/apis
+# batch/v1alpha1): the same per-task numbering as ours.
+VOLCANO_TASK_INDEX_ANNOTATION = "volcano.sh/task-index"
 TASKS_ANNOTATION = "gang-extender.io/tasks"
 TASK_INDEX_ANNOTATION = "gang-extender.io/task-index"
 JOB_COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
@@ -229,6 +232,10 @@ def explicit_task_index(meta: Mapping[str, Any]) -> int | None:
         (
             f"annotation {JOB_COMPLETION_INDEX_ANNOTATION}",
             annotations.get(JOB_COMPLETION_INDEX_ANNOTATION),
+        ),
+        (
+            f"annotation {VOLCANO_TASK_INDEX_ANNOTATION}",
+            annotations.get(VOLCANO_TASK_INDEX_ANNOTATION),
         ),
         (f"label {STATEFULSET_POD_INDEX_LABEL}", labels.get(STATEFULSET_POD_INDEX_LABEL)),
     ):
