@@ -30,8 +30,13 @@ from kubernetes import client as k8s
 from extender.devcluster.cluster import LocalCluster, binary_version, new_namespace
 from extender.devcluster.nodes import add_gpu_nodes, wait_for_nodes_ready
 from extender.devcluster.stack import GangStack
-from extender.domain.membership import PLANNED_NODE_ANNOTATION, SCHEDULER_NAME
-from extender.kube.rawapi import RawApi, path_of
+from extender.domain.membership import (
+    GROUP_LABEL,
+    INJECT_NAMESPACE_LABEL,
+    PLANNED_NODE_ANNOTATION,
+    SCHEDULER_NAME,
+)
+from extender.kube.rawapi import KubeError, RawApi, path_of
 from tests.e2e.gang_fixtures import bound, wait_until
 
 GATE = "GenericWorkload"
@@ -49,9 +54,7 @@ def _minor(version: str) -> int:
 
 
 @pytest.fixture(scope="module")
-def cluster_135(
-    bin_dir: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[LocalCluster]:
+def cluster_135(bin_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     version = binary_version(bin_dir)
     if _minor(version) != 35:
         pytest.skip(
@@ -152,12 +155,24 @@ def unschedulable_message(pod: dict[str, Any]) -> str:
     return ""
 
 
+def hostfile(raw: RawApi, namespace: str, group: str) -> list[str]:
+    try:
+        configmap = raw.call(
+            "GET", path_of("api", "v1", "namespaces", namespace, "configmaps", f"{group}-svc")
+        )
+    except KubeError as err:
+        if err.status == 404:
+            return []
+        raise
+    return str((configmap.get("data") or {}).get("hostfile", "")).splitlines()
+
+
 def test_a_job_naming_only_a_135_workload_is_held_then_bound_whole_by_gang_extender(
     cluster_135: LocalCluster, raw_135: RawApi, api_135: k8s.ApiClient, pool: dict[str, str]
 ) -> None:
     """API served, upstream GangScheduling plugin off: gang-extender is the gang scheduler."""
     raw = raw_135
-    namespace = new_namespace(api_135, "wl135")
+    namespace = new_namespace(api_135, "wl135", labels={INJECT_NAMESPACE_LABEL: "enabled"})
     # Before the service starts, so it comes in the first list (whose items the API
     # server sends without apiVersion and kind), not in a watch event.
     raw.call(
@@ -179,19 +194,15 @@ def test_a_job_naming_only_a_135_workload_is_held_then_bound_whole_by_gang_exten
                 node_selector=pool,
             ),
         )
-        # The API server kept the reference (the gate is on): the pods name their gang
-        # only through it.
+        # The API server kept the reference (the gate is on), and the webhook, sent the
+        # pods for it alone, labelled each with the gang it names.
         created = wait_until(
             lambda: len(ps := job_pods(raw, namespace, "train")) == MEMBERS - 1 and ps,
             what="3 members created",
         )
         for pod in created:
             assert pod["spec"].get("workloadRef") == {"name": "train", "podGroup": "workers"}
-            assert not (pod["metadata"].get("annotations") or {}).keys() & {
-                "scheduling.k8s.io/group-name",
-                "gang-extender.io/min-available",
-            }
-            assert "gang-extender.io/group" not in (pod["metadata"].get("labels") or {})
+            assert pod["metadata"]["labels"].get(GROUP_LABEL) == "train-workers"
         # Three of four: each refused by the extender, naming the gang, none bound.
         waiting = re.compile(
             rf"gang {namespace}/train-workers: [123]/4 members exist; waiting for the rest"
@@ -224,5 +235,22 @@ def test_a_job_naming_only_a_135_workload_is_held_then_bound_whole_by_gang_exten
         for pod in pods:
             per_node[pod["spec"]["nodeName"]] = per_node.get(pod["spec"]["nodeName"], 0) + 1
         assert sorted(per_node.values()) == [2, 2]  # 2 GPUs each on two 4-GPU nodes
+        # The webhook is sent pods that name their group only by spec.workloadRef and
+        # wires them as members of the gang: hostnames under its Service, a hostfile.
+        assert sorted(p["spec"].get("hostname") for p in pods) == [
+            f"train-workers-worker-{i}" for i in range(MEMBERS)
+        ]
+        assert all(p["spec"].get("subdomain") == "train-workers" for p in pods)
+        lines = wait_until(
+            lambda: (
+                len(hostfile(raw, namespace, "train-workers")) == MEMBERS
+                and hostfile(raw, namespace, "train-workers")
+            ),
+            what="ConfigMap train-workers-svc listing 4 hosts",
+        )
+        assert lines == [
+            f"train-workers-worker-{i}.train-workers slots={GPUS_PER_MEMBER}"
+            for i in range(MEMBERS)
+        ]
     finally:
         stack.stop()

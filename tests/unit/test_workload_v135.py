@@ -220,11 +220,17 @@ def webhook_conditions(path: Path) -> dict[str, str]:
     [REPO / "deploy" / "webhook.yaml", REPO / "charts/gang-extender/templates/webhook.yaml"],
     ids=["deploy", "chart"],
 )
-def test_the_webhook_is_sent_pods_naming_a_group_by_either_volcano_annotation(path: Path) -> None:
+def test_the_webhook_is_sent_pods_naming_a_group_by_either_volcano_annotation_or_spec(
+    path: Path,
+) -> None:
     conditions = webhook_conditions(path)
     for name in ("names-a-group", "names-no-group"):
         for key in (m.VOLCANO_GROUP_ANNOTATION, m.VOLCANO_OWN_GROUP_ANNOTATION):
             assert f"'{key}' in object.metadata.annotations" in conditions[name], (name, key)
+        for field in (m.UPSTREAM_GROUP_FIELD.split(".")[1], m.WORKLOAD_REF_FIELD.split(".")[1]):
+            assert f"has(object.spec.{field})" in conditions[name], (name, field)
+    # The GPU-routing hook takes exactly the pods the group hook does not.
+    assert conditions["names-no-group"] == f"!({conditions['names-a-group']})"
 
 
 # ---- the Workload's pod group entry sizes the gang ----
