@@ -29,20 +29,29 @@ from extender.domain.foreign_podgroups import (
     volcano_group_spec,
 )
 from extender.domain.gang import GangCore
-from extender.domain.membership import INJECT_NAMESPACE_LABEL, GroupKey
+from extender.domain.membership import (
+    INJECT_NAMESPACE_LABEL,
+    GroupKey,
+    MembershipError,
+    WorkloadRef,
+    workload_ref,
+)
 from extender.domain.model import (
     UPSTREAM_PODGROUP_SOURCE,
+    UPSTREAM_WORKLOAD_SOURCE,
     GroupSpec,
     NodeInfo,
     PodInfo,
     upstream_podgroup_spec,
+    upstream_workload_spec,
 )
-from extender.kube.cache import UPSTREAM_PODGROUPS, CacheSink
+from extender.kube.cache import UPSTREAM_PODGROUPS, UPSTREAM_WORKLOADS, CacheSink
 from extender.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
 UPSTREAM_KIND = UPSTREAM_PODGROUPS.kind
+WORKLOAD_KIND = UPSTREAM_WORKLOADS.kind
 
 
 class ClusterState(CacheSink):
@@ -71,6 +80,12 @@ class ClusterState(CacheSink):
         self.volcano_podgroups: dict[GroupKey, dict[str, Any]] = {}
         # Kubernetes' own scheduling.k8s.io PodGroups (the Workload API), when served.
         self.upstream_podgroups: dict[GroupKey, dict[str, Any]] = {}
+        # Kubernetes 1.35's Workloads (namespace/name), when served. A Workload sizes
+        # one gang per pod group entry and replica key its pods name (`workload_groups`:
+        # each gang seen in a member's spec.workloadRef, by its Workload).
+        self.workloads: dict[GroupKey, dict[str, Any]] = {}
+        self.workload_groups: dict[GroupKey, dict[GroupKey, WorkloadRef]] = defaultdict(dict)
+        self._workload_of: dict[GroupKey, GroupKey] = {}
         self.namespace_labels: dict[str, dict[str, str]] = {}
         self.dirty: set[GroupKey] = set()
         self._relisting: dict[str, set[str]] = {}
@@ -132,6 +147,9 @@ class ClusterState(CacheSink):
             store = self._podgroup_store(kind)
             for key in [k for k in store if f"{k.namespace}/{k.name}" not in seen]:
                 self._apply(kind, "DELETED", store[key])
+        elif kind == WORKLOAD_KIND:
+            for key in [k for k in self.workloads if f"{k.namespace}/{k.name}" not in seen]:
+                self._apply(kind, "DELETED", self.workloads[key])
         elif kind == "namespaces":
             for name in [n for n in self.namespace_labels if f"/{n}" not in seen]:
                 del self.namespace_labels[name]
@@ -140,6 +158,52 @@ class ClusterState(CacheSink):
         if pod.group is not None:
             self.group_pods[pod.group].pop(pod.uid, None)
             self.dirty.add(pod.group)
+            if not self.group_pods[pod.group]:
+                self._forget_workload_group(pod.group)
+
+    # ---- Kubernetes 1.35 Workloads: a gang per pod group entry (and replica) ----
+    def _note_workload_ref(self, obj: dict[str, Any], group: GroupKey) -> None:
+        """Remember which Workload sizes `group`, when a member names it in spec.workloadRef."""
+        try:
+            ref = workload_ref(obj.get("spec"))
+        except MembershipError:  # the pod's group_error says so; nothing to size
+            return
+        if ref is None or ref.group != group.name:
+            return  # named by another source (which then agreed on a name, or not)
+        workload = GroupKey(group.namespace, ref.workload)
+        if self.workload_groups[workload].get(group) == ref:
+            return
+        self.workload_groups[workload][group] = ref
+        self._workload_of[group] = workload
+        self._size_from_workload(workload, group, ref)
+
+    def _size_from_workload(self, workload: GroupKey, group: GroupKey, ref: WorkloadRef) -> None:
+        obj = self.workloads.get(workload)
+        if obj is None:
+            self.core.snapshot.delete_podgroup(UPSTREAM_WORKLOAD_SOURCE, group)
+        else:
+            self.core.snapshot.upsert_podgroup(upstream_workload_spec(obj, ref))
+            self.core.group_changed(group, time.time())
+        self.dirty.add(group)
+
+    def _forget_workload_group(self, group: GroupKey) -> None:
+        workload = self._workload_of.pop(group, None)
+        if workload is None:
+            return
+        self.workload_groups[workload].pop(group, None)
+        if not self.workload_groups[workload]:
+            del self.workload_groups[workload]
+        self.core.snapshot.delete_podgroup(UPSTREAM_WORKLOAD_SOURCE, group)
+
+    def _apply_workload(self, event_type: str, obj: dict[str, Any]) -> None:
+        meta = obj["metadata"]
+        workload = GroupKey(meta.get("namespace") or "default", meta["name"])
+        if event_type == "DELETED":
+            self.workloads.pop(workload, None)
+        else:
+            self.workloads[workload] = obj
+        for group, ref in list(self.workload_groups.get(workload, {}).items()):
+            self._size_from_workload(workload, group, ref)
 
     def _apply(self, kind: str, event_type: str, obj: dict[str, Any]) -> None:
         now = time.time()
@@ -164,6 +228,9 @@ class ClusterState(CacheSink):
             if pod.group is not None:
                 self.group_pods[pod.group][pod.uid] = obj
                 self.dirty.add(pod.group)
+                self._note_workload_ref(obj, pod.group)
+        elif kind == WORKLOAD_KIND:
+            self._apply_workload(event_type, obj)
         elif kind in _PODGROUP_KINDS:
             source = _PODGROUP_KINDS[kind]
             store = self._podgroup_store(kind)
@@ -197,13 +264,20 @@ class ClusterState(CacheSink):
         }[kind]
 
     def podgroup_object(self, key: GroupKey) -> dict[str, Any] | None:
-        """The group's PodGroup object, in foreign_podgroups.PODGROUP_SOURCES order."""
+        """The group's PodGroup object, in foreign_podgroups.PODGROUP_SOURCES order (a
+        Kubernetes 1.35 Workload for a gang its pods name in spec.workloadRef)."""
         return (
             self.podgroups.get(key)
             or self.volcano_podgroups.get(key)
             or self.coscheduling_podgroups.get(key)
             or self.upstream_podgroups.get(key)
+            or self._workload_object(key)
         )
+
+    def _workload_object(self, key: GroupKey) -> dict[str, Any] | None:
+        """The Workload whose pod group `key` is a gang of (its members' spec.workloadRef)."""
+        workload = self._workload_of.get(key)
+        return self.workloads.get(workload) if workload is not None else None
 
     def injected(self, namespace: str) -> bool:
         labels = self.namespace_labels.get(namespace, {})

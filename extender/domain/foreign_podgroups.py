@@ -13,6 +13,9 @@ tooling makes (docs/podgroup.md#migrating-from-volcano-or-scheduler-plugins):
 
 - `scheduling.k8s.io` PodGroup (Kubernetes' Workload API): read by
   `model.upstream_podgroup_spec`; its status is never written.
+- `scheduling.k8s.io/v1alpha1` Workload (the same API as Kubernetes 1.35 shipped it):
+  one gang per pod group entry and replica key, read by `model.upstream_workload_spec`;
+  it has no status to write.
 
 Several PodGroups of one namespace/name (ours, Volcano's, scheduler-plugins', Kubernetes')
 describe one group: `pick_podgroup` says which decides and makes a disagreement
@@ -32,7 +35,7 @@ from dataclasses import replace
 from typing import Any
 
 from extender.domain.membership import GroupKey
-from extender.domain.model import UPSTREAM_PODGROUP_SOURCE, GroupSpec
+from extender.domain.model import UPSTREAM_PODGROUP_SOURCE, UPSTREAM_WORKLOAD_SOURCE, GroupSpec
 
 VOLCANO_GROUP = "scheduling.volcano.sh"
 VOLCANO_API = f"{VOLCANO_GROUP}/v1beta1"
@@ -48,12 +51,19 @@ SOURCE_COSCHEDULING = "coscheduling PodGroup"
 # Which one decides when several of one name agree (pick_podgroup): ours is the
 # one written for gang-extender; Volcano's carries task minimums, coscheduling's none.
 # Kubernetes' own comes last: it states no task minimums.
-PODGROUP_SOURCES = (SOURCE_OURS, SOURCE_VOLCANO, SOURCE_COSCHEDULING, UPSTREAM_PODGROUP_SOURCE)
+PODGROUP_SOURCES = (
+    SOURCE_OURS,
+    SOURCE_VOLCANO,
+    SOURCE_COSCHEDULING,
+    UPSTREAM_PODGROUP_SOURCE,
+    UPSTREAM_WORKLOAD_SOURCE,
+)
 API_GROUP_OF_SOURCE = {
     SOURCE_OURS: OURS_GROUP,
     SOURCE_VOLCANO: VOLCANO_GROUP,
     SOURCE_COSCHEDULING: COSCHEDULING_GROUP,
     UPSTREAM_PODGROUP_SOURCE: UPSTREAM_GROUP,
+    UPSTREAM_WORKLOAD_SOURCE: UPSTREAM_GROUP,
 }
 
 # Volcano's int32 fields: a value past this is refused by the API server's schema;
@@ -111,12 +121,14 @@ def volcano_group_spec(obj: Mapping[str, Any]) -> GroupSpec:
 
 
 def _describe(spec: GroupSpec) -> str:
-    size = "minCount" if spec.source == UPSTREAM_PODGROUP_SOURCE else "minMember"
+    upstream = (UPSTREAM_PODGROUP_SOURCE, UPSTREAM_WORKLOAD_SOURCE)
+    size = "minCount" if spec.source in upstream else "minMember"
     said = f"{size} {spec.min_member}"
     if spec.min_task_member:
         tasks = ",".join(f"{t}={n}" for t, n in sorted(spec.min_task_member.items()))
         said += f", minTaskMember {tasks}"
-    return f"{API_GROUP_OF_SOURCE.get(spec.source, spec.source)} PodGroup {spec.key.name} ({said})"
+    kind = "Workload pod group" if spec.source == UPSTREAM_WORKLOAD_SOURCE else "PodGroup"
+    return f"{API_GROUP_OF_SOURCE.get(spec.source, spec.source)} {kind} {spec.key.name} ({said})"
 
 
 def pick_podgroup(specs: Sequence[GroupSpec]) -> GroupSpec | None:

@@ -16,14 +16,23 @@ SCHEDULER_NAME = "gang-extender"
 GROUP_LABEL = "gang-extender.io/group"
 COSCHEDULING_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 VOLCANO_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
+# Volcano's own spelling of the same (VolcanoGroupNameAnnotationKey in volcano.sh/apis
+# scheduling/v1beta1, beside KubeGroupNameAnnotationKey above); its job controller sets both.
+VOLCANO_OWN_GROUP_ANNOTATION = "scheduling.volcano.sh/group-name"
 # Kubernetes' own reference (k8s.io/api core/v1 PodSpec.SchedulingGroup, 1.36 and later,
 # behind the GenericWorkload gate): the name of a scheduling.k8s.io PodGroup.
 UPSTREAM_GROUP_FIELD = "spec.schedulingGroup.podGroupName"
+# Kubernetes 1.35's reference (k8s.io/api v0.35 core/v1 PodSpec.WorkloadRef, behind the
+# GenericWorkload gate): a pod group inside a scheduling.k8s.io/v1alpha1 Workload.
+WORKLOAD_REF_FIELD = "spec.workloadRef"
 MIN_AVAILABLE_ANNOTATION = "gang-extender.io/min-available"
 TASK_LABEL = "gang-extender.io/task"
 # Volcano's task of a vcjob pod (TaskSpecKey in volcano.sh/apis batch/v1alpha1): the
 # names a Volcano PodGroup's spec.minTaskMember counts by.
 VOLCANO_TASK_ANNOTATION = "volcano.sh/task-spec"
+# Volcano's index of a vcjob pod within its task (TaskIndex in volcano.sh/apis
+# batch/v1alpha1): the same per-task numbering as ours.
+VOLCANO_TASK_INDEX_ANNOTATION = "volcano.sh/task-index"
 TASKS_ANNOTATION = "gang-extender.io/tasks"
 TASK_INDEX_ANNOTATION = "gang-extender.io/task-index"
 JOB_COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
@@ -39,6 +48,9 @@ DEFAULT_TASK = "worker"
 
 # RFC 1123 label: what a group or task must be to form a hostname.
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+# RFC 1035 label (starts with a letter): what a Service name must be, and a group names one.
+_DNS_1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+MAX_DNS_LABEL = 63
 
 
 class MembershipError(ValueError):
@@ -69,17 +81,71 @@ def upstream_group_name(spec: Mapping[str, Any] | None) -> str | None:
     return name if isinstance(name, str) and name else None
 
 
+@dataclass(frozen=True)
+class WorkloadRef:
+    """A pod's `spec.workloadRef` (Kubernetes 1.35): its Workload, pod group and replica."""
+
+    workload: str
+    pod_group: str
+    replica_key: str = ""
+
+    @property
+    def group(self) -> str:
+        """The gang's name: `<workload>-<podGroup>`, plus `-<replicaKey>` when set, since
+        Kubernetes applies a pod group's policy to each replica on its own."""
+        parts = [self.workload, self.pod_group] + ([self.replica_key] if self.replica_key else [])
+        return "-".join(parts)
+
+
+def workload_ref(spec: Mapping[str, Any] | None) -> WorkloadRef | None:
+    """`spec.workloadRef` of a pod spec, None when unset.
+
+    Raises when it is set but unusable: a name or podGroup missing, or a group name
+    (`WorkloadRef.group`) that is not a DNS label of at most 63 characters: the
+    group's headless Service and every member's subdomain are named after it.
+    """
+    ref = (spec or {}).get("workloadRef")
+    if ref is None:
+        return None
+    if not isinstance(ref, Mapping):
+        raise MembershipError(f"field {WORKLOAD_REF_FIELD}={ref!r} is not an object")
+    name, pod_group = ref.get("name"), ref.get("podGroup")
+    replica_key = ref.get("podGroupReplicaKey") or ""
+    if not isinstance(name, str) or not name or not isinstance(pod_group, str) or not pod_group:
+        raise MembershipError(
+            f"field {WORKLOAD_REF_FIELD} must set both name and podGroup, got {dict(ref)!r}"
+        )
+    if not isinstance(replica_key, str):
+        raise MembershipError(
+            f"field {WORKLOAD_REF_FIELD}.podGroupReplicaKey={replica_key!r} is not a string"
+        )
+    found = WorkloadRef(name, pod_group, replica_key)
+    group = found.group
+    if len(group) > MAX_DNS_LABEL or not _DNS_1035_LABEL.match(group):
+        joined = "-".join(["name", "podGroup"] + (["podGroupReplicaKey"] if replica_key else []))
+        raise MembershipError(
+            f"field {WORKLOAD_REF_FIELD} gives group name {group!r} ({joined}), which is "
+            f"not a lower-case DNS label that starts with a letter and has at most "
+            f"{MAX_DNS_LABEL} characters ({len(group)}): it names the group's headless "
+            f"Service and every member's subdomain; shorten the Workload or pod group name"
+        )
+    return found
+
+
 def group_name(meta: Mapping[str, Any], spec: Mapping[str, Any] | None = None) -> str | None:
     """The group a pod belongs to, or None. Raises when two sources disagree.
 
-    `spec` (the pod's) adds Kubernetes' own reference; without it only metadata is read.
+    `spec` (the pod's) adds Kubernetes' own references (`spec.schedulingGroup`, 1.36 on;
+    `spec.workloadRef`, 1.35); without it only metadata is read.
     """
     labels, annotations = _labels(meta), _annotations(meta)
     sources = {
         f"label {GROUP_LABEL}": labels.get(GROUP_LABEL),
         f"label {COSCHEDULING_GROUP_LABEL}": labels.get(COSCHEDULING_GROUP_LABEL),
         f"annotation {VOLCANO_GROUP_ANNOTATION}": annotations.get(VOLCANO_GROUP_ANNOTATION),
+        f"annotation {VOLCANO_OWN_GROUP_ANNOTATION}": annotations.get(VOLCANO_OWN_GROUP_ANNOTATION),
         f"field {UPSTREAM_GROUP_FIELD}": upstream_group_name(spec),
+        f"field {WORKLOAD_REF_FIELD}": ref.group if (ref := workload_ref(spec)) else None,
     }
     named = {where: value for where, value in sources.items() if value}
     distinct = set(named.values())
@@ -166,6 +232,10 @@ def explicit_task_index(meta: Mapping[str, Any]) -> int | None:
         (
             f"annotation {JOB_COMPLETION_INDEX_ANNOTATION}",
             annotations.get(JOB_COMPLETION_INDEX_ANNOTATION),
+        ),
+        (
+            f"annotation {VOLCANO_TASK_INDEX_ANNOTATION}",
+            annotations.get(VOLCANO_TASK_INDEX_ANNOTATION),
         ),
         (f"label {STATEFULSET_POD_INDEX_LABEL}", labels.get(STATEFULSET_POD_INDEX_LABEL)),
     ):

@@ -345,3 +345,48 @@ def upstream_podgroup_spec(obj: Mapping[str, Any]) -> GroupSpec:
     elif not isinstance(policy.get("basic"), Mapping):
         error = f"{where} sets neither spec.schedulingPolicy.gang nor spec.schedulingPolicy.basic"
     return GroupSpec(key=key, min_member=min_member, source=UPSTREAM_PODGROUP_SOURCE, error=error)
+
+
+# GroupSpec.source of a group named by a pod's spec.workloadRef (Kubernetes 1.35's
+# Workload API: scheduling.k8s.io/v1alpha1 Workload, one entry per pod group).
+UPSTREAM_WORKLOAD_SOURCE = "upstream Workload"
+
+
+def upstream_workload_spec(obj: Mapping[str, Any], ref: membership.WorkloadRef) -> GroupSpec:
+    """The gang a pod's `spec.workloadRef` names, sized by its scheduling.k8s.io/v1alpha1
+    Workload: the `spec.podGroups[]` entry named `ref.pod_group` gives
+    `policy.gang.minCount`, or size 1 for `policy.basic`. Each replica key is a gang of
+    its own (`WorkloadRef.group`) with the entry's size, as Kubernetes applies it.
+
+    A ref to an entry the Workload does not have, or an entry with neither policy,
+    is an error the group shows until it is fixed. `controllerRef` is not read.
+    """
+    meta, spec = obj["metadata"], obj.get("spec") or {}
+    key = GroupKey(meta.get("namespace") or "default", ref.group)
+    where = f"{UPSTREAM_WORKLOAD_SOURCE} {meta['name']}"
+    entries = spec.get("podGroups")
+    entries = [e for e in entries if isinstance(e, Mapping)] if isinstance(entries, list) else []
+    entry = next((e for e in entries if e.get("name") == ref.pod_group), None)
+    if entry is None:
+        names = ", ".join(repr(e.get("name")) for e in entries) or "none"
+        missing = (
+            f"pods name pod group {ref.pod_group!r} of {where} in spec.workloadRef.podGroup, "
+            f"but its spec.podGroups has no entry of that name (it has {names}); "
+            f"fix the pods' spec.workloadRef or recreate the Workload with that entry"
+        )
+        return GroupSpec(key=key, min_member=1, source=UPSTREAM_WORKLOAD_SOURCE, error=missing)
+    policy = entry.get("policy")
+    policy = policy if isinstance(policy, Mapping) else {}
+    gang = policy.get("gang")
+    field = f"spec.podGroups[{ref.pod_group}].policy"
+    error: str | None = None
+    min_member = 1
+    if isinstance(gang, Mapping):
+        count = gang.get("minCount")
+        if isinstance(count, int) and not isinstance(count, bool) and count >= 1:
+            min_member = count
+        else:
+            error = f"{where} {field}.gang.minCount={count!r} must be a whole number >= 1"
+    elif not isinstance(policy.get("basic"), Mapping):
+        error = f"{where} sets neither {field}.gang nor {field}.basic"
+    return GroupSpec(key=key, min_member=min_member, source=UPSTREAM_WORKLOAD_SOURCE, error=error)

@@ -11,7 +11,12 @@ from typing import Any
 
 from extender.domain.gang import GangCore
 from extender.domain.membership import MIN_AVAILABLE_ANNOTATION, SCHEDULER_NAME, GroupKey
-from extender.domain.model import UPSTREAM_PODGROUP_SOURCE, GroupSpec, PodInfo
+from extender.domain.model import (
+    UPSTREAM_PODGROUP_SOURCE,
+    UPSTREAM_WORKLOAD_SOURCE,
+    GroupSpec,
+    PodInfo,
+)
 from extender.domain.selection import MembersMissing, choose_members
 
 
@@ -124,6 +129,11 @@ def _waiting_message(key: GroupKey, spec: GroupSpec, members: int) -> str:
         where = (
             f"set spec.schedulingPolicy.gang.minCount of PodGroup {key.name} "
             f"(scheduling.k8s.io) to the number it creates"
+        )
+    elif spec.source == UPSTREAM_WORKLOAD_SOURCE:
+        where = (
+            "set policy.gang.minCount of the pod group in the pods' scheduling.k8s.io "
+            "Workload (spec.workloadRef) to the number it creates"
         )
     else:
         where = f"set spec.minMember of {spec.source} {key.name} to the number it creates"

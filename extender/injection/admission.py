@@ -32,6 +32,7 @@ from extender.domain.membership import (
     JOB_COMPLETION_INDEX_ANNOTATION,
     STATEFULSET_POD_INDEX_LABEL,
     TASK_INDEX_ANNOTATION,
+    VOLCANO_TASK_INDEX_ANNOTATION,
     MembershipError,
     explicit_task_index,
     group_name,
@@ -291,11 +292,12 @@ def index_taken_message(
     if TASK_INDEX_ANNOTATION in annotations:
         fix = f"give this pod another {TASK_INDEX_ANNOTATION} or remove it to have one allocated"
     else:
-        source = (
-            f"annotation {JOB_COMPLETION_INDEX_ANNOTATION} (Indexed Job)"
-            if JOB_COMPLETION_INDEX_ANNOTATION in annotations
-            else f"label {STATEFULSET_POD_INDEX_LABEL} (StatefulSet)"
-        )
+        if JOB_COMPLETION_INDEX_ANNOTATION in annotations:
+            source = f"annotation {JOB_COMPLETION_INDEX_ANNOTATION} (Indexed Job)"
+        elif VOLCANO_TASK_INDEX_ANNOTATION in annotations:
+            source = f"annotation {VOLCANO_TASK_INDEX_ANNOTATION} (Volcano job)"
+        else:
+            source = f"label {STATEFULSET_POD_INDEX_LABEL} (StatefulSet)"
         fix = (
             f"this pod's index comes from {source}: give each workload of the group its "
             f"own task (label gang-extender.io/task), or set {TASK_INDEX_ANNOTATION} to a "

@@ -2,7 +2,8 @@
 and Namespaces, as raw JSON.
 
 Optional APIs (scheduler-plugins' PodGroup CRD; Kubernetes' own scheduling.k8s.io
-PodGroups, served only where the GenericWorkload gate and their API version are on)
+PodGroups, and 1.35's Workloads, served only where the GenericWorkload gate and their
+API version are on)
 are found by listing them: a 404 on every version the resource names means "not
 served", which is not an error, and they are looked for again every
 `optional_api_recheck_seconds`. A 403 on one counts the same, with a warning: a
@@ -111,6 +112,12 @@ UPSTREAM_PODGROUPS = Resource(
         "/apis/scheduling.k8s.io/v1alpha3/podgroups",
         "/apis/scheduling.k8s.io/v1alpha2/podgroups",
     ),
+)
+# Kubernetes 1.35's shape of the same API: a scheduling.k8s.io/v1alpha1 Workload lists
+# pod groups (spec.podGroups[].policy.gang.minCount) that pods name in spec.workloadRef.
+# Served only with the GenericWorkload gate and that API version on; 1.36 replaced it.
+UPSTREAM_WORKLOADS = Resource(
+    "upstream-workloads", "/apis/scheduling.k8s.io/v1alpha1/workloads", optional=True
 )
 NAMESPACES = Resource("namespaces", "/api/v1/namespaces")
 
@@ -303,6 +310,7 @@ class WatchCache:
             COSCHEDULING_PODGROUPS,
             VOLCANO_PODGROUPS,
             UPSTREAM_PODGROUPS,
+            UPSTREAM_WORKLOADS,
             NAMESPACES,
         ),
         tuning: CacheTuning = DEFAULT_TUNING,

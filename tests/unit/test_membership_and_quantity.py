@@ -77,6 +77,19 @@ def test_bad_task_layout_says_what_to_fix(text: str, needle: str) -> None:
         pytest.param({}, {m.TASK_INDEX_ANNOTATION: "2"}, 2, id="explicit annotation"),
         pytest.param({}, {m.JOB_COMPLETION_INDEX_ANNOTATION: "3"}, 3, id="Indexed Job"),
         pytest.param({m.STATEFULSET_POD_INDEX_LABEL: "1"}, {}, 1, id="StatefulSet"),
+        pytest.param({}, {m.VOLCANO_TASK_INDEX_ANNOTATION: "5"}, 5, id="Volcano job"),
+        pytest.param(
+            {},
+            {m.TASK_INDEX_ANNOTATION: "1", m.VOLCANO_TASK_INDEX_ANNOTATION: "5"},
+            1,
+            id="ours before Volcano's",
+        ),
+        pytest.param(
+            {m.STATEFULSET_POD_INDEX_LABEL: "2"},
+            {m.VOLCANO_TASK_INDEX_ANNOTATION: "5"},
+            5,
+            id="Volcano's before the StatefulSet's",
+        ),
         pytest.param({}, {}, None, id="none: the webhook allocates"),
     ],
 )

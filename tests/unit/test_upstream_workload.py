@@ -84,8 +84,9 @@ def upstream_podgroup(name: str, policy: object) -> dict[str, Any]:
         pytest.param({"schedulingGroup": {"podGroupName": ""}}, None, id="empty name"),
         pytest.param({"schedulingGroup": {"podGroupName": 7}}, None, id="name not a string"),
         pytest.param({"schedulingGroup": "train"}, None, id="schedulingGroup not an object"),
-        # 1.35's alpha field, tombstoned in 1.36 (protobuf tag 42): not read.
-        pytest.param({"workloadRef": {"name": "w", "podGroup": "g"}}, None, id="1.35 workloadRef"),
+        # 1.35's alpha field (tombstoned in 1.36): read too, as <workload>-<podGroup>
+        # (tests/unit/test_workload_v135.py).
+        pytest.param({"workloadRef": {"name": "w", "podGroup": "g"}}, "w-g", id="1.35 workloadRef"),
     ],
 )
 def test_the_pods_scheduling_group_names_its_group(

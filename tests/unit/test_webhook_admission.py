@@ -412,6 +412,17 @@ def verdict(answer: httpx.Response) -> tuple[bool, str]:
             "this pod's index comes from label apps.kubernetes.io/pod-index (StatefulSet)",
             id="StatefulSet",
         ),
+        pytest.param(
+            as_admitted(
+                make_pod("mpi-worker-1", NS)
+                .group("mpi")
+                .annotation("volcano.sh/task-index", "1")
+                .obj()
+            ),
+            holder("other-mpi-worker-1", 1, "mpi"),
+            "this pod's index comes from annotation volcano.sh/task-index (Volcano job)",
+            id="Volcano job",
+        ),
     ],
 )
 async def test_an_index_a_live_member_holds_is_denied_saying_what_to_fix(
