@@ -348,3 +348,32 @@ def test_members_that_disagree_with_their_podgroup_and_each_other_are_all_listed
         "wins over the members' gang-extender.io/min-available (3, 4): change its "
         "spec.minMember, or delete it to let the annotation decide"
     )
+
+
+def test_a_stray_pod_of_another_scheduler_beside_all_our_members_is_not_the_reason() -> None:
+    stray = make_pod("stray").group("train").scheduler("default-scheduler").obj()
+    status = status_of(member(0), member(1), stray)
+    assert (status.phase, status.reason) == ("Pending", "Unschedulable")
+    assert status.message == "gang default/train: waiting to be scheduled"
+
+
+def test_only_the_first_sentence_of_a_long_refusal_is_kept() -> None:
+    refusal = (
+        "0/3 nodes are available: 3 node(s) had volume node affinity conflict. "
+        "preemption: 0/3 nodes are available. 3 Preemption is not helpful."
+    )
+    status = status_of(make_pod("train-0").group("train").unschedulable(refusal).obj(), min_member=1)
+    assert status.message == (
+        "gang default/train: kube-scheduler's own filters refuse 1 member (train-0): "
+        "0/3 nodes are available: 3 node(s) had volume node affinity conflict; see the "
+        "member's FailedScheduling events"
+    )
+
+
+def test_a_resource_named_at_the_end_of_a_sentence_is_named_without_the_period() -> None:
+    refusal = "0/3 nodes are available: 3 Insufficient cpu."
+    status = status_of(make_pod("train-0").group("train").unschedulable(refusal).obj(), min_member=1)
+    assert status.message == (
+        "gang default/train: kube-scheduler's own filters refuse 1 member (train-0): "
+        "Insufficient cpu; lower the per-pod request, or add nodes that have that much free"
+    )

@@ -46,12 +46,12 @@ def test_a_plan_reserves_every_members_requests_on_its_planned_node() -> None:
 
 def test_a_member_already_bound_reserves_nothing_more() -> None:
     ledger = Ledger()
-    ledger.reserve(plan_for(A, {"a0": "n0", "a1": "n1"}, bound={"a1"}))
-    assert ledger.reserved("n0") == {GPU: 2, CPU: 1000}
-    assert ledger.reserved("n1") == {}
-    assert ledger.reserved_nodes() == ["n0"]
-    assert ledger.plan_of("a1") is None
-    assert ledger.capacity_changed == {"n0"}
+    ledger.reserve(plan_for(A, {"a0": "n0", "a1": "n1", "a2": "n1"}, bound={"a0"}))
+    assert ledger.reserved("n0") == {}
+    assert ledger.reserved("n1") == {GPU: 4, CPU: 2000}  # the members after it still count
+    assert ledger.reserved_nodes() == ["n1"]
+    assert ledger.plan_of("a0") is None
+    assert ledger.capacity_changed == {"n1"}
 
 
 def test_a_second_plan_for_the_same_gang_is_refused_and_the_first_kept() -> None:
