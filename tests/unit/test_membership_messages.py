@@ -111,6 +111,10 @@ def test_min_available_of_1_is_a_gang_of_one_and_absent_is_none() -> None:
             "worker=x",
             "annotation gang-extender.io/tasks='worker=x': count 'x' is not a whole number",
         ),
+        (
+            "worker=1=2",
+            "annotation gang-extender.io/tasks='worker=1=2': count '1=2' is not a whole number",
+        ),
         ("worker=0", "annotation gang-extender.io/tasks='worker=0': counts must be >= 1"),
         (
             "worker=1,worker=2",
