@@ -75,6 +75,8 @@ def test_each_change_is_a_new_generation() -> None:
     seen = [ledger.generation]
     ledger.reserve(plan_for(A, {"a0": "n0", "a1": "n0"}))
     seen.append(ledger.generation)
+    ledger.reserve(plan_for(B, {"b0": "n1"}))
+    seen.append(ledger.generation)
     ledger.mark_bound("a0")
     seen.append(ledger.generation)
     ledger.forget_member("a1")
