@@ -221,8 +221,7 @@ def test_pods_of_two_other_schedulers_are_named_per_scheduler_in_name_order() ->
 
 def test_more_than_five_pods_of_another_scheduler_are_cut_short() -> None:
     pods = [
-        make_pod(f"train-{i}").group("train").scheduler("default-scheduler").obj()
-        for i in range(6)
+        make_pod(f"train-{i}").group("train").scheduler("default-scheduler").obj() for i in range(6)
     ]
     status = status_of(*pods, min_member=6)
     assert "(train-0, train-1, train-2, train-3, train-4, ...)" in status.message
@@ -231,8 +230,7 @@ def test_more_than_five_pods_of_another_scheduler_are_cut_short() -> None:
 
 def test_exactly_five_pods_of_another_scheduler_are_all_named() -> None:
     pods = [
-        make_pod(f"train-{i}").group("train").scheduler("default-scheduler").obj()
-        for i in range(5)
+        make_pod(f"train-{i}").group("train").scheduler("default-scheduler").obj() for i in range(5)
     ]
     status = status_of(*pods, min_member=5)
     assert "(train-0, train-1, train-2, train-3, train-4):" in status.message
@@ -276,7 +274,9 @@ REFUSALS = [
 def test_one_refused_member_gets_kube_schedulers_reason_and_the_fix(
     refusal: str, said: str
 ) -> None:
-    status = status_of(make_pod("train-0").group("train").unschedulable(refusal).obj(), min_member=1)
+    status = status_of(
+        make_pod("train-0").group("train").unschedulable(refusal).obj(), min_member=1
+    )
     assert (status.phase, status.reason) == ("Pending", "Unschedulable")
     assert status.message == (
         "gang default/train: kube-scheduler's own filters refuse 1 member (train-0): " + said
@@ -285,7 +285,9 @@ def test_one_refused_member_gets_kube_schedulers_reason_and_the_fix(
 
 def test_a_refusal_of_one_sentence_is_kept_whole_without_its_period() -> None:
     refusal = "0/3 nodes are available: 3 node(s) had volume node affinity conflict."
-    status = status_of(make_pod("train-0").group("train").unschedulable(refusal).obj(), min_member=1)
+    status = status_of(
+        make_pod("train-0").group("train").unschedulable(refusal).obj(), min_member=1
+    )
     assert status.message == (
         "gang default/train: kube-scheduler's own filters refuse 1 member (train-0): "
         "0/3 nodes are available: 3 node(s) had volume node affinity conflict; see the "
@@ -362,7 +364,9 @@ def test_only_the_first_sentence_of_a_long_refusal_is_kept() -> None:
         "0/3 nodes are available: 3 node(s) had volume node affinity conflict. "
         "preemption: 0/3 nodes are available. 3 Preemption is not helpful."
     )
-    status = status_of(make_pod("train-0").group("train").unschedulable(refusal).obj(), min_member=1)
+    status = status_of(
+        make_pod("train-0").group("train").unschedulable(refusal).obj(), min_member=1
+    )
     assert status.message == (
         "gang default/train: kube-scheduler's own filters refuse 1 member (train-0): "
         "0/3 nodes are available: 3 node(s) had volume node affinity conflict; see the "
@@ -372,7 +376,9 @@ def test_only_the_first_sentence_of_a_long_refusal_is_kept() -> None:
 
 def test_a_resource_named_at_the_end_of_a_sentence_is_named_without_the_period() -> None:
     refusal = "0/3 nodes are available: 3 Insufficient cpu."
-    status = status_of(make_pod("train-0").group("train").unschedulable(refusal).obj(), min_member=1)
+    status = status_of(
+        make_pod("train-0").group("train").unschedulable(refusal).obj(), min_member=1
+    )
     assert status.message == (
         "gang default/train: kube-scheduler's own filters refuse 1 member (train-0): "
         "Insufficient cpu; lower the per-pod request, or add nodes that have that much free"
