@@ -97,7 +97,7 @@ def kube_scheduler_refusal(key: GroupKey, pod: PodInfo) -> str | None:
     said = pod.unschedulable_message
     if not said or f"gang {key}:" in said:
         return None
-    return said.split(". ", 1)[0].rstrip(".")
+    return said.partition(". ")[0].rstrip(".")
 
 
 def _refusal_message(key: GroupKey, refused: list[tuple[PodInfo, str]]) -> str:
@@ -144,9 +144,12 @@ def _waiting_message(key: GroupKey, spec: GroupSpec, members: int) -> str:
 
 
 def _size_disagreement(key: GroupKey, spec: GroupSpec, members: list[PodInfo]) -> str | None:
-    """A user's PodGroup wins over the members' min-available annotation: say so."""
-    if spec.source == "annotation" or spec.managed:
-        return None
+    """A user's PodGroup wins over the members' min-available annotation: say so.
+
+    An annotation spec, or a PodGroup gang-extender created, needs no guard here: the
+    snapshot sizes either from these same members' annotation (ClusterSnapshot._sized_spec),
+    so their sizes are [min_member], none, or disagree (an error, reported before this).
+    """
     sizes = sorted({p.min_available for p in members if p.min_available is not None})
     if not sizes or sizes == [spec.min_member]:
         return None
