@@ -95,6 +95,9 @@ class PodInfo:
     node_selector: dict[str, str] = field(default_factory=dict)
     tolerations: tuple[Toleration, ...] = ()
     created: float = 0.0
+    # spec.priority, resolved from the PriorityClass by the API server's admission
+    # (0 when absent); the gang queue (domain/queue.py) orders held gangs by it.
+    priority: int = 0
     # The message of the pod's PodScheduled=False condition: why kube-scheduler (its own
     # filters, or this extender through them) last refused the pod; None when not refused.
     unschedulable_message: str | None = None
@@ -163,6 +166,7 @@ class PodInfo:
             node_selector=dict(spec.get("nodeSelector") or {}),
             tolerations=tolerations,
             created=_timestamp(meta.get("creationTimestamp")),
+            priority=_priority(spec.get("priority")),
             unschedulable_message=_unschedulable_message(status),
         )
 
@@ -176,6 +180,11 @@ def _unschedulable_message(status: Mapping[str, Any]) -> str | None:
         ):
             return str(condition.get("message") or "") or None
     return None
+
+
+def _priority(value: Any) -> int:
+    """spec.priority as an int; anything else (absent, or a malformed request body) is 0."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def _timestamp(text: str | None) -> float:
