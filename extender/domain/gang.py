@@ -17,11 +17,15 @@ Filter decision order for a pod:
  4. Group backing off after a dropped plan, or fewer members than minMember or
     than a task's minimum (minTaskMember) -> WAIT.
  5. Nothing changed since the last failed attempt -> WAIT (memoised shortfall).
- 6. Plan every unbound member (or, failing that, the fewest that meet every task
+ 6. Queue order (domain/queue.py): every held gang ahead of this one (higher pod
+    priority, or equal and older) that can be planned now is planned first, gangs
+    kube-scheduler has not asked about yet included; one that cannot blocks no one.
+ 7. Plan every unbound member (or, failing that, the fewest that meet every task
     minimum and minMember: domain/selection.py) on capacity free of bound pods and
-    other gangs' reservations -> PLANNED, or WAIT with what is missing.
+    other gangs' reservations -> PLANNED, or WAIT with what is missing, naming the
+    gang ahead whose plan holds the room ("waiting behind <ns>/<name> (priority N)").
 
-Steps 4-6 also run when the watch delivers a change to a held group
+Steps 4-7 also run when the watch delivers a change to a held group
 (`group_changed`): kube-scheduler retries held members only on an event, and the
 plan's annotations are one.
 
@@ -133,6 +137,11 @@ class GangCore:
     offered: dict[str, frozenset[str] | None] = field(default_factory=dict)
     # Prioritize's per-node scores, rescored only where capacity changed.
     score_board: NodeScoreBoard = field(default_factory=NodeScoreBoard)
+    # Groups with a pending, ungated member kube-scheduler has not asked about yet:
+    # they join the queue (`groups`) when a gang behind them is tried, since
+    # kube-scheduler never asks the extender about a pod its own filters place
+    # nowhere (every GPU taken), and a gang created then must still go first.
+    unasked: set[GroupKey] = field(default_factory=set)
 
     # ------------------------------------------------------------- requests
     def asked_about(self, pod: Mapping[str, Any]) -> PodInfo:
@@ -235,7 +244,7 @@ class GangCore:
         candidates: Sequence[str] | None,
         queue: bool = True,
     ) -> Plan | str:
-        """Steps 4-6 for a group: its new plan, or why it waits (also kept in `state`).
+        """Steps 4-7 for a group: its new plan, or why it waits (also kept in `state`).
 
         `asking` is the member kube-scheduler is filtering, with the nodes it offers;
         None when the watch delivered a change (see `observe_pod`).
@@ -309,6 +318,12 @@ class GangCore:
         per held gang ahead unless capacity changed. They are tried with
         `queue=False`: the gangs ahead of each were tried just before it, in order.
         """
+        for key in self.unasked:
+            if key not in self.groups and any(
+                not m.is_bound and not m.gated for m in self.snapshot.members(key)
+            ):
+                self.groups[key] = GroupState(first_seen=now)
+        self.unasked.clear()
         ranks = []
         for key, state in self.groups.items():
             if state.rank is None:
@@ -714,6 +729,13 @@ class GangCore:
             if pod.deleting or pod.phase == "Failed":
                 self._bound_member_gone(pod, f"member {pod.ref} is gone", now)
             if pod.group is not None and pod.is_active_member:
+                if (
+                    not pod.is_bound
+                    and not pod.gated
+                    and pod.scheduler_name == SCHEDULER_NAME
+                    and pod.group not in self.groups
+                ):
+                    self.unasked.add(pod.group)
                 self.group_changed(pod.group, now)
             return
         if pod.is_bound:

@@ -98,6 +98,8 @@ class PodInfo:
     # spec.priority, resolved from the PriorityClass by the API server's admission
     # (0 when absent); the gang queue (domain/queue.py) orders held gangs by it.
     priority: int = 0
+    # spec.schedulingGates is not empty: kube-scheduler does not queue the pod yet.
+    gated: bool = False
     # The message of the pod's PodScheduled=False condition: why kube-scheduler (its own
     # filters, or this extender through them) last refused the pod; None when not refused.
     unschedulable_message: str | None = None
@@ -167,6 +169,7 @@ class PodInfo:
             tolerations=tolerations,
             created=_timestamp(meta.get("creationTimestamp")),
             priority=_priority(spec.get("priority")),
+            gated=bool(spec.get("schedulingGates")),
             unschedulable_message=_unschedulable_message(status),
         )
 
