@@ -60,4 +60,3 @@ def queue_order(ranks: Iterable[QueueRank]) -> list[QueueRank]:
 def gangs_ahead(rank: QueueRank, held: Iterable[QueueRank]) -> list[QueueRank]:
     """The held gangs planned before `rank`'s, in queue order (itself excluded)."""
     return queue_order(h for h in held if h.key != rank.key and h.is_ahead_of(rank))
-

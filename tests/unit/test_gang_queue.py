@@ -173,9 +173,7 @@ def test_a_gated_gang_is_not_queued() -> None:
 
 def test_a_gang_ahead_backing_off_does_not_block_anyone() -> None:
     nodes = [make_node("n1").gpus(2).obj()]
-    core = core_with(
-        nodes, {"high": gang("high", 2, 1, priority=1000), "low": gang("low", 2, 1)}
-    )
+    core = core_with(nodes, {"high": gang("high", 2, 1, priority=1000), "low": gang("low", 2, 1)})
     core.filter(member(core, "high-0"), [], T0)
     core.restrictions.clear()  # kube-scheduler's filters would place it now
     core.groups[key("high")].retry_after = T0 + 100
@@ -186,9 +184,7 @@ def test_a_gang_ahead_backing_off_does_not_block_anyone() -> None:
 
 def test_a_gang_ahead_already_planned_is_named_when_its_plan_holds_the_room() -> None:
     nodes = [make_node("n1").gpus(2).obj()]
-    core = core_with(
-        nodes, {"high": gang("high", 2, 1, priority=7), "low": gang("low", 2, 1)}
-    )
+    core = core_with(nodes, {"high": gang("high", 2, 1, priority=7), "low": gang("low", 2, 1)})
     assert core.filter(member(core, "high-0"), ["n1"], T0).verdict is Verdict.PLANNED
     decision = core.filter(member(core, "low-0"), ["n1"], T0 + 1)
     assert decision.verdict is Verdict.WAIT
@@ -197,9 +193,7 @@ def test_a_gang_ahead_already_planned_is_named_when_its_plan_holds_the_room() ->
 
 def test_a_gang_that_would_not_fit_even_without_the_plans_ahead_names_none() -> None:
     nodes = [make_node("n1").gpus(2).obj()]
-    core = core_with(
-        nodes, {"high": gang("high", 2, 1, priority=7), "huge": gang("huge", 3, 1)}
-    )
+    core = core_with(nodes, {"high": gang("high", 2, 1, priority=7), "huge": gang("huge", 3, 1)})
     core.filter(member(core, "high-0"), ["n1"], T0)
     decision = core.filter(member(core, "huge-0"), ["n1"], T0 + 1)
     assert decision.verdict is Verdict.WAIT
@@ -223,9 +217,7 @@ def test_a_gang_behind_is_not_planned_by_the_gang_aheads_attempt() -> None:
 
 def test_a_memoised_shortfall_is_not_retried_for_the_gang_behind() -> None:
     nodes = [make_node("n1").gpus(2).obj()]
-    core = core_with(
-        nodes, {"big": gang("big", 4, 1, priority=9), "low": gang("low", 3, 1)}
-    )
+    core = core_with(nodes, {"big": gang("big", 4, 1, priority=9), "low": gang("low", 3, 1)})
     core.filter(member(core, "big-0"), ["n1"], T0)
     first = core.groups[key("big")].message
     core.groups[key("big")].message = "memo kept"
