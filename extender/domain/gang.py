@@ -319,9 +319,9 @@ class GangCore:
         `queue=False`: the gangs ahead of each were tried just before it, in order.
         """
         for key in self.unasked:
-            if key not in self.groups and any(
-                not m.is_bound and not m.gated for m in self.snapshot.members(key)
-            ):
+            # Still pending: its members may have been bound since (gated ones never
+            # enter `unasked`, `observe_pod`).
+            if key not in self.groups and any(not m.is_bound for m in self.snapshot.members(key)):
                 self.groups[key] = GroupState(first_seen=now)
         self.unasked.clear()
         ranks = []

@@ -225,3 +225,61 @@ def test_a_memoised_shortfall_is_not_retried_for_the_gang_behind() -> None:
     # Nothing changed since big's attempt: its memo answered, it was not re-planned.
     assert core.groups[key("big")].message == "memo kept"
     assert first.startswith("gang default/big: ")
+
+
+def test_a_planned_or_bound_gang_ahead_is_left_alone() -> None:
+    nodes = [make_node("n1").gpus(4).obj()]
+    core = core_with(
+        nodes,
+        {
+            "done": gang("done", 1, 1, priority=9),
+            "binding": gang("binding", 1, 1, priority=8),
+            "low": gang("low", 1, 3),
+        },
+    )
+    core.filter(member(core, "done-0"), ["n1"], T0)
+    core.binding_succeeded(member(core, "done-0").uid, "n1", T0)
+    core.filter(member(core, "binding-0"), ["n1"], T0)
+    done, binding = core.groups[key("done")].message, core.groups[key("binding")].message
+    assert done == "gang default/done: all 1 planned members bound"
+    assert binding == "gang default/binding: planned 1 members, binding"
+    core.drain_effects()
+    core.filter(member(core, "low-0"), ["n1"], T0 + 1)
+    assert planned_groups(core) == []
+    assert core.groups[key("done")].message == done
+    assert core.groups[key("binding")].message == binding
+
+
+def test_a_gang_ahead_without_a_size_or_with_a_bad_one_is_skipped_and_the_next_goes_first() -> None:
+    nodes = [make_node("n1").gpus(1).obj()]
+    core = core_with(nodes, {"mid": gang("mid", 1, 1, priority=5), "low": gang("low", 1, 1)})
+    # No PodGroup, no annotation: no size (spec None).
+    for pod in gang("nosize", 1, 1, priority=1000):
+        core.observe_pod(PodInfo.from_api(pod), T0)
+    # A PodGroup whose minMember is not a number: an invalid spec, never planned.
+    bad = make_podgroup("bad", 1)
+    bad["spec"]["minMember"] = "1"
+    core.snapshot.upsert_podgroup(GroupSpec.from_podgroup(bad, source="PodGroup"))
+    for pod in gang("bad", 1, 1, priority=900):
+        core.observe_pod(PodInfo.from_api(pod), T0)
+    assert core.snapshot.group_spec(key("bad")).error
+    decision = core.filter(member(core, "low-0"), ["n1"], T0)
+    assert planned_groups(core) == ["mid"]
+    assert "waiting behind default/mid (priority 5)" in decision.message
+
+
+def test_every_gang_ahead_is_tried_in_order_past_one_already_planned() -> None:
+    nodes = [make_node("n1").gpus(2).obj()]
+    core = core_with(
+        nodes,
+        {
+            "first": gang("first", 1, 1, priority=9),
+            "second": gang("second", 1, 1, priority=8),
+            "third": gang("third", 1, 1),
+        },
+    )
+    core.filter(member(core, "first-0"), ["n1"], T0)
+    core.drain_effects()
+    core.filter(member(core, "third-0"), ["n1"], T0 + 1)
+    assert planned_groups(core) == ["second"]
+    assert core.groups[key("second")].first_seen == T0  # queued when first asked
