@@ -117,7 +117,18 @@ SOURCE_UPSTREAM = "kubernetes"  # a scheduling.k8s.io PodGroup (Workload API; re
 # The versions of scheduling.k8s.io PodGroups `status` asks for, newest first.
 UPSTREAM_PODGROUP_VERSIONS = ("v1beta1", "v1alpha3", "v1alpha2")
 PLACED_PHASES = ("Scheduled", "Running", "Succeeded")
-STATUS_HEADER = ("NAMESPACE", "NAME", "PHASE", "PLACED/MIN", "RUNNING", "SOURCE", "WAITING FOR")
+STATUS_HEADER = (
+    "NAMESPACE",
+    "NAME",
+    "PHASE",
+    "PLACED/MIN",
+    "RUNNING",
+    "SOURCE",
+    "QUEUE",
+    "PRIORITY",
+    "WAITING FOR",
+)
+NOT_QUEUED = "-"  # the QUEUE cell of a group that is not held (placed, or none pending)
 
 
 def _key(obj: dict[str, Any]) -> tuple[str, str]:
@@ -283,7 +294,41 @@ def status_rows(
             if size is not None:
                 sizes.add(size)
         rows[key] = from_pods(key, SOURCE_PODS, max(sizes) if sizes else None)
-    return [STATUS_HEADER, *(rows[key] for key in sorted(rows))]
+    queued = _queue_columns(rows, members)
+    return [
+        STATUS_HEADER,
+        *((*rows[key][:-1], *queued[key], rows[key][-1]) for key in sorted(rows)),
+    ]
+
+
+def _queue_columns(
+    rows: dict[tuple[str, str], tuple[str, ...]],
+    members: dict[tuple[str, str], list[dict[str, Any]]],
+) -> dict[tuple[str, str], tuple[str, str]]:
+    """Per group, (QUEUE, PRIORITY): its place among the held gangs, in the order the
+    service plans them (domain/queue.py: pod priority, then oldest member), and its
+    priority. Held: Pending with a member of this scheduler not bound yet."""
+    from extender.domain.membership import SCHEDULER_NAME, GroupKey
+    from extender.domain.model import PodInfo
+    from extender.domain.queue import queue_order, rank_of
+
+    ranks = {}
+    held = []
+    for key in rows:
+        mine = [
+            PodInfo.from_api(p)
+            for p in members.get(key, [])
+            if (p.get("spec") or {}).get("schedulerName") == SCHEDULER_NAME
+        ]
+        active = [p for p in mine if not p.deleting and p.phase not in ("Succeeded", "Failed")]
+        ranks[key] = rank_of(GroupKey(*key), active)
+        if rows[key][2] == "Pending" and any(not p.is_bound and not p.gated for p in active):
+            held.append(ranks[key])
+    place = {(r.key.namespace, r.key.name): i for i, r in enumerate(queue_order(held), 1)}
+    return {
+        key: (str(place[key]) if key in place else NOT_QUEUED, str(ranks[key].priority))
+        for key in rows
+    }
 
 
 def format_table(rows: list[tuple[str, ...]]) -> str:

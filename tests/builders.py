@@ -91,6 +91,11 @@ class PodBuilder:
         self._pod["metadata"]["creationTimestamp"] = ts
         return self
 
+    def priority(self, value: int) -> PodBuilder:
+        """spec.priority, as the API server's admission sets it from a PriorityClass."""
+        self._pod["spec"]["priority"] = value
+        return self
+
     def phase(self, phase: str) -> PodBuilder:
         self._pod["status"]["phase"] = phase
         return self

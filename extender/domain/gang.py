@@ -17,11 +17,15 @@ Filter decision order for a pod:
  4. Group backing off after a dropped plan, or fewer members than minMember or
     than a task's minimum (minTaskMember) -> WAIT.
  5. Nothing changed since the last failed attempt -> WAIT (memoised shortfall).
- 6. Plan every unbound member (or, failing that, the fewest that meet every task
+ 6. Queue order (domain/queue.py): every held gang ahead of this one (higher pod
+    priority, or equal and older) that can be planned now is planned first, gangs
+    kube-scheduler has not asked about yet included; one that cannot blocks no one.
+ 7. Plan every unbound member (or, failing that, the fewest that meet every task
     minimum and minMember: domain/selection.py) on capacity free of bound pods and
-    other gangs' reservations -> PLANNED, or WAIT with what is missing.
+    other gangs' reservations -> PLANNED, or WAIT with what is missing, naming the
+    gang ahead whose plan holds the room ("waiting behind <ns>/<name> (priority N)").
 
-Steps 4-6 also run when the watch delivers a change to a held group
+Steps 4-7 also run when the watch delivers a change to a held group
 (`group_changed`): kube-scheduler retries held members only on an event, and the
 plan's annotations are one.
 
@@ -86,6 +90,7 @@ from extender.domain.membership import SCHEDULER_NAME, GroupKey
 from extender.domain.model import GroupSpec, PodInfo, Resources
 from extender.domain.planner import NodeRestriction, Placement, plan_gang
 from extender.domain.policy import Policy
+from extender.domain.queue import QueueRank, gangs_ahead, rank_of
 from extender.domain.recovery import Recovery, recover_plans
 from extender.domain.scoring import MAX_SCORE, NodeScoreBoard
 from extender.domain.selection import MembersMissing, choose_members, tasks_left_out
@@ -103,6 +108,9 @@ class GroupState:
     shortfall_generation: tuple[int, int] | None = None
     first_seen: float | None = None
     waiting: bool = True
+    # Its place in the queue of held gangs (domain/queue.py), from its members the
+    # last time it was tried; None before that.
+    rank: QueueRank | None = None
 
 
 @dataclass
@@ -129,6 +137,11 @@ class GangCore:
     offered: dict[str, frozenset[str] | None] = field(default_factory=dict)
     # Prioritize's per-node scores, rescored only where capacity changed.
     score_board: NodeScoreBoard = field(default_factory=NodeScoreBoard)
+    # Groups with a pending, ungated member kube-scheduler has not asked about yet:
+    # they join the queue (`groups`) when a gang behind them is tried, since
+    # kube-scheduler never asks the extender about a pod its own filters place
+    # nowhere (every GPU taken), and a gang created then must still go first.
+    unasked: set[GroupKey] = field(default_factory=set)
 
     # ------------------------------------------------------------- requests
     def asked_about(self, pod: Mapping[str, Any]) -> PodInfo:
@@ -232,8 +245,9 @@ class GangCore:
         *,
         asking: PodInfo | None,
         candidates: Sequence[str] | None,
+        queue: bool = True,
     ) -> Plan | str:
-        """Steps 4-6 for a group: its new plan, or why it waits (also kept in `state`).
+        """Steps 4-7 for a group: its new plan, or why it waits (also kept in `state`).
 
         `asking` is the member kube-scheduler is filtering, with the nodes it offers;
         None when the watch delivered a change (see `observe_pod`).
@@ -243,11 +257,17 @@ class GangCore:
         members = self.snapshot.members(key)
         if asking is not None and asking.uid not in {m.uid for m in members}:
             members = sorted([*members, asking], key=lambda p: (p.created, p.name))
+        state.rank = rank_of(key, members)
         choice = choose_members(
             members, min_member=spec.min_member, task_minimums=spec.min_task_member
         )
         if isinstance(choice, MembersMissing):
             return self._say(state, f"gang {key}: {choice}; waiting for the rest to be created")
+        if state.shortfall_generation == (self.snapshot.generation, self.ledger.generation):
+            return state.message
+        # Queue order: every held gang ahead that can be planned now is planned first;
+        # what they cannot use now is left for this one (backfill).
+        ahead = self._plan_gangs_ahead(state.rank, now) if queue else []
         generation = (self.snapshot.generation, self.ledger.generation)
         if state.shortfall_generation == generation:
             return state.message
@@ -272,6 +292,13 @@ class GangCore:
                 break
         if not isinstance(outcome, Placement):
             state.shortfall_generation = generation
+            behind = self._waiting_behind(ahead, choice.attempts, free, allowed)
+            if behind is not None:
+                return self._say(
+                    state,
+                    f"gang {key}: {outcome.message}; "
+                    f"waiting behind {behind.key} (priority {behind.priority})",
+                )
             left_out = tasks_left_out(chosen, outcome.unplaced, spec.min_task_member)
             if left_out:
                 return self._say(state, f"gang {key}: {outcome.message}; short of room: {left_out}")
@@ -294,6 +321,69 @@ class GangCore:
         self._say(state, f"gang {key}: planned {len(plan.placements)} members, binding")
         self.effects.append(PlanCreated(plan))
         return plan
+
+    def _plan_gangs_ahead(self, rank: QueueRank, now: float) -> list[QueueRank]:
+        """Try every held gang ahead of `rank`, in queue order; every gang ahead of it.
+
+        A gang ahead that fits now is planned here, before the one asking takes the
+        room; one that cannot (short of room, of members, or backing off) blocks no
+        one. Each is memoised by its own shortfall generation, so an event costs O(1)
+        per held gang ahead unless capacity changed. They are tried with
+        `queue=False`: the gangs ahead of each were tried just before it, in order.
+        """
+        for key in self.unasked:
+            # Still pending: its members may have been bound since (gated ones never
+            # enter `unasked`, `observe_pod`).
+            if key not in self.groups and any(not m.is_bound for m in self.snapshot.members(key)):
+                self.groups[key] = GroupState(first_seen=now)
+        self.unasked.clear()
+        ranks = []
+        for key, state in self.groups.items():
+            if state.rank is None:
+                state.rank = rank_of(key, self.snapshot.members(key))
+            ranks.append(state.rank)
+        ahead = gangs_ahead(rank, ranks)
+        for other in ahead:
+            state = self.groups[other.key]
+            if not state.waiting or other.key in self.ledger.plans:
+                continue
+            spec = self.snapshot.group_spec(other.key)
+            if spec is None or spec.error is not None:
+                continue
+            self._try_plan(other.key, state, spec, now, asking=None, candidates=None, queue=False)
+        return ahead
+
+    def _waiting_behind(
+        self,
+        ahead: Sequence[QueueRank],
+        attempts: Sequence[Sequence[PodInfo]],
+        free: Mapping[str, Resources],
+        allowed: Mapping[str, NodeRestriction],
+    ) -> QueueRank | None:
+        """The first gang ahead whose plan holds the room this gang lacks, None if none.
+
+        The gang would fit on the capacity reserved for the plans of the gangs ahead
+        (their members not bound yet): it waits behind the first of them.
+        """
+        planned = [r for r in ahead if r.key in self.ledger.plans]
+        if not planned:
+            return None
+        without = {node: dict(resources) for node, resources in free.items()}
+        for rank in planned:
+            plan = self.ledger.plans[rank.key]
+            for uid in plan.unbound:
+                node = without.get(plan.placements[uid])
+                if node is None:
+                    continue
+                for name, value in plan.requests[uid].items():
+                    node[name] = node.get(name, 0) + value
+        for chosen in attempts:
+            if isinstance(
+                plan_gang(chosen, without, self.snapshot.nodes, self.policy, allowed=allowed),
+                Placement,
+            ):
+                return planned[0]
+        return None
 
     def _released_elsewhere(self, plan: Plan, pod: PodInfo, now: float) -> str:
         """A released member whose planned node kube-scheduler does not offer now.
@@ -652,6 +742,13 @@ class GangCore:
             if pod.deleting or pod.phase == "Failed":
                 self._bound_member_gone(pod, f"member {pod.ref} is gone", now)
             if pod.group is not None and pod.is_active_member:
+                if (
+                    not pod.is_bound
+                    and not pod.gated
+                    and pod.scheduler_name == SCHEDULER_NAME
+                    and pod.group not in self.groups
+                ):
+                    self.unasked.add(pod.group)
                 self.group_changed(pod.group, now)
             return
         if pod.is_bound:

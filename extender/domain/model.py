@@ -98,6 +98,11 @@ class PodInfo:
     node_selector: dict[str, str] = field(default_factory=dict)
     tolerations: tuple[Toleration, ...] = ()
     created: float = 0.0
+    # spec.priority, resolved from the PriorityClass by the API server's admission
+    # (0 when absent); the gang queue (domain/queue.py) orders held gangs by it.
+    priority: int = 0
+    # spec.schedulingGates is not empty: kube-scheduler does not queue the pod yet.
+    gated: bool = False
     # The message of the pod's PodScheduled=False condition: why kube-scheduler (its own
     # filters, or this extender through them) last refused the pod; None when not refused.
     unschedulable_message: str | None = None
@@ -171,6 +176,8 @@ class PodInfo:
             node_selector=dict(spec.get("nodeSelector") or {}),
             tolerations=tolerations,
             created=_timestamp(meta.get("creationTimestamp")),
+            priority=_priority(spec.get("priority")),
+            gated=bool(spec.get("schedulingGates")),
             unschedulable_message=_unschedulable_message(status),
             topology=topology,
         )
@@ -185,6 +192,11 @@ def _unschedulable_message(status: Mapping[str, Any]) -> str | None:
         ):
             return str(condition.get("message") or "") or None
     return None
+
+
+def _priority(value: Any) -> int:
+    """spec.priority as an int; anything else (absent, or a malformed request body) is 0."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def _timestamp(text: str | None) -> float:

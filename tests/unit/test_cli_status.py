@@ -75,6 +75,8 @@ def test_our_podgroup_shows_its_status_and_condition_message() -> None:
         "PLACED/MIN": "0/2",
         "RUNNING": "0",
         "SOURCE": "gang-extender",
+        "QUEUE": "-",
+        "PRIORITY": "0",
         "WAITING FOR": message,
     }
 
@@ -99,6 +101,8 @@ def test_a_scheduler_plugins_group_is_counted_from_its_members_with_their_latest
         "PLACED/MIN": "1/3",
         "RUNNING": "1",
         "SOURCE": "scheduler-plugins",
+        "QUEUE": "1",
+        "PRIORITY": "0",
         "WAITING FOR": "gang team-a/pi: 2/3 members exist; waiting",
     }
 
@@ -214,3 +218,35 @@ def test_a_volcano_group_is_listed_with_its_source_and_wins_over_a_coscheduling_
     no_minimum = {"apiVersion": "scheduling.volcano.sh/v1beta1", **podgroup("solo", 0)}
     del no_minimum["spec"]["minMember"]
     assert row(status_rows([], [no_minimum], [], []), "solo")["PLACED/MIN"] == "0/1"
+
+
+def test_held_groups_are_numbered_in_queue_order_with_their_priority() -> None:
+    def member(name: str, group: str, priority: int, created: str, **kw: Any) -> dict[str, Any]:
+        found = pod(name, labels={"gang-extender.io/group": group}, **kw)
+        found["spec"]["priority"] = priority
+        found["metadata"]["creationTimestamp"] = created
+        return found
+
+    pods = [
+        member("old-0", "old", 0, "2026-01-01T00:00:01Z"),
+        member("big-0", "big", 1000, "2026-01-01T00:00:09Z"),
+        member("new-0", "new", 0, "2026-01-01T00:00:05Z"),
+        member("gated-0", "gated", 5000, "2026-01-01T00:00:00Z"),
+        member("done-0", "done", 7, "2026-01-01T00:00:00Z", node="n1", phase="Running"),
+    ]
+    pods[3]["spec"]["schedulingGates"] = [{"name": "kueue.x-k8s.io/admission"}]
+    for p in pods:
+        p["metadata"]["annotations"]["gang-extender.io/min-available"] = "1"
+    rows = status_rows([], [], pods, [])
+    queue = {
+        name: (row(rows, name)["QUEUE"], row(rows, name)["PRIORITY"])
+        for name in ("big", "old", "new", "gated", "done")
+    }
+    assert queue == {
+        "big": ("1", "1000"),
+        "old": ("2", "0"),
+        "new": ("3", "0"),
+        "gated": ("-", "5000"),
+        "done": ("-", "7"),
+    }
+    assert rows[0].index("QUEUE") == rows[0].index("WAITING FOR") - 2

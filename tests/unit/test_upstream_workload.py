@@ -494,6 +494,8 @@ def test_status_shows_an_upstream_group_with_its_min_count() -> None:
         "PLACED/MIN": "2/4",
         "RUNNING": "2",
         "SOURCE": SOURCE_UPSTREAM,
+        "QUEUE": "1",
+        "PRIORITY": "0",
         "WAITING FOR": "",
     }
 

@@ -1,0 +1,285 @@
+"""Queue order of held gangs: priority, then age; backfill; who a gang waits behind."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from extender.domain.decisions import PlanCreated, Verdict
+from extender.domain.gang import GangCore, Timeouts
+from extender.domain.membership import GroupKey
+from extender.domain.model import GroupSpec, NodeInfo, PodInfo
+from extender.domain.policy import Policy
+from extender.domain.queue import QueueRank, gangs_ahead, queue_order, rank_of
+from tests.builders import make_node, make_pod, make_podgroup
+
+T0 = 1_000_000.0
+
+
+def gang(
+    name: str, size: int, gpus: int, *, priority: int | None = None, created: str = "10:00:00"
+) -> list[dict[str, Any]]:
+    pods = []
+    for i in range(size):
+        builder = make_pod(f"{name}-{i}").group(name).gpus(gpus)
+        builder = builder.created(f"2026-11-22T{created}Z")
+        if priority is not None:
+            builder = builder.priority(priority)
+        pods.append(builder.obj())
+    return pods
+
+
+def core_with(nodes: list[dict[str, Any]], gangs: dict[str, list[dict[str, Any]]]) -> GangCore:
+    core = GangCore(policy=Policy(), timeouts=Timeouts(60, 30, 2))
+    for n in nodes:
+        core.snapshot.upsert_node(NodeInfo.from_api(n))
+    for name, pods in gangs.items():
+        core.snapshot.upsert_podgroup(
+            GroupSpec.from_podgroup(make_podgroup(name, len(pods)), source="PodGroup")
+        )
+        for p in pods:
+            core.observe_pod(PodInfo.from_api(p), T0)
+    return core
+
+
+def member(core: GangCore, name: str) -> PodInfo:
+    return next(p for p in core.snapshot.pods.values() if p.name == name)
+
+
+def planned_groups(core: GangCore) -> list[str]:
+    return [e.plan.group.name for e in core.drain_effects() if isinstance(e, PlanCreated)]
+
+
+def key(name: str) -> GroupKey:
+    return GroupKey("default", name)
+
+
+# ------------------------------------------------------------------ the pure queue
+def test_priority_is_parsed_from_the_pod_and_defaults_to_zero() -> None:
+    assert PodInfo.from_api(make_pod("a").priority(1000).obj()).priority == 1000
+    assert PodInfo.from_api(make_pod("b").obj()).priority == 0
+    malformed = make_pod("c").obj()
+    malformed["spec"]["priority"] = "high"
+    assert PodInfo.from_api(malformed).priority == 0
+    flag = make_pod("d").obj()
+    flag["spec"]["priority"] = True
+    assert PodInfo.from_api(flag).priority == 0
+
+
+def test_a_groups_rank_is_its_highest_member_priority_and_oldest_member() -> None:
+    pods = [
+        PodInfo.from_api(make_pod("a").priority(5).created("2026-11-22T10:00:05Z").obj()),
+        PodInfo.from_api(make_pod("b").priority(9).created("2026-11-22T10:00:09Z").obj()),
+    ]
+    rank = rank_of(key("g"), pods)
+    assert rank.priority == 9
+    assert rank.created == pods[0].created
+    assert rank_of(key("empty"), []) == QueueRank(key("empty"), 0, 0.0)
+
+
+def test_higher_priority_goes_first_then_older_then_by_name() -> None:
+    low_old = QueueRank(key("low-old"), 0, 1.0)
+    high_new = QueueRank(key("high-new"), 10, 5.0)
+    low_new_a = QueueRank(key("a"), 0, 2.0)
+    low_new_b = QueueRank(key("b"), 0, 2.0)
+    assert queue_order([low_new_b, low_old, low_new_a, high_new]) == [
+        high_new,
+        low_old,
+        low_new_a,
+        low_new_b,
+    ]
+    assert gangs_ahead(low_new_a, [low_new_b, low_old, low_new_a, high_new]) == [
+        high_new,
+        low_old,
+    ]
+    assert gangs_ahead(high_new, [low_old, high_new]) == []
+    assert not low_new_a.is_ahead_of(low_new_a)
+
+
+# --------------------------------------------------------------- the core in order
+def test_a_higher_priority_gang_created_later_is_planned_first_whoever_asks() -> None:
+    nodes = [make_node("n1").gpus(2).obj()]
+    core = core_with(
+        nodes,
+        {
+            "low": gang("low", 2, 1, created="10:00:00"),
+            "high": gang("high", 2, 1, priority=1000, created="10:05:00"),
+        },
+    )
+    # Both were created while every GPU was taken (kube-scheduler never asked about
+    # either); then the room appears and the low gang's member is asked about first.
+    decision = core.filter(member(core, "low-0"), ["n1"], T0 + 1)
+    assert decision.verdict is Verdict.WAIT
+    assert planned_groups(core) == ["high"]
+    assert "waiting behind default/high (priority 1000)" in decision.message
+    assert core.groups[key("low")].message == decision.message
+
+
+def test_an_older_gang_of_equal_priority_goes_first() -> None:
+    nodes = [make_node("n1").gpus(2).obj()]
+    core = core_with(
+        nodes,
+        {
+            "new": gang("new", 2, 1, created="10:05:00"),
+            "old": gang("old", 2, 1, created="10:00:00"),
+        },
+    )
+    decision = core.filter(member(core, "new-0"), ["n1"], T0 + 1)
+    assert planned_groups(core) == ["old"]
+    assert "waiting behind default/old (priority 0)" in decision.message
+
+
+def test_a_lower_gang_backfills_room_the_gang_ahead_cannot_use() -> None:
+    # The big gang ahead needs 4 GPUs, only 2 are free: the small one takes them.
+    nodes = [make_node("n1").gpus(2).obj()]
+    core = core_with(
+        nodes,
+        {
+            "big": gang("big", 4, 1, priority=1000),
+            "small": gang("small", 2, 1),
+        },
+    )
+    core.filter(member(core, "big-0"), ["n1"], T0)
+    decision = core.filter(member(core, "small-0"), ["n1"], T0 + 1)
+    assert decision.verdict is Verdict.PLANNED
+    assert planned_groups(core) == ["small"]
+    assert "waiting behind" not in core.groups[key("big")].message
+
+
+def test_a_gang_ahead_short_of_members_does_not_block_anyone() -> None:
+    nodes = [make_node("n1").gpus(2).obj()]
+    ahead = gang("ahead", 2, 1, priority=1000)[:1]  # 1 of 2 members exists
+    core = core_with(nodes, {"small": gang("small", 2, 1)})
+    core.snapshot.upsert_podgroup(
+        GroupSpec.from_podgroup(make_podgroup("ahead", 2), source="PodGroup")
+    )
+    core.observe_pod(PodInfo.from_api(ahead[0]), T0)
+    core.filter(member(core, "ahead-0"), ["n1"], T0)
+    decision = core.filter(member(core, "small-0"), ["n1"], T0 + 1)
+    assert decision.verdict is Verdict.PLANNED
+    assert planned_groups(core) == ["small"]
+
+
+def test_a_gated_gang_is_not_queued() -> None:
+    # Its members carry a scheduling gate (Kueue's): kube-scheduler does not queue them.
+    nodes = [make_node("n1").gpus(2).obj()]
+    high = gang("high", 2, 1, priority=1000)
+    for pod in high:
+        pod["spec"]["schedulingGates"] = [{"name": "kueue.x-k8s.io/admission"}]
+    core = core_with(nodes, {"high": high, "low": gang("low", 2, 1)})
+    decision = core.filter(member(core, "low-0"), ["n1"], T0)
+    assert decision.verdict is Verdict.PLANNED
+    assert planned_groups(core) == ["low"]
+
+
+def test_a_gang_ahead_backing_off_does_not_block_anyone() -> None:
+    nodes = [make_node("n1").gpus(2).obj()]
+    core = core_with(nodes, {"high": gang("high", 2, 1, priority=1000), "low": gang("low", 2, 1)})
+    core.filter(member(core, "high-0"), [], T0)
+    core.restrictions.clear()  # kube-scheduler's filters would place it now
+    core.groups[key("high")].retry_after = T0 + 100
+    decision = core.filter(member(core, "low-0"), ["n1"], T0 + 1)
+    assert decision.verdict is Verdict.PLANNED
+    assert planned_groups(core) == ["low"]
+
+
+def test_a_gang_ahead_already_planned_is_named_when_its_plan_holds_the_room() -> None:
+    nodes = [make_node("n1").gpus(2).obj()]
+    core = core_with(nodes, {"high": gang("high", 2, 1, priority=7), "low": gang("low", 2, 1)})
+    assert core.filter(member(core, "high-0"), ["n1"], T0).verdict is Verdict.PLANNED
+    decision = core.filter(member(core, "low-0"), ["n1"], T0 + 1)
+    assert decision.verdict is Verdict.WAIT
+    assert decision.message.endswith("; waiting behind default/high (priority 7)")
+
+
+def test_a_gang_that_would_not_fit_even_without_the_plans_ahead_names_none() -> None:
+    nodes = [make_node("n1").gpus(2).obj()]
+    core = core_with(nodes, {"high": gang("high", 2, 1, priority=7), "huge": gang("huge", 3, 1)})
+    core.filter(member(core, "high-0"), ["n1"], T0)
+    decision = core.filter(member(core, "huge-0"), ["n1"], T0 + 1)
+    assert decision.verdict is Verdict.WAIT
+    assert "waiting behind" not in decision.message
+
+
+def test_a_gang_behind_is_not_planned_by_the_gang_aheads_attempt() -> None:
+    # Queue order runs one way: asking for the high gang never plans the low one.
+    nodes = [make_node("n1").gpus(4).obj()]
+    core = core_with(nodes, {"low": gang("low", 2, 1)})
+    core.filter(member(core, "low-0"), [], T0)
+    core.restrictions.clear()
+    core.snapshot.upsert_podgroup(
+        GroupSpec.from_podgroup(make_podgroup("high", 2), source="PodGroup")
+    )
+    for pod in gang("high", 2, 1, priority=7):
+        core.observe_pod(PodInfo.from_api(pod), T0)
+    assert core.filter(member(core, "high-0"), ["n1"], T0 + 1).verdict is Verdict.PLANNED
+    assert planned_groups(core) == ["high"]
+
+
+def test_a_memoised_shortfall_is_not_retried_for_the_gang_behind() -> None:
+    nodes = [make_node("n1").gpus(2).obj()]
+    core = core_with(nodes, {"big": gang("big", 4, 1, priority=9), "low": gang("low", 3, 1)})
+    core.filter(member(core, "big-0"), ["n1"], T0)
+    first = core.groups[key("big")].message
+    core.groups[key("big")].message = "memo kept"
+    core.filter(member(core, "low-0"), ["n1"], T0 + 1)
+    # Nothing changed since big's attempt: its memo answered, it was not re-planned.
+    assert core.groups[key("big")].message == "memo kept"
+    assert first.startswith("gang default/big: ")
+
+
+def test_a_planned_or_bound_gang_ahead_is_left_alone() -> None:
+    nodes = [make_node("n1").gpus(4).obj()]
+    core = core_with(
+        nodes,
+        {
+            "done": gang("done", 1, 1, priority=9),
+            "binding": gang("binding", 1, 1, priority=8),
+            "low": gang("low", 1, 3),
+        },
+    )
+    core.filter(member(core, "done-0"), ["n1"], T0)
+    core.binding_succeeded(member(core, "done-0").uid, "n1", T0)
+    core.filter(member(core, "binding-0"), ["n1"], T0)
+    done, binding = core.groups[key("done")].message, core.groups[key("binding")].message
+    assert done == "gang default/done: all 1 planned members bound"
+    assert binding == "gang default/binding: planned 1 members, binding"
+    core.drain_effects()
+    core.filter(member(core, "low-0"), ["n1"], T0 + 1)
+    assert planned_groups(core) == []
+    assert core.groups[key("done")].message == done
+    assert core.groups[key("binding")].message == binding
+
+
+def test_a_gang_ahead_without_a_size_or_with_a_bad_one_is_skipped_and_the_next_goes_first() -> None:
+    nodes = [make_node("n1").gpus(1).obj()]
+    core = core_with(nodes, {"mid": gang("mid", 1, 1, priority=5), "low": gang("low", 1, 1)})
+    # No PodGroup, no annotation: no size (spec None).
+    for pod in gang("nosize", 1, 1, priority=1000):
+        core.observe_pod(PodInfo.from_api(pod), T0)
+    # A PodGroup whose minMember is not a number: an invalid spec, never planned.
+    bad = make_podgroup("bad", 1)
+    bad["spec"]["minMember"] = "1"
+    core.snapshot.upsert_podgroup(GroupSpec.from_podgroup(bad, source="PodGroup"))
+    for pod in gang("bad", 1, 1, priority=900):
+        core.observe_pod(PodInfo.from_api(pod), T0)
+    assert core.snapshot.group_spec(key("bad")).error
+    decision = core.filter(member(core, "low-0"), ["n1"], T0)
+    assert planned_groups(core) == ["mid"]
+    assert "waiting behind default/mid (priority 5)" in decision.message
+
+
+def test_every_gang_ahead_is_tried_in_order_past_one_already_planned() -> None:
+    nodes = [make_node("n1").gpus(2).obj()]
+    core = core_with(
+        nodes,
+        {
+            "first": gang("first", 1, 1, priority=9),
+            "second": gang("second", 1, 1, priority=8),
+            "third": gang("third", 1, 1),
+        },
+    )
+    core.filter(member(core, "first-0"), ["n1"], T0)
+    core.drain_effects()
+    core.filter(member(core, "third-0"), ["n1"], T0 + 1)
+    assert planned_groups(core) == ["second"]
+    assert core.groups[key("second")].first_seen == T0  # queued when first asked
