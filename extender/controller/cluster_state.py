@@ -87,6 +87,9 @@ class ClusterState(CacheSink):
         self.workload_groups: dict[GroupKey, dict[GroupKey, WorkloadRef]] = defaultdict(dict)
         self._workload_of: dict[GroupKey, GroupKey] = {}
         self.namespace_labels: dict[str, dict[str, str]] = {}
+        # Namespaces being deleted: the API server refuses every create in them (403),
+        # so nothing is recreated there (controller/lifecycle.py).
+        self.terminating_namespaces: set[str] = set()
         self.dirty: set[GroupKey] = set()
         self._relisting: dict[str, set[str]] = {}
 
@@ -153,6 +156,7 @@ class ClusterState(CacheSink):
         elif kind == "namespaces":
             for name in [n for n in self.namespace_labels if f"/{n}" not in seen]:
                 del self.namespace_labels[name]
+                self.terminating_namespaces.discard(name)
 
     def _drop_pod_json(self, pod: PodInfo) -> None:
         if pod.group is not None:
@@ -252,8 +256,13 @@ class ClusterState(CacheSink):
             name = obj["metadata"]["name"]
             if deleted:
                 self.namespace_labels.pop(name, None)
+                self.terminating_namespaces.discard(name)
             else:
                 self.namespace_labels[name] = dict(obj["metadata"].get("labels") or {})
+                if _terminating(obj):
+                    self.terminating_namespaces.add(name)
+                else:
+                    self.terminating_namespaces.discard(name)
 
     def _podgroup_store(self, kind: str) -> dict[GroupKey, dict[str, Any]]:
         return {
@@ -279,6 +288,10 @@ class ClusterState(CacheSink):
         workload = self._workload_of.get(key)
         return self.workloads.get(workload) if workload is not None else None
 
+    def terminating(self, namespace: str) -> bool:
+        """The namespace is being deleted (deletionTimestamp set, phase Terminating)."""
+        return namespace in self.terminating_namespaces
+
     def injected(self, namespace: str) -> bool:
         labels = self.namespace_labels.get(namespace, {})
         return labels.get(INJECT_NAMESPACE_LABEL) == "enabled"
@@ -291,6 +304,12 @@ _PODGROUP_KINDS = {
     "volcano-podgroups": SOURCE_VOLCANO,
     UPSTREAM_KIND: UPSTREAM_PODGROUP_SOURCE,
 }
+
+
+def _terminating(namespace: dict[str, Any]) -> bool:
+    return bool(namespace["metadata"].get("deletionTimestamp")) or (
+        (namespace.get("status") or {}).get("phase") == "Terminating"
+    )
 
 
 def _describe(obj: Any) -> str:

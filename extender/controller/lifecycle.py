@@ -15,6 +15,13 @@ together, and each member without a controller (a bare pod) is recreated from it
 own last spec once its name is free (`recreated_pod`). Members with a controller
 (Job, ReplicaSet, StatefulSet) come back through it; the controller labels those
 new pods with the restart generation (`Stamp`) once it sees them.
+
+A namespace being deleted takes its gangs with it: nothing in it is restarted
+(its members' deletions, PodGC's `DeletionByPodGC` among them, are not failures)
+and nothing is created there (the API server would refuse it with a 403). The
+watch cache says which namespaces are terminating; a restart asks the API server
+once more first (`_namespace_terminating`), as the namespace's watch event may
+come after its pods'.
 """
 
 from __future__ import annotations
@@ -29,7 +36,7 @@ from typing import Any
 
 from extender.config import Settings
 from extender.controller.cluster_state import ClusterState
-from extender.controller.effects import EffectWriter
+from extender.controller.effects import EffectWriter, namespace_terminating
 from extender.domain.decisions import Effect, GangBroken
 from extender.domain.lifecycle import (
     DISRUPTION_TARGET,
@@ -121,6 +128,8 @@ class LifecycleController:
     # ---- inputs ----
     def pod_gone(self, key: GroupKey, obj: dict[str, Any]) -> None:
         """The watch saw a member deleted: keep its last object for the next decision."""
+        if self.state.terminating(key.namespace):
+            return  # deleted with its namespace (PodGC's marks included): no failure
         member = Member.from_api(obj, gone=True)
         group = self._groups.get(key)
         if member.disruption is None:
@@ -145,7 +154,7 @@ class LifecycleController:
                 continue
             key = effect.plan.group
             group = self._groups.get(key)
-            if group is None or not group.policy.active:
+            if group is None or not group.policy.active or self.state.terminating(key.namespace):
                 continue
             obj = self._object_of(key, group, effect.member)
             member = Member.from_api(obj) if obj is not None else None
@@ -215,6 +224,9 @@ class LifecycleController:
         """Decide and carry out what the group's policy says now. `podgroup`: ours, or None."""
         if podgroup is None:
             self._groups.pop(key, None)  # no PodGroup of ours: nowhere to count restarts
+            return
+        if self.state.terminating(key.namespace):
+            self._groups.pop(key, None)  # going away with its namespace: nothing to decide
             return
         group = self._groups.setdefault(key, _Group())
         group.policy = self._policy(podgroup, managed, pods)
@@ -310,6 +322,10 @@ class LifecycleController:
             )
             log.info("gang %s running again %.1fs after its failure", key, effect.seconds)
         elif isinstance(effect, Restart):
+            if await self._namespace_terminating(key.namespace):
+                log.info("gang %s: not restarted, its namespace is being deleted", key)
+                self._groups.pop(key, None)
+                return
             cause = effect.failure.event.value
             self.metrics.gang_restarts.labels(cause=cause).inc()
             log.warning("%s", effect.message)
@@ -341,11 +357,40 @@ class LifecycleController:
         except KubeError as err:
             if err.status == HTTP_NOT_FOUND:
                 return True
+            if namespace_terminating(err):
+                log.info("gang %s: lifecycle %s skipped: namespace being deleted", key, what)
+                return True
             log.warning("gang %s: lifecycle %s failed: %s %s", key, what, err.status, err.reason)
         except Exception:
             log.exception("gang %s: lifecycle %s failed", key, what)
         self.metrics.api_write_errors.labels(kind=f"lifecycle-{what}").inc()
         return False
+
+    async def _namespace_terminating(self, namespace: str) -> bool:
+        """Is the namespace being deleted: the watch cache, else the API server now.
+
+        Listed by name (namespaces are listed and watched anyway; no `get` grant is
+        needed). An unanswered question is taken as no: the restart goes on, and a
+        create the namespace refuses is then logged quietly.
+        """
+        if self.state.terminating(namespace):
+            return True
+        try:
+            answer = await asyncio.to_thread(
+                self.raw.call,
+                "GET",
+                path_of("api", "v1", "namespaces"),
+                query={"fieldSelector": f"metadata.name={namespace}"},
+                timeout=self.settings.api_write_timeout_seconds,
+            )
+        except KubeError as err:  # a question, not a write: the restart goes on
+            log.info("could not ask whether namespace %s is terminating: %s", namespace, err)
+            return False
+        return any(
+            (item.get("metadata") or {}).get("deletionTimestamp")
+            or (item.get("status") or {}).get("phase") == "Terminating"
+            for item in answer.get("items") or []
+        )
 
     def _label(self, pod: dict[str, Any], generation: int) -> None:
         meta = pod["metadata"]
@@ -506,6 +551,14 @@ class LifecycleController:
                 )
                 return
             except KubeError as err:
+                if namespace_terminating(err):
+                    log.info(
+                        "gang %s: %s/%s not recreated: its namespace is being deleted",
+                        key,
+                        namespace,
+                        name,
+                    )
+                    return
                 if err.status != HTTP_CONFLICT or self.clock() >= deadline:
                     log.warning(
                         "gang %s: could not recreate %s/%s: %s %s",

@@ -14,10 +14,12 @@ and returns the effects the controller carries out (controller/lifecycle.py).
 What is a failure (only of a member of the current restart generation that was bound):
  - PodEvicted: the member carries the DisruptionTarget condition, which Kubernetes
    sets when something other than the pod's owner removes it (the Eviction API, a
-   drain, preemption, taint-based and node-pressure eviction, PodGC). Kubernetes
-   records no "who deleted"; a plain DELETE leaves no such mark and is taken as the
-   owner's own (a Job finishing or scaled down, a Deployment scaled down, the user
-   deleting the Job or the pod): no failure.
+   drain, preemption, taint-based and node-pressure eviction, and PodGC, whose
+   `DeletionByPodGC` means the pod's node is gone: a node failure). Kubernetes records
+   no "who deleted"; a plain DELETE leaves no such mark and is taken as the owner's own
+   (a Job finishing or scaled down, a Deployment scaled down, the user deleting the Job
+   or the pod): no failure. Nor is anything in a namespace being deleted: the
+   controller does not decide for those groups at all.
  - PodFailed: phase Failed without DisruptionTarget and not being deleted, including
    kubelet admission rejects (reason `OutOfnvidia.com/gpu`, `UnexpectedAdmissionError`).
  - PodsNotReady: every bound member of the generation bound, not all Ready

@@ -17,6 +17,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from extender.devcluster.cluster import new_namespace
 from extender.domain.lifecycle import RESTART_GENERATION_LABEL
 from extender.domain.membership import GROUP_LABEL, SCHEDULER_NAME
 from extender.kube.rawapi import KubeError, RawApi, path_of
@@ -520,3 +521,44 @@ def test_annotation_declared_group_restarts_by_its_policies_annotation(
         what="a GangRestarted Event",
     )[0]
     assert "PodEvicted" in message and "anno-0" in message
+
+
+def test_deleting_the_namespace_of_a_running_gang_restarts_nothing(
+    gang_stack, raw, api, gpu_nodes
+) -> None:
+    # Its own namespace (the `namespace` fixture's is deleted only after the test).
+    namespace = new_namespace(api, "ns-deleted")
+    pool = gpu_nodes(2, gpus=2)
+    seed_shape(
+        raw,
+        namespace,
+        "hvd",
+        3,
+        pool,
+        policies=[
+            {"event": "PodEvicted", "action": "RestartJob"},
+            {"event": "PodFailed", "action": "RestartJob"},
+        ],
+    )
+    wait_until(lambda: running_gang(raw, namespace, "hvd", 4, set()), what="gang running")
+    log_path = gang_stack.service.log_path
+    seen_before = log_path.stat().st_size
+
+    raw.call("DELETE", path_of("api", "v1", "namespaces", namespace))
+
+    def namespace_gone() -> bool:
+        try:
+            raw.call("GET", path_of("api", "v1", "namespaces", namespace))
+        except KubeError as err:
+            if err.status == 404:
+                return True
+            raise
+        return False
+
+    wait_until(namespace_gone, what=f"namespace {namespace} deleted with its gang")
+    time.sleep(SETTLE_OBSERVATION_SECONDS)  # a late restart or recreate would log by now
+    with open(log_path, encoding="utf-8", errors="replace") as log:
+        log.seek(seen_before)
+        said = [line for line in log.read().splitlines() if namespace in line]
+    assert not [line for line in said if "restarted" in line or "recreated" in line], said
+    assert not [line for line in said if "403" in line], said

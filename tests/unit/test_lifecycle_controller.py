@@ -196,3 +196,124 @@ async def test_an_aborted_group_is_released_when_its_podgroup_changes(
     await settle(service)
     assert raw.events("GangReleased")
     assert raw.status_patches("job")[-1]["phase"] != "Aborted"
+
+
+def gc_deleted(pod: dict[str, Any]) -> dict[str, Any]:
+    """The member as PodGC leaves it: DisruptionTarget reason DeletionByPodGC."""
+    gone = evicted(pod)
+    gone["status"]["conditions"][-1]["reason"] = "DeletionByPodGC"
+    return gone
+
+
+def terminating_namespace(name: str = "default") -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "deletionTimestamp": "2026-11-22T11:00:00Z"},
+        "status": {"phase": "Terminating"},
+    }
+
+
+def pod_writes(raw: FakeRaw) -> list[tuple[str, str, Any]]:
+    return [c for c in raw.calls if c[0] in ("DELETE", "POST") and "/pods" in c[1]]
+
+
+async def test_a_member_deleted_by_podgc_restarts_the_gang_as_an_eviction(
+    service: GangService, raw: FakeRaw
+) -> None:
+    # PodGC deletes pods of a node that is gone: a node failure, so PodEvicted.
+    observe(
+        service,
+        "podgroups",
+        make_podgroup("job", 2, policies=[{"event": "PodEvicted", "action": "RestartJob"}]),
+    )
+    observe(service, "pods", running("w0"), running("w1"))
+    await service.reconciler.reconcile_group(GROUP)
+    service.state.on_event("pods", "DELETED", gc_deleted(running("w1")))
+    await service.reconciler.reconcile_group(GROUP)
+    await settle(service)
+    [message] = {e["message"] for e in raw.events("GangRestarted")}
+    assert "default/w1 evicted (DeletionByPodGC) (PodEvicted -> RestartJob)" in message
+
+
+async def test_deleting_the_namespace_of_a_gang_restarts_nothing(
+    service: GangService, raw: FakeRaw
+) -> None:
+    observe(
+        service,
+        "podgroups",
+        make_podgroup("job", 2, policies=[{"event": "PodEvicted", "action": "RestartJob"}]),
+    )
+    observe(service, "pods", running("w0"), running("w1"))
+    await service.reconciler.reconcile_group(GROUP)
+    service.state.on_event("namespaces", "MODIFIED", terminating_namespace())
+    assert service.state.terminating("default")
+    service.state.on_event("pods", "DELETED", gc_deleted(running("w1")))
+    await service.reconciler.reconcile_group(GROUP)
+    await settle(service)
+    assert not pod_writes(raw)
+    assert not raw.events("GangRestarted")
+    assert not [p for p in raw.status_patches("job") if p.get("restarts")]
+
+    service.state.on_event("namespaces", "DELETED", terminating_namespace())
+    assert not service.state.terminating("default")
+
+
+async def test_a_restart_asks_the_api_server_when_the_namespace_watch_lags(
+    service: GangService, raw: FakeRaw, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    observe(
+        service,
+        "podgroups",
+        make_podgroup("job", 2, policies=[{"event": "PodEvicted", "action": "RestartJob"}]),
+    )
+    observe(service, "pods", running("w0"), running("w1"))
+    await service.reconciler.reconcile_group(GROUP)
+    answer_of = raw.call
+    asked: list[Any] = []
+
+    def call(method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        if method == "GET" and path == "/api/v1/namespaces":
+            asked.append(kwargs["query"])
+            return {"items": [terminating_namespace()]}
+        return answer_of(method, path, **kwargs)
+
+    monkeypatch.setattr(raw, "call", call)
+    # The pods' watch tells of the PodGC delete before the namespaces' watch tells
+    # of the namespace's deletion.
+    service.state.on_event("pods", "DELETED", gc_deleted(running("w1")))
+    await service.reconciler.reconcile_group(GROUP)
+    await settle(service)
+    assert asked == [{"fieldSelector": "metadata.name=default"}]
+    assert not pod_writes(raw)
+    assert not raw.events("GangRestarted")
+
+
+async def test_a_recreate_refused_by_a_terminating_namespace_is_no_error(
+    service: GangService, raw: FakeRaw
+) -> None:
+    def namespace_goes_away(method: str, path: str, body: Any) -> None:
+        if method == "GET":
+            raise KubeError(404, "not found", "NotFound")
+        if method == "POST" and path.endswith("/pods"):
+            raise KubeError(
+                403,
+                'pods "w0" is forbidden: unable to create new content in namespace default '
+                "because it is being terminated",
+                "Forbidden",
+            )
+
+    raw.hook = namespace_goes_away
+    observe(
+        service,
+        "podgroups",
+        make_podgroup("job", 2, policies=[{"event": "PodEvicted", "action": "RestartJob"}]),
+    )
+    observe(service, "pods", running("w0"), running("w1"))
+    await service.reconciler.reconcile_group(GROUP)
+    service.state.on_event("pods", "MODIFIED", evicted(running("w1")))
+    await service.reconciler.reconcile_group(GROUP)
+    await settle(service)
+    assert raw.events("GangRestarted")
+    assert [a for a in raw.attempts if a[0] == "POST" and a[1].endswith("/pods")]
+    assert not raw.events("GangRestartIncomplete")
+    errors = service.metrics.api_write_errors.labels(kind="lifecycle-recreate")._value.get()
+    assert errors == 0
