@@ -91,6 +91,19 @@ class PodBuilder:
         self._pod["metadata"]["creationTimestamp"] = ts
         return self
 
+    def owned_by(self, kind: str, name: str, *, controller: bool = True) -> PodBuilder:
+        """An ownerReference, as a Job or ReplicaSet sets on the pods it creates."""
+        self._pod["metadata"].setdefault("ownerReferences", []).append(
+            {
+                "apiVersion": "batch/v1" if kind == "Job" else "apps/v1",
+                "kind": kind,
+                "name": name,
+                "uid": f"uid-{kind.lower()}-{name}",
+                "controller": controller,
+            }
+        )
+        return self
+
     def priority(self, value: int) -> PodBuilder:
         """spec.priority, as the API server's admission sets it from a PriorityClass."""
         self._pod["spec"]["priority"] = value

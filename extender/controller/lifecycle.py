@@ -16,6 +16,14 @@ own last spec once its name is free (`recreated_pod`). Members with a controller
 (Job, ReplicaSet, StatefulSet) come back through it; the controller labels those
 new pods with the restart generation (`Stamp`) once it sees them.
 
+The restart count of a group declared by annotation lives on the PodGroup
+gang-extender created for it, which the garbage collector deletes with its last
+member: a restart deletes every member, so it may go before the members' controller
+makes new ones. What was known of such a group is set aside (`_set_aside`) for
+`FORGOTTEN_GROUP_MEMORY_SECONDS` and taken up again when its members come back; they
+are then labelled with the restart generation (`Stamp`), which `decide` reads back
+after a restart of the service, and the recreated PodGroup's status says it again.
+
 A namespace being deleted takes its gangs with it: nothing in it is restarted
 (its members' deletions, PodGC's `DeletionByPodGC` among them, are not failures)
 and nothing is created there (the API server would refuse it with a 403). The
@@ -76,6 +84,10 @@ RECREATE_WAIT_SECONDS = 300.0
 RECREATE_POLL_SECONDS = 0.5
 RECREATE_SETTLE_SECONDS = 1.0
 
+# How long what is known of a group declared by annotation outlives both its PodGroup
+# and its members (a restart's gap, until its controller's new members are seen).
+FORGOTTEN_GROUP_MEMORY_SECONDS = 600.0
+
 RESTARTED_EVENT = "GangRestarted"
 ABORTED_EVENT = "GangAborted"
 FAILED_EVENT = "GangFailed"
@@ -103,6 +115,7 @@ class _Group:
     broken: list[Failure] = field(default_factory=list)
     next_check: float | None = None
     adopted: bool = False
+    managed: bool = False  # declared by annotation, its PodGroup gang-extender's
 
 
 class LifecycleController:
@@ -123,6 +136,9 @@ class LifecycleController:
         self.writer = writer
         self.clock = clock
         self._groups: dict[GroupKey, _Group] = {}
+        # Groups declared by annotation whose PodGroup and members are all gone, with
+        # when to stop remembering them: their restart count survives the restart's gap.
+        self._set_aside_groups: dict[GroupKey, tuple[float, LifecycleState]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
     # ---- inputs ----
@@ -141,7 +157,7 @@ class LifecycleController:
         if group is None:
             # Evicted before the group was first reconciled (a gang evicted within a
             # second of being bound): kept for that first decision.
-            group = self._groups[key] = _Group()
+            group = self._group(key)
         if member.uid and member.bound:
             group.departed[member.uid] = obj
             if not member.controlled:  # an evicted bare member: what a restart recreates
@@ -180,7 +196,25 @@ class LifecycleController:
         return {k for k, g in self._groups.items() if g.next_check and g.next_check <= now}
 
     def forget(self, key: GroupKey) -> None:
-        self._groups.pop(key, None)
+        self._set_aside(key, self._groups.pop(key, None))
+
+    def _set_aside(self, key: GroupKey, group: _Group | None) -> None:
+        """Keep an annotation-declared group's state a while once it is gone: its
+        PodGroup (and with it the restart count) goes with the members a restart deletes."""
+        now = self.clock()
+        self._set_aside_groups = {k: v for k, v in self._set_aside_groups.items() if v[0] > now}
+        if group is not None and group.managed and group.state.restarts:
+            self._set_aside_groups[key] = (now + FORGOTTEN_GROUP_MEMORY_SECONDS, group.state)
+
+    def _group(self, key: GroupKey) -> _Group:
+        """The group's memory; a new one takes up what was set aside for it."""
+        group = self._groups.get(key)
+        if group is None:
+            group = self._groups[key] = _Group()
+            kept = self._set_aside_groups.pop(key, None)
+            if kept is not None and kept[0] > self.clock():
+                group.state, group.managed, group.adopted = kept[1], True, True
+        return group
 
     # ---- what the reconciler writes ----
     def problem(self, key: GroupKey) -> str | None:
@@ -223,12 +257,15 @@ class LifecycleController:
     ) -> None:
         """Decide and carry out what the group's policy says now. `podgroup`: ours, or None."""
         if podgroup is None:
-            self._groups.pop(key, None)  # no PodGroup of ours: nowhere to count restarts
+            # No PodGroup of ours (yet again, for a group declared by annotation whose
+            # PodGroup went with its last member): nowhere to count restarts.
+            self._set_aside(key, self._groups.pop(key, None))
             return
         if self.state.terminating(key.namespace):
             self._groups.pop(key, None)  # going away with its namespace: nothing to decide
             return
-        group = self._groups.setdefault(key, _Group())
+        group = self._group(key)
+        group.managed = managed
         group.policy = self._policy(podgroup, managed, pods)
         if not group.policy.active:
             group.departed.clear()  # kept only for a policy to act on

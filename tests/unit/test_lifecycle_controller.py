@@ -7,6 +7,7 @@ user is told about a policy that does not parse.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -317,3 +318,79 @@ async def test_a_recreate_refused_by_a_terminating_namespace_is_no_error(
     assert not raw.events("GangRestartIncomplete")
     errors = service.metrics.api_write_errors.labels(kind="lifecycle-recreate")._value.get()
     assert errors == 0
+
+
+def job_member(name: str, created: str = "2026-11-22T10:00:00Z") -> dict[str, Any]:
+    """A member of an annotation-declared group a Job created, bound and Ready."""
+    pod = running(name)
+    owned = make_pod(name).owned_by("Job", "job").created(created).obj()["metadata"]
+    pod["metadata"]["ownerReferences"] = owned["ownerReferences"]
+    pod["metadata"]["creationTimestamp"] = owned["creationTimestamp"]
+    pod["metadata"]["annotations"]["gang-extender.io/min-available"] = "2"
+    pod["metadata"]["annotations"]["gang-extender.io/policies"] = "PodEvicted=RestartJob"
+    pod["metadata"]["annotations"]["gang-extender.io/max-retry"] = "1"
+    return pod
+
+
+async def test_an_annotation_groups_restart_count_outlives_its_garbage_collected_podgroup(
+    service: GangService, raw: FakeRaw
+) -> None:
+    observe(service, "podgroups", make_podgroup("job", 2, created=True))
+    observe(service, "pods", job_member("w0"), job_member("w1"))
+    await service.reconciler.reconcile_group(GROUP)
+    service.state.on_event("pods", "MODIFIED", evicted(job_member("w1")))
+    await service.reconciler.reconcile_group(GROUP)
+    await settle(service)
+    assert raw.status_patches("job")[-1]["restarts"] == 1
+
+    # The restart deleted every member; the garbage collector deleted the PodGroup they
+    # owned before the Job made new members.
+    for name in ("w0", "w1"):
+        service.state.on_event("pods", "DELETED", job_member(name))
+    service.state.on_event("podgroups", "DELETED", make_podgroup("job", 2, created=True))
+    await service.reconciler.reconcile_group(GROUP)
+    await settle(service)
+
+    later = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 60))
+    new = [job_member("w2", later), job_member("w3", later)]
+    observe(service, "pods", *new)
+    observe(service, "podgroups", make_podgroup("job", 2, created=True))  # made again
+    raw.calls.clear()
+    await service.reconciler.reconcile_group(GROUP)
+    await settle(service)
+    labelled = {
+        p.rsplit("/", 1)[1]: b["metadata"]["labels"][RESTART_GENERATION_LABEL]
+        for m, p, b in raw.calls
+        if m == "PATCH" and "/pods/" in p and RESTART_GENERATION_LABEL in str(b)
+    }
+    assert labelled == {"w2": "1", "w3": "1"}, "the new members carry the count"
+    assert raw.status_patches("job")[-1]["restarts"] == 1, "the new PodGroup says it again"
+
+    # maxRetry 1 is spent: the next eviction leaves the group Failed, no second restart.
+    for pod in new:
+        pod["metadata"]["labels"][RESTART_GENERATION_LABEL] = "1"
+    service.state.on_event("pods", "MODIFIED", new[0])
+    service.state.on_event("pods", "MODIFIED", evicted(new[1]))
+    await service.reconciler.reconcile_group(GROUP)
+    await settle(service)
+    assert raw.status_patches("job")[-1]["phase"] == "Failed"
+    assert not [c for c in raw.calls if c[0] == "DELETE"]
+
+
+async def test_an_annotation_groups_count_is_read_back_from_its_members_labels(
+    service: GangService, raw: FakeRaw
+) -> None:
+    # Memory lost (the service restarted) and the PodGroup made again without a status:
+    # the members' restart-generation label still says 1 restart was done.
+    observe(service, "podgroups", make_podgroup("job", 2, created=True))
+    members = [job_member(n) for n in ("w0", "w1")]
+    for pod in members:
+        pod["metadata"]["labels"][RESTART_GENERATION_LABEL] = "1"
+    observe(service, "pods", *members)
+    await service.reconciler.reconcile_group(GROUP)
+    service.state.on_event("pods", "MODIFIED", evicted(members[1]))
+    await service.reconciler.reconcile_group(GROUP)
+    await settle(service)
+    last = raw.status_patches("job")[-1]
+    assert last["phase"] == "Failed"
+    assert "after 1 restart(s), maxRetry 1" in conditions_of(last)["Lifecycle"]["message"]
