@@ -1,6 +1,9 @@
 """Carries out a gang's lifecycle policy: restart, abort, retries exhausted (docs/podgroup.md).
 
-The decisions are domain/lifecycle.py's (`decide`); this is the edge. The group
+The decisions are domain/lifecycle.py's (`decide`, the policy parsed by
+domain/lifecycle_policy.py); this is the edge: what the group's memory is, which
+inputs feed it, and which effect means which writes, in which order. The writes
+themselves (label, announce, delete, recreate) are controller/lifecycle_writes.py's. The group
 reconciler calls `reconcile` for each changed group (and for a group whose
 PodsNotReady deadline is due, `due`), and merges `status_fields` into the status
 it writes. The cluster state hands over every deleted pod's last object
@@ -28,14 +31,12 @@ A namespace being deleted takes its gangs with it: nothing in it is restarted
 (its members' deletions, PodGC's `DeletionByPodGC` among them, are not failures)
 and nothing is created there (the API server would refuse it with a 403). The
 watch cache says which namespaces are terminating; a restart asks the API server
-once more first (`_namespace_terminating`), as the namespace's watch event may
+once more first (`LifecycleWrites.namespace_terminating`), as the namespace's watch event may
 come after its pods'.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -44,18 +45,13 @@ from typing import Any
 
 from extender.config import Settings
 from extender.controller.cluster_state import ClusterState
-from extender.controller.effects import EffectWriter, namespace_terminating
+from extender.controller.effects import EffectWriter
+from extender.controller.lifecycle_writes import LifecycleWrites, utc
 from extender.domain.decisions import Effect, GangBroken
 from extender.domain.lifecycle import (
-    DISRUPTION_TARGET,
     LIFECYCLE_CONDITION,
-    POLICIES_ANNOTATION,
-    POLICY_DISRUPTION_REASON,
-    RESTART_GENERATION_LABEL,
     Abort,
-    Event,
     Failure,
-    LifecyclePolicy,
     LifecycleState,
     Member,
     Recovered,
@@ -64,25 +60,21 @@ from extender.domain.lifecycle import (
     RetriesExhausted,
     Stamp,
     decide,
+)
+from extender.domain.lifecycle_policy import (
+    POLICY_ANNOTATIONS,
+    Event,
+    LifecyclePolicy,
     policy_from_annotations,
     policy_from_spec,
-    recreated_pod,
 )
 from extender.domain.membership import GroupKey
 from extender.domain.model import GroupSpec
-from extender.kube.rawapi import KubeError, RawApi, path_of
-from extender.kube.writers import emit_event, write_podgroup_status
+from extender.kube.rawapi import RawApi
+from extender.kube.writers import write_podgroup_status
 from extender.metrics import Metrics
 
 log = logging.getLogger(__name__)
-
-HTTP_NOT_FOUND = 404
-HTTP_CONFLICT = 409
-# How long a restart waits for a deleted bare member's name to be free before
-# recreating it (its grace period); then it gives up, logged and in an Event.
-RECREATE_WAIT_SECONDS = 300.0
-RECREATE_POLL_SECONDS = 0.5
-RECREATE_SETTLE_SECONDS = 1.0
 
 # How long what is known of a group declared by annotation outlives both its PodGroup
 # and its members (a restart's gap, until its controller's new members are seen).
@@ -92,15 +84,6 @@ RESTARTED_EVENT = "GangRestarted"
 ABORTED_EVENT = "GangAborted"
 FAILED_EVENT = "GangFailed"
 RELEASED_EVENT = "GangReleased"
-
-
-def _utc(when: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when))
-
-
-def _pod_path(namespace: str, name: str | None = None, *sub: str) -> str:
-    parts = ["api", "v1", "namespaces", namespace, "pods"]
-    return path_of(*parts, *([name] if name else []), *sub)
 
 
 @dataclass
@@ -139,7 +122,9 @@ class LifecycleController:
         # Groups declared by annotation whose PodGroup and members are all gone, with
         # when to stop remembering them: their restart count survives the restart's gap.
         self._set_aside_groups: dict[GroupKey, tuple[float, LifecycleState]] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
+        self.writes = LifecycleWrites(
+            settings, raw=raw, metrics=metrics, state=state, writer=writer, clock=clock
+        )
 
     # ---- inputs ----
     def pod_gone(self, key: GroupKey, obj: dict[str, Any]) -> None:
@@ -232,7 +217,7 @@ class LifecycleController:
         s = group.state
         fields: dict[str, Any] = {"restarts": s.restarts}
         if s.restarted_at is not None:
-            fields["lastRestartTime"] = _utc(s.restarted_at)
+            fields["lastRestartTime"] = utc(s.restarted_at)
         if s.phase:
             fields["phase"] = s.phase
         condition = None
@@ -322,13 +307,7 @@ class LifecycleController:
                 sorted(
                     (k, v)
                     for k, v in (p["metadata"].get("annotations") or {}).items()
-                    if k.startswith("gang-extender.io/")
-                    and k
-                    in (
-                        POLICIES_ANNOTATION,
-                        "gang-extender.io/max-retry",
-                        "gang-extender.io/pods-ready-timeout-seconds",
-                    )
+                    if k in POLICY_ANNOTATIONS
                 )
             )
             for p in pods
@@ -352,14 +331,14 @@ class LifecycleController:
             for uid in effect.uids:
                 pod = by_uid.get(uid)
                 if pod is not None:
-                    await self._call(key, "label", self._label, pod, effect.generation)
+                    await self.writes.call(key, "label", self.writes.label, pod, effect.generation)
         elif isinstance(effect, Recovered):
             self.metrics.gang_recovery_seconds.labels(cause=effect.cause.value).observe(
                 effect.seconds
             )
             log.info("gang %s running again %.1fs after its failure", key, effect.seconds)
         elif isinstance(effect, Restart):
-            if await self._namespace_terminating(key.namespace):
+            if await self.writes.namespace_terminating(key.namespace):
                 log.info("gang %s: not restarted, its namespace is being deleted", key)
                 self._groups.pop(key, None)
                 return
@@ -367,82 +346,24 @@ class LifecycleController:
             self.metrics.gang_restarts.labels(cause=cause).inc()
             log.warning("%s", effect.message)
             await self._write_status(key, group)
-            self._announce(key, RESTARTED_EVENT, effect.message)
+            self.writes.announce(key, RESTARTED_EVENT, effect.message)
             await self._delete_and_recreate(key, group, effect, pods)
         elif isinstance(effect, Abort):
             self.metrics.gangs_aborted.labels(cause=effect.failure.event.value).inc()
             log.warning("%s", effect.message)
             await self._write_status(key, group)  # held before any member comes back
-            self._announce(key, ABORTED_EVENT, effect.message)
-            await self._delete(key, effect.delete, pods, effect.message)
+            self.writes.announce(key, ABORTED_EVENT, effect.message)
+            await self.writes.delete(key, effect.delete, pods, effect.message)
         elif isinstance(effect, RetriesExhausted):
             self.metrics.gangs_failed.labels(cause=effect.failure.event.value).inc()
             log.warning("%s", effect.message)
             await self._write_status(key, group)
-            self._announce(key, FAILED_EVENT, effect.message)
+            self.writes.announce(key, FAILED_EVENT, effect.message)
         elif isinstance(effect, Released):
             log.info("%s", effect.message)
             await self._write_status(key, group, clear_phase=True)
-            self._announce(key, RELEASED_EVENT, effect.message, "Normal")
+            self.writes.announce(key, RELEASED_EVENT, effect.message, "Normal")
         self.state.dirty.add(key)
-
-    async def _call(self, key: GroupKey, what: str, call: Callable[..., None], *args: Any) -> bool:
-        """One write; a 404 is moot, anything else is logged and counted (no crash)."""
-        try:
-            await asyncio.to_thread(call, *args)
-            return True
-        except KubeError as err:
-            if err.status == HTTP_NOT_FOUND:
-                return True
-            if namespace_terminating(err):
-                log.info("gang %s: lifecycle %s skipped: namespace being deleted", key, what)
-                return True
-            log.warning("gang %s: lifecycle %s failed: %s %s", key, what, err.status, err.reason)
-        except Exception:
-            log.exception("gang %s: lifecycle %s failed", key, what)
-        self.metrics.api_write_errors.labels(kind=f"lifecycle-{what}").inc()
-        return False
-
-    async def _namespace_terminating(self, namespace: str) -> bool:
-        """Is the namespace being deleted: the watch cache, else the API server now.
-
-        Listed by name (namespaces are listed and watched anyway; no `get` grant is
-        needed). An unanswered question is taken as no: the restart goes on, and a
-        create the namespace refuses is then logged quietly.
-        """
-        if self.state.terminating(namespace):
-            return True
-        try:
-            answer = await asyncio.to_thread(
-                self.raw.call,
-                "GET",
-                path_of("api", "v1", "namespaces"),
-                query={"fieldSelector": f"metadata.name={namespace}"},
-                timeout=self.settings.api_write_timeout_seconds,
-            )
-        except KubeError as err:  # a question, not a write: the restart goes on
-            log.info("could not ask whether namespace %s is terminating: %s", namespace, err)
-            return False
-        return any(
-            (item.get("metadata") or {}).get("deletionTimestamp")
-            or (item.get("status") or {}).get("phase") == "Terminating"
-            for item in answer.get("items") or []
-        )
-
-    def _label(self, pod: dict[str, Any], generation: int) -> None:
-        meta = pod["metadata"]
-        self.raw.call(
-            "PATCH",
-            _pod_path(meta["namespace"], meta["name"]),
-            body={
-                "metadata": {
-                    "uid": meta.get("uid"),
-                    "labels": {RESTART_GENERATION_LABEL: str(generation)},
-                }
-            },
-            content_type="application/merge-patch+json",
-            timeout=self.settings.api_write_timeout_seconds,
-        )
 
     async def _write_status(
         self, key: GroupKey, group: _Group, *, clear_phase: bool = False
@@ -451,170 +372,20 @@ class LifecycleController:
         fields, _ = self.status_fields(key)
         if clear_phase:
             fields["phase"] = "Pending"
-        await self._call(
+        await self.writes.call(
             key, "status", write_podgroup_status, self.raw, key.namespace, key.name, fields
-        )
-
-    def _announce(self, key: GroupKey, reason: str, message: str, kind: str = "Warning") -> None:
-        """The Event on the PodGroup (it outlives the members) and on every member."""
-
-        def on_podgroup() -> None:
-            emit_event(
-                self.raw,
-                involved={
-                    "apiVersion": "scheduling.gang-extender.io/v1alpha1",
-                    "kind": "PodGroup",
-                    "namespace": key.namespace,
-                    "name": key.name,
-                    "uid": str(
-                        ((self.state.podgroups.get(key) or {}).get("metadata") or {}).get("uid")
-                        or ""
-                    ),
-                },
-                reason=reason,
-                message=message,
-                event_type=kind,
-                timeout=self.settings.api_write_timeout_seconds,
-            )
-
-        async def job() -> None:
-            await self._call(key, "event", on_podgroup)
-
-        self.writer.queues.submit(key, job)
-        self.writer.queue_event(key, reason, message, kind)
-
-    async def _delete(
-        self, key: GroupKey, uids: tuple[str, ...], pods: list[dict[str, Any]], reason: str
-    ) -> None:
-        by_uid = {p["metadata"].get("uid"): p for p in pods}
-
-        def delete(meta: dict[str, Any]) -> None:
-            # Marked as disrupted first, as the scheduler marks a pod it preempts: a Job
-            # whose podFailurePolicy ignores DisruptionTarget then neither counts the
-            # member against backoffLimit nor delays its replacement by its backoff.
-            with contextlib.suppress(KubeError):  # a pod gone already; the delete says so
-                self.raw.call(
-                    "PATCH",
-                    _pod_path(meta["namespace"], meta["name"], "status"),
-                    body={
-                        "metadata": {"uid": meta.get("uid")},
-                        "status": {
-                            "conditions": [
-                                {
-                                    "type": DISRUPTION_TARGET,
-                                    "status": "True",
-                                    "reason": POLICY_DISRUPTION_REASON,
-                                    "message": reason[:1024],
-                                    "lastTransitionTime": _utc(self.clock()),
-                                }
-                            ]
-                        },
-                    },
-                    content_type="application/strategic-merge-patch+json",
-                    timeout=self.settings.api_write_timeout_seconds,
-                )
-            self.raw.call(
-                "DELETE",
-                _pod_path(meta["namespace"], meta["name"]),
-                body={"preconditions": {"uid": meta.get("uid")}},
-                timeout=self.settings.api_write_timeout_seconds,
-            )
-
-        await asyncio.gather(
-            *(
-                self._call(key, "delete", delete, by_uid[uid]["metadata"])
-                for uid in uids
-                if uid in by_uid
-            )
         )
 
     async def _delete_and_recreate(
         self, key: GroupKey, group: _Group, effect: Restart, pods: list[dict[str, Any]]
     ) -> None:
-        await self._delete(key, effect.delete, pods, effect.message)
+        await self.writes.delete(key, effect.delete, pods, effect.message)
         live_names = {p["metadata"]["name"] for p in pods if _controlled(p)}
         bare = [t for name, t in sorted(group.templates.items()) if name not in live_names]
         group.templates = {}
         if not bare:
             return
-        # Recreated in the background: a name is free only once the old pod's grace
-        # period is over, and the reconciler must not wait for that.
-        task = asyncio.get_running_loop().create_task(
-            self._recreate_all(key, bare, effect.generation), name=f"recreate {key}"
-        )
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _recreate_all(
-        self, key: GroupKey, templates: list[dict[str, Any]], generation: int
-    ) -> None:
-        await asyncio.gather(*(self._recreate(key, t, generation) for t in templates))
-
-    async def _name_free(self, namespace: str, name: str) -> bool:
-        try:
-            await asyncio.to_thread(
-                self.raw.call,
-                "GET",
-                _pod_path(namespace, name),
-                timeout=self.settings.api_write_timeout_seconds,
-            )
-        except KubeError as err:
-            return err.status == HTTP_NOT_FOUND
-        return False
-
-    async def _recreate(self, key: GroupKey, template: dict[str, Any], generation: int) -> None:
-        meta = template["metadata"]
-        namespace, name = meta["namespace"], meta["name"]
-        body = recreated_pod(template, generation)
-        deadline = self.clock() + RECREATE_WAIT_SECONDS
-        while not await self._name_free(namespace, name):
-            if self.clock() >= deadline:
-                break  # the POST below says why (409)
-            await asyncio.sleep(RECREATE_POLL_SECONDS)
-        # The node agent that removed the old pod may act on its name once more just
-        # after (KWOK deletes by name, without the uid precondition kubelet uses).
-        await asyncio.sleep(RECREATE_SETTLE_SECONDS)
-        while True:
-            try:
-                await asyncio.to_thread(
-                    self.raw.call,
-                    "POST",
-                    _pod_path(namespace),
-                    body=body,
-                    timeout=self.settings.api_write_timeout_seconds,
-                )
-                log.info(
-                    "gang %s: recreated %s/%s (generation %d)", key, namespace, name, generation
-                )
-                return
-            except KubeError as err:
-                if namespace_terminating(err):
-                    log.info(
-                        "gang %s: %s/%s not recreated: its namespace is being deleted",
-                        key,
-                        namespace,
-                        name,
-                    )
-                    return
-                if err.status != HTTP_CONFLICT or self.clock() >= deadline:
-                    log.warning(
-                        "gang %s: could not recreate %s/%s: %s %s",
-                        key,
-                        namespace,
-                        name,
-                        err.status,
-                        err.reason,
-                    )
-                    self.metrics.api_write_errors.labels(kind="lifecycle-recreate").inc()
-                    self.writer.queue_event(
-                        key,
-                        "GangRestartIncomplete",
-                        f"gang {key}: could not recreate {namespace}/{name} after the "
-                        f"restart ({err.status} {err.reason}); recreate it by hand",
-                        "Warning",
-                    )
-                    return
-            await asyncio.sleep(RECREATE_POLL_SECONDS)  # the old pod still holds the name
+        self.writes.recreate_in_background(key, bare, effect.generation)
 
 
 def _controlled(pod: dict[str, Any]) -> bool:

@@ -1,11 +1,7 @@
-"""A gang's life after it is bound: lifecycle policies, what counts as a failure, what to do.
+"""A gang's life after it is bound: what counts as a failure and what its policy does then.
 
-Volcano's vocabulary on our PodGroup (docs/podgroup.md#lifecycle-policies):
-`spec.policies` maps an event (PodEvicted, PodFailed, PodsNotReady) to an action
-(RestartJob, AbortJob); `spec.maxRetry` bounds the restarts (then phase Failed);
-`spec.podsReadyTimeoutSeconds` is how long bound members may stay un-Ready. A group
-declared by annotation says the same with pod annotations (`POLICIES_ANNOTATION`,
-`MAX_RETRY_ANNOTATION`, `PODS_READY_TIMEOUT_ANNOTATION`).
+What a group declares (events, actions, maxRetry, the timeout) is parsed in
+domain/lifecycle_policy.py; this module decides what it means as members fail.
 
 Pure: `decide` takes the policy, what is remembered of the group (`LifecycleState`,
 mutated), the members as observed (`Member`, parsed from pod JSON here) and `now`,
@@ -38,20 +34,15 @@ get the label from the controller (`Stamp`), once they are created after the res
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
-from enum import Enum
 from typing import Any
 
+from extender.domain.lifecycle_policy import Action, Event, LifecyclePolicy
 from extender.domain.membership import PLANNED_NODE_ANNOTATION
 from extender.domain.model import HELD_PHASE
 
-POLICIES_ANNOTATION = "gang-extender.io/policies"
-MAX_RETRY_ANNOTATION = "gang-extender.io/max-retry"
-PODS_READY_TIMEOUT_ANNOTATION = "gang-extender.io/pods-ready-timeout-seconds"
 RESTART_GENERATION_LABEL = "gang-extender.io/restart-generation"
-
-DEFAULT_MAX_RETRY = 3
 
 # PodGroup status.phase values this module sets (the rest come from domain/status.py).
 PHASE_ABORTED = HELD_PHASE
@@ -61,127 +52,6 @@ DISRUPTION_TARGET = "DisruptionTarget"
 # The DisruptionTarget reason gang-extender puts on the members a policy deletes (so a
 # Job's podFailurePolicy can ignore them): its own doing, never a new failure.
 POLICY_DISRUPTION_REASON = "DeletedByGangPolicy"
-
-
-class Event(Enum):
-    POD_EVICTED = "PodEvicted"
-    POD_FAILED = "PodFailed"
-    PODS_NOT_READY = "PodsNotReady"
-
-
-class Action(Enum):
-    RESTART_JOB = "RestartJob"
-    ABORT_JOB = "AbortJob"
-
-
-EVENTS = ", ".join(e.value for e in Event)
-ACTIONS = ", ".join(a.value for a in Action)
-
-
-@dataclass(frozen=True)
-class LifecyclePolicy:
-    """What a group does when it fails; `rules` empty: nothing, as without a policy."""
-
-    rules: Mapping[Event, Action] = field(default_factory=dict)
-    max_retry: int = DEFAULT_MAX_RETRY
-    pods_ready_timeout_seconds: float | None = None
-    error: str | None = None  # what is wrong with the declaration; then nothing acts
-
-    @property
-    def active(self) -> bool:
-        return bool(self.rules) and self.error is None
-
-
-def _rule(event: object, action: object, where: str) -> tuple[Event, Action]:
-    try:
-        parsed_event = Event(event)
-    except ValueError:
-        raise ValueError(f"{where}: event {event!r} is not one of {EVENTS}") from None
-    try:
-        parsed_action = Action(action)
-    except ValueError:
-        raise ValueError(f"{where}: action {action!r} is not one of {ACTIONS}") from None
-    return parsed_event, parsed_action
-
-
-def _add(rules: dict[Event, Action], rule: tuple[Event, Action], where: str) -> None:
-    event, action = rule
-    if event in rules and rules[event] is not action:
-        raise ValueError(
-            f"{where}: event {event.value} is given two actions "
-            f"({rules[event].value} and {action.value}); keep one"
-        )
-    rules[event] = action
-
-
-def _whole(value: object, where: str, *, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-            value = int(value)
-        else:
-            raise ValueError(f"{where}={value!r} is not a whole number")
-    if value < minimum:
-        raise ValueError(f"{where}={value!r} must be >= {minimum}")
-    return value
-
-
-def _policy(
-    rules: dict[Event, Action], max_retry: object, timeout: object, names: tuple[str, str]
-) -> LifecyclePolicy:
-    retry = DEFAULT_MAX_RETRY if max_retry is None else _whole(max_retry, names[0], minimum=0)
-    ready = None if timeout is None else float(_whole(timeout, names[1], minimum=1))
-    if Event.PODS_NOT_READY in rules and ready is None:
-        raise ValueError(f"event PodsNotReady needs {names[1]} (seconds)")
-    return LifecyclePolicy(rules=rules, max_retry=retry, pods_ready_timeout_seconds=ready)
-
-
-def policy_from_spec(spec: Mapping[str, Any]) -> LifecyclePolicy:
-    """The policy a PodGroup's spec declares (policies, maxRetry, podsReadyTimeoutSeconds)."""
-    try:
-        raw = spec.get("policies")
-        rules: dict[Event, Action] = {}
-        if raw is not None and not isinstance(raw, list):
-            raise ValueError(f"spec.policies={raw!r} must be a list of {{event, action}}")
-        for i, item in enumerate(raw or []):
-            where = f"spec.policies[{i}]"
-            if not isinstance(item, Mapping):
-                raise ValueError(f"{where}={item!r} must be an object {{event, action}}")
-            _add(rules, _rule(item.get("event"), item.get("action"), where), where)
-        return _policy(
-            rules,
-            spec.get("maxRetry"),
-            spec.get("podsReadyTimeoutSeconds"),
-            ("spec.maxRetry", "spec.podsReadyTimeoutSeconds"),
-        )
-    except ValueError as err:
-        return LifecyclePolicy(error=f"PodGroup {err}")
-
-
-def policy_from_annotations(annotations: Mapping[str, str]) -> LifecyclePolicy:
-    """The policy of a group declared by annotation: "PodEvicted=RestartJob,PodFailed=AbortJob"."""
-    try:
-        text = annotations.get(POLICIES_ANNOTATION)
-        rules: dict[Event, Action] = {}
-        where = f"annotation {POLICIES_ANNOTATION}={text!r}"
-        if text is not None and not isinstance(text, str):
-            raise ValueError(f"{where} must be a string 'Event=Action,...'")
-        for part in (text or "").split(","):
-            if not part.strip():
-                continue
-            event, sep, action = part.partition("=")
-            if not sep:
-                raise ValueError(f"{where}: expected 'Event=Action', got {part.strip()!r}")
-            _add(rules, _rule(event.strip(), action.strip(), where), where)
-        if text is not None and not rules:
-            raise ValueError(f"{where} names no policy")
-        return _policy(
-            rules,
-            annotations.get(MAX_RETRY_ANNOTATION),
-            annotations.get(PODS_READY_TIMEOUT_ANNOTATION),
-            (f"annotation {MAX_RETRY_ANNOTATION}", f"annotation {PODS_READY_TIMEOUT_ANNOTATION}"),
-        )
-    except ValueError as err:
-        return LifecyclePolicy(error=str(err))
 
 
 def _timestamp(text: object) -> float:

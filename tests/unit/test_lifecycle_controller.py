@@ -1,4 +1,4 @@
-"""The lifecycle edge (controller/lifecycle.py) inside the real service, the API faked.
+"""The lifecycle edge (controller/lifecycle.py, lifecycle_writes.py) inside the real service, the API faked.
 
 What order a restart writes in, what a bare member is recreated as, and what a
 user is told about a policy that does not parse.
@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from extender.config import Settings
-from extender.controller import lifecycle as edge
+from extender.controller import lifecycle_writes as edge
 from extender.domain.lifecycle import RESTART_GENERATION_LABEL
 from extender.domain.membership import GroupKey
 from extender.kube.rawapi import KubeError
@@ -76,7 +76,7 @@ def evicted(pod: dict[str, Any]) -> dict[str, Any]:
 async def settle(svc: GangService) -> None:
     await svc.queues.join()
     for _ in range(50):  # the background recreation of bare members
-        if not svc.reconciler.lifecycle._tasks:  # type: ignore[union-attr]
+        if not svc.reconciler.lifecycle.writes.tasks:  # type: ignore[union-attr]
             break
         await asyncio.sleep(0.01)
 

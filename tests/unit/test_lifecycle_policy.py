@@ -12,15 +12,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from extender.domain.lifecycle import (
-    DEFAULT_MAX_RETRY,
     PHASE_ABORTED,
     PHASE_FAILED,
     RESTART_GENERATION_LABEL,
     Abort,
-    Action,
-    Event,
     Failure,
-    LifecyclePolicy,
     LifecycleState,
     Member,
     Recovered,
@@ -29,9 +25,15 @@ from extender.domain.lifecycle import (
     RetriesExhausted,
     Stamp,
     decide,
+    recreated_pod,
+)
+from extender.domain.lifecycle_policy import (
+    DEFAULT_MAX_RETRY,
+    Action,
+    Event,
+    LifecyclePolicy,
     policy_from_annotations,
     policy_from_spec,
-    recreated_pod,
 )
 from extender.domain.model import GroupSpec
 
