@@ -9,6 +9,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from extender.controller.cluster_state import ClusterState
+from extender.domain.gang import GangCore, Timeouts
 from extender.domain.membership import (
     CREATED_FROM_ANNOTATION,
     GROUP_LABEL,
@@ -16,6 +18,9 @@ from extender.domain.membership import (
     SCHEDULER_NAME,
     TASK_LABEL,
 )
+from extender.domain.policy import Policy
+from extender.kube.cache import CacheSink
+from extender.metrics import Metrics
 
 
 class PodBuilder:
@@ -195,3 +200,60 @@ def make_podgroup(
         "metadata": meta,
         "spec": {"minMember": min_member, **spec},
     }
+
+
+# ---- a group's members named by a field of their spec (the Workload API's forms) ----
+
+
+def spec_member(
+    name: str,
+    namespace: str = "ml",
+    *,
+    labels: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+    **spec: Any,
+) -> dict[str, Any]:
+    """A pod of gang-extender's scheduler whose `spec` names its group (schedulingGroup,
+    workloadRef), uid = name, asking for one CPU."""
+    meta: dict[str, Any] = {"name": name, "namespace": namespace, "uid": name}
+    if labels is not None:
+        meta["labels"] = labels
+    if annotations is not None:
+        meta["annotations"] = annotations
+    return {
+        "metadata": meta,
+        "spec": {
+            "schedulerName": SCHEDULER_NAME,
+            **spec,
+            "containers": [{"name": "main", "resources": {"requests": {"cpu": "1"}}}],
+        },
+    }
+
+
+# ---- the watch cache's other side ----
+
+
+def make_cluster_state() -> ClusterState:
+    """The service's ClusterState over a fresh core, effects dropped."""
+    core = GangCore(policy=Policy(), timeouts=Timeouts(60, 30, 2))
+    return ClusterState(core, flush_effects=lambda: None, metrics=Metrics())
+
+
+class ImmediateLoop:
+    """Stands in for the event loop a Watcher hands its traffic to: runs it at once."""
+
+    def call_soon_threadsafe(self, fn: Any, *args: Any) -> None:
+        fn(*args)
+
+
+class PageNamesSink(CacheSink):
+    """A cache sink that records the names in each list page (and ignores events)."""
+
+    def __init__(self) -> None:
+        self.pages: list[list[str]] = []
+
+    def on_page(self, kind: str, items: list[dict[str, Any]], first: bool, last: bool) -> None:
+        self.pages.append([i["metadata"]["name"] for i in items])
+
+    def on_event(self, kind: str, event_type: str, obj: dict[str, Any]) -> None:
+        pass

@@ -112,19 +112,13 @@ class LifecycleController:
         writer: EffectWriter,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.settings = settings
-        self.raw = raw
-        self.metrics = metrics
-        self.state = state
-        self.writer = writer
-        self.clock = clock
+        # The writes share the service's API client, metrics, cache and clock.
+        self.writes = LifecycleWrites(settings, raw, metrics, state, writer, clock)
+        self.raw, self.metrics, self.state, self.clock = raw, metrics, state, clock
         self._groups: dict[GroupKey, _Group] = {}
         # Groups declared by annotation whose PodGroup and members are all gone, with
         # when to stop remembering them: their restart count survives the restart's gap.
         self._set_aside_groups: dict[GroupKey, tuple[float, LifecycleState]] = {}
-        self.writes = LifecycleWrites(
-            settings, raw=raw, metrics=metrics, state=state, writer=writer, clock=clock
-        )
 
     # ---- inputs ----
     def pod_gone(self, key: GroupKey, obj: dict[str, Any]) -> None:

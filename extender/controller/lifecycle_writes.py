@@ -17,6 +17,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from extender.config import Settings
@@ -53,24 +54,15 @@ def _pod_path(namespace: str, name: str | None = None, *sub: str) -> str:
     return path_of(*parts, *([name] if name else []), *sub)
 
 
+@dataclass
 class LifecycleWrites:
-    def __init__(
-        self,
-        settings: Settings,
-        *,
-        raw: RawApi,
-        metrics: Metrics,
-        state: ClusterState,
-        writer: EffectWriter,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        self.settings = settings
-        self.raw = raw
-        self.metrics = metrics
-        self.state = state
-        self.writer = writer
-        self.clock = clock
-        self.tasks: set[asyncio.Task[None]] = set()  # recreations under way
+    settings: Settings
+    raw: RawApi
+    metrics: Metrics
+    state: ClusterState
+    writer: EffectWriter
+    clock: Callable[[], float] = time.time
+    tasks: set[asyncio.Task[None]] = field(default_factory=set)  # recreations under way
 
     async def call(self, key: GroupKey, what: str, call: Callable[..., None], *args: Any) -> bool:
         """One write; a 404 is moot, anything else is logged and counted (no crash)."""

@@ -12,13 +12,16 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client as k8s
 
 from extender.devcluster.cluster import LocalCluster, new_namespace
+from extender.devcluster.nodes import add_gpu_nodes, wait_for_nodes_ready
 from extender.devcluster.stack import GangStack
+from extender.domain.lifecycle import RESTART_GENERATION_LABEL
 from extender.domain.membership import (
     GROUP_LABEL,
     INJECT_NAMESPACE_LABEL,
@@ -287,3 +290,268 @@ class BindRecorder:
 
     def stop(self) -> None:
         self._stop.set()
+
+
+# ---- modules that run a control plane of their own (the Workload API's releases) ----
+
+
+def minor_version(version: str) -> int:
+    """1.37 of "v1.37.2"; 0 when the version does not read."""
+    found = re.match(r"v1\.(\d+)\.", version)
+    return int(found.group(1)) if found else 0
+
+
+def own_control_plane(workdir: Path, bin_dir: Path, **options: Any) -> Iterator[LocalCluster]:
+    """A module-scoped fixture's body: a LocalCluster with `options` (feature gates,
+    runtime config), started, yielded and stopped."""
+    cluster = LocalCluster(workdir, bin_dir, **options)
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def gpu_pool_for(
+    api: k8s.ApiClient, request: pytest.FixtureRequest, *, gpus: int, label: str
+) -> dict[str, str]:
+    """Two fresh GPU nodes named after the test; the node selector that keeps its pods there."""
+    name = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower())[:20].strip("-")
+    names = add_gpu_nodes(api, 2, gpus=gpus, labels={label: name}, name_prefix=f"gpu-{name}")
+    wait_for_nodes_ready(api, names)
+    return {label: name}
+
+
+def indexed_job_of(
+    name: str, *, completions: int, parallelism: int, template: dict[str, Any], **spec: Any
+) -> dict[str, Any]:
+    """An Indexed Job of pod `template` ({metadata, spec}); `spec` adds to the Job's spec."""
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name},
+        "spec": {
+            "completionMode": "Indexed",
+            "completions": completions,
+            "parallelism": parallelism,
+            **spec,
+            "template": template,
+        },
+    }
+
+
+def gpu_indexed_job(
+    name: str,
+    *,
+    completions: int,
+    parallelism: int,
+    gpus: int,
+    node_selector: dict[str, str],
+    **pod_spec: Any,
+) -> dict[str, Any]:
+    """An Indexed Job whose pods each ask for `gpus` GPUs; `pod_spec` adds to the pods'
+    spec (schedulerName, the group reference a test is about)."""
+    container = {
+        "name": "train",
+        "image": "registry.example/train:1",
+        "resources": {
+            "requests": {"cpu": "100m", "nvidia.com/gpu": gpus},
+            "limits": {"nvidia.com/gpu": gpus},
+        },
+    }
+    pod = {**pod_spec, "restartPolicy": "Never", "nodeSelector": node_selector}
+    return indexed_job_of(
+        name,
+        completions=completions,
+        parallelism=parallelism,
+        template={"spec": {**pod, "containers": [container]}},
+    )
+
+
+def job_pods(raw: RawApi, namespace: str, job: str) -> list[dict[str, Any]]:
+    """The pods a Job made, by the label the Job controller gives them."""
+    return list_pods(raw, namespace, f"batch.kubernetes.io/job-name={job}")
+
+
+def unschedulable_message(pod: dict[str, Any]) -> str:
+    """The PodScheduled=False condition's message ("" when there is none)."""
+    for condition in (pod.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
+            return str(condition.get("message") or "")
+    return ""
+
+
+def get_or_none(raw: RawApi, path: str) -> dict[str, Any] | None:
+    """The object at `path`, or None when it does not exist (404)."""
+    try:
+        return raw.call("GET", path)
+    except KubeError as err:
+        if err.status == 404:
+            return None
+        raise
+
+
+def hostfile(raw: RawApi, namespace: str, group: str) -> list[str]:
+    """The lines of the group's wiring ConfigMap `<group>-svc` hostfile ([] until it exists)."""
+    configmap = get_or_none(
+        raw, path_of("api", "v1", "namespaces", namespace, "configmaps", f"{group}-svc")
+    )
+    return str(((configmap or {}).get("data") or {}).get("hostfile", "")).splitlines()
+
+
+# ---- a gang's life after bind: evict, wait for the restart (tests/e2e/test_gang_lifecycle.py) ----
+
+
+def pod_path(namespace: str, name: str | None = None, *sub: str) -> str:
+    return path_of("api", "v1", "namespaces", namespace, "pods", *([name] if name else []), *sub)
+
+
+def evict(raw: RawApi, namespace: str, name: str) -> None:
+    """The Eviction API, as `kubectl drain` uses it."""
+    raw.call(
+        "POST",
+        pod_path(namespace, name, "eviction"),
+        body={
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": namespace},
+        },
+    )
+
+
+def hold_unready(raw: RawApi, namespace: str, name: str) -> None:
+    """Let a gated pod go bound but never Ready: KWOK v0.7's pod-ready stage (Running,
+    Ready; a Job's pod Succeeded) only takes pods without status.podIP, so one set
+    before the bind keeps it Pending, as a container still starting would."""
+    raw.call(
+        "PATCH",
+        pod_path(namespace, name, "status"),
+        body={"status": {"podIP": "10.250.0.1", "podIPs": [{"ip": "10.250.0.1"}]}},
+        content_type="application/merge-patch+json",
+    )
+    ungate(raw, namespace, name)
+
+
+def uids(pods: list[dict[str, Any]]) -> set[str]:
+    return {str(p["metadata"]["uid"]) for p in pods}
+
+
+def live_members(raw: RawApi, namespace: str, group: str) -> list[dict[str, Any]]:
+    return [
+        p
+        for p in list_pods(raw, namespace, f"{GROUP_LABEL}={group}")
+        if not p["metadata"].get("deletionTimestamp")
+    ]
+
+
+def events(raw: RawApi, namespace: str, reason: str) -> list[dict[str, Any]]:
+    items = raw.call("GET", path_of("api", "v1", "namespaces", namespace, "events"))["items"]
+    return [e for e in items if e.get("reason") == reason]
+
+
+def podgroup_status(raw: RawApi, namespace: str, group: str) -> dict[str, Any]:
+    return (get_podgroup(raw, namespace, group) or {}).get("status") or {}
+
+
+def lifecycle_condition(raw: RawApi, namespace: str, group: str) -> dict[str, Any]:
+    for c in podgroup_status(raw, namespace, group).get("conditions") or []:
+        if c.get("type") == "Lifecycle":
+            return dict(c)
+    return {}
+
+
+def whole_gang(raw: RawApi, namespace: str, group: str, size: int, old: set[str]) -> Any:
+    """`size` live members, none of them of `old` uids, every one bound; else falsy."""
+    pods = live_members(raw, namespace, group)
+    if len(pods) == size and not (uids(pods) & old) and len(bound(pods)) == size:
+        return pods
+    return None
+
+
+def running_gang(raw: RawApi, namespace: str, group: str, size: int, old: set[str]) -> Any:
+    """As `whole_gang`, and every member Running: the Eviction API marks only a running
+    pod with DisruptionTarget (a Pending one is deleted as is, which is no eviction)."""
+    pods = whole_gang(raw, namespace, group, size, old)
+    return pods if pods and all(p["status"].get("phase") == "Running" for p in pods) else None
+
+
+def replaced_whole(
+    raw: RawApi,
+    namespace: str,
+    group: str,
+    size: int,
+    before: list[dict[str, Any]],
+    *,
+    running: bool = False,
+    what: str = "",
+) -> list[dict[str, Any]]:
+    """Wait for `size` new members (none of `before`'s uids) bound whole (and Running)."""
+    probe = running_gang if running else whole_gang
+    found: list[dict[str, Any]] = wait_until(
+        lambda: probe(raw, namespace, group, size, uids(before)),
+        what=what or f"the {size} members of {group} replaced (new UIDs) and bound whole",
+    )
+    return found
+
+
+def restart_message(raw: RawApi, namespace: str, naming: str = "") -> str:
+    """Wait for a GangRestarted Event (naming `naming`, when given); its message."""
+    messages = wait_until(
+        lambda: [
+            e["message"] for e in events(raw, namespace, "GangRestarted") if naming in e["message"]
+        ],
+        what=f"a GangRestarted Event{f' naming {naming}' if naming else ''}",
+    )
+    return str(messages[0])
+
+
+def labelled_generation(raw: RawApi, namespace: str, group: str, generation: int) -> None:
+    """Wait until every live member carries restart generation `generation`."""
+    wait_until(
+        lambda: (
+            {
+                p["metadata"]["labels"].get(RESTART_GENERATION_LABEL)
+                for p in live_members(raw, namespace, group)
+            }
+            == {str(generation)}
+        ),
+        what=f"the members of {group} labelled with restart generation {generation}",
+    )
+
+
+def held_in_phase(raw: RawApi, namespace: str, group: str, phase: str) -> dict[str, Any]:
+    """Wait for the PodGroup's `phase` with its Lifecycle condition; the condition."""
+    condition: dict[str, Any] = wait_until(
+        lambda: (
+            podgroup_status(raw, namespace, group).get("phase") == phase
+            and lifecycle_condition(raw, namespace, group)
+        ),
+        what=f"phase {phase} with the Lifecycle condition",
+    )
+    return condition
+
+
+# ---- other schedulers' PodGroups (Volcano, scheduler-plugins) ----
+
+
+def podgroups_path(api_version: str, namespace: str, name: str | None = None) -> str:
+    """The path of PodGroups of `api_version` ("scheduling.volcano.sh/v1beta1", ...)."""
+    group, version = api_version.split("/")
+    parts = ["apis", group, version, "namespaces", namespace, "podgroups"]
+    return path_of(*parts, *([name] if name else []))
+
+
+def create_podgroup_of(
+    raw: RawApi, api_version: str, namespace: str, name: str, **spec: Any
+) -> dict[str, Any]:
+    """Create a PodGroup of another scheduler's API group with `spec`."""
+    return raw.call(
+        "POST",
+        podgroups_path(api_version, namespace),
+        body={
+            "apiVersion": api_version,
+            "kind": "PodGroup",
+            "metadata": {"name": name},
+            "spec": spec,
+        },
+    )

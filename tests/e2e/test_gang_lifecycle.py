@@ -20,64 +20,56 @@ from typing import Any
 from extender.devcluster.cluster import new_namespace
 from extender.domain.lifecycle import RESTART_GENERATION_LABEL
 from extender.domain.membership import GROUP_LABEL, SCHEDULER_NAME
-from extender.kube.rawapi import KubeError, RawApi, path_of
+from extender.kube.rawapi import RawApi, path_of
 from extender.kube.writers import podgroup_path
 from tests.e2e.gang_fixtures import (
     bound,
     create,
+    events,
+    evict,
     gang_pod,
-    get_podgroup,
-    list_pods,
+    get_or_none,
+    held_in_phase,
+    hold_unready,
+    indexed_job_of,
+    labelled_generation,
+    live_members,
+    pod_path,
     podgroup,
-    ungate,
+    podgroup_status,
+    replaced_whole,
+    restart_message,
+    running_gang,
+    uids,
     wait_until,
+    whole_gang,
 )
 
 # After the restart settles: long enough for several reconcile passes (1s each) that
 # would restart the gang a second time if one failure could.
 SETTLE_OBSERVATION_SECONDS = 6
-
-
-def pod_path(namespace: str, name: str | None = None, *sub: str) -> str:
-    return path_of("api", "v1", "namespaces", namespace, "pods", *([name] if name else []), *sub)
-
-
-def evict(raw: RawApi, namespace: str, name: str) -> None:
-    """The Eviction API, as `kubectl drain` uses it."""
-    raw.call(
-        "POST",
-        pod_path(namespace, name, "eviction"),
-        body={
-            "apiVersion": "policy/v1",
-            "kind": "Eviction",
-            "metadata": {"name": name, "namespace": namespace},
-        },
-    )
+RESTART_ON_EVICTION = [{"event": "PodEvicted", "action": "RestartJob"}]
+RESTART_ON_EVICTION_OR_FAILURE = [
+    *RESTART_ON_EVICTION,
+    {"event": "PodFailed", "action": "RestartJob"},
+]
 
 
 def indexed_job(name: str, group: str, count: int, node_selector: dict[str, str]) -> dict[str, Any]:
     # Gated: `start_held_members` lets each pod go once KWOK is kept from running it.
     template = gang_pod("unused", group, gpus=1, node_selector=node_selector, gated=True)
     template["spec"]["restartPolicy"] = "Never"
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name},
-        "spec": {
-            "completionMode": "Indexed",
-            "completions": count,
-            "parallelism": count,
-            # A restart deletes every member, marked DisruptionTarget: without this rule
-            # the Job counts each as failed and delays its replacement by its backoff.
-            "podFailurePolicy": {
-                "rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]
-            },
-            "template": {
-                "metadata": {"labels": {GROUP_LABEL: group}},
-                "spec": template["spec"],
-            },
+    return indexed_job_of(
+        name,
+        completions=count,
+        parallelism=count,
+        template={"metadata": {"labels": {GROUP_LABEL: group}}, "spec": template["spec"]},
+        # A restart deletes every member, marked DisruptionTarget: without this rule
+        # the Job counts each as failed and delays its replacement by its backoff.
+        podFailurePolicy={
+            "rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]
         },
-    }
+    )
 
 
 def deployment(
@@ -111,60 +103,13 @@ def start_held_members(raw: RawApi, namespace: str, group: str) -> None:
     for pod in live_members(raw, namespace, group):
         if not pod["spec"].get("schedulingGates"):
             continue
-        name = pod["metadata"]["name"]
-        raw.call(
-            "PATCH",
-            pod_path(namespace, name, "status"),
-            body={"status": {"podIP": "10.250.0.1", "podIPs": [{"ip": "10.250.0.1"}]}},
-            content_type="application/merge-patch+json",
-        )
-        ungate(raw, namespace, name)
+        hold_unready(raw, namespace, pod["metadata"]["name"])
 
 
 def create_in(raw: RawApi, namespace: str, obj: dict[str, Any]) -> dict[str, Any]:
     group = "batch" if obj["kind"] == "Job" else "apps"
     plural = "jobs" if obj["kind"] == "Job" else "deployments"
     return raw.call("POST", path_of("apis", group, "v1", "namespaces", namespace, plural), body=obj)
-
-
-def live_members(raw: RawApi, namespace: str, group: str) -> list[dict[str, Any]]:
-    return [
-        p
-        for p in list_pods(raw, namespace, f"{GROUP_LABEL}={group}")
-        if not p["metadata"].get("deletionTimestamp")
-    ]
-
-
-def events(raw: RawApi, namespace: str, reason: str) -> list[dict[str, Any]]:
-    items = raw.call("GET", path_of("api", "v1", "namespaces", namespace, "events"))["items"]
-    return [e for e in items if e.get("reason") == reason]
-
-
-def status(raw: RawApi, namespace: str, group: str) -> dict[str, Any]:
-    return (get_podgroup(raw, namespace, group) or {}).get("status") or {}
-
-
-def lifecycle_condition(raw: RawApi, namespace: str, group: str) -> dict[str, Any]:
-    for c in status(raw, namespace, group).get("conditions") or []:
-        if c.get("type") == "Lifecycle":
-            return dict(c)
-    return {}
-
-
-def running_gang(raw: RawApi, namespace: str, group: str, size: int, old: set[str]) -> Any:
-    """As `whole_gang`, and every member Running: the Eviction API marks only a running
-    pod with DisruptionTarget (a Pending one is deleted as is, which is no eviction)."""
-    pods = whole_gang(raw, namespace, group, size, old)
-    return pods if pods and all(p["status"].get("phase") == "Running" for p in pods) else None
-
-
-def whole_gang(raw: RawApi, namespace: str, group: str, size: int, old: set[str]) -> Any:
-    """`size` live members, none of them of `old` uids, every one bound; else falsy."""
-    pods = live_members(raw, namespace, group)
-    uids = {p["metadata"]["uid"] for p in pods}
-    if len(pods) == size and not (uids & old) and len(bound(pods)) == size:
-        return pods
-    return None
 
 
 def test_evicting_one_member_of_an_indexed_job_gang_restarts_the_whole_gang(
@@ -174,7 +119,7 @@ def test_evicting_one_member_of_an_indexed_job_gang_restarts_the_whole_gang(
     create(
         raw,
         namespace,
-        podgroup("train", 4, policies=[{"event": "PodEvicted", "action": "RestartJob"}]),
+        podgroup("train", 4, policies=RESTART_ON_EVICTION),
     )
     create_in(raw, namespace, indexed_job("train", "train", 4, pool.node_selector))
 
@@ -183,34 +128,21 @@ def test_evicting_one_member_of_an_indexed_job_gang_restarts_the_whole_gang(
         return whole_gang(raw, namespace, "train", 4, old)
 
     first = wait_until(lambda: started_whole(set()), what="the gang bound whole")
-    old = {p["metadata"]["uid"] for p in first}
+    old = uids(first)
     victim = sorted(p["metadata"]["name"] for p in first)[1]
 
     evict(raw, namespace, victim)
 
     new = wait_until(lambda: started_whole(old), what="4 new members (all new UIDs) bound whole")
-    wait_until(
-        lambda: (
-            {
-                p["metadata"]["labels"].get(RESTART_GENERATION_LABEL)
-                for p in live_members(raw, namespace, "train")
-            }
-            == {"1"}
-        ),
-        what="the new members labelled with restart generation 1",
-    )
-    assert status(raw, namespace, "train").get("restarts") == 1
-    restarted = wait_until(
-        lambda: [e for e in events(raw, namespace, "GangRestarted") if victim in e["message"]],
-        what="a GangRestarted Event naming the evicted member",
-    )
-    assert "PodEvicted" in restarted[0]["message"]
-    assert restarted[0]["type"] == "Warning"
+    labelled_generation(raw, namespace, "train", 1)
+    assert podgroup_status(raw, namespace, "train").get("restarts") == 1
+    assert "PodEvicted" in restart_message(raw, namespace, naming=victim)
+    assert {e["type"] for e in events(raw, namespace, "GangRestarted")} == {"Warning"}
     time.sleep(SETTLE_OBSERVATION_SECONDS)
-    assert status(raw, namespace, "train").get("restarts") == 1, "one eviction, two restarts"
-    assert {p["metadata"]["uid"] for p in live_members(raw, namespace, "train")} == {
-        p["metadata"]["uid"] for p in new
-    }
+    assert podgroup_status(raw, namespace, "train").get("restarts") == 1, (
+        "one eviction, two restarts"
+    )
+    assert uids(live_members(raw, namespace, "train")) == uids(new)
 
 
 def seed_shape(
@@ -227,49 +159,31 @@ def seed_shape(
 
 
 def uid_of(raw: RawApi, namespace: str, name: str) -> str | None:
-    try:
-        return str(raw.call("GET", pod_path(namespace, name))["metadata"]["uid"])
-    except KubeError as err:
-        if err.status == 404:
-            return None
-        raise
+    pod = get_or_none(raw, pod_path(namespace, name))
+    return None if pod is None else str(pod["metadata"]["uid"])
 
 
 def test_evicting_a_worker_of_the_seed_shape_recreates_the_bare_master_too(
     gang_stack, raw, namespace, gpu_nodes
 ) -> None:
     pool = gpu_nodes(2, gpus=2)
-    seed_shape(
-        raw,
-        namespace,
-        "hvd",
-        3,
-        pool,
-        policies=[{"event": "PodEvicted", "action": "RestartJob"}],
-    )
+    seed_shape(raw, namespace, "hvd", 3, pool, policies=RESTART_ON_EVICTION)
     first = wait_until(lambda: running_gang(raw, namespace, "hvd", 4, set()), what="gang running")
-    old = {p["metadata"]["uid"] for p in first}
     worker = sorted(p["metadata"]["name"] for p in first if "worker" in p["metadata"]["name"])[0]
 
     evict(raw, namespace, worker)
 
-    new = wait_until(
-        lambda: whole_gang(raw, namespace, "hvd", 4, old),
-        what="master and 3 workers replaced (all new UIDs) and bound whole",
+    new = replaced_whole(
+        raw, namespace, "hvd", 4, first, what="master and 3 workers replaced and bound whole"
     )
     master = next(p for p in new if p["metadata"]["name"] == "hvd-master")
     assert master["metadata"]["labels"][RESTART_GENERATION_LABEL] == "1"
     assert master["spec"]["schedulerName"] == SCHEDULER_NAME
-    assert status(raw, namespace, "hvd").get("restarts") == 1
-    message = wait_until(
-        lambda: [
-            e["message"] for e in events(raw, namespace, "GangRestarted") if worker in e["message"]
-        ],
-        what="a GangRestarted Event naming the evicted worker",
-    )[0]
+    assert podgroup_status(raw, namespace, "hvd").get("restarts") == 1
+    message = restart_message(raw, namespace, naming=worker)
     assert "PodEvicted" in message and "evicted" in message
     time.sleep(SETTLE_OBSERVATION_SECONDS)
-    assert status(raw, namespace, "hvd").get("restarts") == 1, "one eviction, two restarts"
+    assert podgroup_status(raw, namespace, "hvd").get("restarts") == 1, "one eviction, two restarts"
 
 
 def test_second_eviction_past_max_retry_leaves_the_group_failed_and_nothing_restarts(
@@ -282,24 +196,15 @@ def test_second_eviction_past_max_retry_leaves_the_group_failed_and_nothing_rest
         "once",
         1,
         pool,
-        policies=[{"event": "PodEvicted", "action": "RestartJob"}],
+        policies=RESTART_ON_EVICTION,
         maxRetry=1,
     )
     first = wait_until(lambda: running_gang(raw, namespace, "once", 2, set()), what="gang running")
     evict(raw, namespace, "once-master")
-    second = wait_until(
-        lambda: running_gang(raw, namespace, "once", 2, {p["metadata"]["uid"] for p in first}),
-        what="the gang restarted once and bound whole",
-    )
-    assert status(raw, namespace, "once").get("restarts") == 1
+    second = replaced_whole(raw, namespace, "once", 2, first, running=True)
+    assert podgroup_status(raw, namespace, "once").get("restarts") == 1
     # The new members carry generation 1 before they count: evict only then.
-    wait_until(
-        lambda: all(
-            p["metadata"]["labels"].get(RESTART_GENERATION_LABEL) == "1"
-            for p in live_members(raw, namespace, "once")
-        ),
-        what="the new members labelled generation 1",
-    )
+    labelled_generation(raw, namespace, "once", 1)
     master_uid = next(
         p["metadata"]["uid"] for p in second if p["metadata"]["name"] == "once-master"
     )
@@ -307,18 +212,12 @@ def test_second_eviction_past_max_retry_leaves_the_group_failed_and_nothing_rest
 
     evict(raw, namespace, worker)
 
-    condition = wait_until(
-        lambda: (
-            status(raw, namespace, "once").get("phase") == "Failed"
-            and lifecycle_condition(raw, namespace, "once")
-        ),
-        what="phase Failed with the Lifecycle condition",
-    )
+    condition = held_in_phase(raw, namespace, "once", "Failed")
     assert condition["reason"] == "RetriesExhausted"
     assert "maxRetry 1" in condition["message"] and worker in condition["message"]
     assert events(raw, namespace, "GangFailed")
     time.sleep(SETTLE_OBSERVATION_SECONDS)
-    assert status(raw, namespace, "once").get("restarts") == 1
+    assert podgroup_status(raw, namespace, "once").get("restarts") == 1
     assert uid_of(raw, namespace, "once-master") == master_uid, "the master was restarted"
 
 
@@ -351,15 +250,9 @@ def test_member_rejected_by_kubelet_admission_restarts_the_gang_as_pod_failed(
         content_type="application/merge-patch+json",
     )
 
-    wait_until(
-        lambda: whole_gang(raw, namespace, "adm", 2, {p["metadata"]["uid"] for p in first}),
-        what="both members recreated (new UIDs) and bound whole",
-    )
-    assert status(raw, namespace, "adm").get("restarts") == 1
-    message = wait_until(
-        lambda: [e["message"] for e in events(raw, namespace, "GangRestarted")],
-        what="a GangRestarted Event",
-    )[0]
+    replaced_whole(raw, namespace, "adm", 2, first)
+    assert podgroup_status(raw, namespace, "adm").get("restarts") == 1
+    message = restart_message(raw, namespace)
     assert "PodFailed" in message and "OutOfnvidia.com/gpu" in message and "adm-1" in message
 
 
@@ -382,13 +275,7 @@ def test_members_never_ready_past_the_timeout_restart_the_gang_once(
     # stage (Running, Ready) only takes pods without status.podIP, so one set before the
     # bind keeps slow-1 bound but never Ready, as a container stuck starting would.
     create(raw, namespace, gang_pod("slow-1", "slow", node_selector=pool.node_selector, gated=True))
-    raw.call(
-        "PATCH",
-        pod_path(namespace, "slow-1", "status"),
-        body={"status": {"podIP": "10.250.0.1", "podIPs": [{"ip": "10.250.0.1"}]}},
-        content_type="application/merge-patch+json",
-    )
-    ungate(raw, namespace, "slow-1")
+    hold_unready(raw, namespace, "slow-1")
     first = wait_until(lambda: whole_gang(raw, namespace, "slow", 2, set()), what="gang bound")
     assert not any(
         c.get("type") == "Ready" and c.get("status") == "True"
@@ -397,14 +284,8 @@ def test_members_never_ready_past_the_timeout_restart_the_gang_once(
         for c in p["status"].get("conditions") or []
     )
 
-    new = wait_until(
-        lambda: whole_gang(raw, namespace, "slow", 2, {p["metadata"]["uid"] for p in first}),
-        what="both members recreated after the ready timeout and bound whole",
-    )
-    message = wait_until(
-        lambda: [e["message"] for e in events(raw, namespace, "GangRestarted")],
-        what="a GangRestarted Event",
-    )[0]
+    new = replaced_whole(raw, namespace, "slow", 2, first)
+    message = restart_message(raw, namespace)
     assert "PodsNotReady" in message and "slow-1" in message
     # The recreated members become Ready (KWOK): no second restart.
     wait_until(
@@ -418,10 +299,8 @@ def test_members_never_ready_past_the_timeout_restart_the_gang_once(
         what="the new members Ready",
     )
     time.sleep(SETTLE_OBSERVATION_SECONDS)
-    assert status(raw, namespace, "slow").get("restarts") == 1
-    assert {p["metadata"]["uid"] for p in live_members(raw, namespace, "slow")} == {
-        p["metadata"]["uid"] for p in new
-    }
+    assert podgroup_status(raw, namespace, "slow").get("restarts") == 1
+    assert uids(live_members(raw, namespace, "slow")) == uids(new)
 
 
 def test_abort_job_holds_the_recreated_members_until_the_user_changes_the_podgroup(
@@ -435,17 +314,11 @@ def test_abort_job_holds_the_recreated_members_until_the_user_changes_the_podgro
     )
     create_in(raw, namespace, deployment("stop-worker", "stop", 2, pool.node_selector))
     first = wait_until(lambda: running_gang(raw, namespace, "stop", 2, set()), what="gang running")
-    old = {p["metadata"]["uid"] for p in first}
+    old = uids(first)
 
     evict(raw, namespace, first[0]["metadata"]["name"])
 
-    condition = wait_until(
-        lambda: (
-            status(raw, namespace, "stop").get("phase") == "Aborted"
-            and lifecycle_condition(raw, namespace, "stop")
-        ),
-        what="phase Aborted with the Lifecycle condition",
-    )
+    condition = held_in_phase(raw, namespace, "stop", "Aborted")
     assert (
         condition["reason"] == "Aborted" and "change or delete the PodGroup" in condition["message"]
     )
@@ -454,14 +327,14 @@ def test_abort_job_holds_the_recreated_members_until_the_user_changes_the_podgro
     held = wait_until(
         lambda: (
             len(pods := live_members(raw, namespace, "stop")) == 2
-            and not ({p["metadata"]["uid"] for p in pods} & old)
+            and not (uids(pods) & old)
             and pods
         ),
         what="the Deployment's new pods",
     )
     time.sleep(SETTLE_OBSERVATION_SECONDS)
     assert bound(live_members(raw, namespace, "stop")) == []
-    assert status(raw, namespace, "stop").get("phase") == "Aborted"
+    assert podgroup_status(raw, namespace, "stop").get("phase") == "Aborted"
 
     raw.call(
         "PATCH",
@@ -474,12 +347,10 @@ def test_abort_job_holds_the_recreated_members_until_the_user_changes_the_podgro
         lambda: whole_gang(raw, namespace, "stop", 2, old),
         what="the held members bound whole once the PodGroup changed",
     )
-    assert {p["metadata"]["uid"] for p in live_members(raw, namespace, "stop")} == {
-        p["metadata"]["uid"] for p in held
-    }
+    assert uids(live_members(raw, namespace, "stop")) == uids(held)
     assert events(raw, namespace, "GangReleased")
     wait_until(
-        lambda: status(raw, namespace, "stop").get("phase") in ("Scheduled", "Running"),
+        lambda: podgroup_status(raw, namespace, "stop").get("phase") in ("Scheduled", "Running"),
         what="the PodGroup's phase back to Scheduled/Running",
     )
 
@@ -502,25 +373,18 @@ def test_annotation_declared_group_restarts_by_its_policies_annotation(
         )
     first = wait_until(lambda: running_gang(raw, namespace, "anno", 2, set()), what="gang running")
     wait_until(
-        lambda: "restarts" in status(raw, namespace, "anno"),
+        lambda: "restarts" in podgroup_status(raw, namespace, "anno"),
         what="the created PodGroup counting restarts",
     )
 
     evict(raw, namespace, "anno-0")
 
-    new = wait_until(
-        lambda: whole_gang(raw, namespace, "anno", 2, {p["metadata"]["uid"] for p in first}),
-        what="both members recreated (new UIDs) and bound whole",
-    )
+    new = replaced_whole(raw, namespace, "anno", 2, first)
     assert {p["metadata"]["labels"].get(RESTART_GENERATION_LABEL) for p in new} == {"1"}
     assert {p["metadata"]["annotations"]["gang-extender.io/policies"] for p in new} == {
         annotations["gang-extender.io/policies"]
     }
-    message = wait_until(
-        lambda: [e["message"] for e in events(raw, namespace, "GangRestarted")],
-        what="a GangRestarted Event",
-    )[0]
-    assert "PodEvicted" in message and "anno-0" in message
+    assert "PodEvicted" in restart_message(raw, namespace, naming="anno-0")
 
 
 def test_deleting_the_namespace_of_a_gang_whose_nodes_are_gone_restarts_nothing(
@@ -531,17 +395,7 @@ def test_deleting_the_namespace_of_a_gang_whose_nodes_are_gone_restarts_nothing(
     # namespace is terminating: nothing may be restarted or created there (a 403).
     namespace = new_namespace(api, "ns-deleted")  # not the fixture's: deleted here
     pool = gpu_nodes(2, gpus=2)
-    seed_shape(
-        raw,
-        namespace,
-        "hvd",
-        3,
-        pool,
-        policies=[
-            {"event": "PodEvicted", "action": "RestartJob"},
-            {"event": "PodFailed", "action": "RestartJob"},
-        ],
-    )
+    seed_shape(raw, namespace, "hvd", 3, pool, policies=RESTART_ON_EVICTION_OR_FAILURE)
     wait_until(lambda: running_gang(raw, namespace, "hvd", 4, set()), what="gang running")
     log_path = gang_stack.service.log_path
     seen_before = log_path.stat().st_size
@@ -550,17 +404,12 @@ def test_deleting_the_namespace_of_a_gang_whose_nodes_are_gone_restarts_nothing(
         raw.call("DELETE", path_of("api", "v1", "nodes", node))
     raw.call("DELETE", path_of("api", "v1", "namespaces", namespace))
 
-    def namespace_gone() -> bool:
-        try:
-            raw.call("GET", path_of("api", "v1", "namespaces", namespace))
-        except KubeError as err:
-            if err.status == 404:
-                return True
-            raise
-        return False
-
     # PodGC waits out its quarantine of orphaned pods (40 s) before it deletes them.
-    wait_until(namespace_gone, timeout=300, what=f"namespace {namespace} deleted with its gang")
+    wait_until(
+        lambda: get_or_none(raw, path_of("api", "v1", "namespaces", namespace)) is None,
+        timeout=300,
+        what=f"namespace {namespace} deleted with its gang",
+    )
     time.sleep(SETTLE_OBSERVATION_SECONDS)  # a late restart or recreate would log by now
     with open(log_path, encoding="utf-8", errors="replace") as log:
         log.seek(seen_before)

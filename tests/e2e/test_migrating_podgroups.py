@@ -26,9 +26,11 @@ from extender.kube.rawapi import KubeError, RawApi, path_of
 from tests.e2e.gang_fixtures import (
     bound,
     create,
+    create_podgroup_of,
     gang_pod,
     list_pods,
     podgroup,
+    podgroups_path,
     ungate,
     wait_until,
 )
@@ -43,12 +45,6 @@ def install_crd(raw: RawApi, path: Path) -> None:
     for doc in load_yaml_documents(path):
         apply_object(raw, doc)
         wait_crd_established(raw, doc["metadata"]["name"])
-
-
-def podgroups(api_version: str, namespace: str, name: str | None = None) -> str:
-    group, version = api_version.split("/")
-    parts = ["apis", group, version, "namespaces", namespace, "podgroups"]
-    return path_of(*parts, *([name] if name else []))
 
 
 def _scheduled_message(pod: dict[str, Any]) -> str:
@@ -81,20 +77,15 @@ def test_a_volcano_podgroup_sizes_its_annotated_pods_and_they_are_bound_together
     install_crd(raw, VOLCANO_CRD)
     pool = gpu_nodes(2, gpus=2)
     api = "scheduling.volcano.sh/v1beta1"
-    raw.call(
-        "POST",
-        podgroups(api, namespace),
-        body={
-            "apiVersion": api,
-            "kind": "PodGroup",
-            "metadata": {"name": "train"},
-            "spec": {
-                "minMember": 4,
-                "minTaskMember": {"master": 1, "worker": 3},
-                "queue": "default",
-                "minResources": {"nvidia.com/gpu": "4"},
-            },
-        },
+    create_podgroup_of(
+        raw,
+        api,
+        namespace,
+        "train",
+        minMember=4,
+        minTaskMember={"master": 1, "worker": 3},
+        queue="default",
+        minResources={"nvidia.com/gpu": "4"},
     )
     # Three of four: none may start, and the wait names Volcano's PodGroup as the size.
     create(raw, namespace, volcano_pod("train-master-0", "train", "master", pool.node_selector))
@@ -113,7 +104,9 @@ def test_a_volcano_podgroup_sizes_its_annotated_pods_and_they_are_bound_together
     assert "spec.minMember of Volcano PodGroup train" in waiting[0]["message"]
     assert bound(list_pods(raw, namespace)) == []
     volcano_pg = wait_until(
-        lambda: (pg := raw.call("GET", podgroups(api, namespace, "train"))).get("status") and pg,
+        lambda: (
+            (pg := raw.call("GET", podgroups_path(api, namespace, "train"))).get("status") and pg
+        ),
         what="status written to the Volcano PodGroup",
     )
     assert volcano_pg["status"]["phase"] == "Pending"
@@ -140,7 +133,9 @@ def test_a_volcano_podgroup_sizes_its_annotated_pods_and_they_are_bound_together
     )
     running = wait_until(
         lambda: (
-            (pg := raw.call("GET", podgroups(api, namespace, "train")))["status"].get("running")
+            (pg := raw.call("GET", podgroups_path(api, namespace, "train")))["status"].get(
+                "running"
+            )
             == 4
             and pg
         ),
@@ -168,16 +163,22 @@ def test_a_scheduler_plugins_podgroup_shows_its_gang_moving_in_kubectl_get(
     install_crd(raw, COSCHEDULING_CRD)
     pool = gpu_nodes(1, gpus=4)
     api = "scheduling.x-k8s.io/v1alpha1"
-    raw.call(
-        "POST",
-        podgroups(api, namespace),
-        body={
-            "apiVersion": api,
-            "kind": "PodGroup",
-            "metadata": {"name": "mpi"},
-            "spec": {"minMember": 3},
-        },
-    )
+    create_podgroup_of(raw, api, namespace, "mpi", minMember=3)
+
+    def shown_in_phase(phase: str) -> dict[str, str]:
+        row: dict[str, str] = wait_until(
+            lambda: (
+                (
+                    got := kubectl_get(
+                        cluster, bin_dir, namespace, "podgroups.scheduling.x-k8s.io/mpi"
+                    )
+                ).get("PHASE")
+                == phase
+                and got
+            ),
+            what=f"kubectl get to show the scheduler-plugins PodGroup {phase}",
+        )
+        return row
 
     def member(i: int) -> dict[str, Any]:
         pod = gang_pod(f"mpi-{i}", "", gpus=1, node_selector=pool.node_selector)
@@ -186,33 +187,15 @@ def test_a_scheduler_plugins_podgroup_shows_its_gang_moving_in_kubectl_get(
 
     for i in range(2):
         create(raw, namespace, member(i))
-    pending = wait_until(
-        lambda: (
-            (
-                row := kubectl_get(cluster, bin_dir, namespace, "podgroups.scheduling.x-k8s.io/mpi")
-            ).get("PHASE")
-            == "Pending"
-            and row
-        ),
-        what="kubectl get to show the scheduler-plugins PodGroup Pending",
-    )
+    pending = shown_in_phase("Pending")
     assert (pending["MINMEMBER"], pending["RUNNING"]) == ("3", "0")
-    status = raw.call("GET", podgroups(api, namespace, "mpi"))["status"]
+    status = raw.call("GET", podgroups_path(api, namespace, "mpi"))["status"]
     assert "scheduleStartTime" not in status, "a gang still waiting has not started scheduling"
 
     create(raw, namespace, member(2))
-    running = wait_until(
-        lambda: (
-            (
-                row := kubectl_get(cluster, bin_dir, namespace, "podgroups.scheduling.x-k8s.io/mpi")
-            ).get("PHASE")
-            == "Running"
-            and row
-        ),
-        what="kubectl get to show the scheduler-plugins PodGroup Running",
-    )
+    running = shown_in_phase("Running")
     assert (running["RUNNING"], running["SUCCEEDED"], running["FAILED"]) == ("3", "0", "0")
-    status = raw.call("GET", podgroups(api, namespace, "mpi"))["status"]
+    status = raw.call("GET", podgroups_path(api, namespace, "mpi"))["status"]
     assert status["running"] == 3 and status["scheduleStartTime"]
     assert len(bound(list_pods(raw, namespace))) == 3
 
@@ -224,39 +207,28 @@ def test_a_scheduler_plugins_podgroup_of_another_scheduler_is_left_alone(
     install_crd(raw, COSCHEDULING_CRD)
     pool = gpu_nodes(1, gpus=2)
     api = "scheduling.x-k8s.io/v1alpha1"
-    raw.call(
-        "POST",
-        podgroups(api, namespace),
-        body={"apiVersion": api, "kind": "PodGroup", "metadata": {"name": "theirs"}, "spec": {}},
-    )
+    create_podgroup_of(raw, api, namespace, "theirs")
     pod = gang_pod("theirs-0", "", node_selector=pool.node_selector, scheduler="default-scheduler")
     pod["metadata"]["labels"] = {COSCHEDULING_LABEL: "theirs"}
     create(raw, namespace, pod)
     wait_until(lambda: bound(list_pods(raw, namespace)), what="the default scheduler to bind it")
     # A group of ours in the same namespace gets status: once it has, the reconciler
     # has looked at this namespace's groups, and the other one must still have none.
-    raw.call(
-        "POST",
-        podgroups(api, namespace),
-        body={
-            "apiVersion": api,
-            "kind": "PodGroup",
-            "metadata": {"name": "ours"},
-            "spec": {"minMember": 1},
-        },
-    )
+    create_podgroup_of(raw, api, namespace, "ours", minMember=1)
     ours = gang_pod("ours-0", "", node_selector=pool.node_selector, scheduler=SCHEDULER_NAME)
     ours["metadata"]["labels"] = {COSCHEDULING_LABEL: "ours"}
     create(raw, namespace, ours)
     wait_until(
         lambda: (
-            (raw.call("GET", podgroups(api, namespace, "ours")).get("status") or {}).get("phase")
+            (raw.call("GET", podgroups_path(api, namespace, "ours")).get("status") or {}).get(
+                "phase"
+            )
             == "Running"
         ),
         what="status on the PodGroup of this scheduler's pod",
     )
     try:
-        theirs = raw.call("GET", podgroups(api, namespace, "theirs"))
+        theirs = raw.call("GET", podgroups_path(api, namespace, "theirs"))
     except KubeError as err:  # pragma: no cover - the object was created above
         pytest.fail(f"PodGroup theirs vanished: {err}")
     assert not theirs.get("status"), theirs.get("status")
@@ -268,16 +240,7 @@ def test_a_volcano_podgroup_and_ours_of_one_name_that_disagree_hold_the_job_nami
     install_crd(raw, VOLCANO_CRD)
     pool = gpu_nodes(1, gpus=4)
     api = "scheduling.volcano.sh/v1beta1"
-    raw.call(
-        "POST",
-        podgroups(api, namespace),
-        body={
-            "apiVersion": api,
-            "kind": "PodGroup",
-            "metadata": {"name": "twice"},
-            "spec": {"minMember": 3},
-        },
-    )
+    create_podgroup_of(raw, api, namespace, "twice", minMember=3)
     create(raw, namespace, podgroup("twice", 2))
     # Gated: were the Volcano CRD new to the service (this test alone), ours would be
     # the only PodGroup it knows until it looks again; the gate keeps them unbound

@@ -29,15 +29,26 @@ import pytest
 from kubernetes import client as k8s
 
 from extender.devcluster.cluster import LocalCluster, binary_version, new_namespace
-from extender.devcluster.nodes import add_gpu_nodes, wait_for_nodes_ready
 from extender.devcluster.stack import SYSTEM_NAMESPACE, GangStack, apply_object
 from extender.domain.membership import (
     INJECT_NAMESPACE_LABEL,
     PLANNED_NODE_ANNOTATION,
     SCHEDULER_NAME,
 )
-from extender.kube.rawapi import KubeError, RawApi, path_of
-from tests.e2e.gang_fixtures import bound, parse_status_table, wait_until
+from extender.kube.rawapi import RawApi, path_of
+from tests.e2e.gang_fixtures import (
+    bound,
+    get_or_none,
+    gpu_indexed_job,
+    gpu_pool_for,
+    hostfile,
+    job_pods,
+    minor_version,
+    own_control_plane,
+    parse_status_table,
+    unschedulable_message,
+    wait_until,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -51,29 +62,19 @@ MEMBERS = 4  # two nodes of 4 GPUs hold the gang exactly
 WIRED_ENV = {"VC_TASK_INDEX", "VC_WORKER_HOSTS", "VC_WORKER_NUM", "GANG_NUM_SLOTS"}
 
 
-def _minor(version: str) -> int:
-    found = re.match(r"v1\.(\d+)\.", version)
-    return int(found.group(1)) if found else 0
-
-
 @pytest.fixture(scope="module")
 def workload_cluster(
     bin_dir: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[LocalCluster]:
     version = binary_version(bin_dir)
-    if _minor(version) < 37:
+    if minor_version(version) < 37:
         pytest.skip(f"the v1beta1 Workload API is 1.37's; this control plane is {version}")
-    cluster = LocalCluster(
+    yield from own_control_plane(
         tmp_path_factory.mktemp("workload-cluster"),
         bin_dir,
         feature_gates={"kube-apiserver": {GATE: True}, "kube-controller-manager": {GATE: True}},
         runtime_config=[RUNTIME_CONFIG],
     )
-    cluster.start()
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
 
 
 @pytest.fixture(scope="module")
@@ -90,12 +91,7 @@ def wl_raw(wl_api: k8s.ApiClient) -> RawApi:
 @pytest.fixture
 def pool(wl_api: k8s.ApiClient, request: pytest.FixtureRequest) -> dict[str, str]:
     """Two fresh 4-GPU nodes for one test; the node selector that keeps its pods there."""
-    name = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower())[:20].strip("-")
-    names = add_gpu_nodes(
-        wl_api, 2, gpus=GPUS_PER_NODE, labels={POOL_LABEL: name}, name_prefix=f"gpu-{name}"
-    )
-    wait_for_nodes_ready(wl_api, names)
-    return {POOL_LABEL: name}
+    return gpu_pool_for(wl_api, request, gpus=GPUS_PER_NODE, label=POOL_LABEL)
 
 
 @pytest.fixture
@@ -117,34 +113,17 @@ def indexed_job(
 ) -> dict[str, Any]:
     """An Indexed Job of MEMBERS completions whose pods name `group` only through
     spec.schedulingGroup: no gang-extender label or annotation anywhere."""
-    spec: dict[str, Any] = {
-        "schedulingGroup": {"podGroupName": group},
-        "restartPolicy": "Never",
-        "nodeSelector": node_selector,
-        "containers": [
-            {
-                "name": "train",
-                "image": "registry.example/train:1",
-                "resources": {
-                    "requests": {"cpu": "100m", "nvidia.com/gpu": GPUS_PER_MEMBER},
-                    "limits": {"nvidia.com/gpu": GPUS_PER_MEMBER},
-                },
-            }
-        ],
-    }
+    spec: dict[str, Any] = {"schedulingGroup": {"podGroupName": group}}
     if scheduler is not None:
         spec["schedulerName"] = scheduler
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name},
-        "spec": {
-            "completionMode": "Indexed",
-            "completions": MEMBERS,
-            "parallelism": parallelism,
-            "template": {"spec": spec},
-        },
-    }
+    return gpu_indexed_job(
+        name,
+        completions=MEMBERS,
+        parallelism=parallelism,
+        gpus=GPUS_PER_MEMBER,
+        node_selector=node_selector,
+        **spec,
+    )
 
 
 def create_in(raw: RawApi, namespace: str, obj: dict[str, Any]) -> dict[str, Any]:
@@ -161,37 +140,6 @@ def scale_job(raw: RawApi, namespace: str, name: str, parallelism: int) -> None:
         body={"spec": {"parallelism": parallelism}},
         content_type="application/merge-patch+json",
     )
-
-
-def job_pods(raw: RawApi, namespace: str, job: str) -> list[dict[str, Any]]:
-    query = {"labelSelector": f"batch.kubernetes.io/job-name={job}"}
-    items: list[dict[str, Any]] = raw.call(
-        "GET", path_of("api", "v1", "namespaces", namespace, "pods"), query=query
-    )["items"]
-    return items
-
-
-def unschedulable_message(pod: dict[str, Any]) -> str:
-    for condition in (pod.get("status") or {}).get("conditions") or []:
-        if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
-            return str(condition.get("message") or "")
-    return ""
-
-
-def get_or_none(raw: RawApi, path: str) -> dict[str, Any] | None:
-    try:
-        return raw.call("GET", path)
-    except KubeError as err:
-        if err.status == 404:
-            return None
-        raise
-
-
-def hostfile(raw: RawApi, namespace: str, group: str) -> list[str]:
-    configmap = get_or_none(
-        raw, path_of("api", "v1", "namespaces", namespace, "configmaps", f"{group}-svc")
-    )
-    return ((configmap or {}).get("data") or {}).get("hostfile", "").splitlines()
 
 
 def assert_wired(raw: RawApi, namespace: str, group: str, pods: list[dict[str, Any]]) -> None:

@@ -28,7 +28,6 @@ import pytest
 from kubernetes import client as k8s
 
 from extender.devcluster.cluster import LocalCluster, binary_version, new_namespace
-from extender.devcluster.nodes import add_gpu_nodes, wait_for_nodes_ready
 from extender.devcluster.stack import GangStack
 from extender.domain.membership import (
     GROUP_LABEL,
@@ -36,8 +35,18 @@ from extender.domain.membership import (
     PLANNED_NODE_ANNOTATION,
     SCHEDULER_NAME,
 )
-from extender.kube.rawapi import KubeError, RawApi, path_of
-from tests.e2e.gang_fixtures import bound, wait_until
+from extender.kube.rawapi import RawApi, path_of
+from tests.e2e.gang_fixtures import (
+    bound,
+    gpu_indexed_job,
+    gpu_pool_for,
+    hostfile,
+    job_pods,
+    minor_version,
+    own_control_plane,
+    unschedulable_message,
+    wait_until,
+)
 
 GATE = "GenericWorkload"
 RUNTIME_CONFIG = "scheduling.k8s.io/v1alpha1=true"
@@ -48,30 +57,20 @@ GPUS_PER_MEMBER = 2
 MEMBERS = 4  # two nodes of 4 GPUs hold the gang exactly
 
 
-def _minor(version: str) -> int:
-    found = re.match(r"v1\.(\d+)\.", version)
-    return int(found.group(1)) if found else 0
-
-
 @pytest.fixture(scope="module")
 def cluster_135(bin_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     version = binary_version(bin_dir)
-    if _minor(version) != 35:
+    if minor_version(version) != 35:
         pytest.skip(
             f"spec.workloadRef and the v1alpha1 Workload are Kubernetes 1.35's shape of the "
             f"Workload API; this control plane is {version} (run with K8S_VERSION=v1.35.4)"
         )
-    cluster = LocalCluster(
+    yield from own_control_plane(
         tmp_path_factory.mktemp("workload-135"),
         bin_dir,
         feature_gates={"kube-apiserver": {GATE: True}},
         runtime_config=[RUNTIME_CONFIG],
     )
-    cluster.start()
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
 
 
 @pytest.fixture(scope="module")
@@ -88,12 +87,7 @@ def raw_135(api_135: k8s.ApiClient) -> RawApi:
 @pytest.fixture
 def pool(api_135: k8s.ApiClient, request: pytest.FixtureRequest) -> dict[str, str]:
     """Two fresh 4-GPU nodes for one test; the node selector that keeps its pods there."""
-    name = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower())[:20].strip("-")
-    names = add_gpu_nodes(
-        api_135, 2, gpus=GPUS_PER_NODE, labels={POOL_LABEL: name}, name_prefix=f"gpu-{name}"
-    )
-    wait_for_nodes_ready(api_135, names)
-    return {POOL_LABEL: name}
+    return gpu_pool_for(api_135, request, gpus=GPUS_PER_NODE, label=POOL_LABEL)
 
 
 def workload(name: str, pod_group: str, min_count: int) -> dict[str, Any]:
@@ -110,61 +104,15 @@ def indexed_job(
 ) -> dict[str, Any]:
     """An Indexed Job of MEMBERS completions whose pods name their gang only through
     spec.workloadRef: no gang-extender label or annotation anywhere."""
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name},
-        "spec": {
-            "completionMode": "Indexed",
-            "completions": MEMBERS,
-            "parallelism": parallelism,
-            "template": {
-                "spec": {
-                    "schedulerName": SCHEDULER_NAME,
-                    "workloadRef": {"name": workload, "podGroup": pod_group},
-                    "restartPolicy": "Never",
-                    "nodeSelector": node_selector,
-                    "containers": [
-                        {
-                            "name": "train",
-                            "image": "registry.example/train:1",
-                            "resources": {
-                                "requests": {"cpu": "100m", "nvidia.com/gpu": GPUS_PER_MEMBER},
-                                "limits": {"nvidia.com/gpu": GPUS_PER_MEMBER},
-                            },
-                        }
-                    ],
-                }
-            },
-        },
-    }
-
-
-def job_pods(raw: RawApi, namespace: str, job: str) -> list[dict[str, Any]]:
-    query = {"labelSelector": f"batch.kubernetes.io/job-name={job}"}
-    items: list[dict[str, Any]] = raw.call(
-        "GET", path_of("api", "v1", "namespaces", namespace, "pods"), query=query
-    )["items"]
-    return items
-
-
-def unschedulable_message(pod: dict[str, Any]) -> str:
-    for condition in (pod.get("status") or {}).get("conditions") or []:
-        if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
-            return str(condition.get("message") or "")
-    return ""
-
-
-def hostfile(raw: RawApi, namespace: str, group: str) -> list[str]:
-    try:
-        configmap = raw.call(
-            "GET", path_of("api", "v1", "namespaces", namespace, "configmaps", f"{group}-svc")
-        )
-    except KubeError as err:
-        if err.status == 404:
-            return []
-        raise
-    return str((configmap.get("data") or {}).get("hostfile", "")).splitlines()
+    return gpu_indexed_job(
+        name,
+        completions=MEMBERS,
+        parallelism=parallelism,
+        gpus=GPUS_PER_MEMBER,
+        node_selector=node_selector,
+        schedulerName=SCHEDULER_NAME,
+        workloadRef={"name": workload, "podGroup": pod_group},
+    )
 
 
 def test_a_job_naming_only_a_135_workload_is_held_then_bound_whole_by_gang_extender(

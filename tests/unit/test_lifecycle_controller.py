@@ -140,13 +140,7 @@ async def test_an_eviction_restarts_every_member_status_first_then_recreates_bar
 async def test_a_plain_delete_is_the_owners_and_restarts_nothing(
     service: GangService, raw: FakeRaw
 ) -> None:
-    observe(
-        service,
-        "podgroups",
-        make_podgroup("job", 2, policies=[{"event": "PodEvicted", "action": "RestartJob"}]),
-    )
-    observe(service, "pods", running("w0"), running("w1"))
-    await service.reconciler.reconcile_group(GROUP)
+    await gang_running(service)
     service.state.on_event("pods", "DELETED", running("w1"))
     await service.reconciler.reconcile_group(GROUP)
     await settle(service)
@@ -199,6 +193,17 @@ async def test_an_aborted_group_is_released_when_its_podgroup_changes(
     assert raw.status_patches("job")[-1]["phase"] != "Aborted"
 
 
+async def gang_running(service: GangService) -> None:
+    """Members w0 and w1 running, their PodGroup restarting the gang on PodEvicted."""
+    observe(
+        service,
+        "podgroups",
+        make_podgroup("job", 2, policies=[{"event": "PodEvicted", "action": "RestartJob"}]),
+    )
+    observe(service, "pods", running("w0"), running("w1"))
+    await service.reconciler.reconcile_group(GROUP)
+
+
 def gc_deleted(pod: dict[str, Any]) -> dict[str, Any]:
     """The member as PodGC leaves it: DisruptionTarget reason DeletionByPodGC."""
     gone = evicted(pod)
@@ -221,13 +226,7 @@ async def test_a_member_deleted_by_podgc_restarts_the_gang_as_an_eviction(
     service: GangService, raw: FakeRaw
 ) -> None:
     # PodGC deletes pods of a node that is gone: a node failure, so PodEvicted.
-    observe(
-        service,
-        "podgroups",
-        make_podgroup("job", 2, policies=[{"event": "PodEvicted", "action": "RestartJob"}]),
-    )
-    observe(service, "pods", running("w0"), running("w1"))
-    await service.reconciler.reconcile_group(GROUP)
+    await gang_running(service)
     service.state.on_event("pods", "DELETED", gc_deleted(running("w1")))
     await service.reconciler.reconcile_group(GROUP)
     await settle(service)
@@ -238,13 +237,7 @@ async def test_a_member_deleted_by_podgc_restarts_the_gang_as_an_eviction(
 async def test_deleting_the_namespace_of_a_gang_restarts_nothing(
     service: GangService, raw: FakeRaw
 ) -> None:
-    observe(
-        service,
-        "podgroups",
-        make_podgroup("job", 2, policies=[{"event": "PodEvicted", "action": "RestartJob"}]),
-    )
-    observe(service, "pods", running("w0"), running("w1"))
-    await service.reconciler.reconcile_group(GROUP)
+    await gang_running(service)
     service.state.on_event("namespaces", "MODIFIED", terminating_namespace())
     assert service.state.terminating("default")
     service.state.on_event("pods", "DELETED", gc_deleted(running("w1")))
@@ -261,13 +254,7 @@ async def test_deleting_the_namespace_of_a_gang_restarts_nothing(
 async def test_a_restart_asks_the_api_server_when_the_namespace_watch_lags(
     service: GangService, raw: FakeRaw, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    observe(
-        service,
-        "podgroups",
-        make_podgroup("job", 2, policies=[{"event": "PodEvicted", "action": "RestartJob"}]),
-    )
-    observe(service, "pods", running("w0"), running("w1"))
-    await service.reconciler.reconcile_group(GROUP)
+    await gang_running(service)
     answer_of = raw.call
     asked: list[Any] = []
 
@@ -303,13 +290,7 @@ async def test_a_recreate_refused_by_a_terminating_namespace_is_no_error(
             )
 
     raw.hook = namespace_goes_away
-    observe(
-        service,
-        "podgroups",
-        make_podgroup("job", 2, policies=[{"event": "PodEvicted", "action": "RestartJob"}]),
-    )
-    observe(service, "pods", running("w0"), running("w1"))
-    await service.reconciler.reconcile_group(GROUP)
+    await gang_running(service)
     service.state.on_event("pods", "MODIFIED", evicted(running("w1")))
     await service.reconciler.reconcile_group(GROUP)
     await settle(service)

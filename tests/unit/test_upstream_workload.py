@@ -15,21 +15,19 @@ import pytest
 from pydantic import ValidationError
 
 from extender.config import Settings
-from extender.controller.cluster_state import ClusterState
 from extender.domain import membership as m
-from extender.domain.gang import GangCore, Timeouts
 from extender.domain.model import (
     UPSTREAM_PODGROUP_SOURCE,
     GroupSpec,
     PodInfo,
     upstream_podgroup_spec,
 )
-from extender.domain.policy import Policy
 from extender.injection.admission import AdmissionDenied, pod_group
-from extender.kube.cache import UPSTREAM_PODGROUPS, CacheSink, Watcher
+from extender.kube.cache import UPSTREAM_PODGROUPS, Watcher
 from extender.kube.rawapi import KubeError
 from extender.metrics import Metrics
 from extender.service import EXTENDER, METRICS, WEBHOOK, listeners
+from tests.builders import ImmediateLoop, PageNamesSink, make_cluster_state, spec_member
 
 # kube-apiserver v1.37.2's answer to creating this PodGroup (managedFields left out).
 SERVED_PODGROUP: dict[str, Any] = {
@@ -52,14 +50,7 @@ SERVED_PODGROUP: dict[str, Any] = {
 
 
 def upstream_pod(name: str, group: object, **labels: str) -> dict[str, Any]:
-    return {
-        "metadata": {"name": name, "namespace": "ml", "uid": name, "labels": labels},
-        "spec": {
-            "schedulerName": m.SCHEDULER_NAME,
-            "schedulingGroup": {"podGroupName": group},
-            "containers": [{"name": "main", "resources": {"requests": {"cpu": "1"}}}],
-        },
-    }
+    return spec_member(name, labels=labels, schedulingGroup={"podGroupName": group})
 
 
 def upstream_podgroup(name: str, policy: object) -> dict[str, Any]:
@@ -206,13 +197,8 @@ def test_a_podgroup_as_the_api_server_returns_it() -> None:
 # ---- the cluster state and the snapshot ----
 
 
-def new_state() -> ClusterState:
-    core = GangCore(policy=Policy(), timeouts=Timeouts(60, 30, 2))
-    return ClusterState(core, flush_effects=lambda: None, metrics=Metrics())
-
-
 def test_an_upstream_podgroup_sizes_the_group_of_its_pods_and_goes_with_its_deletion() -> None:
-    state = new_state()
+    state = make_cluster_state()
     key = m.GroupKey("ml", "train")
     state.on_page(UPSTREAM_PODGROUPS.kind, [SERVED_PODGROUP], True, True)
     state.on_event("pods", "ADDED", upstream_pod("w-0", "train"))
@@ -226,7 +212,7 @@ def test_an_upstream_podgroup_sizes_the_group_of_its_pods_and_goes_with_its_dele
 
 
 def test_a_relist_without_the_podgroup_forgets_it() -> None:
-    state = new_state()
+    state = make_cluster_state()
     key = m.GroupKey("ml", "train")
     state.on_page(UPSTREAM_PODGROUPS.kind, [SERVED_PODGROUP], True, True)
     state.on_page(UPSTREAM_PODGROUPS.kind, [], True, True)
@@ -234,7 +220,7 @@ def test_a_relist_without_the_podgroup_forgets_it() -> None:
 
 
 def test_our_podgroup_and_an_upstream_one_of_the_same_name_that_disagree_hold_the_group() -> None:
-    state = new_state()
+    state = make_cluster_state()
     key = m.GroupKey("ml", "train")
     ours = {
         "apiVersion": "scheduling.gang-extender.io/v1alpha1",
@@ -253,7 +239,7 @@ def test_our_podgroup_and_an_upstream_one_of_the_same_name_that_disagree_hold_th
 
 
 def test_our_podgroup_and_an_upstream_one_that_agree_are_one_group() -> None:
-    state = new_state()
+    state = make_cluster_state()
     key = m.GroupKey("ml", "train")
     ours = {
         "apiVersion": "scheduling.gang-extender.io/v1alpha1",
@@ -268,22 +254,6 @@ def test_our_podgroup_and_an_upstream_one_that_agree_are_one_group() -> None:
 
 
 # ---- the watch cache finds the served version ----
-
-
-class ImmediateLoop:
-    def call_soon_threadsafe(self, fn: Any, *args: Any) -> None:
-        fn(*args)
-
-
-class RecordingSink(CacheSink):
-    def __init__(self) -> None:
-        self.pages: list[list[str]] = []
-
-    def on_page(self, kind: str, items: list[dict[str, Any]], first: bool, last: bool) -> None:
-        self.pages.append([i["metadata"]["name"] for i in items])
-
-    def on_event(self, kind: str, event_type: str, obj: dict[str, Any]) -> None:
-        pass
 
 
 class VersionedApi:
@@ -316,7 +286,7 @@ class VersionedApi:
 def test_the_cache_lists_and_watches_the_first_served_version() -> None:
     v1alpha2 = "/apis/scheduling.k8s.io/v1alpha2/podgroups"
     api = VersionedApi(served=(v1alpha2,))
-    sink = RecordingSink()
+    sink = PageNamesSink()
     watcher = Watcher(api, UPSTREAM_PODGROUPS, sink, ImmediateLoop(), Metrics())  # type: ignore[arg-type]
     watcher.start()
     assert api.watching.wait(10)
@@ -330,7 +300,7 @@ def test_the_cache_lists_and_watches_the_first_served_version() -> None:
 @pytest.mark.parametrize("status", [404, 403], ids=["not served", "not permitted"])
 def test_a_cluster_without_the_api_is_synced_with_nothing_read(status: int) -> None:
     api = VersionedApi(served=(), refuse=status)
-    sink = RecordingSink()
+    sink = PageNamesSink()
     watcher = Watcher(api, UPSTREAM_PODGROUPS, sink, ImmediateLoop(), Metrics())  # type: ignore[arg-type]
     watcher.start()
     assert watcher.synced.wait(10)
@@ -381,7 +351,7 @@ def test_listed_items_get_the_apiversion_and_kind_of_their_list() -> None:
             }
 
     api = ListApi(served=())
-    watcher = Watcher(api, UPSTREAM_PODGROUPS, RecordingSink(), ImmediateLoop(), Metrics())  # type: ignore[arg-type]
+    watcher = Watcher(api, UPSTREAM_PODGROUPS, PageNamesSink(), ImmediateLoop(), Metrics())  # type: ignore[arg-type]
     watcher.start()
     assert api.watching.wait(10)
     watcher.stop()

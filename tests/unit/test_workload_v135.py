@@ -19,19 +19,18 @@ import yaml
 from extender.controller.cluster_state import ClusterState
 from extender.domain import membership as m
 from extender.domain.foreign_podgroups import pick_podgroup
-from extender.domain.gang import GangCore, Timeouts
 from extender.domain.model import (
     UPSTREAM_WORKLOAD_SOURCE,
     GroupSpec,
     PodInfo,
     upstream_workload_spec,
 )
-from extender.domain.policy import Policy
 from extender.domain.status import _waiting_message
 from extender.injection.admission import AdmissionDenied, pod_group
-from extender.kube.cache import UPSTREAM_WORKLOADS, CacheSink, Watcher
+from extender.kube.cache import UPSTREAM_WORKLOADS, Watcher
 from extender.kube.rawapi import KubeError
 from extender.metrics import Metrics
+from tests.builders import ImmediateLoop, PageNamesSink, make_cluster_state, spec_member
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -50,14 +49,7 @@ def gang(name: str, min_count: object) -> dict[str, Any]:
 
 
 def ref_pod(name: str, ref: object, **annotations: str) -> dict[str, Any]:
-    return {
-        "metadata": {"name": name, "namespace": "ml", "uid": name, "annotations": annotations},
-        "spec": {
-            "schedulerName": m.SCHEDULER_NAME,
-            "workloadRef": ref,
-            "containers": [{"name": "main", "resources": {"requests": {"cpu": "1"}}}],
-        },
-    }
+    return spec_member(name, annotations=annotations, workloadRef=ref)
 
 
 # ---- the pod's spec.workloadRef ----
@@ -342,11 +334,6 @@ def test_a_short_gang_says_where_its_size_comes_from() -> None:
 # ---- the cluster state: the Workload's gangs follow their pods and the Workload ----
 
 
-def new_state() -> ClusterState:
-    core = GangCore(policy=Policy(), timeouts=Timeouts(60, 30, 2))
-    return ClusterState(core, flush_effects=lambda: None, metrics=Metrics())
-
-
 TRAIN = workload("train", gang("workers", 4), {"name": "ps", "policy": {"basic": {}}})
 WORKERS = m.GroupKey("ml", "train-workers")
 
@@ -358,7 +345,7 @@ def sizes(state: ClusterState, *keys: m.GroupKey) -> list[tuple[int, str | None]
 
 @pytest.mark.parametrize("workload_first", [True, False], ids=["workload first", "pods first"])
 def test_the_workload_sizes_the_gang_of_its_pods_in_either_order(workload_first: bool) -> None:
-    state = new_state()
+    state = make_cluster_state()
     pod = ref_pod("w-0", {"name": "train", "podGroup": "workers"})
     if workload_first:
         state.on_page(UPSTREAM_WORKLOADS.kind, [TRAIN], True, True)
@@ -375,7 +362,7 @@ def test_the_workload_sizes_the_gang_of_its_pods_in_either_order(workload_first:
 
 
 def test_each_replica_key_is_a_gang_of_the_entrys_size() -> None:
-    state = new_state()
+    state = make_cluster_state()
     state.on_page(UPSTREAM_WORKLOADS.kind, [TRAIN], True, True)
     for replica in ("a", "b"):
         for i in range(2):
@@ -387,7 +374,7 @@ def test_each_replica_key_is_a_gang_of_the_entrys_size() -> None:
 
 
 def test_a_ref_to_a_missing_entry_holds_the_gang_with_the_reason() -> None:
-    state = new_state()
+    state = make_cluster_state()
     state.on_page(UPSTREAM_WORKLOADS.kind, [TRAIN], True, True)
     state.on_event("pods", "ADDED", ref_pod("w-0", {"name": "train", "podGroup": "evaluators"}))
     [(size, error)] = sizes(state, m.GroupKey("ml", "train-evaluators"))  # type: ignore[misc]
@@ -397,7 +384,7 @@ def test_a_ref_to_a_missing_entry_holds_the_gang_with_the_reason() -> None:
 
 
 def test_a_changed_workload_resizes_its_gangs() -> None:
-    state = new_state()
+    state = make_cluster_state()
     state.on_page(UPSTREAM_WORKLOADS.kind, [TRAIN], True, True)
     state.on_event("pods", "ADDED", ref_pod("w-0", {"name": "train", "podGroup": "workers"}))
     state.dirty.clear()
@@ -408,7 +395,7 @@ def test_a_changed_workload_resizes_its_gangs() -> None:
 
 @pytest.mark.parametrize("how", ["deleted", "missing from a relist"])
 def test_without_its_workload_the_gang_has_no_size(how: str) -> None:
-    state = new_state()
+    state = make_cluster_state()
     state.on_page(UPSTREAM_WORKLOADS.kind, [TRAIN], True, True)
     state.on_event("pods", "ADDED", ref_pod("w-0", {"name": "train", "podGroup": "workers"}))
     if how == "deleted":
@@ -424,7 +411,7 @@ def test_without_its_workload_the_gang_has_no_size(how: str) -> None:
 
 
 def test_a_gang_whose_last_pod_is_gone_is_forgotten() -> None:
-    state = new_state()
+    state = make_cluster_state()
     state.on_page(UPSTREAM_WORKLOADS.kind, [TRAIN], True, True)
     ref = {"name": "train", "podGroup": "workers", "podGroupReplicaKey": "r0"}
     pod = ref_pod("w-0", ref)
@@ -438,7 +425,7 @@ def test_a_gang_whose_last_pod_is_gone_is_forgotten() -> None:
 
 
 def test_a_pod_naming_its_group_also_by_label_is_sized_by_the_workload() -> None:
-    state = new_state()
+    state = make_cluster_state()
     state.on_page(UPSTREAM_WORKLOADS.kind, [TRAIN], True, True)
     pod = ref_pod("w-0", {"name": "train", "podGroup": "workers"})
     pod["metadata"]["labels"] = {m.GROUP_LABEL: "train-workers"}
@@ -447,22 +434,6 @@ def test_a_pod_naming_its_group_also_by_label_is_sized_by_the_workload() -> None
 
 
 # ---- the watch cache: the Workload kind is optional ----
-
-
-class ImmediateLoop:
-    def call_soon_threadsafe(self, fn: Any, *args: Any) -> None:
-        fn(*args)
-
-
-class RecordingSink(CacheSink):
-    def __init__(self) -> None:
-        self.pages: list[list[str]] = []
-
-    def on_page(self, kind: str, items: list[dict[str, Any]], first: bool, last: bool) -> None:
-        self.pages.append([i["metadata"]["name"] for i in items])
-
-    def on_event(self, kind: str, event_type: str, obj: dict[str, Any]) -> None:
-        pass
 
 
 class WorkloadApi:
@@ -490,7 +461,7 @@ class WorkloadApi:
 @pytest.mark.parametrize("served", [True, False], ids=["served", "not served"])
 def test_the_cache_reads_workloads_only_where_served(served: bool) -> None:
     api = WorkloadApi(served)
-    sink = RecordingSink()
+    sink = PageNamesSink()
     watcher = Watcher(api, UPSTREAM_WORKLOADS, sink, ImmediateLoop(), Metrics())  # type: ignore[arg-type]
     watcher.start()
     assert watcher.synced.wait(10)
