@@ -177,7 +177,7 @@ def status_rows(
         min_available,
     )
     from extender.domain.model import PodInfo, upstream_podgroup_spec
-    from extender.domain.status import other_scheduler_message
+    from extender.domain.status import MemberCounts, other_scheduler_message
 
     members: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for pod in pods:
@@ -229,17 +229,10 @@ def status_rows(
             for p in members.get(key, [])
             if (p.get("spec") or {}).get("schedulerName") == SCHEDULER_NAME
         ]
-        phases = [str((p.get("status") or {}).get("phase", "")) for p in mine]
-        placed = sum(1 for p in mine if (p.get("spec") or {}).get("nodeName"))
-        running = phases.count("Running")
-        if min_member is not None and phases.count("Succeeded") >= min_member:
-            phase = "Succeeded"
-        elif min_member is not None and running >= min_member:
-            phase = "Running"
-        elif min_member is not None and placed >= min_member:
-            phase = "Scheduled"
-        else:
-            phase = "Pending"
+        # The service's own phase ladder (domain/status.py), from the same counts.
+        counts = MemberCounts.of([PodInfo.from_api(p) for p in mine])
+        placed, running = counts.scheduled, counts.running
+        phase = counts.phase(min_member)
         said = [
             latest[(key[0], str((p.get("metadata") or {}).get("name", "")))]
             for p in mine

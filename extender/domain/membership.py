@@ -12,6 +12,9 @@ from dataclasses import dataclass
 from typing import Any
 
 SCHEDULER_NAME = "gang-extender"
+# What the API server puts in a pod's empty spec.schedulerName: kube-scheduler's
+# default profile.
+DEFAULT_SCHEDULER_NAME = "default-scheduler"
 
 GROUP_LABEL = "gang-extender.io/group"
 COSCHEDULING_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"

@@ -84,7 +84,7 @@ class PodInfo:
     name: str
     requests: Resources
     node_name: str | None = None
-    scheduler_name: str = "default-scheduler"
+    scheduler_name: str = membership.DEFAULT_SCHEDULER_NAME
     phase: str = "Pending"
     deleting: bool = False
     group: GroupKey | None = None
@@ -164,7 +164,7 @@ class PodInfo:
             name=meta["name"],
             requests=requests,
             node_name=spec.get("nodeName") or None,
-            scheduler_name=spec.get("schedulerName") or "default-scheduler",
+            scheduler_name=spec.get("schedulerName") or membership.DEFAULT_SCHEDULER_NAME,
             phase=status.get("phase") or "Pending",
             deleting=bool(meta.get("deletionTimestamp")),
             group=group,

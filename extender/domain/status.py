@@ -52,6 +52,55 @@ class GroupStatus:
         }
 
 
+@dataclass(frozen=True)
+class MemberCounts:
+    """How many of a group's members (of this scheduler) are where, as status counts them."""
+
+    active: int  # not being deleted, not Succeeded or Failed
+    scheduled: int  # bound to a node
+    running: int  # active and Running
+    succeeded: int
+    failed: int
+
+    @classmethod
+    def of(cls, pods: list[PodInfo]) -> MemberCounts:
+        active = [p for p in pods if p.is_active_member]
+        return cls(
+            active=len(active),
+            scheduled=sum(1 for p in pods if p.is_bound),
+            running=sum(1 for p in active if p.phase == "Running"),
+            succeeded=sum(1 for p in pods if p.phase == "Succeeded"),
+            failed=sum(1 for p in pods if p.phase == "Failed"),
+        )
+
+    def phase(self, min_member: int | None, *, planned: bool = False) -> str:
+        """The phase ladder, the first that applies (no minMember known: Pending).
+
+        The service writes it on its PodGroups (`group_status`); `gang-extender status`
+        shows it for groups whose PodGroup has no status of ours.
+        """
+        if min_member is None:
+            return "Pending"
+        if self.succeeded >= min_member:
+            return "Succeeded"
+        if self.failed and not self.active:
+            return "Failed"
+        if self.running >= min_member:
+            return "Running"
+        if self.scheduled >= min_member:
+            return "Scheduled"
+        return "Scheduling" if planned else "Pending"
+
+
+# The Scheduled condition's reason of each phase but Pending (whose reason says why).
+PHASE_REASONS = {
+    "Succeeded": "Succeeded",
+    "Failed": "MembersFailed",
+    "Running": "Running",
+    "Scheduled": "Scheduled",
+    "Scheduling": "Binding",
+}
+
 # Names listed in a message before it says "..." instead.
 MAX_NAMED = 5
 
@@ -184,10 +233,8 @@ def group_status(core: GangCore, key: GroupKey) -> GroupStatus | None:
     pods = [p for p in every if p.scheduler_name == SCHEDULER_NAME]
     foreign = [p for p in every if p.scheduler_name != SCHEDULER_NAME and p.is_active_member]
     active = [p for p in pods if p.is_active_member]
-    scheduled = sum(1 for p in pods if p.is_bound)
-    running = sum(1 for p in active if p.phase == "Running")
-    succeeded = sum(1 for p in pods if p.phase == "Succeeded")
-    failed = sum(1 for p in pods if p.phase == "Failed")
+    counts = MemberCounts.of(pods)
+    scheduled = counts.scheduled
     state = core.groups.get(key)
     message = state.message if state and state.message else ""
     planned = key in core.ledger.plans
@@ -196,20 +243,12 @@ def group_status(core: GangCore, key: GroupKey) -> GroupStatus | None:
         for p in active
         if not p.is_bound and (reason := kube_scheduler_refusal(key, p)) is not None
     ]
+    phase = counts.phase(spec.min_member, planned=planned)
     if spec.error:
         phase, reason, message = "Pending", "InvalidSpec", f"gang {key}: {spec.error}"
-    elif succeeded >= spec.min_member:
-        phase, reason = "Succeeded", "Succeeded"
-    elif failed and not active:
-        phase, reason = "Failed", "MembersFailed"
-    elif running >= spec.min_member:
-        phase, reason = "Running", "Running"
-    elif scheduled >= spec.min_member:
-        phase, reason = "Scheduled", "Scheduled"
-    elif planned:
-        phase, reason = "Scheduling", "Binding"
+    elif phase != "Pending":
+        reason = PHASE_REASONS[phase]
     else:
-        phase = "Pending"
         if foreign and len(active) < spec.min_member:
             reason, message = "OtherScheduler", other_scheduler_message(key, foreign)
         elif refused and not message:
@@ -236,9 +275,9 @@ def group_status(core: GangCore, key: GroupKey) -> GroupStatus | None:
         min_member=spec.min_member,
         members=len(active),
         scheduled=scheduled,
-        running=running,
-        succeeded=succeeded,
-        failed=failed,
+        running=counts.running,
+        succeeded=counts.succeeded,
+        failed=counts.failed,
         condition_status="True" if scheduled >= spec.min_member and not spec.error else "False",
         reason=reason,
         message=message or f"gang {key}: waiting to be scheduled",

@@ -17,17 +17,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from extender.domain.membership import SCHEDULER_NAME
+from extender.domain.membership import DEFAULT_SCHEDULER_NAME, SCHEDULER_NAME
 from extender.domain.quantity import pod_gpus
 from extender.injection.patch import JsonPatchOp, pointer, set_member
-
-DEFAULT_SCHEDULER = "default-scheduler"
 
 
 def wants_routing(pod: Mapping[str, Any]) -> bool:
     """The pod requests GPUs and is left to the default scheduler."""
     spec = pod.get("spec") or {}
-    if spec.get("schedulerName") not in (None, "", DEFAULT_SCHEDULER):
+    if spec.get("schedulerName") not in (None, "", DEFAULT_SCHEDULER_NAME):
         return False
     return pod_gpus(spec) > 0
 

@@ -250,3 +250,42 @@ def test_held_groups_are_numbered_in_queue_order_with_their_priority() -> None:
         "done": ("-", "7"),
     }
     assert rows[0].index("QUEUE") == rows[0].index("WAITING FOR") - 2
+
+
+def test_a_group_from_pods_is_phased_as_the_service_phases_it() -> None:
+    """The CLI's rows for groups without a status of ours use the service's phase ladder
+    (domain/status.py): every member Failed is Failed, as on a PodGroup it writes."""
+    from extender.domain.model import PodInfo
+    from extender.domain.status import MemberCounts
+
+    size = {"gang-extender.io/min-available": "2"}
+    cases = {
+        "failed": [("Failed", "n1"), ("Failed", "n1")],
+        "done": [("Succeeded", "n1"), ("Succeeded", "n2")],
+        "running": [("Running", "n1"), ("Running", "n2")],
+        "bound": [("Pending", "n1"), ("Pending", "n2")],
+        "short": [("Pending", None), ("Running", "n1")],
+    }
+    pods = [
+        pod(
+            f"{group}-{i}",
+            labels={"gang-extender.io/group": group},
+            annotations=size,
+            node=node,
+            phase=phase,
+        )
+        for group, members in cases.items()
+        for i, (phase, node) in enumerate(members)
+    ]
+    rows = status_rows([], [], pods, [])
+    shown = {group: row(rows, group)["PHASE"] for group in cases}
+    assert shown == {
+        "failed": "Failed",
+        "done": "Succeeded",
+        "running": "Running",
+        "bound": "Scheduled",
+        "short": "Pending",
+    }
+    for group in cases:
+        members = [PodInfo.from_api(p) for p in pods if p["metadata"]["name"].startswith(group)]
+        assert shown[group] == MemberCounts.of(members).phase(2)
