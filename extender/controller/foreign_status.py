@@ -16,6 +16,7 @@ re-created PodGroup is written afresh).
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from typing import Any
 
@@ -32,6 +33,10 @@ from extender.domain.membership import SCHEDULER_NAME, GroupKey
 from extender.domain.status import group_status
 from extender.kube.rawapi import KubeError, RawApi
 from extender.kube.writers import HTTP_NOT_FOUND, write_foreign_podgroup_status
+
+log = logging.getLogger(__name__)
+
+HTTP_FORBIDDEN = 403
 
 
 def _utc_now() -> str:
@@ -87,14 +92,40 @@ class ForeignStatusWriter:
             if self._written.get((VOLCANO_API, key, uid)) != comparable:
                 body = volcano_status(status, transition_time=_utc_now())
                 # Volcano's CRD has no status subresource: the status goes with the object.
-                await self._patch(VOLCANO_API, key, uid, body, subresource=False)
+                answer = await self._patch(VOLCANO_API, key, uid, body, subresource=False)
+                if _status_dropped(answer, body) and not await self._volcano_status_subresource(
+                    key, uid, body
+                ):
+                    return  # not written: tried again at the group's next change
                 self._written[(VOLCANO_API, key, uid)] = comparable
+
+    async def _volcano_status_subresource(
+        self, key: GroupKey, uid: str, body: dict[str, Any]
+    ) -> bool:
+        """A Volcano PodGroup CRD that serves a status subresource (Volcano's own does not)
+        drops the status of an object patch: written through the subresource then, which
+        needs `patch` on podgroups/status of scheduling.volcano.sh (docs/deploy.md#rbac)."""
+        try:
+            await self._patch(VOLCANO_API, key, uid, body, subresource=True)
+        except KubeError as err:
+            if err.status != HTTP_FORBIDDEN:
+                raise
+            log.warning(
+                "gang %s: this cluster's Volcano PodGroup CRD has a status subresource, so "
+                "the status goes through podgroups/status, which gang-extender may not patch "
+                "(%s); grant patch on podgroups/status in scheduling.volcano.sh to the "
+                "gang-extender ClusterRole (docs/deploy.md#rbac)",
+                key,
+                err.reason,
+            )
+            return False
+        return True
 
     async def _patch(
         self, api_version: str, key: GroupKey, uid: str, body: dict[str, Any], *, subresource: bool
-    ) -> None:
+    ) -> dict[str, Any]:
         try:
-            await asyncio.to_thread(
+            return await asyncio.to_thread(
                 write_foreign_podgroup_status,
                 self.raw,
                 api_version=api_version,
@@ -108,6 +139,7 @@ class ForeignStatusWriter:
             if err.status != HTTP_NOT_FOUND:
                 raise
             # Deleted meanwhile: its DELETED event drops it from the state; nothing to write to.
+            return {}
 
     def forget(self, key: GroupKey) -> None:
         """The group is gone: drop what was remembered about its PodGroups."""
@@ -115,6 +147,15 @@ class ForeignStatusWriter:
             del self._written[written]
         for started in [s for s in self._started if s[0] == key]:
             del self._started[started]
+
+
+def _status_dropped(answer: dict[str, Any], body: dict[str, Any]) -> bool:
+    """The API server answered the patch with an object whose status is not the one
+    sent: the CRD keeps status apart (a status subresource) and ignored it."""
+    if not answer.get("metadata"):
+        return False  # no object in the answer (deleted meanwhile): nothing to tell
+    kept = answer.get("status") or {}
+    return any(kept.get(field) != value for field, value in body.items() if field != "conditions")
 
 
 def _uid(obj: dict[str, Any]) -> str:

@@ -334,12 +334,13 @@ def write_foreign_podgroup_status(
     uid: str,
     status: dict[str, Any],
     subresource: bool,
-) -> None:
+) -> dict[str, Any]:
     """Merge `status` into another scheduler's PodGroup: through its status subresource
     (scheduler-plugins' CRD has one), or with the object where the CRD has none
     (Volcano's), which is how Volcano's own scheduler writes it. The uid makes it
-    fail (409) rather than write to a PodGroup re-created meanwhile."""
-    raw.call(
+    fail (409) rather than write to a PodGroup re-created meanwhile. The object as
+    the API server has it after the patch."""
+    return raw.call(
         "PATCH",
         foreign_podgroup_path(api_version, namespace, name, status=subresource),
         body={"metadata": {"uid": uid}, "status": status},

@@ -141,3 +141,40 @@ def test_every_deploy_manifest_has_its_template_at_the_same_path() -> None:
     ]
     assert not missing, "no template for:\n" + "\n".join(missing)
     assert set(NOT_A_TEMPLATE) <= set(manifests), "NOT_A_TEMPLATE names files deploy/ no longer has"
+
+
+def _cluster_role_rules(path: Path) -> list[dict[str, Any]]:
+    """The rules of the gang-extender ClusterRole in a file; Helm's template lines
+    (labels) left out."""
+    text = "\n".join(line for line in path.read_text().splitlines() if "{{" not in line)
+    (role,) = [
+        d
+        for d in yaml.safe_load_all(text)
+        if d and d.get("kind") == "ClusterRole" and d["metadata"]["name"] == "gang-extender"
+    ]
+    rules = role["rules"]
+    assert isinstance(rules, list)
+    return rules
+
+
+def _grants(rules: list[dict[str, Any]], api_group: str) -> dict[str, set[str]]:
+    found: dict[str, set[str]] = {}
+    for rule in rules:
+        if api_group in rule.get("apiGroups", []):
+            for resource in rule["resources"]:
+                found.setdefault(resource, set()).update(rule["verbs"])
+    return found
+
+
+def test_other_schedulers_podgroups_are_granted_what_the_status_writer_does_and_no_more() -> None:
+    """controller/foreign_status.py: scheduler-plugins' status through its subresource;
+    Volcano's with the object (its CRD has no status subresource), a patch of status only.
+    The chart grants the same as deploy/."""
+    deploy = _cluster_role_rules(DEPLOY / "rbac" / "cluster-role.yaml")
+    chart = _cluster_role_rules(CHART / "templates" / "rbac" / "cluster-role.yaml")
+    assert deploy == chart
+    assert _grants(deploy, "scheduling.x-k8s.io") == {
+        "podgroups": {"list", "watch"},
+        "podgroups/status": {"patch"},
+    }
+    assert _grants(deploy, "scheduling.volcano.sh") == {"podgroups": {"list", "watch", "patch"}}

@@ -491,3 +491,41 @@ def test_the_watch_cache_reads_volcano_podgroups_when_served_and_forgets_them_wh
     assert state.podgroup_object(KEY) == volcano_podgroup(minMember=4)
     state.on_page("volcano-podgroups", [], True, True)  # a relist without it: deleted
     assert core.snapshot.group_spec(KEY) is None and state.podgroup_object(KEY) is None
+
+
+class SubresourceRaw(RecordingRaw):
+    """A Volcano CRD that serves a status subresource: an object patch keeps the old status."""
+
+    def __init__(self, refuse_status: bool = False) -> None:
+        super().__init__()
+        self.refuse_status = refuse_status
+
+    def call(self, method: str, path: str, *, body: Any = None, **_: Any) -> dict[str, Any]:
+        if path.endswith("/status") and self.refuse_status:
+            raise KubeError(403, "Forbidden")
+        self.calls.append((method, path, body))
+        kept = body["status"] if path.endswith("/status") else {}
+        return {"metadata": {"uid": "u1"}, "status": kept}
+
+
+async def test_a_volcano_crd_with_a_status_subresource_gets_the_status_through_it() -> None:
+    writer, _, raw = writer_with(
+        ("volcano-podgroups", volcano_podgroup(minMember=3)), raw=SubresourceRaw()
+    )
+    await writer.write(KEY)
+    await writer.write(KEY)
+    paths = [path for _, path, _ in raw.calls]
+    object_path = "/apis/scheduling.volcano.sh/v1beta1/namespaces/team-a/podgroups/train"
+    assert paths == [object_path, f"{object_path}/status"], "once, then remembered"
+
+
+async def test_a_volcano_status_subresource_it_may_not_patch_is_logged_with_the_grant(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    writer, _, raw = writer_with(
+        ("volcano-podgroups", volcano_podgroup(minMember=3)), raw=SubresourceRaw(refuse_status=True)
+    )
+    await writer.write(KEY)
+    assert "grant patch on podgroups/status in scheduling.volcano.sh" in caplog.text
+    await writer.write(KEY)
+    assert len(raw.calls) == 2, "not remembered as written: tried again"
