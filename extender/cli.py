@@ -113,7 +113,8 @@ SOURCE_OURS = "gang-extender"  # a scheduling.gang-extender.io PodGroup (its sta
 SOURCE_COSCHEDULING = "scheduler-plugins"
 SOURCE_VOLCANO = "volcano"
 SOURCE_PODS = "pods"  # no PodGroup: only the members' group label or annotation
-SOURCE_UPSTREAM = "kubernetes"  # a scheduling.k8s.io PodGroup (Workload API; read, never written)
+# A scheduling.k8s.io PodGroup, or 1.35's Workload (Workload API; read, never written).
+SOURCE_UPSTREAM = "kubernetes"
 # The versions of scheduling.k8s.io PodGroups `status` asks for, newest first.
 UPSTREAM_PODGROUP_VERSIONS = ("v1beta1", "v1alpha3", "v1alpha2")
 PLACED_PHASES = ("Scheduled", "Running", "Succeeded")
@@ -161,22 +162,27 @@ def status_rows(
     waiting_events: list[dict[str, Any]],
     *,
     upstream: list[dict[str, Any]] | None = None,
+    workloads: list[dict[str, Any]] | None = None,
 ) -> list[tuple[str, ...]]:
     """One row per group the service reads, whatever declares it (pure, for the table).
 
     A gang-extender PodGroup carries its status; for the others (a Volcano or
     scheduler-plugins PodGroup, both in `coscheduling`, Volcano's first as the
-    service reads them; or members naming a group that has no PodGroup) the counts
-    come from the member pods and the reason from their latest `GangWaiting` Event.
+    service reads them; Kubernetes' PodGroups, `upstream`; Kubernetes 1.35's
+    Workloads, `workloads`, for the gangs members name in spec.workloadRef; or
+    members naming a group that has no PodGroup) the counts come from the member
+    pods and the reason from their latest `GangWaiting` Event.
     """
     from extender.domain.membership import (
         SCHEDULER_NAME,
         GroupKey,
         MembershipError,
+        WorkloadRef,
         group_name,
         min_available,
+        workload_ref,
     )
-    from extender.domain.model import PodInfo, upstream_podgroup_spec
+    from extender.domain.model import PodInfo, upstream_podgroup_spec, upstream_workload_spec
     from extender.domain.status import MemberCounts, other_scheduler_message
 
     members: dict[tuple[str, str], list[dict[str, Any]]] = {}
@@ -275,8 +281,24 @@ def status_rows(
             rows[_key(pg)] = from_pods(
                 _key(pg), SOURCE_UPSTREAM, None if spec.error else spec.min_member
             )
+
+    def ref_of(pod: dict[str, Any]) -> WorkloadRef | None:
+        try:
+            return workload_ref(pod.get("spec"))
+        except MembershipError:
+            return None  # its GangWaiting Warning says what is wrong with it
+
+    by_workload = {_key(w): w for w in workloads or []}
     for key, group in members.items():
         if key in rows:
+            continue
+        # As the service: a gang its members name in spec.workloadRef (1.35) is sized by
+        # the Workload's pod group entry, when that Workload exists.
+        ref = next((r for p in group if (r := ref_of(p)) is not None and r.group == key[1]), None)
+        workload = by_workload.get((key[0], ref.workload)) if ref is not None else None
+        if ref is not None and workload is not None:
+            spec = upstream_workload_spec(workload, ref)
+            rows[key] = from_pods(key, SOURCE_UPSTREAM, None if spec.error else spec.min_member)
             continue
         sizes = set()
         for pod in group:
@@ -363,11 +385,22 @@ def _status(args: argparse.Namespace) -> int:
                 return found
         return None
 
+    def upstream_workloads() -> list[dict[str, Any]] | None:
+        """Kubernetes 1.35's v1alpha1 Workloads; None where not served (1.36 on) or not
+        listable by this user, as for Kubernetes' PodGroups."""
+        try:
+            return items("apis", "scheduling.k8s.io", "v1alpha1", resource="workloads")
+        except KubeError as err:
+            if err.status == 403:
+                return None
+            raise
+
     try:
         ours = items("apis", "scheduling.gang-extender.io", "v1alpha1", resource="podgroups")
         theirs = items("apis", "scheduling.x-k8s.io", "v1alpha1", resource="podgroups")
         volcano = items("apis", "scheduling.volcano.sh", "v1beta1", resource="podgroups")
         upstream = upstream_podgroups()
+        workloads = upstream_workloads()
         pods = items("api", "v1", resource="pods") or []
         events = [
             *(items("api", "v1", resource="events", fieldSelector="reason=GangWaiting") or []),
@@ -383,7 +416,11 @@ def _status(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     foreign = [*(volcano or []), *(theirs or [])]
-    print(format_table(status_rows(ours or [], foreign, pods, events, upstream=upstream)))
+    print(
+        format_table(
+            status_rows(ours or [], foreign, pods, events, upstream=upstream, workloads=workloads)
+        )
+    )
     return 0
 
 

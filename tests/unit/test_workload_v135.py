@@ -469,3 +469,80 @@ def test_the_cache_reads_workloads_only_where_served(served: bool) -> None:
     assert api.listed[0] == "/apis/scheduling.k8s.io/v1alpha1/workloads"
     assert watcher.absent is not served
     assert sink.pages == ([["train"]] if served else [])
+
+
+# ---- gang-extender status ----
+
+
+def _member(name: str, *, node: str | None = None, phase: str = "Pending") -> dict[str, Any]:
+    pod = ref_pod(name, {"name": "train", "podGroup": "workers"})
+    if node:
+        pod["spec"]["nodeName"] = node
+    pod["status"] = {"phase": phase}
+    return pod
+
+
+def test_status_sizes_a_workload_ref_gang_by_its_workloads_entry() -> None:
+    from extender.cli import SOURCE_UPSTREAM, STATUS_HEADER, status_rows
+
+    pods = [_member("w0", node="n1", phase="Running"), _member("w1", node="n1"), _member("w2")]
+    rows = status_rows([], [], pods, [], workloads=[TRAIN])
+    (found,) = [r for r in rows[1:] if r[1] == "train-workers"]
+    row = dict(zip(STATUS_HEADER, found, strict=True))
+    assert (row["NAMESPACE"], row["PHASE"], row["PLACED/MIN"], row["RUNNING"]) == (
+        "ml",
+        "Pending",
+        "2/4",
+        "1",
+    )
+    assert row["SOURCE"] == SOURCE_UPSTREAM
+
+
+def test_status_without_the_workload_or_its_entry_shows_no_size() -> None:
+    from extender.cli import SOURCE_PODS, SOURCE_UPSTREAM, status_rows
+
+    pods = [_member("w0")]
+    unsized = status_rows([], [], pods, [], workloads=[])
+    assert [(r[1], r[3], r[5]) for r in unsized[1:]] == [("train-workers", "0/?", SOURCE_PODS)]
+    other = workload("train", gang("ps", 2))  # no "workers" entry: the service holds it
+    wrong = status_rows([], [], pods, [], workloads=[other])
+    assert [(r[1], r[3], r[5]) for r in wrong[1:]] == [("train-workers", "0/?", SOURCE_UPSTREAM)]
+
+
+def test_the_status_command_lists_the_135_workloads(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`gang-extender status` asks for scheduling.k8s.io/v1alpha1 workloads and sizes the
+    gang with them; a cluster that does not serve them (404) is no error."""
+    from extender import cli
+    from extender.kube import rawapi
+
+    served: dict[str, list[dict[str, Any]]] = {
+        "/apis/scheduling.k8s.io/v1alpha1/workloads": [TRAIN],
+        "/api/v1/pods": [_member("w0", node="n1"), _member("w1", node="n1")],
+        "/apis/scheduling.gang-extender.io/v1alpha1/podgroups": [],
+    }
+    asked: list[str] = []
+
+    class ServedApi:
+        def __init__(self, client: Any) -> None:
+            pass
+
+        def call(self, method: str, path: str, **_: Any) -> dict[str, Any]:
+            asked.append(path)
+            if path not in served and not path.endswith("/events"):
+                raise KubeError(404, "not found")
+            return {"items": served.get(path, [])}
+
+    monkeypatch.setattr(rawapi, "RawApi", ServedApi)
+    monkeypatch.setattr(rawapi, "load_api_client", lambda kubeconfig: None)
+    assert cli.main(["status", "--kubeconfig", "/dev/null"]) == 0
+    assert "/apis/scheduling.k8s.io/v1alpha1/workloads" in asked
+    rows = capsys.readouterr().out.splitlines()
+    (line,) = [r for r in rows if "train-workers" in r]
+    assert "2/4" in line.split() and "kubernetes" in line.split()
+
+    del served["/apis/scheduling.k8s.io/v1alpha1/workloads"]  # 1.36 on: not served
+    assert cli.main(["status", "--kubeconfig", "/dev/null"]) == 0
+    (line,) = [r for r in capsys.readouterr().out.splitlines() if "train-workers" in r]
+    assert "2/?" in line.split()
