@@ -555,3 +555,21 @@ def create_podgroup_of(
             "spec": spec,
         },
     )
+
+
+def gang_status(cluster: LocalCluster, namespace: str) -> dict[str, dict[str, str]]:
+    """`gang-extender status -n <namespace>` as a user runs it, parsed by group name."""
+    import os
+    import subprocess
+    import sys
+
+    listed = subprocess.run(
+        [sys.executable, "-m", "extender", "status", "-n", namespace]
+        + [f"--kubeconfig={cluster.kubeconfig}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+    )
+    return parse_status_table(listed.stdout)

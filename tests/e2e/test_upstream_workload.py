@@ -16,11 +16,8 @@ PodGroup with `spec.schedulingPolicy.gang.minCount`, and pods that name it in
 
 from __future__ import annotations
 
-import os
 import re
 import socket
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -38,6 +35,7 @@ from extender.domain.membership import (
 from extender.kube.rawapi import RawApi, path_of
 from tests.e2e.gang_fixtures import (
     bound,
+    gang_status,
     get_or_none,
     gpu_indexed_job,
     gpu_pool_for,
@@ -45,12 +43,9 @@ from tests.e2e.gang_fixtures import (
     job_pods,
     minor_version,
     own_control_plane,
-    parse_status_table,
     unschedulable_message,
     wait_until,
 )
-
-REPO = Path(__file__).resolve().parents[2]
 
 GATE = "GenericWorkload"
 RUNTIME_CONFIG = "scheduling.k8s.io/v1beta1=true"
@@ -234,24 +229,8 @@ def test_a_job_naming_only_an_upstream_podgroup_is_held_then_bound_whole_by_gang
         assert sorted(per_node.values()) == [2, 2]  # 2 GPUs each on two 4-GPU nodes
         assert_wired(raw, namespace, "train", pods)
         # `gang-extender status` reads the upstream PodGroup for the group's size.
-        listed = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "extender",
-                "status",
-                "-n",
-                namespace,
-                f"--kubeconfig={workload_cluster.kubeconfig}",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=True,
-            env={**os.environ, "PYTHONPATH": str(REPO)},
-        )
-        row = parse_status_table(listed.stdout)["train"]
-        assert (row["PLACED/MIN"], row["SOURCE"]) == ("4/4", "kubernetes"), listed.stdout
+        row = gang_status(workload_cluster, namespace)["train"]
+        assert (row["PLACED/MIN"], row["SOURCE"]) == ("4/4", "kubernetes"), row
     finally:
         stack.stop()
 

@@ -38,6 +38,7 @@ from extender.domain.membership import (
 from extender.kube.rawapi import RawApi, path_of
 from tests.e2e.gang_fixtures import (
     bound,
+    gang_status,
     gpu_indexed_job,
     gpu_pool_for,
     hostfile,
@@ -200,5 +201,8 @@ def test_a_job_naming_only_a_135_workload_is_held_then_bound_whole_by_gang_exten
             f"train-workers-worker-{i}.train-workers slots={GPUS_PER_MEMBER}"
             for i in range(MEMBERS)
         ]
+        # `gang-extender status` sizes the gang by the Workload's pod group entry too.
+        row = gang_status(cluster_135, namespace)["train-workers"]
+        assert (row["PLACED/MIN"], row["SOURCE"]) == ("4/4", "kubernetes"), row
     finally:
         stack.stop()
