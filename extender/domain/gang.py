@@ -88,7 +88,7 @@ from extender.domain.decisions import (
 from extender.domain.ledger import Ledger, Plan
 from extender.domain.membership import SCHEDULER_NAME, GroupKey
 from extender.domain.model import GroupSpec, PodInfo, Resources
-from extender.domain.planner import NodeRestriction, Placement, plan_gang
+from extender.domain.planner import NodeRestriction, Placement, node_accepts, plan_gang
 from extender.domain.policy import Policy
 from extender.domain.queue import QueueRank, gangs_ahead, rank_of
 from extender.domain.recovery import Recovery, recover_plans
@@ -293,6 +293,8 @@ class GangCore:
         if not isinstance(outcome, Placement):
             state.shortfall_generation = generation
             behind = self._waiting_behind(ahead, choice.attempts, free, allowed)
+            if behind is None and queue:
+                behind = self.gang_ahead_of(key, members, allowed)
             if behind is not None:
                 return self._say(
                     state,
@@ -384,6 +386,95 @@ class GangCore:
             ):
                 return planned[0]
         return None
+
+    def gang_ahead_of(
+        self,
+        key: GroupKey,
+        members: Sequence[PodInfo] | None = None,
+        allowed: Mapping[str, NodeRestriction] | None = None,
+    ) -> QueueRank | None:
+        """The first held gang ahead of `key` that would use the nodes `key` wants, or None.
+
+        Held: pending, with a quorum of members, and not released (waiting for room,
+        or planned and binding). It goes first when room appears there, so `key` waits
+        behind it for as long as it is held, not only while its plan holds the room.
+        Nodes wanted: those a pending member could ever use (cordon, taints, selector,
+        kube-scheduler's last word, a request within the node's allocatable). A gang
+        that would not fit even on empty nodes waits behind no one: its shortfall is
+        its own. Also for a gang kube-scheduler never asked about (its own filters
+        refuse every node): the PodGroup status names the gang ahead all the same.
+        """
+        members = list(members) if members is not None else self.snapshot.members(key)
+        allowed = allowed if allowed is not None else self.restrictions
+        wanted = self._nodes_wanted(members, allowed)
+        if not wanted:
+            return None
+        held = [
+            rank_of(other, others)
+            for other in sorted({*self.groups, *self.unasked} - {key})
+            if self._is_held(other, others := self.snapshot.members(other))
+        ]
+        for rank in gangs_ahead(rank_of(key, members), held):
+            if self._nodes_wanted(self.snapshot.members(rank.key), allowed) & wanted:
+                return rank if self._fits_when_empty(key, members, wanted, allowed) else None
+        return None
+
+    def _is_held(self, key: GroupKey, members: Sequence[PodInfo]) -> bool:
+        plan = self.ledger.plans.get(key)
+        if plan is not None:
+            return not plan.released
+        spec = self.snapshot.group_spec(key)
+        if spec is None or spec.error is not None:
+            return False
+        pending = [m for m in members if not m.is_bound and not m.gated]
+        if not pending:
+            return False
+        choice = choose_members(
+            members, min_member=spec.min_member, task_minimums=spec.min_task_member
+        )
+        return not isinstance(choice, MembersMissing)
+
+    def _nodes_wanted(
+        self, members: Sequence[PodInfo], allowed: Mapping[str, NodeRestriction]
+    ) -> set[str]:
+        wanted: set[str] = set()
+        for member in members:
+            if member.is_bound or member.gated:
+                continue
+            restriction = allowed.get(member.uid)
+            wanted.update(
+                name
+                for name, node in self.snapshot.nodes.items()
+                if (restriction is None or restriction.permits(name))
+                and node_accepts(node, member)
+                and fits(member.requests, node.allocatable)
+            )
+        return wanted
+
+    def _fits_when_empty(
+        self,
+        key: GroupKey,
+        members: Sequence[PodInfo],
+        nodes: set[str],
+        allowed: Mapping[str, NodeRestriction],
+    ) -> bool:
+        spec = self.snapshot.group_spec(key)
+        if spec is None:
+            return False
+        choice = choose_members(
+            members, min_member=spec.min_member, task_minimums=spec.min_task_member
+        )
+        if isinstance(choice, MembersMissing):
+            return False
+        empty = {name: dict(self.snapshot.nodes[name].allocatable) for name in nodes}
+        pending = [[m for m in chosen if not m.is_bound] for chosen in choice.attempts]
+        return any(
+            isinstance(
+                plan_gang(chosen, empty, self.snapshot.nodes, self.policy, allowed=allowed),
+                Placement,
+            )
+            for chosen in pending
+        )
 
     def _released_elsewhere(self, plan: Plan, pod: PodInfo, now: float) -> str:
         """A released member whose planned node kube-scheduler does not offer now.
