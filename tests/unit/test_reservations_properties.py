@@ -10,8 +10,8 @@ from __future__ import annotations
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from extender.domain.decisions import PlanCreated
 from extender.domain.gang import GangCore, Timeouts
+from extender.domain.ledger import Plan
 from extender.domain.membership import GroupKey
 from extender.domain.model import GroupSpec, NodeInfo, PodInfo
 from extender.domain.policy import Policy
@@ -92,6 +92,14 @@ step_st = st.one_of(
     steps=[("finish", 0), ("gang", 0), ("plain", 0), ("finish", 0), ("wait", 60)],
     max_seconds=30,
 )
+@example(  # a GPU frees under a reservation and a small gang asks for it
+    node_gpus=[8],
+    fill=[8, 0, 0],
+    big=(2, 4),
+    others=[(1, 1)],
+    steps=[("finish", 0), ("gang", 0), ("plain", 0)],
+    max_seconds=30,
+)
 @given(
     node_gpus=st.lists(st.integers(1, 8), min_size=1, max_size=3),
     fill=st.lists(st.integers(0, 8), min_size=3, max_size=3),
@@ -134,6 +142,24 @@ def test_a_held_gpu_is_never_planned_for_another_gang_nor_offered_and_reservatio
 
     gang("big", big[0], big[1], CREATED_AT_T0)
     waiting = [gang(f"o{i}", size, gpus, None) for i, (size, gpus) in enumerate(others)]
+
+    def free(node: str) -> int:
+        return core.free_after_reservations(node).get(GPU, 0)
+
+    # Every plan, at the moment it is reserved, uses no GPU another gang holds.
+    reserve = core.ledger.reserve
+
+    def checked_reserve(plan: Plan) -> None:
+        for n in {node for node in plan.placements.values()}:
+            gpus = sum(
+                plan.requests[uid].get(GPU, 0) for uid, at in plan.placements.items() if at == n
+            )
+            owner, held = core.starving_holds().get(n, (plan.group, 0))
+            others = held if owner != plan.group else 0
+            assert gpus <= free(n) - others, f"planned a GPU {owner} holds on {n}"
+        reserve(plan)
+
+    core.ledger.reserve = checked_reserve  # type: ignore[method-assign]
     core.expire(T0)  # every gang seen held from T0
     now = T0 + 6
     core.expire(now)
@@ -143,12 +169,8 @@ def test_a_held_gpu_is_never_planned_for_another_gang_nor_offered_and_reservatio
     def holds() -> dict[str, tuple[GroupKey, int]]:
         return core.starving_holds()  # any starving gang's, not only big's
 
-    def free(node: str) -> int:
-        return core.free_after_reservations(node).get(GPU, 0)
-
     for kind, arg in steps:
-        owners = holds()
-        held = {n: gpus for n, (_, gpus) in owners.items()}
+        held = {n: gpus for n, (_, gpus) in holds().items()}
         free_before = {n: free(n) for n in nodes}
         # Never over-committed: held GPUs are free ones.
         assert all(0 < held[n] <= free_before[n] for n in held)
@@ -170,18 +192,7 @@ def test_a_held_gpu_is_never_planned_for_another_gang_nor_offered_and_reservatio
             core.expire(now)
             if reservation is not None and reservation.expired(now):
                 assert core.reservations.get(BIG) != reservation
-        for effect in core.drain_effects():
-            if isinstance(effect, PlanCreated):
-                planned: dict[str, int] = {}
-                for uid, n in effect.plan.placements.items():
-                    planned[n] = planned.get(n, 0) + effect.plan.requests[uid].get(GPU, 0)
-                for n, gpus in planned.items():
-                    others = (
-                        held.get(n, 0)
-                        if owners.get(n, (effect.plan.group,))[0] != effect.plan.group
-                        else 0
-                    )
-                    assert gpus <= free_before[n] - others, f"planned held GPU on {n}"
+        core.drain_effects()
         current = core.reservations.get(BIG)
         if current is not None:
             assert current.deadline == current.started + max_seconds
