@@ -103,6 +103,13 @@ class Settings(BaseSettings):
     # A plan nobody acts on (a member the scheduler keeps rejecting for its own
     # reasons) must not hold capacity forever.
     default_schedule_timeout_seconds: float = Field(default=60.0, gt=0)
+    # A held gang at the head of the queue that has waited this long reserves the
+    # nodes it will use (domain/reservations.py); a PodGroup's spec.starvationSeconds
+    # (or the members' gang-extender.io/starvation-seconds) wins.
+    default_starvation_seconds: float = Field(default=60.0, gt=0)
+    # A reservation gives up after this long and re-chooses nodes, so one busy node
+    # cannot hold a gang's room (and everyone else's) forever.
+    reservation_max_seconds: float = Field(default=300.0, gt=0)
     # After a plan is dropped, wait before planning the same group again so
     # another gang gets its turn at the capacity.
     replan_backoff_seconds: float = Field(default=2.0, ge=0)

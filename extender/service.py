@@ -365,6 +365,8 @@ def create_service(settings: Settings, deps: Deps | None = None) -> GangService:
             schedule_timeout_seconds=settings.default_schedule_timeout_seconds,
             bind_barrier_timeout_seconds=settings.bind_barrier_timeout_seconds,
             replan_backoff_seconds=settings.replan_backoff_seconds,
+            starvation_seconds=settings.default_starvation_seconds,
+            reservation_max_seconds=settings.reservation_max_seconds,
         ),
     )
     binder = (

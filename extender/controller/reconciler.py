@@ -147,6 +147,8 @@ class GroupReconciler:
                 last_resync = now
             if self.lifecycle is not None:
                 self.state.dirty.update(self.lifecycle.due(now))
+            # A starvation reservation started, moved or ended: its gang's status says so.
+            self.state.dirty.update(self.core.drain_touched())
             dirty, self.state.dirty = self.state.dirty, set()
             self.gauges.update()
             for key in sorted(dirty):

@@ -8,7 +8,7 @@ Events), so every decision here is deterministic and testable without a cluster.
 
 Filter decision order for a pod:
  1. No group -> NOT_A_GANG: any candidate it fits on once gang reservations are
-    taken out.
+    taken out, and the GPUs a starving gang holds (below).
  2. Group misdeclared (two groups, members disagree on size, bad PodGroup) -> REJECT.
  3. Group has a plan that includes the pod -> PLANNED on its node (if kube-scheduler
     still offers that node; else the plan is dropped and the gang waits, unless its
@@ -24,6 +24,14 @@ Filter decision order for a pod:
     minimum and minMember: domain/selection.py) on capacity free of bound pods and
     other gangs' reservations -> PLANNED, or WAIT with what is missing, naming the
     gang ahead whose plan holds the room ("waiting behind <ns>/<name> (priority N)").
+
+Starvation (domain/reservations.py, `update_reservations`, run with every expiry
+pass): a held gang at the head of the queue (`gang_ahead_of` is None) that waited
+longer than its starvationSeconds reserves nodes; the GPUs free there, up to its
+need, are taken out of every other gang's planning (`free_for_planning`) and
+refused to plain pods (filter and bind), and it is planned once they hold its need.
+The reservation ends when it is planned or no longer held, or at its bound
+(`reservation_max_seconds`, then other nodes are chosen).
 
 Steps 4-7 also run when the watch delivers a change to a held group
 (`group_changed`): kube-scheduler retries held members only on an event, and the
@@ -88,10 +96,19 @@ from extender.domain.decisions import (
 from extender.domain.ledger import Ledger, Plan
 from extender.domain.membership import SCHEDULER_NAME, GroupKey
 from extender.domain.model import GroupSpec, PodInfo, Resources
-from extender.domain.planner import NodeRestriction, Placement, plan_gang
+from extender.domain.planner import NodeRestriction, Placement, node_accepts, plan_gang
 from extender.domain.policy import Policy
+from extender.domain.quantity import GPU
 from extender.domain.queue import QueueRank, gangs_ahead, rank_of
 from extender.domain.recovery import Recovery, recover_plans
+from extender.domain.reservations import (
+    NodeGpus,
+    Reservation,
+    choose_nodes,
+    hold,
+    reservation_message,
+    starving,
+)
 from extender.domain.scoring import MAX_SCORE, NodeScoreBoard
 from extender.domain.selection import MembersMissing, choose_members, tasks_left_out
 from extender.domain.snapshot import ClusterSnapshot, fits
@@ -99,6 +116,9 @@ from extender.domain.snapshot import ClusterSnapshot, fits
 # Remember what kube-scheduler's filters said about a member only when it is this
 # many node names or fewer (allow- or deny-list), to bound memory on big clusters.
 RESTRICTION_MEMORY_LIMIT = 256
+# Starving gangs are looked for at most this often (every filter runs the upkeep of the
+# reservations that exist; finding new ones walks every held group).
+STARVATION_CHECK_SECONDS = 1.0
 
 
 @dataclass
@@ -118,6 +138,10 @@ class Timeouts:
     schedule_timeout_seconds: float
     bind_barrier_timeout_seconds: float
     replan_backoff_seconds: float
+    # Starvation (domain/reservations.py): a gang at the head of the queue that has
+    # waited this long reserves its nodes, for at most reservation_max_seconds at once.
+    starvation_seconds: float = 60.0
+    reservation_max_seconds: float = 300.0
 
 
 @dataclass
@@ -142,6 +166,18 @@ class GangCore:
     # kube-scheduler never asks the extender about a pod its own filters place
     # nowhere (every GPU taken), and a gang created then must still go first.
     unasked: set[GroupKey] = field(default_factory=set)
+    # Starving gangs' reservations (domain/reservations.py), and the nodes of the last
+    # one each gave up (its next choice prefers others).
+    reservations: dict[GroupKey, Reservation] = field(default_factory=dict)
+    given_up: dict[GroupKey, tuple[str, ...]] = field(default_factory=dict)
+    # Groups whose hold message changed outside a filter or plan (a reservation
+    # started, moved or ended): the controller re-writes their status (`drain_touched`).
+    touched: set[GroupKey] = field(default_factory=set)
+    starvation_checked: float = float("-inf")
+    # Since when each held gang without a plan has been seen held by the starvation
+    # check: its wait, on this service's clock (not the pods' creation times, which a
+    # gated or long-existing pod makes old, and another clock writes).
+    held_since: dict[GroupKey, float] = field(default_factory=dict)
 
     # ------------------------------------------------------------- requests
     def asked_about(self, pod: Mapping[str, Any]) -> PodInfo:
@@ -272,7 +308,7 @@ class GangCore:
         if state.shortfall_generation == generation:
             return state.message
 
-        free = self.free_for_planning()
+        free = self.free_for_planning(key)
         allowed = dict(self.restrictions)
         if asking is not None and candidates is not None:
             allowed[asking.uid] = NodeRestriction(allowed=frozenset(candidates))
@@ -292,7 +328,11 @@ class GangCore:
                 break
         if not isinstance(outcome, Placement):
             state.shortfall_generation = generation
+            if key in self.reservations:
+                return self._say(state, self._reserving_message(key))
             behind = self._waiting_behind(ahead, choice.attempts, free, allowed)
+            if behind is None and queue:
+                behind = self.gang_ahead_of(key, members, allowed)
             if behind is not None:
                 return self._say(
                     state,
@@ -316,6 +356,7 @@ class GangCore:
             deadline=now + timeout,
         )
         self.ledger.reserve(plan)
+        self._end_reservation(key)
         state.shortfall_generation = None
         state.waiting = False
         self._say(state, f"gang {key}: planned {len(plan.placements)} members, binding")
@@ -385,6 +426,95 @@ class GangCore:
                 return planned[0]
         return None
 
+    def gang_ahead_of(
+        self,
+        key: GroupKey,
+        members: Sequence[PodInfo] | None = None,
+        allowed: Mapping[str, NodeRestriction] | None = None,
+    ) -> QueueRank | None:
+        """The first held gang ahead of `key` that would use the nodes `key` wants, or None.
+
+        Held: pending, with a quorum of members, and not released (waiting for room,
+        or planned and binding). It goes first when room appears there, so `key` waits
+        behind it for as long as it is held, not only while its plan holds the room.
+        Nodes wanted: those a pending member could ever use (cordon, taints, selector,
+        kube-scheduler's last word, a request within the node's allocatable). A gang
+        that would not fit even on empty nodes waits behind no one: its shortfall is
+        its own. Also for a gang kube-scheduler never asked about (its own filters
+        refuse every node): the PodGroup status names the gang ahead all the same.
+        """
+        members = list(members) if members is not None else self.snapshot.members(key)
+        allowed = allowed if allowed is not None else self.restrictions
+        wanted = self._nodes_wanted(members, allowed)
+        if not wanted:
+            return None
+        held = [
+            rank_of(other, others)
+            for other in sorted({*self.groups, *self.unasked} - {key})
+            if self._is_held(other, others := self.snapshot.members(other))
+        ]
+        for rank in gangs_ahead(rank_of(key, members), held):
+            if self._nodes_wanted(self.snapshot.members(rank.key), allowed) & wanted:
+                return rank if self._fits_when_empty(key, members, wanted, allowed) else None
+        return None
+
+    def _is_held(self, key: GroupKey, members: Sequence[PodInfo]) -> bool:
+        plan = self.ledger.plans.get(key)
+        if plan is not None:
+            return not plan.released
+        spec = self.snapshot.group_spec(key)
+        if spec is None or spec.error is not None:
+            return False
+        pending = [m for m in members if not m.is_bound and not m.gated]
+        if not pending:
+            return False
+        choice = choose_members(
+            members, min_member=spec.min_member, task_minimums=spec.min_task_member
+        )
+        return not isinstance(choice, MembersMissing)
+
+    def _nodes_wanted(
+        self, members: Sequence[PodInfo], allowed: Mapping[str, NodeRestriction]
+    ) -> set[str]:
+        wanted: set[str] = set()
+        for member in members:
+            if member.is_bound or member.gated:
+                continue
+            restriction = allowed.get(member.uid)
+            wanted.update(
+                name
+                for name, node in self.snapshot.nodes.items()
+                if (restriction is None or restriction.permits(name))
+                and node_accepts(node, member)
+                and fits(member.requests, node.allocatable)
+            )
+        return wanted
+
+    def _fits_when_empty(
+        self,
+        key: GroupKey,
+        members: Sequence[PodInfo],
+        nodes: set[str],
+        allowed: Mapping[str, NodeRestriction],
+    ) -> bool:
+        spec = self.snapshot.group_spec(key)
+        if spec is None:
+            return False
+        choice = choose_members(
+            members, min_member=spec.min_member, task_minimums=spec.min_task_member
+        )
+        if isinstance(choice, MembersMissing):
+            return False
+        empty = {name: dict(self.snapshot.nodes[name].allocatable) for name in nodes}
+        pending = [[m for m in chosen if not m.is_bound] for chosen in choice.attempts]
+        return any(
+            isinstance(
+                plan_gang(chosen, empty, self.snapshot.nodes, self.policy, allowed=allowed),
+                Placement,
+            )
+            for chosen in pending
+        )
+
     def _released_elsewhere(self, plan: Plan, pod: PodInfo, now: float) -> str:
         """A released member whose planned node kube-scheduler does not offer now.
 
@@ -428,7 +558,8 @@ class GangCore:
 
     def _filter_plain(self, pod: PodInfo, candidates: Sequence[str]) -> FilterDecision:
         reserved = set(self.ledger.reserved_nodes())
-        if not reserved:
+        starving = self.starving_holds() if pod.requests.get(GPU, 0) > 0 else {}
+        if not reserved and not starving:
             return FilterDecision(Verdict.NOT_A_GANG, list(candidates), {}, {})
         nodes: list[str] = []
         failed: dict[str, str] = {}
@@ -436,9 +567,23 @@ class GangCore:
             if name in reserved and not fits(pod.requests, self.free_after_reservations(name)):
                 owners = ", ".join(str(g) for g in self.ledger.owners(name))
                 failed[name] = f"capacity on {name} is reserved for gang {owners}"
+            elif name in starving and self._starving_refusal(pod, name, starving[name]):
+                failed[name] = self._starving_refusal(pod, name, starving[name])
             else:
                 nodes.append(name)
         return FilterDecision(Verdict.NOT_A_GANG, nodes, failed, {})
+
+    def _starving_refusal(self, pod: PodInfo, node: str, held: tuple[GroupKey, int]) -> str:
+        """Why a plain pod may not take a GPU a starving gang holds on `node` ("" if it may)."""
+        owner, gpus = held
+        free = self.free_after_reservations(node).get(GPU, 0) - gpus
+        if pod.requests.get(GPU, 0) <= free:
+            return ""
+        return (
+            f"{gpus} free GPU(s) on {node} are reserved for gang {owner}, which has "
+            "waited longer than its starvationSeconds; nothing else is placed there "
+            "until it fits"
+        )
 
     def _hold(self, candidates: Sequence[str], verdict: Verdict, message: str) -> FilterDecision:
         return FilterDecision(verdict, [], {}, dict.fromkeys(candidates, message), message)
@@ -455,8 +600,13 @@ class GangCore:
             free[name] = free.get(name, 0) - value
         return free
 
-    def free_for_planning(self) -> dict[str, Resources]:
-        return {name: self.free_after_reservations(name) for name in self.snapshot.nodes}
+    def free_for_planning(self, group: GroupKey | None = None) -> dict[str, Resources]:
+        """Free capacity for planning `group`: GPUs other gangs' starvation holds are taken out."""
+        free = {name: self.free_after_reservations(name) for name in self.snapshot.nodes}
+        for node, (owner, gpus) in self.starving_holds().items():
+            if owner != group and node in free:
+                free[node][GPU] = free[node].get(GPU, 0) - gpus
+        return free
 
     # ------------------------------------------------------------ prioritize
     def prioritize(self, pod: PodInfo, candidates: Collection[str]) -> dict[str, int]:
@@ -524,6 +674,13 @@ class GangCore:
                     BindVerdict.ERROR,
                     message=f"capacity on {node} was reserved for gang {owners} after "
                     f"{pod.ref} passed filter; retrying",
+                )
+            held = self.starving_holds().get(node) if pod is not None else None
+            if pod is not None and held is not None and self._starving_refusal(pod, node, held):
+                return BindDecision(
+                    BindVerdict.ERROR,
+                    message=f"{self._starving_refusal(pod, node, held)} (reserved after "
+                    f"{pod.ref} passed filter); retrying",
                 )
             return BindDecision(BindVerdict.BIND_NOW)
         planned = plan.placements[uid]
@@ -809,6 +966,11 @@ class GangCore:
 
     # --------------------------------------------------------------- expiry
     def expire(self, now: float) -> None:
+        """Drop plans past their deadline, then bring the starvation reservations up to date."""
+        self._expire_plans(now)
+        self.update_reservations(now)
+
+    def _expire_plans(self, now: float) -> None:
         for plan in list(self.ledger.plans.values()):
             if now >= plan.deadline and not plan.released:
                 missing = ", ".join(sorted(plan.names[u] for u in plan.waiting_for))
@@ -828,6 +990,154 @@ class GangCore:
         state.waiting = True
         self._say(state, f"gang {plan.group}: plan dropped: {reason}")
         self.effects.append(PlanDropped(plan, reason, timed_out))
+
+    # ---------------------------------------------------- starvation reservations
+    def starving_holds(self) -> dict[str, tuple[GroupKey, int]]:
+        """Per node, the starving gang that holds free GPUs there and how many."""
+        holds: dict[str, tuple[GroupKey, int]] = {}
+        for key, reservation in self.reservations.items():
+            for node, gpus in self._held(reservation).items():
+                holds[node] = (key, gpus)
+        return holds
+
+    def _held(self, reservation: Reservation) -> dict[str, int]:
+        free = {
+            node: self.free_after_reservations(node).get(GPU, 0)
+            for node in reservation.nodes
+            if node in self.snapshot.nodes
+        }
+        return hold(reservation, free)
+
+    def starvation_seconds_of(self, spec: GroupSpec, members: Sequence[PodInfo]) -> float:
+        """spec.starvationSeconds, else the members' annotation, else the cluster default."""
+        if spec.starvation_seconds is not None:
+            return spec.starvation_seconds
+        said = [m.starvation_seconds for m in members if m.starvation_seconds is not None]
+        return min(said) if said else self.timeouts.starvation_seconds
+
+    def update_reservations(self, now: float) -> None:
+        """End reservations whose gang is planned, no longer held or past its bound; start
+        one for each starving gang at the head of the queue; plan a gang whose reserved
+        GPUs are all free. Called with every expiry pass (each filter, each tick)."""
+        for key, reservation in list(self.reservations.items()):
+            if reservation.expired(now):
+                self.given_up[key] = reservation.nodes
+                self._end_reservation(key)
+            elif key in self.ledger.plans or not self._is_held(key, self.snapshot.members(key)):
+                self._end_reservation(key)
+        if now - self.starvation_checked >= STARVATION_CHECK_SECONDS:
+            self.starvation_checked = now
+            for key in self._starving_heads(now):
+                self._start_reservation(key, now)
+        for key, reservation in list(self.reservations.items()):
+            state = self.groups.setdefault(key, GroupState(first_seen=now))
+            held = self._held(reservation)
+            spec = self.snapshot.group_spec(key)
+            if sum(held.values()) >= reservation.need and spec is not None:
+                self._try_plan(key, state, spec, now, asking=None, candidates=None, queue=False)
+                if key in self.ledger.plans:
+                    continue
+            before = state.message
+            if self._say(state, self._reserving_message(key)) != before:
+                self.touched.add(key)
+
+    def _starving_heads(self, now: float) -> list[GroupKey]:
+        """Held gangs without a plan or reservation that waited past their
+        starvationSeconds and have no held gang ahead wanting their nodes."""
+        found = []
+        known = {*self.groups, *self.unasked}
+        for key in [k for k in self.held_since if k not in known]:
+            del self.held_since[key]
+        for key in [k for k in self.given_up if k not in known]:
+            del self.given_up[key]
+        for key in sorted(known - set(self.reservations)):
+            if key in self.ledger.plans:
+                continue  # its wait goes on if the plan is dropped
+            members = self.snapshot.members(key)
+            spec = self.snapshot.group_spec(key)
+            if spec is None or not self._is_held(key, members):
+                self.held_since.pop(key, None)
+                continue
+            since = self.held_since.setdefault(key, now)
+            state = self.groups.get(key)
+            if state is not None and now < state.retry_after:
+                continue
+            if starving(since, now, self.starvation_seconds_of(spec, members)):
+                found.append(rank_of(key, members))
+        return [
+            rank.key
+            for rank in sorted(found, key=lambda r: r.order)
+            if self.gang_ahead_of(rank.key) is None
+        ]
+
+    def _start_reservation(self, key: GroupKey, now: float) -> None:
+        spec = self.snapshot.group_spec(key)
+        members = self.snapshot.members(key)
+        if spec is None:
+            return
+        choice = choose_members(
+            members, min_member=spec.min_member, task_minimums=spec.min_task_member
+        )
+        if isinstance(choice, MembersMissing):
+            return
+        pending = min(
+            ([m for m in chosen if not m.is_bound] for chosen in choice.attempts),
+            key=lambda chosen: sum(m.requests.get(GPU, 0) for m in chosen),
+        )
+        need = sum(m.requests.get(GPU, 0) for m in pending)
+        taken = {node for r in self.reservations.values() for node in r.nodes}
+        eligible = self._nodes_wanted(pending, self.restrictions) - taken
+        gpus = {
+            node: NodeGpus(
+                capacity=self.snapshot.nodes[node].allocatable.get(GPU, 0),
+                free=max(self.free_after_reservations(node).get(GPU, 0), 0),
+            )
+            for node in eligible
+        }
+
+        def holds(nodes: Sequence[str]) -> bool:
+            empty = {n: dict(self.snapshot.nodes[n].allocatable) for n in nodes}
+            placed = plan_gang(pending, empty, self.snapshot.nodes, self.policy)
+            return isinstance(placed, Placement)
+
+        nodes = choose_nodes(need, gpus, holds=holds, avoid=self.given_up.get(key, ()))
+        if nodes is None:
+            return
+        self.reservations[key] = Reservation(
+            group=key,
+            nodes=nodes,
+            need=need,
+            started=now,
+            deadline=now + self.timeouts.reservation_max_seconds,
+        )
+        self.groups.setdefault(key, GroupState(first_seen=now))
+        self._forget_shortfalls()
+
+    def _end_reservation(self, key: GroupKey) -> None:
+        if self.reservations.pop(key, None) is not None:
+            self.touched.add(key)
+            self._forget_shortfalls()
+
+    def _forget_shortfalls(self) -> None:
+        """Held GPUs changed hands: every memoised 'does not fit' may be wrong now."""
+        for state in self.groups.values():
+            state.shortfall_generation = None
+
+    def _reserving_message(self, key: GroupKey) -> str:
+        reservation = self.reservations[key]
+        spec = self.snapshot.group_spec(key)
+        members = self.snapshot.members(key)
+        seconds = self.starvation_seconds_of(spec, members) if spec is not None else 0.0
+        return (
+            f"gang {key}: {reservation_message(reservation, self._held(reservation))}; "
+            f"it has waited longer than its starvationSeconds ({seconds:g} s), so nothing "
+            "else of this scheduler takes a GPU that frees there until it fits"
+        )
+
+    def drain_touched(self) -> set[GroupKey]:
+        """Groups whose hold changed outside a filter (their status is re-written)."""
+        touched, self.touched = self.touched, set()
+        return touched
 
     # ------------------------------------------------------------- failover
     def recover(self, now: float) -> Recovery:

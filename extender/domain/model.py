@@ -17,6 +17,9 @@ from extender.domain.membership import GroupKey, MembershipError
 from extender.domain.policy import GroupTopology, topology_from_annotations, topology_from_spec
 from extender.domain.quantity import QuantityError, pod_requests, resource_list
 
+# A group's starvationSeconds on its members (a group declared by annotation).
+STARVATION_ANNOTATION = "gang-extender.io/starvation-seconds"
+
 Resources = dict[str, int]
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
@@ -108,6 +111,9 @@ class PodInfo:
     unschedulable_message: str | None = None
     # Kueue's podset topology annotations, when the pod carries one (its group's default).
     topology: GroupTopology | None = None
+    # gang-extender.io/starvation-seconds: its group's starvationSeconds when the
+    # PodGroup sets none (domain/reservations.py).
+    starvation_seconds: float | None = None
 
     @property
     def ref(self) -> str:
@@ -149,6 +155,9 @@ class PodInfo:
         topology, topology_error = topology_from_annotations(meta.get("annotations") or {})
         if group is not None and topology_error is not None:
             group_error = group_error or topology_error
+        starvation, starvation_error = _starvation_annotation(meta.get("annotations") or {})
+        if group is not None and starvation_error is not None:
+            group_error = group_error or starvation_error
         tolerations = tuple(
             Toleration(
                 t.get("key") or None,
@@ -180,7 +189,22 @@ class PodInfo:
             gated=bool(spec.get("schedulingGates")),
             unschedulable_message=_unschedulable_message(status),
             topology=topology,
+            starvation_seconds=starvation,
         )
+
+
+def _starvation_annotation(annotations: Mapping[str, Any]) -> tuple[float | None, str | None]:
+    """The pod's gang-extender.io/starvation-seconds, or why it is unreadable."""
+    raw = annotations.get(STARVATION_ANNOTATION)
+    if raw is None:
+        return None, None
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        value = -1.0
+    if not value > 0 or value == float("inf"):
+        return None, (f"annotation {STARVATION_ANNOTATION}={raw!r} must be a number of seconds > 0")
+    return value, None
 
 
 def _unschedulable_message(status: Mapping[str, Any]) -> str | None:
@@ -223,6 +247,8 @@ class GroupSpec:
     managed: bool = False
     # spec.topology: None leaves it to the members' Kueue annotations, then the policy.
     topology: GroupTopology | None = None
+    # spec.starvationSeconds: None leaves it to the members' annotation, then Settings.
+    starvation_seconds: float | None = None
 
     @classmethod
     def from_podgroup(cls, obj: Mapping[str, Any], *, source: str) -> GroupSpec:
@@ -237,6 +263,14 @@ class GroupSpec:
         if timeout is not None and (not isinstance(timeout, int | float) or timeout <= 0):
             error = error or f"{source} spec.scheduleTimeoutSeconds={timeout!r} must be > 0"
             timeout = None
+        starvation = spec.get("starvationSeconds")
+        if starvation is not None and (
+            not isinstance(starvation, int | float)
+            or isinstance(starvation, bool)
+            or starvation <= 0
+        ):
+            error = error or f"{source} spec.starvationSeconds={starvation!r} must be > 0"
+            starvation = None
         tasks, tasks_error = read_task_minimums(
             spec.get("minTaskMember"), where=f"{source} spec.minTaskMember"
         )
@@ -268,6 +302,7 @@ class GroupSpec:
             error=error or tasks_error,
             managed=membership.CREATED_FROM_ANNOTATION in (meta.get("annotations") or {}),
             topology=topology,
+            starvation_seconds=float(starvation) if starvation is not None else None,
         )
 
     def with_members_task_layout(self, layout: Mapping[str, int], *, size_from: str) -> GroupSpec:

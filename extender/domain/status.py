@@ -223,6 +223,8 @@ def group_status(core: GangCore, key: GroupKey) -> GroupStatus | None:
      3. fewer than minMember members -> WaitingForMembers, and how to lower the size;
         a task with fewer members than its minTaskMember -> WaitingForMembers, naming it;
      4. else why the core holds the gang -> Unschedulable.
+    An Unschedulable gang with a held gang ahead of it in the queue that wants the
+    same nodes (`GangCore.gang_ahead_of`) also says it waits behind that gang.
     A user's PodGroup whose minMember differs from the members' annotation adds
     which wins and what to change.
     """
@@ -265,6 +267,13 @@ def group_status(core: GangCore, key: GroupKey) -> GroupStatus | None:
             message = f"gang {key}: {missing}; waiting for the rest to be created"
         else:
             reason = "Unschedulable"
+        if reason == "Unschedulable" and "waiting behind" not in message:
+            # Also when kube-scheduler never asked (its own filters refuse every node):
+            # the gang ahead goes first when room appears.
+            ahead = core.gang_ahead_of(key)
+            if ahead is not None:
+                said = message or f"gang {key}: waiting to be scheduled"
+                message = f"{said}; waiting behind {ahead.key} (priority {ahead.priority})"
         disagreement = _size_disagreement(key, spec, active)
         if disagreement:
             message = f"{message or f'gang {key}: waiting to be scheduled'}; {disagreement}"

@@ -2,7 +2,8 @@
 
 Two gangs wait for the same two GPUs, held by a running pod. The higher-priority
 gang (its PriorityClass), created later, is bound first when the pod that holds
-the room is deleted; the lower gang stays held, and its hold names the gang ahead.
+the room is deleted; the lower gang stays held, and its hold names the gang ahead
+while both wait (kube-scheduler asks about neither then: its own filters see no GPU).
 """
 
 from __future__ import annotations
@@ -92,6 +93,18 @@ def test_a_higher_priority_gang_created_later_is_bound_first_when_room_appears(
     high_pods = [p for p in list_pods(raw, namespace) if p["metadata"]["name"].startswith("high")]
     assert {p["spec"].get("priority") for p in high_pods} == {HIGH_PRIORITY}
 
+    # While both wait for the room (neither planned), the low gang's hold already
+    # names the gang that goes first.
+    ahead = f"waiting behind {namespace}/high (priority {HIGH_PRIORITY})"
+    names = {"low", "low-0", "low-1"}
+    wait_until(
+        lambda: (
+            ahead in condition_message(get_podgroup(raw, namespace, "low"))
+            or any(ahead in m for m in messages_about(raw, namespace, names))
+        ),
+        what="the low gang's hold to name the held gang ahead before room appears",
+    )
+
     raw.call(
         "DELETE",
         path_of("api", "v1", "namespaces", namespace, "pods", "holder"),
@@ -110,8 +123,6 @@ def test_a_higher_priority_gang_created_later_is_bound_first_when_room_appears(
         if p["metadata"]["name"].startswith("low")
     ] == []
 
-    ahead = f"waiting behind {namespace}/high (priority {HIGH_PRIORITY})"
-    names = {"low", "low-0", "low-1"}
     wait_until(
         lambda: (
             ahead in condition_message(get_podgroup(raw, namespace, "low"))

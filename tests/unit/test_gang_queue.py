@@ -283,3 +283,63 @@ def test_every_gang_ahead_is_tried_in_order_past_one_already_planned() -> None:
     core.filter(member(core, "third-0"), ["n1"], T0 + 1)
     assert planned_groups(core) == ["second"]
     assert core.groups[key("second")].first_seen == T0  # queued when first asked
+
+
+# ------------------------------------------- the gang ahead named while it is held
+def test_a_gang_ahead_held_for_room_is_named_while_both_wait() -> None:
+    # A pod holds both GPUs: neither gang fits. The high gang is held waiting for the
+    # room too (no plan); the low gang's hold names it all the same, before any room
+    # appears (it used to be named only while the gang ahead's plan held the room).
+    nodes = [make_node("n1").gpus(2).obj()]
+    core = core_with(nodes, {"high": gang("high", 2, 1, priority=1000), "low": gang("low", 2, 1)})
+    core.observe_pod(PodInfo.from_api(make_pod("holder").gpus(2).node("n1").obj()), T0)
+    assert core.filter(member(core, "high-0"), ["n1"], T0).verdict is Verdict.WAIT
+    assert key("high") not in core.ledger.plans
+    decision = core.filter(member(core, "low-0"), ["n1"], T0 + 1)
+    assert decision.verdict is Verdict.WAIT
+    assert decision.message.endswith("; waiting behind default/high (priority 1000)")
+
+
+def test_the_status_of_a_gang_never_asked_about_names_the_held_gang_ahead() -> None:
+    # kube-scheduler's own filters refuse every node (all GPUs taken): it never asks
+    # the extender about either gang, and the status still says who goes first.
+    from extender.domain.status import group_status
+
+    nodes = [make_node("n1").gpus(2).obj()]
+    core = core_with(nodes, {"low": gang("low", 2, 1), "high": gang("high", 2, 1, priority=9)})
+    core.observe_pod(PodInfo.from_api(make_pod("holder").gpus(2).node("n1").obj()), T0)
+    low = group_status(core, key("low"))
+    high = group_status(core, key("high"))
+    assert low is not None and high is not None
+    assert low.message.endswith("; waiting behind default/high (priority 9)")
+    assert "waiting behind" not in high.message
+
+
+def test_a_held_gang_ahead_on_other_nodes_is_not_named() -> None:
+    # The high gang wants only n2 (its selector): the low gang on n1 is not behind it.
+    nodes = [
+        make_node("n1").gpus(2).label("pool", "a").obj(),
+        make_node("n2").gpus(2).label("pool", "b").obj(),
+    ]
+    high, low = gang("high", 2, 1, priority=1000), gang("low", 2, 1)
+    for pods, pool in ((high, "b"), (low, "a")):
+        for pod in pods:
+            pod["spec"]["nodeSelector"] = {"pool": pool}
+    core = core_with(nodes, {"high": high, "low": low})
+    core.observe_pod(PodInfo.from_api(make_pod("h1").gpus(2).node("n1").obj()), T0)
+    core.observe_pod(PodInfo.from_api(make_pod("h2").gpus(2).node("n2").obj()), T0)
+    core.filter(member(core, "high-0"), ["n2"], T0)
+    decision = core.filter(member(core, "low-0"), ["n1"], T0 + 1)
+    assert decision.verdict is Verdict.WAIT
+    assert "waiting behind" not in decision.message
+
+
+def test_a_lower_gang_still_backfills_beside_a_held_gang_ahead() -> None:
+    # The high gang needs 4 GPUs and 2 are free: the low one takes them (backfill),
+    # held gang ahead or not.
+    nodes = [make_node("n1").gpus(4).obj()]
+    core = core_with(nodes, {"high": gang("high", 4, 1, priority=1000), "low": gang("low", 2, 1)})
+    core.observe_pod(PodInfo.from_api(make_pod("holder").gpus(2).node("n1").obj()), T0)
+    core.filter(member(core, "high-0"), ["n1"], T0)
+    decision = core.filter(member(core, "low-0"), ["n1"], T0 + 1)
+    assert decision.verdict is Verdict.PLANNED

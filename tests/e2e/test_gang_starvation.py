@@ -1,0 +1,147 @@
+"""No starvation on the real kube-scheduler, API server and KWOK GPU nodes (issue 13, item 2).
+
+A 4-GPU gang waits on a 4-GPU node where 1-GPU pods keep finishing and being
+replaced. Before its starvationSeconds each freed GPU goes to a replacement (the
+gang never fits); once its reservation starts (its PodGroup condition says
+"reserving <node>"), no 1-GPU pod is bound there any more: the replacements are
+refused by the extender's filter, naming the gang, and the gang is bound when the
+last GPU it needs frees. The 1-GPU pods use gang-extender's profile, so
+kube-scheduler asks the extender about them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from extender.kube.rawapi import RawApi, path_of
+from tests.e2e.gang_fixtures import (  # noqa: F401 (no_partial_gangs is a fixture)
+    bound,
+    condition_message,
+    create,
+    gang_pod,
+    get_podgroup,
+    list_pods,
+    no_partial_gangs,
+    podgroup,
+    wait_until,
+)
+
+pytestmark = pytest.mark.usefixtures("no_partial_gangs")
+
+STARVATION_SECONDS = 5
+SMALL = "e2e-small"
+
+
+def small_pod(index: int, selector: dict[str, str]) -> dict[str, Any]:
+    pod = gang_pod(f"small-{index}", "", gpus=1, node_selector=selector)
+    pod["metadata"]["labels"]["role"] = SMALL
+    return pod
+
+
+def pods_by_name(raw: RawApi, namespace: str) -> dict[str, dict[str, Any]]:
+    return {p["metadata"]["name"]: p for p in list_pods(raw, namespace)}
+
+
+def bound_smalls(raw: RawApi, namespace: str) -> set[str]:
+    return {
+        p["metadata"]["name"]
+        for p in bound(list_pods(raw, namespace, f"role={SMALL}"))
+        if not p["metadata"].get("deletionTimestamp")
+    }
+
+
+def gang_bound(raw: RawApi, namespace: str) -> bool:
+    pods = bound(list_pods(raw, namespace))
+    return len([p for p in pods if p["metadata"]["name"].startswith("big-")]) == 4
+
+
+def refusal(pod: dict[str, Any] | None) -> str:
+    """The message of the pod's PodScheduled=False condition, "" if none."""
+    for c in ((pod or {}).get("status") or {}).get("conditions") or []:
+        if c.get("type") == "PodScheduled" and c.get("status") == "False":
+            return str(c.get("message", ""))
+    return ""
+
+
+def refusals(raw: RawApi, namespace: str) -> list[str]:
+    """FailedScheduling Event messages about the 1-GPU pods."""
+    events = raw.call("GET", path_of("api", "v1", "namespaces", namespace, "events"))["items"]
+    return [
+        str(e.get("message", ""))
+        for e in events
+        if e.get("reason") == "FailedScheduling"
+        and str((e.get("involvedObject") or {}).get("name", "")).startswith("small-")
+    ]
+
+
+def delete_pod(raw: RawApi, namespace: str, name: str) -> None:
+    raw.call(
+        "DELETE",
+        path_of("api", "v1", "namespaces", namespace, "pods", name),
+        query={"gracePeriodSeconds": 0},
+    )
+
+
+def test_a_big_gang_starved_by_churning_one_gpu_pods_reserves_its_node_and_is_bound(
+    gang_stack, raw, namespace, gpu_nodes
+) -> None:
+    pool = gpu_nodes(1, gpus=4)
+    selector, node = pool.node_selector, pool.nodes[0]
+    for i in range(4):
+        create(raw, namespace, small_pod(i, selector))
+    wait_until(
+        lambda: len(bound_smalls(raw, namespace)) == 4, what="four 1-GPU pods to fill the node"
+    )
+    create(raw, namespace, podgroup("big", 4, starvationSeconds=STARVATION_SECONDS))
+    for i in range(4):
+        create(raw, namespace, gang_pod(f"big-{i}", "big", gpus=1, node_selector=selector))
+
+    reserving = f"reserving {node}"
+    next_index = 4
+
+    def reservation_shown() -> bool:
+        return reserving in condition_message(get_podgroup(raw, namespace, "big"))
+
+    # Before the reservation: a 1-GPU pod finishes, its replacement takes the GPU.
+    while not reservation_shown():
+        gone = sorted(bound_smalls(raw, namespace))[0]
+        delete_pod(raw, namespace, gone)
+        replacement = f"small-{next_index}"
+        create(raw, namespace, small_pod(next_index, selector))
+        next_index += 1
+        wait_until(
+            lambda r=replacement: r in bound_smalls(raw, namespace) or reservation_shown(),
+            what="the replacement to be bound, or the gang's reservation to start",
+        )
+    assert not gang_bound(raw, namespace)
+
+    # From here on: the 1-GPU pods bound now are the only ones ever bound on the node.
+    before = bound_smalls(raw, namespace)
+    after: list[str] = []
+    while not gang_bound(raw, namespace):
+        left = sorted(before & bound_smalls(raw, namespace))
+        if not left:
+            break
+        delete_pod(raw, namespace, left[0])
+        replacement = f"small-{next_index}"
+        create(raw, namespace, small_pod(next_index, selector))
+        after.append(replacement)
+        next_index += 1
+        wait_until(
+            lambda r=replacement: (
+                refusal(pods_by_name(raw, namespace).get(r)) or gang_bound(raw, namespace)
+            ),
+            what="the replacement to be refused, or the gang to be bound",
+        )
+    wait_until(lambda: gang_bound(raw, namespace), what="the starving gang to be bound")
+
+    assert bound_smalls(raw, namespace) <= before, "a 1-GPU pod took a GPU the gang reserved"
+    pods = pods_by_name(raw, namespace)
+    assert {p["spec"].get("nodeName") for n, p in pods.items() if n.startswith("big-")} == {node}
+    assert all(not pods[name]["spec"].get("nodeName") for name in after)
+    # The extender's filter said why: the GPUs are the gang's (kube-scheduler's
+    # FailedScheduling Events on the refused 1-GPU pods).
+    refused = refusals(raw, namespace)
+    assert any(f"reserved for gang {namespace}/big" in m for m in refused), refused
