@@ -92,7 +92,7 @@ from extender.domain.planner import NodeRestriction, Placement, plan_gang
 from extender.domain.policy import Policy
 from extender.domain.queue import QueueRank, gangs_ahead, rank_of
 from extender.domain.recovery import Recovery, recover_plans
-from extender.domain.scoring import MAX_SCORE, NodeScoreBoard
+from extender.domain.scoring import MAX_SCORE, NodeScoreBoard, Priorities
 from extender.domain.selection import MembersMissing, choose_members, tasks_left_out
 from extender.domain.snapshot import ClusterSnapshot, fits
 
@@ -460,11 +460,16 @@ class GangCore:
 
     # ------------------------------------------------------------ prioritize
     def prioritize(self, pod: PodInfo, candidates: Collection[str]) -> dict[str, int]:
+        """Every candidate's score, zeros included (the plain form of `priorities`)."""
+        return self.priorities(pod).for_candidates(candidates)
+
+    def priorities(self, pod: PodInfo) -> Priorities:
+        """Prioritize's answer as the nodes that score: a planned member's node, else
+        the score board's (domain/scoring.py)."""
         plan = self.ledger.plan_of(pod.uid)
         if plan is not None:
-            planned = plan.placements[pod.uid]
-            return {n: MAX_SCORE if n == planned else 0 for n in candidates}
-        return self.score_board.scores_for(candidates, self.snapshot, self.ledger, self.policy)
+            return Priorities({plan.placements[pod.uid]: MAX_SCORE})
+        return self.score_board.priorities(self.snapshot, self.ledger, self.policy)
 
     # ------------------------------------------------------------------ bind
     def bind_refusal(self, *, uid: str, namespace: str, name: str, node: str) -> str:

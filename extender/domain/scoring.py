@@ -6,11 +6,17 @@ Why a board: prioritize comes for every pod with every feasible node (5,000 on a
 large cluster), while a bind changes one node; scoring all of them per request
 was most of prioritize's cost. The snapshot and the ledger record which nodes'
 capacity changed; only those are rescored.
+
+The answer (`Priorities`) lists only the nodes that score above 0: kube-scheduler
+adds nothing for a node an extender leaves out, so a zero need not travel. The
+board keeps a journal of the nodes whose score changed, so a reader that keeps
+its own per-node copy (the HTTP layer keeps each node's wire bytes) catches up on
+what changed instead of reading every node per request.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from extender.domain.ledger import Ledger
@@ -20,6 +26,10 @@ from extender.domain.snapshot import ClusterSnapshot
 
 # kube-scheduler's extender scores run 0..10 (extenderv1.MaxExtenderPriority).
 MAX_SCORE = 10
+
+# The journal starts over past this many entries (or twice the nodes that score, if
+# more): a reader further behind than that reads every score once.
+JOURNAL_MIN_LIMIT = 4096
 
 
 def node_score(node: str, snapshot: ClusterSnapshot, ledger: Ledger, policy: Policy) -> int:
@@ -40,6 +50,27 @@ class NodeScoreBoard:
     """Node -> score for the nodes that score above 0; absent nodes score 0."""
 
     scores: dict[str, int] = field(default_factory=dict)
+    # Nodes whose score changed, oldest first (a node may repeat); `journal_start`
+    # is the position of its first entry. Readers keep a position (`changed_since`).
+    journal: list[str] = field(default_factory=list)
+    journal_start: int = 0
+    journal_min_limit: int = JOURNAL_MIN_LIMIT
+
+    @property
+    def position(self) -> int:
+        """Where the journal ends now: pass it to `changed_since` later."""
+        return self.journal_start + len(self.journal)
+
+    def changed_since(self, position: int) -> list[str] | None:
+        """Nodes whose score changed after `position` (repeats possible), or None when
+        the journal no longer reaches back that far: then read every score."""
+        if position < self.journal_start or position > self.position:
+            return None
+        return self.journal[position - self.journal_start :]
+
+    def priorities(self, snapshot: ClusterSnapshot, ledger: Ledger, policy: Policy) -> Priorities:
+        """The board's answer for a plain pod: every node that scores, after a refresh."""
+        return Priorities(self.refresh(snapshot, ledger, policy), board=self)
 
     def scores_for(
         self,
@@ -57,10 +88,35 @@ class NodeScoreBoard:
         changed = snapshot.capacity_changed | ledger.capacity_changed
         snapshot.capacity_changed.clear()
         ledger.capacity_changed.clear()
+        scores, journal = self.scores, self.journal
         for node in changed:
             score = node_score(node, snapshot, ledger, policy)
+            if score == scores.get(node, 0):
+                continue
             if score:
-                self.scores[node] = score
+                scores[node] = score
             else:
-                self.scores.pop(node, None)
-        return self.scores
+                del scores[node]
+            journal.append(node)
+        if len(journal) > max(self.journal_min_limit, 2 * len(scores)):
+            self.journal_start += len(journal)
+            self.journal = []
+        return scores
+
+
+@dataclass(frozen=True)
+class Priorities:
+    """Prioritize's answer for one pod: the nodes that score above 0, with their scores.
+
+    A candidate missing from `scores` scores 0 (and a node in `scores` that is not a
+    candidate is not answered). `board` is set when `scores` is the score board's own
+    table, so a reader can catch up from its journal (see NodeScoreBoard).
+    """
+
+    scores: Mapping[str, int]
+    board: NodeScoreBoard | None = None
+
+    def for_candidates(self, candidates: Iterable[str]) -> dict[str, int]:
+        """Every candidate's score, zeros included: the plain answer."""
+        scores = self.scores
+        return {node: scores.get(node, 0) for node in candidates}
