@@ -70,6 +70,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from itertools import filterfalse
 from typing import Any
 
 from extender.domain.decisions import (
@@ -427,17 +428,24 @@ class GangCore:
             self.restrictions.pop(uid, None)
 
     def _filter_plain(self, pod: PodInfo, candidates: Sequence[str]) -> FilterDecision:
-        reserved = set(self.ledger.reserved_nodes())
-        if not reserved:
+        """Candidates minus the reserved nodes the pod does not fit beside the reservations.
+
+        Costs the reserved nodes, not the candidates, in Python: the candidates (every
+        node of the cluster) are only passed through C-level `filter`.
+        """
+        full = {
+            name
+            for name in self.ledger.reserved_nodes()
+            if not fits(pod.requests, self.free_after_reservations(name))
+        }
+        if not full:
             return FilterDecision(Verdict.NOT_A_GANG, list(candidates), {}, {})
-        nodes: list[str] = []
-        failed: dict[str, str] = {}
-        for name in candidates:
-            if name in reserved and not fits(pod.requests, self.free_after_reservations(name)):
-                owners = ", ".join(str(g) for g in self.ledger.owners(name))
-                failed[name] = f"capacity on {name} is reserved for gang {owners}"
-            else:
-                nodes.append(name)
+        nodes = list(filterfalse(full.__contains__, candidates))
+        failed = {
+            name: f"capacity on {name} is reserved for gang "
+            + ", ".join(str(g) for g in self.ledger.owners(name))
+            for name in filter(full.__contains__, candidates)
+        }
         return FilterDecision(Verdict.NOT_A_GANG, nodes, failed, {})
 
     def _hold(self, candidates: Sequence[str], verdict: Verdict, message: str) -> FilterDecision:
