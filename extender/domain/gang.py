@@ -464,7 +464,11 @@ class GangCore:
         return free
 
     def free_for_planning(self) -> dict[str, Resources]:
-        return {name: self.free_after_reservations(name) for name in self.snapshot.nodes}
+        """Every node's free capacity after reservations, kept by the board where it changed.
+
+        Read-only per node: the planner copies a node's room before placing on it.
+        """
+        return self.score_board.free_capacity(self.snapshot, self.ledger, self.policy)
 
     # ------------------------------------------------------------ prioritize
     def prioritize(self, pod: PodInfo, candidates: Collection[str]) -> dict[str, int]:

@@ -20,6 +20,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from extender.domain.ledger import Ledger
+from extender.domain.model import Resources
 from extender.domain.policy import Policy, Strategy
 from extender.domain.quantity import GPU
 from extender.domain.snapshot import ClusterSnapshot
@@ -39,6 +40,18 @@ def node_score(node: str, snapshot: ClusterSnapshot, ledger: Ledger, policy: Pol
     if total <= 0:
         return 0
     free = total - snapshot.used(node).get(GPU, 0) - ledger.reserved(node).get(GPU, 0)
+    return _score(total, free, policy)
+
+
+def free_after_reservations(node: str, snapshot: ClusterSnapshot, ledger: Ledger) -> Resources:
+    """What is free on `node` once bound pods and gang reservations are taken out."""
+    free = snapshot.free(node)
+    for name, value in ledger.reserved(node).items():
+        free[name] = free.get(name, 0) - value
+    return free
+
+
+def _score(total: int, free: int, policy: Policy) -> int:
     used_fraction = (total - max(0, free)) / total
     if policy.strategy is Strategy.SPREAD:
         used_fraction = 1 - used_fraction
@@ -47,9 +60,15 @@ def node_score(node: str, snapshot: ClusterSnapshot, ledger: Ledger, policy: Pol
 
 @dataclass
 class NodeScoreBoard:
-    """Node -> score for the nodes that score above 0; absent nodes score 0."""
+    """Node -> score for the nodes that score above 0; absent nodes score 0.
+
+    Also each node's free capacity after bound pods and reservations (`free`), kept
+    current the same way: the planner reads it for every gang it plans, and building
+    it for every node per plan was most of a plan's cost on a large cluster.
+    """
 
     scores: dict[str, int] = field(default_factory=dict)
+    free: dict[str, Resources] = field(default_factory=dict)
     # Nodes whose score changed, oldest first (a node may repeat); `journal_start`
     # is the position of its first entry. Readers keep a position (`changed_since`).
     journal: list[str] = field(default_factory=list)
@@ -67,6 +86,17 @@ class NodeScoreBoard:
         if position < self.journal_start or position > self.position:
             return None
         return self.journal[position - self.journal_start :]
+
+    def free_capacity(
+        self, snapshot: ClusterSnapshot, ledger: Ledger, policy: Policy
+    ) -> dict[str, Resources]:
+        """Free capacity after reservations of every node, after a refresh.
+
+        A new dict each call (adding or removing a node in it is the caller's own), but
+        the per-node dicts are the board's: never mutate them (the planner copies on write).
+        """
+        self.refresh(snapshot, ledger, policy)
+        return dict(self.free)
 
     def priorities(self, snapshot: ClusterSnapshot, ledger: Ledger, policy: Policy) -> Priorities:
         """The board's answer for a plain pod: every node that scores, after a refresh."""
@@ -88,9 +118,16 @@ class NodeScoreBoard:
         changed = snapshot.capacity_changed | ledger.capacity_changed
         snapshot.capacity_changed.clear()
         ledger.capacity_changed.clear()
-        scores, journal = self.scores, self.journal
+        scores, journal, free = self.scores, self.journal, self.free
         for node in changed:
-            score = node_score(node, snapshot, ledger, policy)
+            info = snapshot.nodes.get(node)
+            if info is None:
+                free.pop(node, None)
+                score = 0
+            else:
+                room = free[node] = free_after_reservations(node, snapshot, ledger)
+                total = info.allocatable.get(GPU, 0)
+                score = _score(total, room.get(GPU, 0), policy) if total > 0 else 0
             if score == scores.get(node, 0):
                 continue
             if score:
