@@ -264,12 +264,12 @@ class GangCore:
         )
         if isinstance(choice, MembersMissing):
             return self._say(state, f"gang {key}: {choice}; waiting for the rest to be created")
-        if state.shortfall_generation == (self.snapshot.generation, self.ledger.generation):
+        if state.shortfall_generation == self._planning_inputs():
             return state.message
         # Queue order: every held gang ahead that can be planned now is planned first;
         # what they cannot use now is left for this one (backfill).
         ahead = self._plan_gangs_ahead(state.rank, now) if queue else []
-        generation = (self.snapshot.generation, self.ledger.generation)
+        generation = self._planning_inputs()
         if state.shortfall_generation == generation:
             return state.message
 
@@ -322,6 +322,11 @@ class GangCore:
         self._say(state, f"gang {key}: planned {len(plan.placements)} members, binding")
         self.effects.append(PlanCreated(plan))
         return plan
+
+    def _planning_inputs(self) -> tuple[int, int]:
+        """What a held gang's "does not fit" is memoised on: changes to nodes, capacity,
+        group members and PodGroups (snapshot.planning_generation), and to plans."""
+        return (self.snapshot.planning_generation, self.ledger.generation)
 
     def _plan_gangs_ahead(self, rank: QueueRank, now: float) -> list[QueueRank]:
         """Try every held gang ahead of `rank`, in queue order; every gang ahead of it.

@@ -10,12 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import orjson
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
-from extender.api.extender import HostPriorityEncoder, create_extender_app
+from extender.api.extender import create_extender_app
 from extender.coordinator import SchedulingCoordinator
 from extender.domain.gang import GangCore, Timeouts
 from extender.domain.model import GroupSpec, NodeInfo, PodInfo
