@@ -35,6 +35,7 @@ from extender.domain.decisions import (
 )
 from extender.domain.gang import GangCore
 from extender.domain.membership import GroupKey
+from extender.domain.scoring import Priorities
 from extender.metrics import Metrics
 from extender.ports.binding import Binder, BindError
 
@@ -66,8 +67,9 @@ class SchedulingCoordinator:
         finally:
             self.flush_effects()
 
-    def prioritize(self, pod: dict[str, Any], candidates: list[str]) -> dict[str, int]:
-        return self.core.prioritize(self.core.asked_about(pod), candidates)
+    def prioritize(self, pod: dict[str, Any], candidates: list[str]) -> Priorities:
+        # The nodes that score; the route answers only the candidates among them.
+        return self.core.priorities(self.core.asked_about(pod))
 
     async def bind(self, *, namespace: str, name: str, uid: str, node: str) -> str:
         """Bind or refuse; "" on success, else the error for the scheduler."""

@@ -78,6 +78,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from itertools import filterfalse
 from typing import Any
 
 from extender.domain.decisions import (
@@ -109,7 +110,7 @@ from extender.domain.reservations import (
     reservation_message,
     starving,
 )
-from extender.domain.scoring import MAX_SCORE, NodeScoreBoard
+from extender.domain.scoring import MAX_SCORE, NodeScoreBoard, Priorities
 from extender.domain.selection import MembersMissing, choose_members, tasks_left_out
 from extender.domain.snapshot import ClusterSnapshot, fits
 
@@ -299,12 +300,12 @@ class GangCore:
         )
         if isinstance(choice, MembersMissing):
             return self._say(state, f"gang {key}: {choice}; waiting for the rest to be created")
-        if state.shortfall_generation == (self.snapshot.generation, self.ledger.generation):
+        if state.shortfall_generation == self._planning_inputs():
             return state.message
         # Queue order: every held gang ahead that can be planned now is planned first;
         # what they cannot use now is left for this one (backfill).
         ahead = self._plan_gangs_ahead(state.rank, now) if queue else []
-        generation = (self.snapshot.generation, self.ledger.generation)
+        generation = self._planning_inputs()
         if state.shortfall_generation == generation:
             return state.message
 
@@ -362,6 +363,11 @@ class GangCore:
         self._say(state, f"gang {key}: planned {len(plan.placements)} members, binding")
         self.effects.append(PlanCreated(plan))
         return plan
+
+    def _planning_inputs(self) -> tuple[int, int]:
+        """What a held gang's "does not fit" is memoised on: changes to nodes, capacity,
+        group members and PodGroups (snapshot.planning_generation), and to plans."""
+        return (self.snapshot.planning_generation, self.ledger.generation)
 
     def _plan_gangs_ahead(self, rank: QueueRank, now: float) -> list[QueueRank]:
         """Try every held gang ahead of `rank`, in queue order; every gang ahead of it.
@@ -557,20 +563,28 @@ class GangCore:
             self.restrictions.pop(uid, None)
 
     def _filter_plain(self, pod: PodInfo, candidates: Sequence[str]) -> FilterDecision:
-        reserved = set(self.ledger.reserved_nodes())
-        starving = self.starving_holds() if pod.requests.get(GPU, 0) > 0 else {}
-        if not reserved and not starving:
+        """Candidates minus the nodes where the pod does not fit beside the plans' and the
+        starving gangs' holds.
+
+        Costs the reserved and held nodes, not the candidates, in Python: the candidates
+        (every node of the cluster) are only passed through C-level `filter`.
+        """
+        refusals = {
+            name: f"capacity on {name} is reserved for gang "
+            + ", ".join(str(g) for g in self.ledger.owners(name))
+            for name in self.ledger.reserved_nodes()
+            if not fits(pod.requests, self.free_after_reservations(name))
+        }
+        if pod.requests.get(GPU, 0) > 0:
+            for name, held in self.starving_holds().items():
+                if name not in refusals:
+                    why = self._starving_refusal(pod, name, held)
+                    if why:
+                        refusals[name] = why
+        if not refusals:
             return FilterDecision(Verdict.NOT_A_GANG, list(candidates), {}, {})
-        nodes: list[str] = []
-        failed: dict[str, str] = {}
-        for name in candidates:
-            if name in reserved and not fits(pod.requests, self.free_after_reservations(name)):
-                owners = ", ".join(str(g) for g in self.ledger.owners(name))
-                failed[name] = f"capacity on {name} is reserved for gang {owners}"
-            elif name in starving and self._starving_refusal(pod, name, starving[name]):
-                failed[name] = self._starving_refusal(pod, name, starving[name])
-            else:
-                nodes.append(name)
+        nodes = list(filterfalse(refusals.__contains__, candidates))
+        failed = {name: refusals[name] for name in filter(refusals.__contains__, candidates)}
         return FilterDecision(Verdict.NOT_A_GANG, nodes, failed, {})
 
     def _starving_refusal(self, pod: PodInfo, node: str, held: tuple[GroupKey, int]) -> str:
@@ -601,20 +615,32 @@ class GangCore:
         return free
 
     def free_for_planning(self, group: GroupKey | None = None) -> dict[str, Resources]:
-        """Free capacity for planning `group`: GPUs other gangs' starvation holds are taken out."""
-        free = {name: self.free_after_reservations(name) for name in self.snapshot.nodes}
+        """Every node's free capacity for planning `group`: after the plans' reservations
+        (kept by the board where it changed), and without the GPUs other starving gangs hold.
+
+        Read-only per node: the planner copies a node's room before placing on it, and a
+        node whose room a hold lessens gets a room of its own here.
+        """
+        free = self.score_board.free_capacity(self.snapshot, self.ledger, self.policy)
         for node, (owner, gpus) in self.starving_holds().items():
             if owner != group and node in free:
-                free[node][GPU] = free[node].get(GPU, 0) - gpus
+                room = dict(free[node])
+                room[GPU] = room.get(GPU, 0) - gpus
+                free[node] = room
         return free
 
     # ------------------------------------------------------------ prioritize
     def prioritize(self, pod: PodInfo, candidates: Collection[str]) -> dict[str, int]:
+        """Every candidate's score, zeros included (the plain form of `priorities`)."""
+        return self.priorities(pod).for_candidates(candidates)
+
+    def priorities(self, pod: PodInfo) -> Priorities:
+        """Prioritize's answer as the nodes that score: a planned member's node, else
+        the score board's (domain/scoring.py)."""
         plan = self.ledger.plan_of(pod.uid)
         if plan is not None:
-            planned = plan.placements[pod.uid]
-            return {n: MAX_SCORE if n == planned else 0 for n in candidates}
-        return self.score_board.scores_for(candidates, self.snapshot, self.ledger, self.policy)
+            return Priorities({plan.placements[pod.uid]: MAX_SCORE})
+        return self.score_board.priorities(self.snapshot, self.ledger, self.policy)
 
     # ------------------------------------------------------------------ bind
     def bind_refusal(self, *, uid: str, namespace: str, name: str, node: str) -> str:

@@ -6,20 +6,31 @@ Why a board: prioritize comes for every pod with every feasible node (5,000 on a
 large cluster), while a bind changes one node; scoring all of them per request
 was most of prioritize's cost. The snapshot and the ledger record which nodes'
 capacity changed; only those are rescored.
+
+The answer (`Priorities`) lists only the nodes that score above 0: kube-scheduler
+adds nothing for a node an extender leaves out, so a zero need not travel. The
+board keeps a journal of the nodes whose score changed, so a reader that keeps
+its own per-node copy (the HTTP layer keeps each node's wire bytes) catches up on
+what changed instead of reading every node per request.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from extender.domain.ledger import Ledger
+from extender.domain.model import Resources
 from extender.domain.policy import Policy, Strategy
 from extender.domain.quantity import GPU
 from extender.domain.snapshot import ClusterSnapshot
 
 # kube-scheduler's extender scores run 0..10 (extenderv1.MaxExtenderPriority).
 MAX_SCORE = 10
+
+# The journal starts over past this many entries (or twice the nodes that score, if
+# more): a reader further behind than that reads every score once.
+JOURNAL_MIN_LIMIT = 4096
 
 
 def node_score(node: str, snapshot: ClusterSnapshot, ledger: Ledger, policy: Policy) -> int:
@@ -29,6 +40,18 @@ def node_score(node: str, snapshot: ClusterSnapshot, ledger: Ledger, policy: Pol
     if total <= 0:
         return 0
     free = total - snapshot.used(node).get(GPU, 0) - ledger.reserved(node).get(GPU, 0)
+    return _score(total, free, policy)
+
+
+def free_after_reservations(node: str, snapshot: ClusterSnapshot, ledger: Ledger) -> Resources:
+    """What is free on `node` once bound pods and gang reservations are taken out."""
+    free = snapshot.free(node)
+    for name, value in ledger.reserved(node).items():
+        free[name] = free.get(name, 0) - value
+    return free
+
+
+def _score(total: int, free: int, policy: Policy) -> int:
     used_fraction = (total - max(0, free)) / total
     if policy.strategy is Strategy.SPREAD:
         used_fraction = 1 - used_fraction
@@ -37,9 +60,47 @@ def node_score(node: str, snapshot: ClusterSnapshot, ledger: Ledger, policy: Pol
 
 @dataclass
 class NodeScoreBoard:
-    """Node -> score for the nodes that score above 0; absent nodes score 0."""
+    """Node -> score for the nodes that score above 0; absent nodes score 0.
+
+    Also each node's free capacity after bound pods and reservations (`free`), kept
+    current the same way: the planner reads it for every gang it plans, and building
+    it for every node per plan was most of a plan's cost on a large cluster.
+    """
 
     scores: dict[str, int] = field(default_factory=dict)
+    free: dict[str, Resources] = field(default_factory=dict)
+    # Nodes whose score changed, oldest first (a node may repeat); `journal_start`
+    # is the position of its first entry. Readers keep a position (`changed_since`).
+    journal: list[str] = field(default_factory=list)
+    journal_start: int = 0
+    journal_min_limit: int = JOURNAL_MIN_LIMIT
+
+    @property
+    def position(self) -> int:
+        """Where the journal ends now: pass it to `changed_since` later."""
+        return self.journal_start + len(self.journal)
+
+    def changed_since(self, position: int) -> list[str] | None:
+        """Nodes whose score changed after `position` (repeats possible), or None when
+        the journal no longer reaches back that far: then read every score."""
+        if position < self.journal_start or position > self.position:
+            return None
+        return self.journal[position - self.journal_start :]
+
+    def free_capacity(
+        self, snapshot: ClusterSnapshot, ledger: Ledger, policy: Policy
+    ) -> dict[str, Resources]:
+        """Free capacity after reservations of every node, after a refresh.
+
+        A new dict each call (adding or removing a node in it is the caller's own), but
+        the per-node dicts are the board's: never mutate them (the planner copies on write).
+        """
+        self.refresh(snapshot, ledger, policy)
+        return dict(self.free)
+
+    def priorities(self, snapshot: ClusterSnapshot, ledger: Ledger, policy: Policy) -> Priorities:
+        """The board's answer for a plain pod: every node that scores, after a refresh."""
+        return Priorities(self.refresh(snapshot, ledger, policy), board=self)
 
     def scores_for(
         self,
@@ -57,10 +118,42 @@ class NodeScoreBoard:
         changed = snapshot.capacity_changed | ledger.capacity_changed
         snapshot.capacity_changed.clear()
         ledger.capacity_changed.clear()
+        scores, journal, free = self.scores, self.journal, self.free
         for node in changed:
-            score = node_score(node, snapshot, ledger, policy)
-            if score:
-                self.scores[node] = score
+            info = snapshot.nodes.get(node)
+            if info is None:
+                free.pop(node, None)
+                score = 0
             else:
-                self.scores.pop(node, None)
-        return self.scores
+                room = free[node] = free_after_reservations(node, snapshot, ledger)
+                total = info.allocatable.get(GPU, 0)
+                score = _score(total, room.get(GPU, 0), policy) if total > 0 else 0
+            if score == scores.get(node, 0):
+                continue
+            if score:
+                scores[node] = score
+            else:
+                del scores[node]
+            journal.append(node)
+        if len(journal) > max(self.journal_min_limit, 2 * len(scores)):
+            self.journal_start += len(journal)
+            self.journal = []
+        return scores
+
+
+@dataclass(frozen=True)
+class Priorities:
+    """Prioritize's answer for one pod: the nodes that score above 0, with their scores.
+
+    A candidate missing from `scores` scores 0 (and a node in `scores` that is not a
+    candidate is not answered). `board` is set when `scores` is the score board's own
+    table, so a reader can catch up from its journal (see NodeScoreBoard).
+    """
+
+    scores: Mapping[str, int]
+    board: NodeScoreBoard | None = None
+
+    def for_candidates(self, candidates: Iterable[str]) -> dict[str, int]:
+        """Every candidate's score, zeros included: the plain answer."""
+        scores = self.scores
+        return {node: scores.get(node, 0) for node in candidates}

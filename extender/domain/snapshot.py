@@ -26,6 +26,15 @@ def fits(request: Mapping[str, int], free: Mapping[str, int]) -> bool:
     return all(value <= free.get(name, 0) for name, value in request.items() if value > 0)
 
 
+def _matters_to_plans(pod: PodInfo) -> bool:
+    """A version of a pod that plans read: a group member, or a pod holding capacity.
+
+    A change between two versions of a pod neither of which does (a pending plain
+    pod, a finished one) cannot alter any gang's plan.
+    """
+    return pod.group is not None or pod.group_error is not None or pod.holds_capacity
+
+
 class ClusterSnapshot:
     def __init__(self) -> None:
         self.nodes: dict[str, NodeInfo] = {}
@@ -38,23 +47,33 @@ class ClusterSnapshot:
         # PodGroup objects by source (ours, Volcano's, scheduler-plugins', Kubernetes'):
         # which one decides a name is foreign_podgroups.pick_podgroup's call.
         self._podgroups: dict[str, dict[GroupKey, GroupSpec]] = defaultdict(dict)
-        # Bumped on every change that can alter what fits where; lets the core
-        # memoise "this gang does not fit" until something changes.
+        # Bumped on every change to what the snapshot holds.
         self.generation = 0
+        # Bumped only on a change that can alter a gang's plan or why it waits: a node
+        # that changed, capacity a pod holds, a group's members, a PodGroup. Not on a
+        # node's heartbeat or a plain pod's status that changes neither: the core
+        # memoises "this gang does not fit" on it (GangCore._try_plan), so such events
+        # cost held gangs nothing.
+        self.planning_generation = 0
         # Nodes whose allocatable or used capacity changed since the core last
         # drained this set: it rescores only those (see GangCore.prioritize).
         self.capacity_changed: set[str] = set()
 
     # ---- nodes ----
     def upsert_node(self, node: NodeInfo) -> None:
+        old = self.nodes.get(node.name)
         self.nodes[node.name] = node
+        if old == node:  # a status heartbeat: nothing the core reads changed
+            return
         self.capacity_changed.add(node.name)
         self.generation += 1
+        self.planning_generation += 1
 
     def delete_node(self, name: str) -> None:
         if self.nodes.pop(name, None) is not None:
             self.capacity_changed.add(name)
             self.generation += 1
+            self.planning_generation += 1
 
     # ---- pods ----
     def upsert_pod(self, pod: PodInfo) -> PodInfo | None:
@@ -71,6 +90,8 @@ class ClusterSnapshot:
             if pod.task_layout is not None:
                 self._laid_out[pod.group].add(pod.uid)
         self.generation += 1
+        if old != pod and (_matters_to_plans(pod) or (old is not None and _matters_to_plans(old))):
+            self.planning_generation += 1
         return old
 
     def delete_pod(self, uid: str) -> PodInfo | None:
@@ -78,6 +99,8 @@ class ClusterSnapshot:
         if old is not None:
             self._forget(old)
             self.generation += 1
+            if _matters_to_plans(old):
+                self.planning_generation += 1
         return old
 
     def _forget(self, pod: PodInfo) -> None:
@@ -107,6 +130,7 @@ class ClusterSnapshot:
         self._members = defaultdict(set)
         self._laid_out = defaultdict(set)
         self._podgroups = defaultdict(dict)
+        self.planning_generation += 1
         for node in nodes:
             self.upsert_node(node)
         for pod in pods:
@@ -118,10 +142,12 @@ class ClusterSnapshot:
     def upsert_podgroup(self, spec: GroupSpec) -> None:
         self._podgroups[spec.source][spec.key] = spec
         self.generation += 1
+        self.planning_generation += 1
 
     def delete_podgroup(self, source: str, key: GroupKey) -> None:
         if self._podgroups[source].pop(key, None) is not None:
             self.generation += 1
+            self.planning_generation += 1
 
     def podgroup(self, key: GroupKey) -> GroupSpec | None:
         found = [
