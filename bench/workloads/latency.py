@@ -27,7 +27,13 @@ from bench.objects import UNSERVED_SCHEDULER, gang_member, pod_body
 from bench.profile import as_text, summarize
 from bench.service import ExtenderClient, PySpy, binding_args, extender_args, restart_service
 from bench.stats import summary_ms
-from bench.workloads.common import clear
+from bench.workloads.common import (
+    PARTIAL_GANGS_METRIC,
+    clear,
+    observed_partial_gangs,
+    service_metric,
+)
+from extender.domain.membership import GROUP_LABEL
 
 log = logging.getLogger("bench.latency")
 
@@ -256,6 +262,9 @@ class LatencyWorkload:
             loop("filter plain pod, gangs reserved", "filter", extender_args(probes.plain, names))
         client.close()
         cpu = env.cpu_seconds(pid) - cpu_before
+        # Gangs were planned but none of their members bound: none may be partial.
+        partial = observed_partial_gangs(env, self.probe_namespace, GROUP_LABEL)
+        counted = service_metric(env, PARTIAL_GANGS_METRIC)  # since this size's restart
         # The next size starts from no plans or reservations: its probes are its own.
         clear(env, self.probe_namespace)
         result: dict[str, Any] = {
@@ -271,6 +280,8 @@ class LatencyWorkload:
             "rss_peak_mb": round(env.rss_mb(pid).get("VmHWM", 0), 1),
             "service_cpu_s_during_verbs": round(cpu, 2),
             "verbs": verbs,
+            "partial_gangs": partial,
+            "partial_gangs_counted": counted,
             "bind_overhead_ms": {
                 q: round(
                     verbs["bind plain pod (extender)"][f"{q}_ms"]
