@@ -148,7 +148,7 @@ def headline(results: dict[str, Any]) -> dict[str, float | None]:
         "ready_100k": (at100k or {}).get("ready_s"),
         "filter_p99_100k": _verb(at100k, "filter plain pod", "p99"),
         "churn_growth": churn.get("growth"),
-        "partial_total": float(sum(max(seen, counted or 0.0) for seen, counted in partial.values()))
+        "partial_total": int(sum(max(seen, counted or 0.0) for seen, counted in partial.values()))
         if partial
         else None,
     }
@@ -553,6 +553,9 @@ def plot(results: dict[str, Any], path: Path) -> bool:
                 )
         ax.axhline(1.0, color="grey", linestyle=":", linewidth=1, label="1 ms (prioritize p50)")
         ax.axhline(2.0, color="red", linestyle=":", linewidth=1, label="2 ms (p99 at 5,000)")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.minorticks_off()
         ax.set_xticks(xs)
         ax.set_xticklabels([f"{pt['nodes']}\n({pt['pods']} pods)" for pt in points], fontsize=8)
         ax.set_xlabel("nodes (bound pods in the cache)")

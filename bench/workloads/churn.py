@@ -24,7 +24,8 @@ At each number of held gangs (`held`, ascending; the gangs of a level stay for
 the next), once the service's watch has the new gangs:
 
 1. idle: the service's CPU time (utime + stime from /proc/<pid>/stat) over
-   `idle_seconds` with nothing happening: its background rate;
+   `idle_seconds` with nothing happening, before and again after the churn
+   window: its background rate;
 2. churn: `events` cluster events at `rate` per second (bounded by
    `max_seconds`), then `tail_seconds` for the work they set off; the service's
    CPU in that window less the idle rate over the same time, per event.
@@ -64,6 +65,10 @@ CHURN_LABEL = "bench.gang-extender.io/churn"
 MERGE_PATCH = "application/merge-patch+json"
 #: A /filter at 1,000 held gangs x 1,000 nodes may re-plan every held gang: allow it.
 FILTER_TIMEOUT_SECONDS = 300.0
+#: The service is quiet (the watch has digested the new gangs) under this many
+#: CPUs over a second, or after this long.
+QUIET_CORES = 0.2
+QUIET_TIMEOUT_SECONDS = 30.0
 #: The service's answer for a member its watch has not delivered yet.
 NOT_IN_CACHE = "not in gang-extender's watch cache yet"
 
@@ -203,6 +208,22 @@ class ChurnWorkload:
             raise RuntimeError(f"PATCH {path}: {status} {data[:300]!r}")
         self.patches += 1
 
+    def _idle(self, pid: int) -> tuple[float, float]:
+        """(seconds, service CPU seconds) over `idle_seconds` with nothing happening."""
+        cpu, started = self.env.cpu_seconds(pid), time.monotonic()
+        time.sleep(self.cfg.idle_seconds)
+        return time.monotonic() - started, self.env.cpu_seconds(pid) - cpu
+
+    def _wait_service_quiet(self, pid: int) -> float:
+        """Wait (bounded) until the service uses under QUIET_CORES over a second."""
+        started = time.monotonic()
+        while time.monotonic() - started < QUIET_TIMEOUT_SECONDS:
+            before = self.env.cpu_seconds(pid)
+            time.sleep(1.0)
+            if self.env.cpu_seconds(pid) - before < QUIET_CORES:
+                break
+        return time.monotonic() - started
+
     # ---- one level ----
     def measure(self, held: int, client: ExtenderClient) -> dict[str, Any]:
         env, cfg = self.env, self.cfg
@@ -211,10 +232,9 @@ class ChurnWorkload:
         for pod in self.asked[:3]:  # warm: the memo of a few gangs before the clock starts
             self._filter(client, pod)
 
-        # 1. idle
-        cpu0, t0 = env.cpu_seconds(pid), time.monotonic()
-        time.sleep(cfg.idle_seconds)
-        idle_s, idle_cpu = time.monotonic() - t0, env.cpu_seconds(pid) - cpu0
+        # 1. idle, once the work the new gangs set off is done
+        quiet_wait = self._wait_service_quiet(pid)
+        idle_s, idle_cpu = self._idle(pid)
 
         # 2. churn: one node update + one /filter of a held gang's member per event, paced
         filters: list[float] = []
@@ -234,6 +254,9 @@ class ChurnWorkload:
         time.sleep(cfg.tail_seconds)
         window_s = time.monotonic() - t1
         cpu = env.cpu_seconds(pid) - cpu1
+        # 3. idle again: the background rate is the mean of both sides of the window
+        after_s, after_cpu = self._idle(pid)
+        idle_s, idle_cpu = idle_s + after_s, idle_cpu + after_cpu
         per_event = cpu_per_event(
             cpu_window_s=cpu, window_s=window_s, idle_cpu_s=idle_cpu, idle_s=idle_s, events=done
         )
@@ -246,6 +269,7 @@ class ChurnWorkload:
             "idle_s": round(idle_s, 2),
             "service_cpu_idle_s": round(idle_cpu, 3),
             "service_cpu_window_s": round(cpu, 3),
+            "quiet_wait_s": round(quiet_wait, 1),
             "service_cpu_ms_per_event": per_event,
             "filter_after_event": summary_ms(filters),
             **added,
