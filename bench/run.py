@@ -55,9 +55,10 @@ PRESETS: dict[str, dict[str, Any]] = {
         "locality_gangs": 40,
         "churn_held": "100,1000",
         "churn_nodes": 1000,
-        "churn_events": 200,
-        "churn_rate": 5.0,
+        "churn_events": 400,
+        "churn_rate": 20.0,
         "churn_idle_seconds": 10.0,
+        "churn_max_seconds": 120.0,
         "webhook_pods": 200,
         "webhook_namespace_sizes": "10,200,500,1000,2000",
         "webhook_pods_per_size": 60,
@@ -81,9 +82,10 @@ PRESETS: dict[str, dict[str, Any]] = {
         "locality_gangs": 10,
         "churn_held": "20,200",
         "churn_nodes": 200,
-        "churn_events": 40,
-        "churn_rate": 5.0,
+        "churn_events": 100,
+        "churn_rate": 20.0,
         "churn_idle_seconds": 5.0,
+        "churn_max_seconds": 45.0,
         "webhook_pods": 60,
         "webhook_namespace_sizes": "10,2000",
         "webhook_pods_per_size": 30,
@@ -116,6 +118,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--churn-held", help="numbers of held gangs of the churn workload, N,...")
     p.add_argument("--churn-rate", type=float, help="node updates per second (churn)")
     p.add_argument("--churn-idle-seconds", type=float, help="idle baseline window (churn)")
+    p.add_argument("--churn-max-seconds", type=float, help="bound on each churn window")
     for name in (
         "requests",
         "binds",
@@ -268,6 +271,7 @@ def main(argv: list[str] | None = None) -> int:
                             events=cfg["churn_events"],
                             rate=cfg["churn_rate"],
                             idle_seconds=cfg["churn_idle_seconds"],
+                            max_seconds=cfg["churn_max_seconds"],
                             timeout=cfg["timeout"],
                         ),
                     ).run()

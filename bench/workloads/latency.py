@@ -33,7 +33,7 @@ from bench.workloads.common import (
     observed_partial_gangs,
     service_metric,
 )
-from extender.domain.membership import GROUP_LABEL
+from extender.domain.membership import GROUP_LABEL, SCHEDULER_NAME
 
 log = logging.getLogger("bench.latency")
 
@@ -134,8 +134,11 @@ class LatencyWorkload:
             plain=make(pod_body(f"plain-{tag}", WORKLOAD, scheduler=UNSERVED_SCHEDULER)),
             held=make(gang_member(f"held-{tag}-0", f"held-{tag}", GANG_SIZE, WORKLOAD)),
         )
+        # The extender binds only pods of its own schedulerName (bind integrity); the
+        # gang kube-scheduler is stopped, so nobody else acts on them. The direct ones
+        # are the same pods, for a like-for-like comparison.
         bodies = [
-            pod_body(f"{kind}-{tag}-{k:04d}", WORKLOAD, scheduler=UNSERVED_SCHEDULER)
+            pod_body(f"{kind}-{tag}-{k:04d}", WORKLOAD, scheduler=SCHEDULER_NAME)
             for kind in ("bind", "direct")
             for k in range(cfg.binds)
         ]
