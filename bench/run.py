@@ -1,6 +1,6 @@
 """Run every benchmark on one local control plane; write results.{md,json,png}.
 
-    .venv/bin/python -m bench            # the issue's sizes (~30 min on 2 cores)
+    .venv/bin/python -m bench            # issue 15's sizes (~35-45 min on 2 cores)
     .venv/bin/python -m bench --quick    # smaller sizes (~8-10 min), same code paths
     .venv/bin/python -m bench --only latency,webhook
 
