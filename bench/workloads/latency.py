@@ -222,6 +222,11 @@ class LatencyWorkload:
         #    binding sent straight to the API server: the difference is our overhead
         ext_binds, direct_binds = [], []
         for k, pod in enumerate(probes.bind):
+            # As kube-scheduler does, a filter first (untimed): the extender binds a pod
+            # only to a node its last filter answer offered (bind integrity).
+            _, status, data = client.post("filter", extender_args(pod, [names[k % nodes]]))
+            if status != 200 or orjson.loads(data).get("NodeNames") != [names[k % nodes]]:
+                raise RuntimeError(f"filter before bind failed: {status} {data[:300]!r}")
             took, status, data = client.post("bind", binding_args(pod, names[k % nodes]))
             if status != 200 or orjson.loads(data).get("Error"):
                 raise RuntimeError(f"bind through the extender failed: {status} {data[:300]!r}")
