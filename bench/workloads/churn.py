@@ -106,6 +106,14 @@ def cpu_per_event(
     return round(attributable / events * 1000, 3)
 
 
+def growth_ratio(fewest: float | None, most: float | None) -> float | None:
+    """CPU per event at the most held gangs over that at the fewest; None unless both are
+    above 0 (a value at or below 0 is within the idle rate's noise: no ratio to judge)."""
+    if fewest is None or most is None or fewest <= 0 or most <= 0:
+        return None
+    return round(most / fewest, 2)
+
+
 class ChurnWorkload:
     def __init__(self, env: BenchEnv, cfg: ChurnConfig) -> None:
         self.env = env
@@ -314,11 +322,7 @@ class ChurnWorkload:
         clear(env, self.fill_namespace)
         env.remove_nodes(WORKLOAD)
         first, last = levels[0], levels[-1]
-        growth = None
-        if (first["service_cpu_ms_per_event"] or 0) > 0 and last[
-            "service_cpu_ms_per_event"
-        ] is not None:
-            growth = round(last["service_cpu_ms_per_event"] / first["service_cpu_ms_per_event"], 2)
+        growth = growth_ratio(first["service_cpu_ms_per_event"], last["service_cpu_ms_per_event"])
         return {
             "nodes": cfg.nodes,
             "gang_size": GANG_SIZE,
