@@ -1,7 +1,7 @@
 """Run every benchmark on one local control plane; write results.{md,json,png}.
 
     .venv/bin/python -m bench            # issue 15's sizes (~35-45 min on 2 cores)
-    .venv/bin/python -m bench --quick    # smaller sizes (~8-10 min), same code paths
+    .venv/bin/python -m bench --quick    # smaller sizes (~10-15 min), same code paths
     .venv/bin/python -m bench --only latency,webhook
 
 See bench/README.md. Only 127.0.0.1 is contacted; every loop is bounded in
@@ -96,7 +96,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
-    p.add_argument("--quick", action="store_true", help="smaller sizes, ~8-10 minutes")
+    p.add_argument("--quick", action="store_true", help="smaller sizes, ~10-15 minutes")
     p.add_argument(
         "--only", default=",".join(WORKLOADS), help=f"comma list of {', '.join(WORKLOADS)}"
     )
