@@ -6,18 +6,42 @@ import math
 from pathlib import Path
 from typing import Any
 
-# (label, how to read it from the results, target, True when higher is better)
-TARGETS: list[tuple[str, str, float, bool]] = [
-    ("filter p99 at 5,000 nodes (plain pod)", "filter_p99_5000", 2.0, False),
-    ("prioritize p99 at 5,000 nodes (plain pod)", "prioritize_p99_5000", 2.0, False),
-    ("bind overhead p50 (extender - direct binding)", "bind_overhead_p50", 5.0, False),
-    ("plain-pod throughput ratio (gang profile / stock)", "plain_ratio", 0.8, True),
-    ("gang throughput ratio (gang-extender / coscheduling)", "gang_ratio", 1.0, True),
-    ("RSS at 5,000 nodes + 50,000 pods (MB)", "rss_50k", 300.0, False),
-    ("ready at 5,000 nodes + 50,000 pods (s)", "ready_50k", 5.0, False),
-    ("webhook added p50, 2,000 pods in the namespace (ms)", "webhook_added_p50_2000", 5.0, False),
-    ("webhook added p99, 2,000 pods in the namespace (ms)", "webhook_added_p99_2000", 15.0, False),
+# Issue 15's targets: (label, how to read it from the results, comparison, target).
+TARGETS: list[tuple[str, str, str, float]] = [
+    ("plain-pod throughput ratio (gang profile / stock)", "plain_ratio", ">=", 0.9),
+    ("gang throughput ratio (gang-extender / coscheduling)", "gang_ratio", ">=", 1.2),
+    ("prioritize p50, plain pod, 5,000 nodes (ms)", "prioritize_p50_5000", "<=", 1.0),
+    ("prioritize p99, plain pod, 5,000 nodes (ms)", "prioritize_p99_5000", "<=", 2.0),
+    ("filter p99, plain pod, 5,000 nodes (ms)", "filter_p99_5000", "<=", 2.0),
+    ("filter that plans a gang, p99, 5,000 nodes (ms)", "plan_p99_5000", "<=", 20.0),
+    (
+        "webhook added p50, worst of 10 ... 2,000 pods in the namespace (ms)",
+        "webhook_added_p50_worst",
+        "<=",
+        5.0,
+    ),
+    (
+        "webhook added p99, worst of 10 ... 2,000 pods in the namespace (ms)",
+        "webhook_added_p99_worst",
+        "<=",
+        15.0,
+    ),
+    ("ready after start, 5,000 nodes + 50,000 pods (s)", "ready_50k", "<=", 5.0),
+    ("RSS, 10,000 nodes + 100,000 pods (MB)", "rss_100k", "<=", 500.0),
+    ("ready after start, 10,000 nodes + 100,000 pods (s)", "ready_100k", "<=", 10.0),
+    ("filter p99, plain pod, 10,000 nodes + 100,000 pods (ms)", "filter_p99_100k", "<=", 3.0),
+    (
+        "held gangs + node churn: service CPU per event, most / fewest held gangs "
+        "(O(1) in held gangs)",
+        "churn_growth",
+        "<=",
+        2.0,
+    ),
+    ("partial gangs, every workload", "partial_total", "=", 0.0),
 ]
+
+#: Webhook namespace sizes the "flat from 10 to 2,000" rows need measured.
+WEBHOOK_SERIES_ENDS = (10, 2000)
 
 
 def _size(results: dict[str, Any], nodes: int, pods: int | None = None) -> dict[str, Any] | None:
@@ -29,26 +53,105 @@ def _size(results: dict[str, Any], nodes: int, pods: int | None = None) -> dict[
     return chosen
 
 
+def _verb(size: dict[str, Any] | None, label: str, q: str) -> float | None:
+    value = (((size or {}).get("verbs") or {}).get(label) or {}).get(f"{q}_ms")
+    return None if value is None else float(value)
+
+
+def met(value: float | None, comparison: str, target: float) -> str:
+    """Whether a measured value meets its target: met, missed or not measured."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "not measured"
+    ok = {
+        ">=": value >= target,
+        "<=": value <= target,
+        "=": value == target,
+    }[comparison]
+    return "met" if ok else "missed"
+
+
+def partial_by_workload(results: dict[str, Any]) -> dict[str, tuple[int, float | None]]:
+    """Per workload that ran: (partial gangs seen bound, the service's own count or None)."""
+    out: dict[str, tuple[int, float | None]] = {}
+
+    def add(name: str, seen: int, counted: float | None) -> None:
+        prior_seen, prior_counted = out.get(name, (0, None))
+        total = None
+        if counted is not None or prior_counted is not None:
+            total = (counted or 0.0) + (prior_counted or 0.0)
+        out[name] = (prior_seen + seen, total)
+
+    for name in ("webhook", "plain", "churn"):
+        run = results.get(name) or {}
+        if "partial_gangs" in run:
+            add(name, run["partial_gangs"], run.get("partial_gangs_counted"))
+    gang = results.get("gang") or {}
+    for runs in (gang.get("runs") or {}, ((gang.get("locality") or {}).get("runs")) or {}):
+        for run in runs.values():
+            add("gang", run["gangs_partially_bound"], run.get("partial_gangs_counted"))
+    for size in (results.get("latency") or {}).get("sizes") or []:
+        if "partial_gangs" in size:
+            add("latency", size["partial_gangs"], size.get("partial_gangs_counted"))
+    return out
+
+
+def latency_by_nodes(sizes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One point per node count (the size with the fewest pods at it), ascending by nodes:
+    filter and prioritize of a plain pod, p50 and p99."""
+    chosen: dict[int, dict[str, Any]] = {}
+    for size in sizes:
+        prior = chosen.get(size["nodes"])
+        if prior is None or size["bound_pods"] < prior["bound_pods"]:
+            chosen[size["nodes"]] = size
+    return [
+        {
+            "nodes": nodes,
+            "pods": size["bound_pods"],
+            **{
+                f"{verb}_{q}": _verb(size, f"{verb} plain pod", q)
+                for verb in ("filter", "prioritize")
+                for q in ("p50", "p99")
+            },
+        }
+        for nodes, size in sorted(chosen.items())
+    ]
+
+
+def _webhook_worst(results: dict[str, Any], q: str) -> float | None:
+    """Worst added latency over the namespace sizes, when the series spans 10 ... 2,000."""
+    by_size = (results.get("webhook") or {}).get("by_namespace_size") or []
+    measured = {row["pods_in_namespace"] for row in by_size}
+    if not set(WEBHOOK_SERIES_ENDS) <= measured:
+        return None
+    values = [row["added_ms"][q] for row in by_size if row["added_ms"].get(q) is not None]
+    return max(values) if values else None
+
+
 def headline(results: dict[str, Any]) -> dict[str, float | None]:
     """The figures the targets are about (None where the run did not measure them)."""
     at5k = _size(results, 5000, 10000) or _size(results, 5000)
     at50k = _size(results, 5000, 50000)
-    verbs = (at5k or {}).get("verbs", {})
-    largest = ((results.get("latency") or {}).get("sizes") or [None])[-1]
-    out: dict[str, float | None] = {
-        "filter_p99_5000": (verbs.get("filter plain pod") or {}).get("p99_ms"),
-        "prioritize_p99_5000": (verbs.get("prioritize plain pod") or {}).get("p99_ms"),
-        "bind_overhead_p50": ((largest or {}).get("bind_overhead_ms") or {}).get("p50"),
+    at100k = _size(results, 10000, 100000)
+    churn = results.get("churn") or {}
+    partial = partial_by_workload(results)
+    return {
         "plain_ratio": (results.get("plain") or {}).get("ratio"),
         "gang_ratio": (results.get("gang") or {}).get("ratio"),
-        "rss_50k": (at50k or {}).get("rss_after_mb"),
+        "prioritize_p50_5000": _verb(at5k, "prioritize plain pod", "p50"),
+        "prioritize_p99_5000": _verb(at5k, "prioritize plain pod", "p99"),
+        "filter_p99_5000": _verb(at5k, "filter plain pod", "p99"),
+        "plan_p99_5000": _verb(at5k, "filter gang member, plans the gang", "p99"),
+        "webhook_added_p50_worst": _webhook_worst(results, "p50"),
+        "webhook_added_p99_worst": _webhook_worst(results, "p99"),
         "ready_50k": (at50k or {}).get("ready_s"),
+        "rss_100k": (at100k or {}).get("rss_peak_mb"),
+        "ready_100k": (at100k or {}).get("ready_s"),
+        "filter_p99_100k": _verb(at100k, "filter plain pod", "p99"),
+        "churn_growth": churn.get("growth"),
+        "partial_total": int(sum(max(seen, counted or 0.0) for seen, counted in partial.values()))
+        if partial
+        else None,
     }
-    by_size = (results.get("webhook") or {}).get("by_namespace_size") or []
-    at2000 = next((r for r in by_size if r["pods_in_namespace"] == 2000), {})
-    out["webhook_added_p50_2000"] = (at2000.get("added_ms") or {}).get("p50")
-    out["webhook_added_p99_2000"] = (at2000.get("added_ms") or {}).get("p99")
-    return out
 
 
 def _partial(run: dict[str, Any]) -> str:
@@ -72,6 +175,41 @@ def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
     return lines + [""]
 
 
+def _gang_table(runs: dict[str, Any], gpus_per_node: int) -> list[str]:
+    return _table(
+        [
+            "scheduler",
+            "gangs bound",
+            "partial gangs",
+            "first create -> last bind (s)",
+            "pods/s",
+            "gang create -> all bound p50 / p99 (ms)",
+            "max GPUs on a node",
+            "nodes per gang, mean / max",
+        ],
+        [
+            [
+                label,
+                f"{r['gangs_complete']}/{r['gangs']}",
+                _partial(r),
+                r["seconds"],
+                r["pods_per_second"],
+                f"{_fmt(r['gang_create_to_all_bound'].get('p50_ms'), 0)} / "
+                f"{_fmt(r['gang_create_to_all_bound'].get('p99_ms'), 0)}",
+                f"{r['max_gpus_on_a_node']}/{gpus_per_node}",
+                _spanned(r.get("nodes_spanned")),
+            ]
+            for label, r in runs.items()
+        ],
+    )
+
+
+def _spanned(spans: dict[str, Any] | None) -> str:
+    if not spans or spans.get("mean") is None:
+        return "-"
+    return f"{_fmt(spans['mean'])} / {spans['max']}"
+
+
 def markdown(results: dict[str, Any]) -> str:
     meta = results["meta"]
     m = meta["machine"]
@@ -92,15 +230,25 @@ def markdown(results: dict[str, Any]) -> str:
     ]
     values = headline(results)
     rows: list[list[Any]] = []
-    for label, key, target, higher in TARGETS:
+    for label, key, comparison, target in TARGETS:
         value = values.get(key)
-        if value is None:
-            status = "not measured"
-        else:
-            ok = value >= target if higher else value <= target
-            status = "met" if ok else "missed"
-        rows.append([label, value, (">= " if higher else "<= ") + _fmt(target), status])
-    out += _table(["figure", "value", "target", "status"], rows)
+        rows.append([label, value, f"{comparison} {target:g}", met(value, comparison, target)])
+    out += _table(["figure", "measured", "target", "status"], rows)
+    partial = partial_by_workload(results)
+    if partial:
+        out += [
+            "Partial gangs per workload (seen: members of a gang bound while others of it "
+            "are not, read from the API server; counted: the service's "
+            "`gang_extender_partial_gangs_total` over the workload):",
+            "",
+        ]
+        out += _table(
+            ["workload", "seen", "counted by the service"],
+            [
+                [name, seen, "-" if counted is None else f"{counted:g}"]
+                for name, (seen, counted) in partial.items()
+            ],
+        )
 
     lat = results.get("latency")
     if lat and lat.get("sizes"):
@@ -201,34 +349,19 @@ def markdown(results: dict[str, Any]) -> str:
             f"{gang['nodes']} KWOK nodes x {gang['gpus_per_node']} GPUs",
             "",
         ]
-        out += _table(
-            [
-                "scheduler",
-                "gangs bound",
-                "partial gangs",
-                "first create -> last bind (s)",
-                "pods/s",
-                "gang create -> all bound p50 / p99 (ms)",
-                "max GPUs on a node",
-            ],
-            [
-                [
-                    label,
-                    f"{r['gangs_complete']}/{r['gangs']}",
-                    _partial(r),
-                    r["seconds"],
-                    r["pods_per_second"],
-                    f"{_fmt(r['gang_create_to_all_bound'].get('p50_ms'), 0)} / "
-                    f"{_fmt(r['gang_create_to_all_bound'].get('p99_ms'), 0)}",
-                    f"{r['max_gpus_on_a_node']}/{gang['gpus_per_node']}",
-                ]
-                for label, r in gang["runs"].items()
-            ],
-        )
+        out += _gang_table(gang["runs"], gang["gpus_per_node"])
         out += [
             f"Ratio (gang-extender / coscheduling throughput): **{_fmt(gang.get('ratio'), 3)}**",
             "",
         ]
+        locality = gang.get("locality") or {}
+        if locality.get("runs"):
+            out += [
+                f"Locality: {locality['gangs']} gangs x {locality['gang_size']} pods x 1 GPU on the "
+                f"same nodes (a gang smaller than a node fits on one; issue 13's fewest nodes):",
+                "",
+            ]
+            out += _gang_table(locality["runs"], gang["gpus_per_node"])
     elif gang:
         out += ["## 3. Gangs", "", f"failed: {gang.get('error')}", ""]
 
@@ -299,6 +432,54 @@ def markdown(results: dict[str, Any]) -> str:
             )
     elif hook:
         out += ["## 4. Webhook", "", f"failed: {hook.get('error')}", ""]
+
+    churn = results.get("churn")
+    if churn and churn.get("levels"):
+        out += [
+            f"## 5. Held gangs + node churn: {churn['nodes']} nodes, every GPU taken but one, "
+            f"gangs of {churn['gang_size']} x 1 GPU held; per event one node update that "
+            f"cannot help + one /filter of a held gang's member (all nodes candidates), "
+            f"{_fmt(churn['rate_per_s'], 1)} events/s",
+            "",
+        ]
+        out += _table(
+            [
+                "held gangs",
+                "events",
+                "service CPU per event (ms)",
+                "same, idle rate not taken off (ms)",
+                "/filter after the event p50 / p99 (ms)",
+                "service CPU idle (s per s)",
+                "first /filter after the new gangs (ms)",
+            ],
+            [
+                [
+                    lv["held_gangs"],
+                    lv["events"],
+                    lv["service_cpu_ms_per_event"],
+                    lv.get("service_cpu_ms_per_event_raw"),
+                    f"{_fmt(lv['filter_after_event'].get('p50_ms'))} / "
+                    f"{_fmt(lv['filter_after_event'].get('p99_ms'))}",
+                    _fmt(lv["service_cpu_idle_s"] / lv["idle_s"], 3) if lv["idle_s"] else "-",
+                    lv["first_filter_ms"],
+                ]
+                for lv in churn["levels"]
+            ],
+        )
+        out += [
+            f"CPU per event at {churn['levels'][-1]['held_gangs']} held gangs / at "
+            f"{churn['levels'][0]['held_gangs']}: **{_fmt(churn.get('growth'))}** "
+            f"(held gangs x{_fmt(churn.get('held_ratio'), 0)}; ~1 when O(1) in held gangs, "
+            "~the held-gangs ratio when O(held gangs)). CPU per event is the churn windows' "
+            "service CPU less the idle rate over the same time (idle and churn windows "
+            "interleaved); on a loaded machine small values are within the noise, and a "
+            "negative one says the events cost less than it. Kube-scheduler retries its "
+            "unschedulable pods on node updates, so a real cluster multiplies this by its retries.",
+            "",
+        ]
+    elif churn:
+        out += ["## 5. Held gangs + node churn", "", f"failed: {churn.get('error')}", ""]
+
     return "\n".join(out)
 
 
@@ -311,7 +492,7 @@ def plot(results: dict[str, Any], path: Path) -> bool:
         import matplotlib.pyplot as plt
     except ImportError:
         return False
-    fig, axes = plt.subplots(2, 2, figsize=(14, 10))
+    fig, axes = plt.subplots(2, 3, figsize=(21, 10))
     fig.suptitle(
         f"gang-extender bench ({results['meta']['mode']} mode, {results['meta']['started']})"
     )
@@ -359,6 +540,57 @@ def plot(results: dict[str, Any], path: Path) -> bool:
         ax.set_title(title)
         if runs:
             ax.legend(fontsize=8)
+
+    ax = axes[0][2]
+    points = latency_by_nodes(sizes)
+    if points:
+        xs = [pt["nodes"] for pt in points]
+        for verb, color in (("filter", "C0"), ("prioritize", "C1")):
+            for q, style in (("p50", "-"), ("p99", "--")):
+                ax.plot(
+                    xs,
+                    [pt[f"{verb}_{q}"] for pt in points],
+                    style,
+                    marker="o",
+                    color=color,
+                    label=f"{verb} plain pod, {q}",
+                )
+        ax.axhline(1.0, color="grey", linestyle=":", linewidth=1, label="1 ms (prioritize p50)")
+        ax.axhline(2.0, color="red", linestyle=":", linewidth=1, label="2 ms (p99 at 5,000)")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.minorticks_off()
+        ax.set_xticks(xs)
+        ax.set_xticklabels([f"{pt['nodes']}\n({pt['pods']} pods)" for pt in points], fontsize=8)
+        ax.set_xlabel("nodes (bound pods in the cache)")
+        ax.set_ylabel("ms, client-side over HTTPS")
+        ax.legend(fontsize=8)
+    ax.set_title("5. filter / prioritize latency vs nodes")
+
+    ax = axes[1][2]
+    levels = (results.get("churn") or {}).get("levels") or []
+    if levels:
+        xs_churn = list(range(len(levels)))
+        ax.bar(
+            [x - 0.2 for x in xs_churn],
+            [lv["service_cpu_ms_per_event"] or 0 for lv in levels],
+            0.4,
+            color="C0",
+            label="service CPU per event (ms)",
+        )
+        ax.bar(
+            [x + 0.2 for x in xs_churn],
+            [lv["filter_after_event"].get("p50_ms", 0) for lv in levels],
+            0.4,
+            color="C1",
+            label="/filter after the event, p50 (ms)",
+        )
+        ax.set_xticks(xs_churn)
+        ax.set_xticklabels([str(lv["held_gangs"]) for lv in levels])
+        ax.set_xlabel("held gangs (that cannot fit)")
+        ax.set_ylabel("ms per event (node update + one held member's /filter)")
+        ax.legend(fontsize=8)
+    ax.set_title("6. held gangs + node churn: cost per cluster event")
 
     ax = axes[1][1]
     series = ((results.get("webhook") or {}).get("series")) or {}

@@ -1,7 +1,7 @@
 """Run every benchmark on one local control plane; write results.{md,json,png}.
 
-    .venv/bin/python -m bench            # the issue's sizes (~11 min on 2 cores)
-    .venv/bin/python -m bench --quick    # smaller sizes (~3-4 min), same code paths
+    .venv/bin/python -m bench            # issue 15's sizes (~35-45 min on 2 cores)
+    .venv/bin/python -m bench --quick    # smaller sizes (~10-15 min), same code paths
     .venv/bin/python -m bench --only latency,webhook
 
 See bench/README.md. Only 127.0.0.1 is contacted; every loop is bounded in
@@ -29,17 +29,18 @@ from bench import report
 from bench.env import BenchEnv, machine_info
 from bench.kubeclient import FastApi
 from bench.service import BenchStack
-from bench.workloads import gang, latency, plain, webhook
+from bench.workloads import churn, gang, latency, plain, webhook
 from extender.devcluster.cluster import LocalCluster
 
 log = logging.getLogger("bench")
 
 REPO = Path(__file__).resolve().parents[1]
-WORKLOADS = ("webhook", "plain", "gang", "latency")  # run order: latency grows the cluster last
+# run order: latency grows the cluster last
+WORKLOADS = ("webhook", "plain", "gang", "churn", "latency")
 
 PRESETS: dict[str, dict[str, Any]] = {
     "full": {
-        "latency_sizes": "1000x10000,5000x10000,5000x50000",
+        "latency_sizes": "1000x10000,2000x10000,5000x10000,5000x50000,10000x100000",
         "requests": 2000,
         "binds": 200,
         "plans": 20,
@@ -51,13 +52,21 @@ PRESETS: dict[str, dict[str, Any]] = {
         "gangs": 100,
         "gang_size": 8,
         "gang_nodes": 200,
+        "locality_gangs": 40,
+        "churn_held": "100,1000",
+        "churn_nodes": 1000,
+        "churn_events": 400,
+        "churn_rate": 20.0,
+        "churn_idle_seconds": 10.0,
+        "churn_max_seconds": 120.0,
         "webhook_pods": 200,
-        "webhook_namespace_sizes": "10,200,1000,2000",
+        "webhook_namespace_sizes": "10,200,500,1000,2000",
         "webhook_pods_per_size": 60,
         "timeout": 600.0,
     },
     "quick": {
-        "latency_sizes": "1000x10000,5000x10000",
+        # 1k, 2k and 5k nodes: the latency-vs-nodes panel has three points
+        "latency_sizes": "1000x10000,2000x10000,5000x10000",
         "requests": 300,
         "binds": 50,
         "plans": 5,
@@ -70,6 +79,13 @@ PRESETS: dict[str, dict[str, Any]] = {
         "gangs": 20,
         "gang_size": 8,
         "gang_nodes": 40,
+        "locality_gangs": 10,
+        "churn_held": "20,200",
+        "churn_nodes": 200,
+        "churn_events": 100,
+        "churn_rate": 20.0,
+        "churn_idle_seconds": 5.0,
+        "churn_max_seconds": 45.0,
         "webhook_pods": 60,
         "webhook_namespace_sizes": "10,2000",
         "webhook_pods_per_size": 30,
@@ -80,7 +96,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
-    p.add_argument("--quick", action="store_true", help="smaller sizes, ~3-4 minutes")
+    p.add_argument("--quick", action="store_true", help="smaller sizes, ~10-15 minutes")
     p.add_argument(
         "--only", default=",".join(WORKLOADS), help=f"comma list of {', '.join(WORKLOADS)}"
     )
@@ -99,6 +115,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--webhook-namespace-sizes",
         help="pods in the namespace for the webhook's size series, N,...",
     )
+    p.add_argument("--churn-held", help="numbers of held gangs of the churn workload, N,...")
+    p.add_argument("--churn-rate", type=float, help="node updates per second (churn)")
+    p.add_argument("--churn-idle-seconds", type=float, help="idle baseline window (churn)")
+    p.add_argument("--churn-max-seconds", type=float, help="bound on each churn window")
     for name in (
         "requests",
         "binds",
@@ -108,6 +128,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "plain_pods",
         "gangs",
         "gang_nodes",
+        "locality_gangs",
+        "churn_nodes",
+        "churn_events",
         "webhook_pods",
         "webhook_pods_per_size",
     ):
@@ -236,8 +259,22 @@ def main(argv: list[str] | None = None) -> int:
                             gpus_per_node=8,
                             timeout=cfg["timeout"],
                             scheduler_plugins=scheduler_plugins,
+                            locality_gangs=cfg["locality_gangs"],
                         ),
                     )
+                elif name == "churn":
+                    results[name] = churn.ChurnWorkload(
+                        env,
+                        churn.ChurnConfig(
+                            held=tuple(int(n) for n in str(cfg["churn_held"]).split(",") if n),
+                            nodes=cfg["churn_nodes"],
+                            events=cfg["churn_events"],
+                            rate=cfg["churn_rate"],
+                            idle_seconds=cfg["churn_idle_seconds"],
+                            max_seconds=cfg["churn_max_seconds"],
+                            timeout=cfg["timeout"],
+                        ),
+                    ).run()
                 elif name == "latency":
                     results[name] = latency.LatencyWorkload(
                         env,

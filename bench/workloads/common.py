@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections import defaultdict
+from collections.abc import Container, Iterable, Mapping, Sequence
 from typing import Any
 
 from bench.env import CREATE_WORKERS, BenchEnv
@@ -84,3 +85,81 @@ def clear(env: BenchEnv, namespace: str, timeout: float = 120) -> None:
 
 def delete_all_pods(env: BenchEnv, namespace: str) -> None:
     delete_pods(env.api, namespace)
+
+
+# ---- gangs: partial ones, and how many nodes each spans (pure) ----
+def members_by_group(pods: Iterable[dict[str, Any]], label: str) -> dict[str, list[str]]:
+    """Pod names per value of the group label (pods without the label are skipped)."""
+    out: dict[str, list[str]] = defaultdict(list)
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        group = (meta.get("labels") or {}).get(label)
+        if group:
+            out[group].append(meta["name"])
+    return dict(out)
+
+
+def partial_gangs(members: Mapping[str, Sequence[str]], bound: Container[str]) -> int:
+    """Gangs with some but not all of their members bound: must be 0 for a gang scheduler."""
+    return sum(1 for names in members.values() if 0 < sum(n in bound for n in names) < len(names))
+
+
+def nodes_spanned(
+    members: Mapping[str, Sequence[str]], node_of: Mapping[str, str]
+) -> dict[str, Any]:
+    """Distinct nodes per fully bound gang: mean, max and the count per number of nodes."""
+    spans = [
+        len({node_of[n] for n in names})
+        for names in members.values()
+        if names and all(n in node_of for n in names)
+    ]
+    if not spans:
+        return {"gangs": 0, "mean": None, "max": None, "histogram": {}}
+    histogram: dict[str, int] = {}
+    for span in sorted(spans):
+        histogram[str(span)] = histogram.get(str(span), 0) + 1
+    return {
+        "gangs": len(spans),
+        "mean": round(sum(spans) / len(spans), 2),
+        "max": max(spans),
+        "histogram": histogram,
+    }
+
+
+def observed_partial_gangs(env: BenchEnv, namespace: str, label: str) -> int:
+    """Partial gangs among a namespace's pods as the API server has them now."""
+    pods = list_pods(env, namespace)
+    bound = {p["metadata"]["name"] for p in pods if (p.get("spec") or {}).get("nodeName")}
+    return partial_gangs(members_by_group(pods, label), bound)
+
+
+def list_pods(env: BenchEnv, namespace: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = []
+    token = None
+    while True:
+        query: dict[str, Any] = {"limit": 5000}
+        if token:
+            query["continue"] = token
+        page = env.api.call("GET", pods_path(namespace), query=query)
+        items += page.get("items") or []
+        token = (page.get("metadata") or {}).get("continue")
+        if not token:
+            return items
+
+
+# ---- the service's own metrics ----
+def service_metric(env: BenchEnv, name: str, labels: str = "") -> float | None:
+    """One sample of the gang-extender service's /metrics (`labels` as written there,
+    e.g. 'verb="filter"'); 0 when absent, None when the service cannot be read."""
+    try:
+        text = env.stack.metrics_text()
+    except OSError:
+        return None
+    prefix = f"{name}{{{labels}}} " if labels else f"{name} "
+    for line in text.splitlines():
+        if line.startswith(prefix):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+PARTIAL_GANGS_METRIC = "gang_extender_partial_gangs_total"

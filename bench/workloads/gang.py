@@ -5,6 +5,13 @@ on the same KWOK nodes, created all at once, timed from the first create to
 the last member bound. First under gang-extender (service + its kube-scheduler
 profile), then, with the gang-extender processes stopped so they take no CPU,
 under the scheduler-plugins scheduler with the Coscheduling plugin.
+
+Each run also reports the nodes each gang spans (issue 13: a gang on the fewest
+nodes keeps its allreduce on NVLink) and its partial gangs. The locality case
+(`locality_gangs` gangs of `locality_size` members, smaller than a node) is
+where the planner's fewest-nodes choice shows: each such gang fits on one node,
+and a per-pod scorer that spreads (coscheduling's default NodeResourcesFit
+LeastAllocated) puts its members on as many nodes as it has members.
 """
 
 from __future__ import annotations
@@ -28,7 +35,15 @@ from bench.objects import (
     podgroups_path,
 )
 from bench.stats import summary_ms
-from bench.workloads.common import clear, create_and_time, steady_rate
+from bench.workloads.common import (
+    PARTIAL_GANGS_METRIC,
+    clear,
+    create_and_time,
+    nodes_spanned,
+    partial_gangs,
+    service_metric,
+    steady_rate,
+)
 
 log = logging.getLogger("bench.gang")
 
@@ -44,6 +59,8 @@ class GangConfig:
     gpus_per_node: int
     timeout: float  # per scheduler run
     scheduler_plugins: Path | None = None  # built output dir; built when None
+    locality_gangs: int = 0  # gangs of the locality case (0: skipped)
+    locality_size: int = 3  # members of 1 GPU each: smaller than a node
 
 
 def _bodies(
@@ -81,25 +98,16 @@ def _canary(env: BenchEnv, kind: str) -> float:
     return time.monotonic() - started
 
 
-def _service_counter(env: BenchEnv, name: str) -> float | None:
-    """An unlabelled counter of the gang-extender service; None when it cannot be read."""
-    try:
-        text = env.stack.metrics_text()
-    except OSError:
-        return None
-    for line in text.splitlines():
-        if line.startswith(f"{name} "):
-            return float(line.rsplit(" ", 1)[1])
-    return 0.0
-
-
-def _run_one(env: BenchEnv, kind: str, cfg: GangConfig) -> dict[str, Any]:
+def _run_one(
+    env: BenchEnv, kind: str, gangs: int, size: int, timeout: float, *, case: str = "gang"
+) -> dict[str, Any]:
     canary = _canary(env, kind)
-    namespace = env.namespace(f"bench-gang-{kind}")
-    api, podgroups, pods = _bodies(kind, cfg.gangs, cfg.size)
+    namespace = env.namespace(f"bench-{case}-{kind}")
+    api, podgroups, pods = _bodies(kind, gangs, size)
     for pg in podgroups:
         env.api.create(podgroups_path(api, namespace), pg)
-    result = create_and_time(env, namespace, pods, timeout=cfg.timeout)
+    counted_before = service_metric(env, PARTIAL_GANGS_METRIC) if kind == "gang-extender" else None
+    result = create_and_time(env, namespace, pods, timeout=timeout)
     # per gang: first member created -> last member bound
     members: dict[str, list[str]] = defaultdict(list)
     for body in pods:
@@ -113,14 +121,11 @@ def _run_one(env: BenchEnv, kind: str, cfg: GangConfig) -> dict[str, Any]:
     gpus: dict[str, int] = defaultdict(int)
     for node in result["node_of"].values():
         gpus[node] += 1
-    partial = sum(
-        1
-        for names in members.values()
-        if 0 < sum(n in result["bound_at"] for n in names) < len(names)
-    )
+    partial = partial_gangs(members, result["bound_at"])
     result.update(
         canary_s=round(canary, 2),
-        gangs=cfg.gangs,
+        gangs=gangs,
+        gang_size=size,
         gangs_complete=len(gang_seconds),
         gangs_partially_bound=partial,
         gangs_per_second=round(len(gang_seconds) / result["seconds"], 2)
@@ -129,20 +134,31 @@ def _run_one(env: BenchEnv, kind: str, cfg: GangConfig) -> dict[str, Any]:
         gang_create_to_all_bound=summary_ms(gang_seconds),
         steady_pods_per_second=steady_rate(result["bound_at"]),
         max_gpus_on_a_node=max(gpus.values(), default=0),
+        nodes_spanned=nodes_spanned(members, result["node_of"]),
     )
     if kind == "gang-extender":
-        # The service's own count (GangPartial): must be 0, like the observed count above.
-        result["partial_gangs_counted"] = _service_counter(env, "gang_extender_partial_gangs_total")
+        # The service's own count (GangPartial) during this run: must be 0, like the
+        # observed count above.
+        after = service_metric(env, PARTIAL_GANGS_METRIC)
+        result["partial_gangs_counted"] = (
+            after - counted_before if after is not None and counted_before is not None else None
+        )
     for key in ("node_of", "created_at"):
         result.pop(key)
     log.info(
-        "%s: %d/%d gangs bound in %.1fs (%.1f pods/s); max %d GPUs on a node",
+        "%s %s: %d/%d gangs of %d bound in %.1fs (%.1f pods/s); max %d GPUs on a node; "
+        "nodes per gang mean %s max %s; %d partial",
+        case,
         kind,
         len(gang_seconds),
-        cfg.gangs,
+        gangs,
+        size,
         result["seconds"],
         result["pods_per_second"],
         result["max_gpus_on_a_node"],
+        result["nodes_spanned"]["mean"],
+        result["nodes_spanned"]["max"],
+        partial,
     )
     clear(env, namespace)
     return result
@@ -155,12 +171,21 @@ def run(env: BenchEnv, cfg: GangConfig) -> dict[str, Any]:
     ready_wait = env.wait_nodes_ready(WORKLOAD, cfg.nodes)
     settle_wait = env.wait_nodes_settled()
     runs: dict[str, Any] = {}
-    runs["gang-extender"] = _run_one(env, "gang-extender", cfg)
+    locality: dict[str, Any] = {}
+
+    def both_cases(kind: str) -> None:
+        runs[kind] = _run_one(env, kind, cfg.gangs, cfg.size, cfg.timeout)
+        if cfg.locality_gangs:
+            locality[kind] = _run_one(
+                env, kind, cfg.locality_gangs, cfg.locality_size, cfg.timeout, case="locality"
+            )
+
+    both_cases("gang-extender")
     # The baseline gets the machine to itself: the gang-extender processes are stopped.
     env.stack.stop()
     proc = coscheduling.start(env, root)
     try:
-        runs["coscheduling"] = _run_one(env, "coscheduling", cfg)
+        both_cases("coscheduling")
     finally:
         proc.stop()
     env.remove_nodes(WORKLOAD)
@@ -175,6 +200,9 @@ def run(env: BenchEnv, cfg: GangConfig) -> dict[str, Any]:
         "node_settle_wait_s": round(settle_wait, 1),
         "scheduler_plugins": root.name,
         "runs": runs,
+        "locality": {"gangs": cfg.locality_gangs, "gang_size": cfg.locality_size, "runs": locality}
+        if locality
+        else None,
         # throughput ratio: gangs/s ours over theirs == their time over ours
         "ratio": round(theirs / ours, 3) if ours and runs["gang-extender"]["complete"] else None,
     }

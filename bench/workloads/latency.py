@@ -27,7 +27,13 @@ from bench.objects import UNSERVED_SCHEDULER, gang_member, pod_body
 from bench.profile import as_text, summarize
 from bench.service import ExtenderClient, PySpy, binding_args, extender_args, restart_service
 from bench.stats import summary_ms
-from bench.workloads.common import clear
+from bench.workloads.common import (
+    PARTIAL_GANGS_METRIC,
+    clear,
+    observed_partial_gangs,
+    service_metric,
+)
+from extender.domain.membership import GROUP_LABEL, SCHEDULER_NAME
 
 log = logging.getLogger("bench.latency")
 
@@ -128,8 +134,11 @@ class LatencyWorkload:
             plain=make(pod_body(f"plain-{tag}", WORKLOAD, scheduler=UNSERVED_SCHEDULER)),
             held=make(gang_member(f"held-{tag}-0", f"held-{tag}", GANG_SIZE, WORKLOAD)),
         )
+        # The extender binds only pods of its own schedulerName (bind integrity); the
+        # gang kube-scheduler is stopped, so nobody else acts on them. The direct ones
+        # are the same pods, for a like-for-like comparison.
         bodies = [
-            pod_body(f"{kind}-{tag}-{k:04d}", WORKLOAD, scheduler=UNSERVED_SCHEDULER)
+            pod_body(f"{kind}-{tag}-{k:04d}", WORKLOAD, scheduler=SCHEDULER_NAME)
             for kind in ("bind", "direct")
             for k in range(cfg.binds)
         ]
@@ -213,6 +222,11 @@ class LatencyWorkload:
         #    binding sent straight to the API server: the difference is our overhead
         ext_binds, direct_binds = [], []
         for k, pod in enumerate(probes.bind):
+            # As kube-scheduler does, a filter first (untimed): the extender binds a pod
+            # only to a node its last filter answer offered (bind integrity).
+            _, status, data = client.post("filter", extender_args(pod, [names[k % nodes]]))
+            if status != 200 or orjson.loads(data).get("NodeNames") != [names[k % nodes]]:
+                raise RuntimeError(f"filter before bind failed: {status} {data[:300]!r}")
             took, status, data = client.post("bind", binding_args(pod, names[k % nodes]))
             if status != 200 or orjson.loads(data).get("Error"):
                 raise RuntimeError(f"bind through the extender failed: {status} {data[:300]!r}")
@@ -256,6 +270,9 @@ class LatencyWorkload:
             loop("filter plain pod, gangs reserved", "filter", extender_args(probes.plain, names))
         client.close()
         cpu = env.cpu_seconds(pid) - cpu_before
+        # Gangs were planned but none of their members bound: none may be partial.
+        partial = observed_partial_gangs(env, self.probe_namespace, GROUP_LABEL)
+        counted = service_metric(env, PARTIAL_GANGS_METRIC)  # since this size's restart
         # The next size starts from no plans or reservations: its probes are its own.
         clear(env, self.probe_namespace)
         result: dict[str, Any] = {
@@ -271,6 +288,8 @@ class LatencyWorkload:
             "rss_peak_mb": round(env.rss_mb(pid).get("VmHWM", 0), 1),
             "service_cpu_s_during_verbs": round(cpu, 2),
             "verbs": verbs,
+            "partial_gangs": partial,
+            "partial_gangs_counted": counted,
             "bind_overhead_ms": {
                 q: round(
                     verbs["bind plain pod (extender)"][f"{q}_ms"]

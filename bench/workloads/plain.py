@@ -14,7 +14,13 @@ from typing import Any
 
 from bench.env import BenchEnv
 from bench.objects import pod_body
-from bench.workloads.common import clear, create_and_time, steady_rate
+from bench.workloads.common import (
+    PARTIAL_GANGS_METRIC,
+    clear,
+    create_and_time,
+    service_metric,
+    steady_rate,
+)
 from extender.domain.membership import SCHEDULER_NAME
 
 log = logging.getLogger("bench.plain")
@@ -34,6 +40,7 @@ def run(env: BenchEnv, cfg: PlainConfig) -> dict[str, Any]:
     ready_wait = env.wait_nodes_ready(WORKLOAD, cfg.nodes)
     settle_wait = env.wait_nodes_settled()
     runs: dict[str, Any] = {}
+    counted_before = service_metric(env, PARTIAL_GANGS_METRIC)
     for label, scheduler in (
         ("stock kube-scheduler", "default-scheduler"),
         ("gang-extender profile", SCHEDULER_NAME),
@@ -57,6 +64,7 @@ def run(env: BenchEnv, cfg: PlainConfig) -> dict[str, Any]:
             result.pop(key)
         runs[label] = result
         clear(env, namespace)
+    counted_after = service_metric(env, PARTIAL_GANGS_METRIC)
     env.remove_nodes(WORKLOAD)
     stock = runs["stock kube-scheduler"]["pods_per_second"]
     gang = runs["gang-extender profile"]["pods_per_second"]
@@ -67,4 +75,10 @@ def run(env: BenchEnv, cfg: PlainConfig) -> dict[str, Any]:
         "node_settle_wait_s": round(settle_wait, 1),
         "runs": runs,
         "ratio": round(gang / stock, 3) if stock else None,
+        # no gangs here: the pods have no group, so nothing can be partial; the
+        # service's own counter is reported all the same
+        "partial_gangs": 0,
+        "partial_gangs_counted": counted_after - counted_before
+        if counted_after is not None and counted_before is not None
+        else None,
     }

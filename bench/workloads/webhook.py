@@ -25,7 +25,8 @@ from bench.env import BenchEnv
 from bench.kubeclient import bulk, pods_path
 from bench.objects import UNSERVED_SCHEDULER, gang_member, pod_body
 from bench.stats import summary_ms
-from extender.domain.membership import INJECT_NAMESPACE_LABEL
+from bench.workloads.common import PARTIAL_GANGS_METRIC, observed_partial_gangs, service_metric
+from extender.domain.membership import GROUP_LABEL, INJECT_NAMESPACE_LABEL
 
 WORKLOAD = "webhook"
 GROUP_SIZE = 8
@@ -42,6 +43,8 @@ class WebhookConfig:
 
 
 def run(env: BenchEnv, cfg: WebhookConfig) -> dict[str, Any]:
+    first_namespace = len(env.namespaces)
+    counted_before = service_metric(env, PARTIAL_GANGS_METRIC)
     on = env.namespace("bench-webhook-on", labels={INJECT_NAMESPACE_LABEL: "enabled"})
     off = env.namespace("bench-webhook-off")
     series: dict[str, list[float]] = {
@@ -93,12 +96,21 @@ def run(env: BenchEnv, cfg: WebhookConfig) -> dict[str, Any]:
         for label, samples in series.items()
     }
     with_hook, without = summaries["with webhook"], summaries["without webhook"]
+    by_size = _by_namespace_size(env, cfg, create)
+    # Members here name a scheduler nobody serves: none may be bound, so none partial.
+    counted_after = service_metric(env, PARTIAL_GANGS_METRIC)
     return {
         "series": summaries,
         "mutated": mutated,
         "trend": trend,
         "added_ms": _added(with_hook, without),
-        "by_namespace_size": _by_namespace_size(env, cfg, create),
+        "by_namespace_size": by_size,
+        "partial_gangs": sum(
+            observed_partial_gangs(env, ns, GROUP_LABEL) for ns in env.namespaces[first_namespace:]
+        ),
+        "partial_gangs_counted": counted_after - counted_before
+        if counted_after is not None and counted_before is not None
+        else None,
     }
 
 
