@@ -35,6 +35,7 @@ from extender.domain.decisions import (
 )
 from extender.domain.gang import GangCore
 from extender.domain.membership import GroupKey
+from extender.domain.preemption import GangAwareAnswer, NodeVictims
 from extender.metrics import Metrics
 from extender.ports.binding import Binder, BindError
 
@@ -68,6 +69,13 @@ class SchedulingCoordinator:
 
     def prioritize(self, pod: dict[str, Any], candidates: list[str]) -> dict[str, int]:
         return self.core.prioritize(self.core.asked_about(pod), candidates)
+
+    def preempt(self, pod: dict[str, Any], proposed: dict[str, NodeVictims]) -> GangAwareAnswer:
+        info = self.core.asked_about(pod)
+        try:
+            return self.core.preempt(info, proposed, self.clock())
+        finally:
+            self.flush_effects()
 
     async def bind(self, *, namespace: str, name: str, uid: str, node: str) -> str:
         """Bind or refuse; "" on success, else the error for the scheduler."""

@@ -365,7 +365,9 @@ def create_service(settings: Settings, deps: Deps | None = None) -> GangService:
             schedule_timeout_seconds=settings.default_schedule_timeout_seconds,
             bind_barrier_timeout_seconds=settings.bind_barrier_timeout_seconds,
             replan_backoff_seconds=settings.replan_backoff_seconds,
+            preemption_hold_seconds=settings.preemption_hold_seconds,
         ),
+        preemption_enabled=settings.preemption,
     )
     binder = (
         deps.binder

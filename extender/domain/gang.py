@@ -77,6 +77,7 @@ from extender.domain.decisions import (
     BindDecision,
     BindVerdict,
     Effect,
+    EvictVictims,
     FilterDecision,
     GangBound,
     GangBroken,
@@ -84,12 +85,24 @@ from extender.domain.decisions import (
     PlanCreated,
     PlanDropped,
     Verdict,
+    Victim,
 )
 from extender.domain.ledger import Ledger, Plan
 from extender.domain.membership import SCHEDULER_NAME, GroupKey
 from extender.domain.model import GroupSpec, PodInfo, Resources
 from extender.domain.planner import NodeRestriction, Placement, plan_gang
 from extender.domain.policy import Policy
+from extender.domain.preemption import (
+    SCHEDULER_PREEMPTION_REASON,
+    GangAwareAnswer,
+    NodeVictims,
+    Preemption,
+    VictimUnit,
+    choose_victims,
+    gang_aware_victims,
+    rest_of_preempted_gang,
+    victim_units,
+)
 from extender.domain.queue import QueueRank, gangs_ahead, rank_of
 from extender.domain.recovery import Recovery, recover_plans
 from extender.domain.scoring import MAX_SCORE, NodeScoreBoard
@@ -118,6 +131,10 @@ class Timeouts:
     schedule_timeout_seconds: float
     bind_barrier_timeout_seconds: float
     replan_backoff_seconds: float
+    # How long a preemptor's plan holds the room its victims free (they get their
+    # termination grace period), and how long a unit whose eviction the API server
+    # refused (a PodDisruptionBudget) is left out of the next choice.
+    preemption_hold_seconds: float = 120.0
 
 
 @dataclass
@@ -142,6 +159,13 @@ class GangCore:
     # kube-scheduler never asks the extender about a pod its own filters place
     # nowhere (every GPU taken), and a gang created then must still go first.
     unasked: set[GroupKey] = field(default_factory=set)
+    # Gang preemption (domain/preemption.py), Settings.preemption: off, no gang
+    # preempts and kube-scheduler's own preemption is passed through unchanged.
+    preemption_enabled: bool = False
+    # Eviction units (VictimUnit.key) the API server refused to evict, until when.
+    refused_evictions: dict[str, float] = field(default_factory=dict)
+    # Pods asked to be evicted (uid -> when), so none is asked twice.
+    evicting: dict[str, float] = field(default_factory=dict)
 
     # ------------------------------------------------------------- requests
     def asked_about(self, pod: Mapping[str, Any]) -> PodInfo:
@@ -292,6 +316,10 @@ class GangCore:
                 break
         if not isinstance(outcome, Placement):
             state.shortfall_generation = generation
+            if self.preemption_enabled:
+                held = self._try_preemption(key, state, spec, choice.attempts, free, allowed, now)
+                if held is not None:
+                    return held
             behind = self._waiting_behind(ahead, choice.attempts, free, allowed)
             if behind is not None:
                 return self._say(
@@ -321,6 +349,170 @@ class GangCore:
         self._say(state, f"gang {key}: planned {len(plan.placements)} members, binding")
         self.effects.append(PlanCreated(plan))
         return plan
+
+    # ------------------------------------------------------------- preemption
+    def group_preemptible(self, key: GroupKey) -> bool:
+        """May the gang be preempted: its PodGroup's spec.preemptible and its members'
+        gang-extender.io/preemptible annotation (either saying false opts it out)."""
+        spec = self.snapshot.group_spec(key)
+        if spec is not None and not spec.preemptible:
+            return False
+        return all(
+            self.snapshot.pods[uid].preemptible is not False
+            for uid in self.snapshot.member_uids(key)
+        )
+
+    def _group_pods(self, key: GroupKey) -> list[PodInfo]:
+        return [self.snapshot.pods[uid] for uid in self.snapshot.member_uids(key)]
+
+    def _try_preemption(
+        self,
+        key: GroupKey,
+        state: GroupState,
+        spec: GroupSpec,
+        attempts: Sequence[Sequence[PodInfo]],
+        free: Mapping[str, Resources],
+        allowed: Mapping[str, NodeRestriction],
+        now: float,
+    ) -> Plan | None:
+        """A gang that does not fit: evict the fewest, lowest whole units that make it fit.
+
+        The plan made on the room they free is reserved at once (the hold: nobody
+        else is planned or bound there), with `preemption_hold_seconds` to bind.
+        """
+        members = self.snapshot.members(key)
+        if any(m.preemption_policy == "Never" for m in members):
+            return None
+        priority = state.rank.priority if state.rank is not None else 0
+        if not any(p.priority < priority for p in self.snapshot.pods.values()):
+            return None  # nothing lower to evict: skip building the units
+        units = [
+            u
+            for u in victim_units(self.snapshot.pods.values(), preemptible=self.group_preemptible)
+            if u.group != key
+        ]
+        refused = [unit for unit, until in self.refused_evictions.items() if until > now]
+        bound = [m for m in members if m.is_bound]
+        for chosen in attempts:
+
+            def fits(capacity: Mapping[str, Resources], chosen: Sequence[PodInfo] = chosen) -> bool:
+                placed = plan_gang(
+                    chosen,
+                    capacity,
+                    self.snapshot.nodes,
+                    self.policy,
+                    allowed=allowed,
+                    topology=spec.topology,
+                    bound=bound,
+                )
+                return isinstance(placed, Placement)
+
+            found = choose_victims(fits, free, units, priority=priority, refused=refused)
+            if found is None or not found.victims:
+                continue
+            outcome = plan_gang(
+                chosen,
+                found.freed,
+                self.snapshot.nodes,
+                self.policy,
+                allowed=allowed,
+                topology=spec.topology,
+                bound=bound,
+            )
+            assert isinstance(outcome, Placement)  # `fits` said so
+            return self._hold_for(key, state, members, outcome, found, priority, now)
+        return None
+
+    def _hold_for(
+        self,
+        key: GroupKey,
+        state: GroupState,
+        members: Sequence[PodInfo],
+        outcome: Placement,
+        found: Preemption,
+        priority: int,
+        now: float,
+    ) -> Plan:
+        """Reserve the preemptor's plan on the room its victims will free; evict them."""
+        by_uid = {m.uid: m for m in members}
+        plan = Plan(
+            group=key,
+            plan_id=self.ledger.new_plan_id(),
+            placements=dict(outcome.nodes),
+            requests={uid: by_uid[uid].requests for uid in outcome.nodes},
+            names={uid: by_uid[uid].ref for uid in outcome.nodes},
+            created_at=now,
+            deadline=now + self.timeouts.preemption_hold_seconds,
+        )
+        self.ledger.reserve(plan)
+        state.shortfall_generation = None
+        state.waiting = False
+        victims = tuple(
+            Victim(p.uid, p.ref, unit.key) for unit in found.victims for p in unit.pods
+        )
+        for victim in victims:
+            self.evicting[victim.uid] = now
+        message = self._say(
+            state,
+            f"gang {key}: preempting {found.describe()} to make room; "
+            f"{len(plan.placements)} members planned there, binding once they are gone",
+        )
+        self.effects.append(PlanCreated(plan))
+        self.effects.append(
+            EvictVictims(
+                group=key,
+                preemptor=f"gang {key} (priority {priority})",
+                victims=victims,
+                message=message,
+            )
+        )
+        return plan
+
+    def eviction_refused(self, unit: str, now: float) -> None:
+        """The API server refused to evict a pod of `unit` (a PodDisruptionBudget, 429).
+
+        The unit is left out of the next choice for a while; the preemptor's hold
+        stays until it expires, then the gang chooses again (other victims, or waits).
+        """
+        self.refused_evictions[unit] = now + self.timeouts.preemption_hold_seconds
+
+    def preempt(
+        self, pod: PodInfo, proposed: Mapping[str, NodeVictims], now: float
+    ) -> GangAwareAnswer:
+        """kube-scheduler's preemption for `pod` (the preempt verb), made whole-gang.
+
+        A gang member asking is a gang that does not fit: it is tried here (whole-gang
+        preemption included) and kube-scheduler's victims are refused. Off
+        (`preemption_enabled` False): kube-scheduler's victims pass unchanged.
+        """
+        if not self.preemption_enabled:
+            return GangAwareAnswer(dict(proposed), {})
+        known = self.snapshot.pods.get(pod.uid, pod)
+        if known.group is not None and known.uid in self.snapshot.pods:
+            self.groups.setdefault(known.group, GroupState(first_seen=now))
+            self.group_changed(known.group, now)
+        return gang_aware_victims(
+            known, proposed, self.snapshot.pods, self._group_pods, self.group_preemptible
+        )
+
+    def _complete_preempted_gang(self, pod: PodInfo, now: float) -> None:
+        """A member kube-scheduler preempted (any scheduler): evict the rest of its gang."""
+        if pod.uid in self.evicting or pod.group is None:
+            return
+        self.evicting[pod.uid] = now
+        rest = rest_of_preempted_gang(self._group_pods(pod.group), self.evicting)
+        if not rest:
+            return
+        unit = VictimUnit(tuple(rest), max(p.priority for p in rest), group=pod.group)
+        for member in rest:
+            self.evicting[member.uid] = now
+        self.effects.append(
+            EvictVictims(
+                group=pod.group,
+                preemptor=f"kube-scheduler's preemption of {pod.ref}",
+                victims=tuple(Victim(p.uid, p.ref, unit.key) for p in rest),
+            )
+        )
 
     def _plan_gangs_ahead(self, rank: QueueRank, now: float) -> list[QueueRank]:
         """Try every held gang ahead of `rank`, in queue order; every gang ahead of it.
@@ -735,6 +927,12 @@ class GangCore:
     def observe_pod(self, pod: PodInfo, now: float) -> None:
         """The watch saw a pod: update the snapshot and settle plans it completes."""
         self.snapshot.upsert_pod(pod)
+        if (
+            self.preemption_enabled
+            and pod.disruption == SCHEDULER_PREEMPTION_REASON
+            and pod.group is not None
+        ):
+            self._complete_preempted_gang(pod, now)
         plan = self.ledger.plan_of(pod.uid)
         if plan is None:
             # A bound member that Succeeded ran: it was bound, not lost (a Job's pod can
@@ -778,6 +976,7 @@ class GangCore:
         pod = self.snapshot.delete_pod(uid)
         self.restrictions.pop(uid, None)
         self.offered.pop(uid, None)
+        self.evicting.pop(uid, None)
         plan = self.ledger.plan_of(uid)
         if plan is not None:
             self._member_gone(plan, uid, f"member {plan.names[uid]} was deleted", now)

@@ -14,7 +14,9 @@ and returns the effects the controller carries out (controller/lifecycle.py).
 What is a failure (only of a member of the current restart generation that was bound):
  - PodEvicted: the member carries the DisruptionTarget condition, which Kubernetes
    sets when something other than the pod's owner removes it (the Eviction API, a
-   drain, preemption, taint-based and node-pressure eviction, PodGC). Kubernetes
+   drain, taint-based and node-pressure eviction, PodGC). Not a preemption: a member
+   kube-scheduler preempted (reason PreemptionByScheduler) or gang-extender's gang
+   preemption evicted (annotation gang-extender.io/preempted-by) is no failure. Kubernetes
    records no "who deleted"; a plain DELETE leaves no such mark and is taken as the
    owner's own (a Job finishing or scaled down, a Deployment scaled down, the user
    deleting the Job or the pod): no failure.
@@ -43,6 +45,7 @@ from typing import Any
 
 from extender.domain.membership import PLANNED_NODE_ANNOTATION
 from extender.domain.model import HELD_PHASE
+from extender.domain.preemption import PREEMPTED_BY_ANNOTATION, SCHEDULER_PREEMPTION_REASON
 
 POLICIES_ANNOTATION = "gang-extender.io/policies"
 MAX_RETRY_ANNOTATION = "gang-extender.io/max-retry"
@@ -222,6 +225,9 @@ class Member:
     created: float
     controlled: bool  # has a controller ownerReference (Job, ReplicaSet, ...)
     gone: bool = False  # deleted: the last object the watch delivered
+    # Preempted (gang-extender's gang preemption marks its victims, kube-scheduler's
+    # DisruptionTarget says PreemptionByScheduler): never a failure (`_failure_of`).
+    preempted: bool = False
 
     @classmethod
     def from_api(cls, obj: Mapping[str, Any], *, gone: bool = False) -> Member:
@@ -258,6 +264,13 @@ class Member:
                 for r in meta.get("ownerReferences") or []
             ),
             gone=gone,
+            preempted=(
+                PREEMPTED_BY_ANNOTATION in (meta.get("annotations") or {})
+                or (
+                    disruption is not None
+                    and disruption.get("reason") == SCHEDULER_PREEMPTION_REASON
+                )
+            ),
         )
 
 
@@ -371,6 +384,11 @@ class Decision:
 
 def _failure_of(member: Member) -> Failure | None:
     if not member.bound or member.disruption == POLICY_DISRUPTION_REASON:
+        return None
+    if member.preempted and member.disruption is not None:
+        # Preempted for a higher-priority pod or gang: the gang goes whole
+        # (domain/preemption.py) and its owner re-creates it to wait its turn; a restart
+        # counted here would spend maxRetry on preemptions and fight them.
         return None
     if member.disruption is not None:
         return Failure(Event.POD_EVICTED, member.ref, f"evicted ({member.disruption})")
