@@ -258,8 +258,7 @@ def create_extender_app(
                 not_leader("preempt")
                 return no_preemption(NOT_THE_LEADER)
             proposed = {
-                node: NodeVictims(tuple(uids), pdb)
-                for node, (uids, pdb) in args.proposed().items()
+                node: NodeVictims(tuple(uids), pdb) for node, (uids, pdb) in args.proposed().items()
             }
             answer = port.preempt(args.Pod, proposed)
             if answer.dropped:

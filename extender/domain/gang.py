@@ -447,9 +447,7 @@ class GangCore:
         self.ledger.reserve(plan)
         state.shortfall_generation = None
         state.waiting = False
-        victims = tuple(
-            Victim(p.uid, p.ref, unit.key) for unit in found.victims for p in unit.pods
-        )
+        victims = tuple(Victim(p.uid, p.ref, unit.key) for unit in found.victims for p in unit.pods)
         for victim in victims:
             self.evicting[victim.uid] = now
         message = self._say(

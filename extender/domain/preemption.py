@@ -132,9 +132,7 @@ def candidates(
 ) -> list[VictimUnit]:
     """Units a preemptor of `priority` may evict, in the order they are tried (step 2)."""
     blocked = set(refused)
-    allowed = [
-        u for u in units if u.priority < priority and u.preemptible and u.key not in blocked
-    ]
+    allowed = [u for u in units if u.priority < priority and u.preemptible and u.key not in blocked]
     return sorted(allowed, key=_eviction_order)
 
 
@@ -268,7 +266,4 @@ def rest_of_preempted_gang(members: Sequence[PodInfo], evicting: Iterable[str]) 
     already asked to go (not asked twice).
     """
     asked = set(evicting)
-    return [
-        m for m in members if m.holds_capacity and not m.deleting and m.uid not in asked
-    ]
-
+    return [m for m in members if m.holds_capacity and not m.deleting and m.uid not in asked]
