@@ -24,8 +24,12 @@ Filter decision order for a pod:
     minimum and minMember: domain/selection.py) on capacity free of bound pods and
     other gangs' reservations -> PLANNED, or WAIT with what is missing, naming the
     gang ahead whose plan holds the room ("waiting behind <ns>/<name> (priority N)").
+ 8. Not placed, and preemption on (`preemption_enabled`): the fewest, lowest whole
+    lower-priority gangs and plain pods whose eviction makes it fit
+    (domain/preemption.py) -> PLANNED on the room they free, held by the plan until
+    `preemption_hold_seconds`, with an `EvictVictims` effect.
 
-Steps 4-7 also run when the watch delivers a change to a held group
+Steps 4-8 also run when the watch delivers a change to a held group
 (`group_changed`): kube-scheduler retries held members only on an event, and the
 plan's annotations are one.
 
