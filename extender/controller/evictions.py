@@ -1,12 +1,19 @@
 """Carries out gang preemption's `EvictVictims`: annotate, evict, tell both sides.
 
-For each victim, in order: the gang-extender.io/preempted-by annotation (so the
-lifecycle policy sees a preemption, not a failure: the Eviction API overwrites
-the DisruptionTarget reason), then the policy/v1 Eviction. A 429 is a
-PodDisruptionBudget saying no: the annotation is taken back, the victim's unit is
-reported to the core (`GangCore.eviction_refused`, left out of the next choice)
-and the victim gets a `PreemptionRefused` Event; the preemptor's hold expires and
-it chooses again or waits. Every evicted victim gets a `PreemptedByGang` Event
+Units (a whole gang, or one plain pod) are evicted in parallel; the members of
+one gang one after another. For each victim: the gang-extender.io/preempted-by
+annotation (so the lifecycle policy sees a preemption, not a failure: the
+Eviction API overwrites the DisruptionTarget reason), then the policy/v1 Eviction.
+
+A 429 is a PodDisruptionBudget saying no. On a unit's first pod, nothing of the
+unit has gone: the annotation is taken back, the unit is reported to the core
+(`GangCore.eviction_refused`, left out of the next choice), the pod gets a
+`PreemptionRefused` Event, and the rest of the unit is left alone; the
+preemptor's hold expires and it chooses again or waits. On a later pod, part of
+the gang is gone already and a partial gang is the one outcome worse than a
+delay: that eviction is tried again every `api_write_backoff_max_seconds` until
+`preemption_hold_seconds` pass (a budget counts the evicted pods' replacements
+once they are healthy). Every evicted victim gets a `PreemptedByGang` Event
 naming the preemptor; the preemptor's members get `GangPreempting`.
 """
 
@@ -21,7 +28,7 @@ from extender.domain.decisions import EvictVictims, Victim
 from extender.domain.preemption import PREEMPTED_EVENT, PREEMPTING_EVENT
 from extender.kube.evictions import HTTP_TOO_MANY_REQUESTS, evict_pod, mark_preempted
 from extender.kube.rawapi import KubeError
-from extender.kube.writers import api_error_summary, emit_event
+from extender.kube.writers import api_error_summary, emit_event, is_transient
 
 if TYPE_CHECKING:
     from extender.controller.effects import EffectWriter
@@ -29,6 +36,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 WRITE_EVICTION = "eviction"
+HTTP_NOT_FOUND = 404
 REFUSED_EVENT = "PreemptionRefused"
 
 
@@ -40,12 +48,26 @@ def _split(ref: str) -> tuple[str, str]:
 async def evict_victims(writer: EffectWriter, effect: EvictVictims) -> None:
     if effect.message:
         await writer._event_on_members(effect.group, PREEMPTING_EVENT, effect.message, "Normal")
-    await asyncio.gather(*(_evict_one(writer, effect, victim) for victim in effect.victims))
+    units: dict[str, list[Victim]] = {}
+    for victim in effect.victims:
+        units.setdefault(victim.unit, []).append(victim)
+    await asyncio.gather(*(_evict_unit(writer, effect, victims) for victims in units.values()))
 
 
-async def _evict_one(writer: EffectWriter, effect: EvictVictims, victim: Victim) -> None:
+async def _evict_unit(writer: EffectWriter, effect: EvictVictims, victims: list[Victim]) -> None:
+    """One unit's pods, one after another; a refusal of the first leaves the unit whole."""
+    for i, victim in enumerate(victims):
+        if not await _evict_one(writer, effect, victim, first=i == 0):
+            return
+
+
+async def _evict_one(
+    writer: EffectWriter, effect: EvictVictims, victim: Victim, *, first: bool
+) -> bool:
+    """Mark and evict one victim; False when its unit must be left alone (refused first)."""
     namespace, name = _split(victim.ref)
-    timeout = writer.settings.api_write_timeout_seconds
+    settings = writer.settings
+    timeout = settings.api_write_timeout_seconds
     raw = writer.raw
     marked = await writer._write(
         WRITE_EVICTION,
@@ -54,34 +76,21 @@ async def _evict_one(writer: EffectWriter, effect: EvictVictims, victim: Victim)
         lambda: mark_preempted(raw, namespace, name, effect.preemptor, timeout=timeout),
     )
     if not marked or not writer.acting():
-        return
-    try:
-        await asyncio.to_thread(evict_pod, raw, namespace, name, victim.uid, timeout=timeout)
-    except KubeError as err:
-        if err.status == HTTP_TOO_MANY_REQUESTS:
-            log.info("gang %s: eviction of %s refused: %s", effect.group, victim.ref, err.message)
-            writer.core.eviction_refused(victim.unit, time.time())
-            await writer._write(
-                WRITE_EVICTION,
-                effect.group,
-                f"unmark pod {victim.ref}",
-                lambda: mark_preempted(raw, namespace, name, None, timeout=timeout),
-            )
-            await _victim_event(
-                writer,
-                effect,
-                victim,
-                REFUSED_EVENT,
-                f"not evicted for {effect.preemptor}: {err.message[:300]}",
-                "Normal",
-            )
-            return
-        if err.status != 404:
-            log.warning(
-                "gang %s: evicting %s failed: %s", effect.group, victim.ref, api_error_summary(err)
-            )
-            writer.metrics.api_write_errors.labels(kind=WRITE_EVICTION).inc()
-        return
+        return False
+    give_up = time.monotonic() + settings.preemption_hold_seconds
+    while True:
+        try:
+            await asyncio.to_thread(evict_pod, raw, namespace, name, victim.uid, timeout=timeout)
+            break
+        except KubeError as err:
+            # A refusal once part of the gang is gone: finish it rather than leave it
+            # partial. A transient failure (no answer, 5xx): try again too.
+            refused = err.status == HTTP_TOO_MANY_REQUESTS
+            again = (refused and not first) or (not refused and is_transient(err))
+            if again and time.monotonic() < give_up and writer.acting():
+                await asyncio.sleep(settings.api_write_backoff_max_seconds)
+                continue
+            return await _not_evicted(writer, effect, victim, err, first=first)
     log.info("gang %s: evicted %s (%s)", effect.group, victim.ref, victim.unit)
     await _victim_event(
         writer,
@@ -92,6 +101,41 @@ async def _evict_one(writer: EffectWriter, effect: EvictVictims, victim: Victim)
         f"{effect.preemptor}",
         "Warning",
     )
+    return True
+
+
+async def _not_evicted(
+    writer: EffectWriter, effect: EvictVictims, victim: Victim, err: KubeError, *, first: bool
+) -> bool:
+    """An eviction that failed for good; whether to go on with the rest of the unit."""
+    namespace, name = _split(victim.ref)
+    timeout = writer.settings.api_write_timeout_seconds
+    raw = writer.raw
+    if err.status == HTTP_NOT_FOUND:
+        return True  # gone already: the room is free, go on with the unit
+    if err.status == HTTP_TOO_MANY_REQUESTS:
+        log.info("gang %s: eviction of %s refused: %s", effect.group, victim.ref, err.message)
+        writer.core.eviction_refused(victim.unit, time.time())
+        reason, message = REFUSED_EVENT, f"not evicted for {effect.preemptor}: {err.message[:300]}"
+    else:
+        log.warning(
+            "gang %s: evicting %s failed: %s", effect.group, victim.ref, api_error_summary(err)
+        )
+        writer.metrics.api_write_errors.labels(kind=WRITE_EVICTION).inc()
+        reason, message = (
+            REFUSED_EVENT,
+            f"not evicted for {effect.preemptor}: {api_error_summary(err)}",
+        )
+    await writer._write(
+        WRITE_EVICTION,
+        effect.group,
+        f"unmark pod {victim.ref}",
+        lambda: mark_preempted(raw, namespace, name, None, timeout=timeout),
+    )
+    await _victim_event(writer, effect, victim, reason, message, "Normal")
+    # The first pod of a unit: nothing of it has gone, leave it whole. A later one: the
+    # gang is partial already; the rest still go, so it does not run short.
+    return not first
 
 
 async def _victim_event(

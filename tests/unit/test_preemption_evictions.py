@@ -111,3 +111,45 @@ async def test_a_pdb_refusal_is_reported_to_the_core_and_the_mark_taken_back(
     assert [e["involvedObject"]["name"] for e in refused] == ["guarded"]
     assert "disruption budget" in refused[0]["message"]
     assert raw.events("PreemptedByGang") == []
+
+
+async def test_a_gang_whose_first_member_a_budget_protects_is_left_whole(
+    service: GangService, raw: FakeRaw
+) -> None:
+    def hook(method: str, path: str, body: Any) -> None:
+        if path.endswith("/pods/low-0/eviction"):
+            raise KubeError(
+                429, "Cannot evict pod as it would violate the pod's disruption budget."
+            )
+
+    raw.hook = hook
+    service.writer.queue_effects(
+        [evict(("low-0", "gang default/low"), ("low-1", "gang default/low"))]
+    )
+    await service.queues.join()
+    assert [a for a in raw.attempts if "/pods/low-1" in a[1]] == [], "low-1 is not touched"
+    assert "gang default/low" in service.core.refused_evictions
+
+
+async def test_a_later_member_refused_is_tried_again_so_the_gang_does_not_run_short(
+    service: GangService, raw: FakeRaw
+) -> None:
+    refusals = [KubeError(429, "Cannot evict pod as it would violate the pod's disruption budget.")]
+
+    def hook(method: str, path: str, body: Any) -> None:
+        if path.endswith("/pods/low-1/eviction") and refusals:
+            raise refusals.pop()
+
+    raw.hook = hook
+    service.writer.queue_effects(
+        [evict(("low-0", "gang default/low"), ("low-1", "gang default/low"))]
+    )
+    await service.queues.join()
+    attempts = [a for a in raw.attempts if a[1].endswith("/pods/low-1/eviction")]
+    assert len(attempts) == 2
+    assert len(requests(raw, "POST", "/pods/low-1/eviction")) == 1
+    assert sorted(e["involvedObject"]["name"] for e in raw.events("PreemptedByGang")) == [
+        "low-0",
+        "low-1",
+    ]
+    assert service.core.refused_evictions == {}
