@@ -7,9 +7,9 @@ Eviction API overwrites the DisruptionTarget reason), then the policy/v1 Evictio
 
 A 429 is a PodDisruptionBudget saying no. On a unit's first pod, nothing of the
 unit has gone: the annotation is taken back, the unit is reported to the core
-(`GangCore.eviction_refused`, left out of the next choice), the pod gets a
-`PreemptionRefused` Event, and the rest of the unit is left alone; the
-preemptor's hold expires and it chooses again or waits. On a later pod, part of
+(`GangCore.eviction_refused`: left out of the next choice, and the preemptor's
+hold dropped so it chooses again or waits), the pod gets a `PreemptionRefused`
+Event, and the rest of the unit is left alone. On a later pod, part of
 the gang is gone already and a partial gang is the one outcome worse than a
 delay: that eviction is tried again every `api_write_backoff_max_seconds` until
 `preemption_hold_seconds` pass (a budget counts the evicted pods' replacements
@@ -115,7 +115,9 @@ async def _not_evicted(
         return True  # gone already: the room is free, go on with the unit
     if err.status == HTTP_TOO_MANY_REQUESTS:
         log.info("gang %s: eviction of %s refused: %s", effect.group, victim.ref, err.message)
-        writer.core.eviction_refused(victim.unit, time.time())
+        writer.core.eviction_refused(
+            victim.unit, time.time(), preemptor=effect.group if effect.message else None
+        )
         reason, message = REFUSED_EVENT, f"not evicted for {effect.preemptor}: {err.message[:300]}"
     else:
         log.warning(

@@ -470,13 +470,18 @@ class GangCore:
         )
         return plan
 
-    def eviction_refused(self, unit: str, now: float) -> None:
+    def eviction_refused(self, unit: str, now: float, *, preemptor: GroupKey | None) -> None:
         """The API server refused to evict a pod of `unit` (a PodDisruptionBudget, 429).
 
-        The unit is left out of the next choice for a while; the preemptor's hold
-        stays until it expires, then the gang chooses again (other victims, or waits).
+        The unit is left out of the next choice for `preemption_hold_seconds`. The
+        preemptor's hold (its plan, not released: its members cannot pass
+        kube-scheduler's filters while the victims stay) is dropped, so after the
+        replan backoff it chooses again without that unit: other victims, or it waits.
         """
         self.refused_evictions[unit] = now + self.timeouts.preemption_hold_seconds
+        plan = self.ledger.plans.get(preemptor) if preemptor is not None else None
+        if plan is not None and not plan.released:
+            self._drop(plan, f"the eviction of {unit} was refused (a PodDisruptionBudget)", now)
 
     def preempt(
         self, pod: PodInfo, proposed: Mapping[str, NodeVictims], now: float

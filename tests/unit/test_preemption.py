@@ -179,7 +179,7 @@ def test_a_refused_eviction_leaves_that_unit_out_until_it_expires() -> None:
         {"low": low_spec, "high": {"minMember": 2}},
     )
     # n2 has one GPU free: the plain pod (priority 0) is the lowest, fewest victim.
-    core.eviction_refused("pod default/plain", T0)
+    core.eviction_refused("pod default/plain", T0, preemptor=None)
     assert ask(core, "high-0") is Verdict.PLANNED
     evicted = [
         v.ref for e in core.drain_effects() if isinstance(e, EvictVictims) for v in e.victims
@@ -421,3 +421,26 @@ def evicted_member(reason: str, annotations: dict[str, str] | None = None) -> Me
 )
 def test_a_preempted_member_is_no_lifecycle_failure(member: Member, failure: bool) -> None:
     assert (_failure_of(member) is not None) is failure
+
+
+def test_a_refused_eviction_drops_the_hold_and_the_gang_chooses_again_without_that_unit() -> None:
+    low, low_spec = low_gang_running()
+    plain = pod("plain", node="n2", priority=0)
+    core = core_with(
+        {"n0": 1, "n1": 1, "n2": 2},
+        [*low, plain, *high_gang()],
+        {"low": low_spec, "high": {"minMember": 2}},
+    )
+    assert ask(core, "high-0") is Verdict.PLANNED
+    core.drain_effects()
+    high = GroupKey("default", "high")
+    core.eviction_refused("pod default/plain", T0, preemptor=high)
+    assert high not in core.ledger.plans
+    assert "the eviction of pod default/plain was refused" in core.groups[high].message
+    later = T0 + 3  # after the replan backoff
+    member = next(p for p in core.snapshot.pods.values() if p.name == "high-0")
+    assert core.filter(member, sorted(core.snapshot.nodes), later).verdict is Verdict.PLANNED
+    evicted = sorted(
+        v.ref for e in core.drain_effects() if isinstance(e, EvictVictims) for v in e.victims
+    )
+    assert evicted == ["default/low-0", "default/low-1"]
