@@ -91,6 +91,7 @@ async def _evict_one(
                 await asyncio.sleep(settings.api_write_backoff_max_seconds)
                 continue
             return await _not_evicted(writer, effect, victim, err, first=first)
+    writer.metrics.preemption_evictions.labels(result="evicted").inc()
     log.info("gang %s: evicted %s (%s)", effect.group, victim.ref, victim.unit)
     await _victim_event(
         writer,
@@ -114,6 +115,7 @@ async def _not_evicted(
     if err.status == HTTP_NOT_FOUND:
         return True  # gone already: the room is free, go on with the unit
     if err.status == HTTP_TOO_MANY_REQUESTS:
+        writer.metrics.preemption_evictions.labels(result="refused").inc()
         log.info("gang %s: eviction of %s refused: %s", effect.group, victim.ref, err.message)
         writer.core.eviction_refused(
             victim.unit, time.time(), preemptor=effect.group if effect.message else None

@@ -5,7 +5,8 @@ A high-priority gang that fits only by evicting a running low-priority gang gets
 it evicted whole and is bound, with Events on both; a gang that opted out
 (`preemptible: false`) is left running. kube-scheduler's own preemption for a
 high-priority plain pod (its own scheduler's or the default one) never leaves
-part of a low gang running. PriorityClasses are the test's own.
+part of a low gang running. A PodDisruptionBudget that forbids the eviction
+keeps the low gang whole and running. PriorityClasses are the test's own.
 """
 
 from __future__ import annotations
@@ -160,6 +161,42 @@ def test_a_gang_that_opted_out_of_preemption_keeps_running(
     )
     message = condition_message(get_podgroup(raw, namespace, "high"))
     assert "preempting" not in message, message
+    assert events(raw, namespace, "PreemptedByGang") == []
+    running = bound(list_pods(raw, namespace))
+    assert names(running, "low") == {"low-0", "low-1"}
+    assert not any(p["metadata"].get("deletionTimestamp") for p in running)
+    assert names(running, "high") == set()
+
+
+def test_a_gang_its_disruption_budget_protects_keeps_running_and_says_why(
+    gang_stack, raw, namespace, gpu_nodes, priority_classes
+) -> None:
+    selector = gpu_nodes(2, gpus=1).node_selector
+    raw.call(
+        "POST",
+        path_of("apis", "policy", "v1", "namespaces", namespace, "poddisruptionbudgets"),
+        body={
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": "low"},
+            "spec": {
+                "minAvailable": 2,
+                "selector": {"matchLabels": {"gang-extender.io/group": "low"}},
+            },
+        },
+    )
+    start_low_gang(raw, namespace, selector, priority_classes)
+
+    create(raw, namespace, podgroup("high", 2))
+    for i in range(2):
+        create(raw, namespace, pod(f"high-{i}", "high", selector, priority_classes[HIGH]))
+
+    refused = wait_until(
+        lambda: events(raw, namespace, "PreemptionRefused"),
+        what="the budget to refuse the low gang's eviction",
+    )
+    # Members go one after another: the first refused, the second is never asked.
+    assert [e["involvedObject"]["name"] for e in refused] in (["low-0"], ["low-1"])
     assert events(raw, namespace, "PreemptedByGang") == []
     running = bound(list_pods(raw, namespace))
     assert names(running, "low") == {"low-0", "low-1"}

@@ -153,3 +153,28 @@ async def test_a_later_member_refused_is_tried_again_so_the_gang_does_not_run_sh
         "low-1",
     ]
     assert service.core.refused_evictions == {}
+
+
+def evictions_counted(svc: GangService) -> dict[str, float]:
+    return {
+        sample.labels["result"]: sample.value
+        for metric in svc.metrics.registry.collect()
+        if metric.name == "gang_extender_preemption_evictions"
+        for sample in metric.samples
+        if sample.name.endswith("_total")
+    }
+
+
+async def test_evictions_are_counted_by_result(service: GangService, raw: FakeRaw) -> None:
+    def hook(method: str, path: str, body: Any) -> None:
+        if path.endswith("/pods/guarded/eviction"):
+            raise KubeError(
+                429, "Cannot evict pod as it would violate the pod's disruption budget."
+            )
+
+    raw.hook = hook
+    service.writer.queue_effects(
+        [evict(("guarded", "pod default/guarded"), ("free", "pod default/free"))]
+    )
+    await service.queues.join()
+    assert evictions_counted(service) == {"evicted": 1.0, "refused": 1.0}
