@@ -1,16 +1,16 @@
 """Gang preemption, whole gangs only: which running pods a gang that cannot fit may evict.
 
 Pure: the core (domain/gang.py) and the preempt verb (api/extender.py) ask here;
-the evictions go out as `PreemptionStarted` / `GangEvictionCompleted` effects
-(domain/decisions.py) that the controller carries out through the Eviction API
-(controller/effects.py), so PodDisruptionBudgets are the API server's to enforce.
+the evictions go out as `EvictVictims` effects (domain/decisions.py) that the
+controller carries out through the Eviction API (controller/evictions.py), so
+PodDisruptionBudgets are the API server's to enforce.
 
 The unit of eviction (`VictimUnit`) is a whole gang (every bound member of a
 group) or one plain pod: a gang is never evicted in part. Decision order for a
-gang that does not fit (`choose_victims`):
+gang that does not fit (the core checks 1, `choose_victims` does 2-4):
  1. The preemptor's members say `preemptionPolicy: Never` -> no preemption.
- 2. Candidates: units whose priority is lower than the preemptor's, that opted
-    in (`preemptible`, PodGroup `spec.preemptible`, annotation
+ 2. Candidates: units whose priority is lower than the preemptor's, that did
+    not opt out (`preemptible`: PodGroup `spec.preemptible`, annotation
     `gang-extender.io/preemptible`) and whose eviction the API server did not
     refuse lately (a PodDisruptionBudget's 429: `refused`).
  3. Add candidates lowest priority first (then fewest pods, then newest) until
