@@ -20,6 +20,7 @@ from extender.domain.preemption import (
     VictimUnit,
     candidates,
     choose_victims,
+    free_without,
     gang_aware_victims,
     rest_of_preempted_gang,
     victim_units,
@@ -444,3 +445,96 @@ def test_a_refused_eviction_drops_the_hold_and_the_gang_chooses_again_without_th
         v.ref for e in core.drain_effects() if isinstance(e, EvictVictims) for v in e.victims
     )
     assert evicted == ["default/low-0", "default/low-1"]
+
+
+# ------------------------------------- what the first mutation run left alive
+def test_of_two_equal_units_the_newer_is_evicted() -> None:
+    older = make_pod("older").gpus(1).node("n1").phase("Running").created("2026-11-22T09:00:00Z")
+    newer = make_pod("newer").gpus(1).node("n2").phase("Running").created("2026-11-22T10:00:00Z")
+    units = [
+        VictimUnit((PodInfo.from_api(older.obj()),), 0),
+        VictimUnit((PodInfo.from_api(newer.obj()),), 0),
+    ]
+    found = choose_victims(
+        lambda free: free["n1"][GPU] + free["n2"][GPU] >= 1,
+        {"n1": {GPU: 0}, "n2": {GPU: 0}},
+        units,
+        priority=5,
+    )
+    assert found is not None
+    assert [u.key for u in found.victims] == ["pod default/newer"]
+
+
+def test_a_gang_that_fits_already_needs_no_victims() -> None:
+    free = {"n1": {GPU: 2}}
+    found = choose_victims(
+        lambda f: fits({GPU: 2}, f["n1"]), free, [unit("x", 0, "n1")], priority=5
+    )
+    assert found is not None
+    assert found.victims == ()
+    assert found.freed == free and found.freed is not free
+
+
+def test_minimising_spares_the_highest_priority_victim_first() -> None:
+    # Needs one GPU on n3 and one more anywhere: greedy takes u1, u2, u3; both {u1, u3}
+    # and {u2, u3} would do, and the lower-priority u1 is the one kept.
+    units = [unit("u1", 0, "n1"), unit("u2", 1, "n2"), unit("u3", 2, "n3")]
+
+    def fits_it(free: Any) -> bool:
+        return free["n3"][GPU] >= 1 and sum(r[GPU] for r in free.values()) >= 2
+
+    nothing = {n: {GPU: 0} for n in ("n1", "n2", "n3")}
+    found = choose_victims(fits_it, nothing, units, priority=5)
+    assert found is not None
+    assert [u.key for u in found.victims] == ["gang default/u1", "gang default/u3"]
+    assert found.describe() == "gang default/u1 (priority 0), gang default/u3 (priority 2)"
+
+
+def test_a_victim_on_a_node_that_is_gone_frees_nothing() -> None:
+    after = free_without({"n1": {GPU: 0}}, [unit("g", 0, "n1", "gone")])
+    assert after["n1"][GPU] == 1
+    assert set(after) == {"n1"}
+
+
+def test_a_pending_member_does_not_make_a_gang_run_elsewhere() -> None:
+    pods = infos(
+        pod("a-0", node="n1", group="a"),
+        pod("a-1", group="a"),  # created, not bound yet
+        pod("p", node="n2"),
+    )
+
+    def members_of(key: GroupKey) -> list[PodInfo]:
+        return [p for p in pods.values() if p.group == key]
+
+    answer = gang_aware_victims(
+        PodInfo.from_api(pod("urgent", priority=500)),
+        {"n1": NodeVictims(("uid-a-0",)), "n2": NodeVictims(("uid-p",))},
+        pods,
+        members_of,
+        lambda key: True,
+    )
+    assert sorted(answer.nodes) == ["n1", "n2"]
+
+
+def test_dropped_nodes_say_why() -> None:
+    pods = infos(
+        pod("b-0", node="n3", group="b"),
+        pod("b-1", node="n4", group="b"),
+        pod("c-0", node="n5", group="c"),
+        pod("p", node="n2"),
+    )
+
+    def members_of(key: GroupKey) -> list[PodInfo]:
+        return [p for p in pods.values() if p.group == key]
+
+    answer = gang_aware_victims(
+        PodInfo.from_api(pod("urgent", priority=500)),
+        {n: NodeVictims((u,)) for n, u in [("n2", "uid-p"), ("n3", "uid-b-0"), ("n5", "uid-c-0")]},
+        pods,
+        members_of,
+        lambda key: key.name != "c",
+    )
+    assert answer.dropped == {
+        "n3": "its victims include part of a gang running on other nodes too",
+        "n5": "gang default/c opted out of preemption (preemptible: false)",
+    }
