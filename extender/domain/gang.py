@@ -101,9 +101,9 @@ from extender.domain.preemption import (
     GangAwareAnswer,
     NodeVictims,
     Preemption,
-    VictimUnit,
     choose_victims,
     gang_aware_victims,
+    gang_unit_key,
     rest_of_preempted_gang,
     victim_units,
 )
@@ -168,8 +168,8 @@ class GangCore:
     preemption_enabled: bool = False
     # Eviction units (VictimUnit.key) the API server refused to evict, until when.
     refused_evictions: dict[str, float] = field(default_factory=dict)
-    # Pods asked to be evicted (uid -> when), so none is asked twice.
-    evicting: dict[str, float] = field(default_factory=dict)
+    # Pods asked to be evicted, so none is asked twice.
+    evicting: set[str] = field(default_factory=set)
 
     # ------------------------------------------------------------- requests
     def asked_about(self, pod: Mapping[str, Any]) -> PodInfo:
@@ -387,7 +387,8 @@ class GangCore:
         members = self.snapshot.members(key)
         if any(m.preemption_policy == "Never" for m in members):
             return None
-        priority = state.rank.priority if state.rank is not None else 0
+        assert state.rank is not None  # `_try_plan` ranks the gang first
+        priority = state.rank.priority
         if not any(p.priority < priority for p in self.snapshot.pods.values()):
             return None  # nothing lower to evict: skip building the units
         units = [
@@ -452,8 +453,7 @@ class GangCore:
         state.shortfall_generation = None
         state.waiting = False
         victims = tuple(Victim(p.uid, p.ref, unit.key) for unit in found.victims for p in unit.pods)
-        for victim in victims:
-            self.evicting[victim.uid] = now
+        self.evicting.update(victim.uid for victim in victims)
         message = self._say(
             state,
             f"gang {key}: preempting {found.describe()} to make room; "
@@ -502,22 +502,21 @@ class GangCore:
             known, proposed, self.snapshot.pods, self._group_pods, self.group_preemptible
         )
 
-    def _complete_preempted_gang(self, pod: PodInfo, now: float) -> None:
+    def _complete_preempted_gang(self, pod: PodInfo, group: GroupKey) -> None:
         """A member kube-scheduler preempted (any scheduler): evict the rest of its gang."""
-        if pod.uid in self.evicting or pod.group is None:
+        if pod.uid in self.evicting:
             return
-        self.evicting[pod.uid] = now
-        rest = rest_of_preempted_gang(self._group_pods(pod.group), self.evicting)
+        self.evicting.add(pod.uid)
+        rest = rest_of_preempted_gang(self._group_pods(group), self.evicting)
         if not rest:
             return
-        unit = VictimUnit(tuple(rest), max(p.priority for p in rest), group=pod.group)
-        for member in rest:
-            self.evicting[member.uid] = now
+        self.evicting.update(p.uid for p in rest)
+        unit = gang_unit_key(group)
         self.effects.append(
             EvictVictims(
-                group=pod.group,
+                group=group,
                 preemptor=f"kube-scheduler's preemption of {pod.ref}",
-                victims=tuple(Victim(p.uid, p.ref, unit.key) for p in rest),
+                victims=tuple(Victim(p.uid, p.ref, unit) for p in rest),
             )
         )
 
@@ -939,7 +938,7 @@ class GangCore:
             and pod.disruption == SCHEDULER_PREEMPTION_REASON
             and pod.group is not None
         ):
-            self._complete_preempted_gang(pod, now)
+            self._complete_preempted_gang(pod, pod.group)
         plan = self.ledger.plan_of(pod.uid)
         if plan is None:
             # A bound member that Succeeded ran: it was bound, not lost (a Job's pod can
@@ -983,7 +982,7 @@ class GangCore:
         pod = self.snapshot.delete_pod(uid)
         self.restrictions.pop(uid, None)
         self.offered.pop(uid, None)
-        self.evicting.pop(uid, None)
+        self.evicting.discard(uid)
         plan = self.ledger.plan_of(uid)
         if plan is not None:
             self._member_gone(plan, uid, f"member {plan.names[uid]} was deleted", now)

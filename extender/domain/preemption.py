@@ -53,6 +53,11 @@ PREEMPTED_EVENT = "PreemptedByGang"
 PREEMPTING_EVENT = "GangPreempting"
 
 
+def gang_unit_key(group: GroupKey) -> str:
+    """The eviction unit of a whole gang, as `VictimUnit.key` names it."""
+    return f"gang {group}"
+
+
 @dataclass(frozen=True)
 class VictimUnit:
     """What is evicted at once: a whole gang's bound members, or one plain pod."""
@@ -64,7 +69,7 @@ class VictimUnit:
 
     @property
     def key(self) -> str:
-        return f"gang {self.group}" if self.group is not None else f"pod {self.pods[0].ref}"
+        return gang_unit_key(self.group) if self.group is not None else f"pod {self.pods[0].ref}"
 
     @property
     def newest(self) -> float:

@@ -538,3 +538,98 @@ def test_dropped_nodes_say_why() -> None:
         "n3": "its victims include part of a gang running on other nodes too",
         "n5": "gang default/c opted out of preemption (preemptible: false)",
     }
+
+
+# ------------------------------------- what the mutation run left alive in the core
+def test_the_hold_is_a_whole_plan_and_the_eviction_names_the_preemptor() -> None:
+    low, low_spec = low_gang_running()
+    core = core_with(
+        {"n0": 1, "n1": 1}, [*low, *high_gang()], {"low": low_spec, "high": {"minMember": 2}}
+    )
+    assert ask(core, "high-0") is Verdict.PLANNED
+    effects = core.drain_effects()
+    plan = next(e.plan for e in effects if isinstance(e, PlanCreated))
+    high = GroupKey("default", "high")
+    assert plan.created_at == T0
+    assert sorted(plan.names.values()) == ["default/high-0", "default/high-1"]
+    assert plan.plan_id == core.ledger.plans[high].plan_id
+    state = core.groups[high]
+    assert state.waiting is False and state.shortfall_generation is None
+    eviction = next(e for e in effects if isinstance(e, EvictVictims))
+    assert eviction.group == high
+    assert eviction.message == state.message
+    assert core.evicting == {"uid-low-0", "uid-low-1"}
+
+
+def test_a_refusal_ends_exactly_at_its_time() -> None:
+    low, low_spec = low_gang_running()
+    core = core_with(
+        {"n0": 1, "n1": 1}, [*low, *high_gang()], {"low": low_spec, "high": {"minMember": 2}}
+    )
+    core.eviction_refused("gang default/low", T0 - 120, preemptor=None)  # until T0
+    assert ask(core, "high-0") is Verdict.PLANNED
+
+
+def test_a_required_topology_is_kept_when_choosing_victims() -> None:
+    # Zone a: n0 (low gang), n1 (plain p1); zone b: n2 (low gang), n3 (plain p2). The
+    # two plain pods alone would free one GPU in each zone: not enough inside one.
+    core = GangCore(policy=Policy(), timeouts=Timeouts(60, 30, 2))
+    core.preemption_enabled = True
+    for name, zone in (("n0", "a"), ("n1", "a"), ("n2", "b"), ("n3", "b")):
+        node = make_node(name).gpus(1).label("zone", zone).obj()
+        core.snapshot.upsert_node(NodeInfo.from_api(node))
+    pg = make_podgroup("high", 2)
+    pg["spec"]["topology"] = {"required": "zone"}
+    core.snapshot.upsert_podgroup(GroupSpec.from_podgroup(pg, source="PodGroup"))
+    core.snapshot.upsert_podgroup(
+        GroupSpec.from_podgroup(make_podgroup("low", 2), source="PodGroup")
+    )
+    running = [
+        pod("low-0", node="n0", group="low", priority=10),
+        pod("low-1", node="n2", group="low", priority=10),
+        pod("p1", node="n1"),
+        pod("p2", node="n3"),
+    ]
+    for obj in [*running, *high_gang()]:
+        core.observe_pod(PodInfo.from_api(obj), T0)
+    core.drain_effects()
+    assert ask(core, "high-0") is Verdict.PLANNED
+    effects = core.drain_effects()
+    plan = next(e.plan for e in effects if isinstance(e, PlanCreated))
+    zones = {core.snapshot.nodes[n].labels["zone"] for n in plan.placements.values()}
+    assert len(zones) == 1
+    evicted = {v.ref for e in effects if isinstance(e, EvictVictims) for v in e.victims}
+    assert {"default/low-0", "default/low-1"} <= evicted
+
+
+def test_the_verb_asks_about_the_cached_pod_and_a_plain_one_joins_no_queue() -> None:
+    low, low_spec = low_gang_running()
+    core = core_with(
+        {"n0": 1, "n1": 1}, [*low, *high_gang()], {"low": low_spec, "high": {"minMember": 2}}
+    )
+    stripped = PodInfo.from_api(pod("high-0", priority=1000))  # the request without its labels
+    answer = core.preempt(stripped, {"n0": NodeVictims(("uid-low-0",))}, T0)
+    assert answer.nodes == {}, "the watch's copy says it is a gang member"
+    plain = PodInfo.from_api(pod("plain", priority=5000))
+    core.observe_pod(plain, T0)
+    before = set(core.groups)
+    answer = core.preempt(plain, {}, T0)
+    assert set(core.groups) == before
+    assert answer.dropped == {}
+    core.preemption_enabled = False
+    assert core.preempt(plain, {}, T0).dropped == {}
+
+
+def test_kube_schedulers_preemption_completion_says_who_and_which_gang() -> None:
+    low, low_spec = low_gang_running()
+    core = core_with({"n0": 1, "n1": 1}, low, {"low": low_spec})
+    preempted = pod("low-0", node="n0", group="low", priority=10)
+    preempted["status"]["conditions"] = [
+        {"type": "DisruptionTarget", "status": "True", "reason": SCHEDULER_PREEMPTION_REASON}
+    ]
+    core.observe_pod(PodInfo.from_api(preempted), T0)
+    (eviction,) = [e for e in core.drain_effects() if isinstance(e, EvictVictims)]
+    assert eviction.group == GroupKey("default", "low")
+    assert eviction.preemptor == "kube-scheduler's preemption of default/low-0"
+    assert [v.unit for v in eviction.victims] == ["gang default/low"]
+    assert eviction.message == ""
