@@ -126,6 +126,15 @@ class Settings(BaseSettings):
     # kube-scheduler keeps a keep-alive connection to the extender for good, and
     # without a bound the process would wait for the kubelet's SIGKILL.
     shutdown_grace_seconds: int = Field(default=5, gt=0)
+    # Gang preemption (docs/podgroup.md#preemption): a gang that does not fit evicts
+    # whole lower-priority gangs and plain pods through the Eviction API, and
+    # kube-scheduler's own preemption (the preempt verb) never leaves part of a gang
+    # running. Off: no gang preempts, and kube-scheduler's victims pass unchanged.
+    preemption: bool = Field(default=True)
+    # How long a preemptor's plan holds the room its victims free before it must have
+    # bound (they get their termination grace period, 30 s by default, to leave), and
+    # how long a gang or pod whose eviction a PodDisruptionBudget refused is left out.
+    preemption_hold_seconds: float = Field(default=120.0, gt=0)
     # Largest request body the extender accepts; a 5,000-node NodeNames list is ~150 KB.
     max_request_bytes: int = Field(default=16 * 1024 * 1024, gt=0)
 

@@ -36,6 +36,7 @@ from extender.domain.decisions import (
 from extender.domain.gang import GangCore
 from extender.domain.membership import GroupKey
 from extender.domain.scoring import Priorities
+from extender.domain.preemption import GangAwareAnswer, NodeVictims
 from extender.metrics import Metrics
 from extender.ports.binding import Binder, BindError
 
@@ -70,6 +71,13 @@ class SchedulingCoordinator:
     def prioritize(self, pod: dict[str, Any], candidates: list[str]) -> Priorities:
         # The nodes that score; the route answers only the candidates among them.
         return self.core.priorities(self.core.asked_about(pod))
+
+    def preempt(self, pod: dict[str, Any], proposed: dict[str, NodeVictims]) -> GangAwareAnswer:
+        info = self.core.asked_about(pod)
+        try:
+            return self.core.preempt(info, proposed, self.clock())
+        finally:
+            self.flush_effects()
 
     async def bind(self, *, namespace: str, name: str, uid: str, node: str) -> str:
         """Bind or refuse; "" on success, else the error for the scheduler."""

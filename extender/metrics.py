@@ -165,6 +165,14 @@ class Metrics:
             ["cause"],
             registry=r,
         )
+        # Gang preemption (domain/preemption.py, docs/podgroup.md#preemption).
+        self.preemption_evictions = Counter(
+            "gang_extender_preemption_evictions_total",
+            "Pods gang preemption asked the Eviction API to evict, by result: evicted, "
+            "or refused (a PodDisruptionBudget's 429).",
+            ["result"],
+            registry=r,
+        )
         self.gang_recovery_seconds = Histogram(
             "gang_extender_gang_recovery_seconds",
             "Time from the failure that restarted a gang to its new members bound whole, by cause.",

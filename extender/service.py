@@ -367,7 +367,9 @@ def create_service(settings: Settings, deps: Deps | None = None) -> GangService:
             replan_backoff_seconds=settings.replan_backoff_seconds,
             starvation_seconds=settings.default_starvation_seconds,
             reservation_max_seconds=settings.reservation_max_seconds,
+            preemption_hold_seconds=settings.preemption_hold_seconds,
         ),
+        preemption_enabled=settings.preemption,
     )
     binder = (
         deps.binder

@@ -1,4 +1,4 @@
-"""HTTP scheduler extender: `POST /filter`, `/prioritize`, `/bind` for kube-scheduler.
+"""HTTP scheduler extender: `POST /filter`, `/prioritize`, `/bind`, `/preempt` for kube-scheduler.
 
 A thin adapter: parse the wire format, ask the scheduling port, translate the
 core's verdict into `ExtenderFilterResult` / `HostPriority` / `ExtenderBindingResult`.
@@ -8,6 +8,12 @@ leader (a deposed one still reached over a kept-alive connection) holds every
 candidate in `FailedAndUnresolvableNodes` ("not the leader"), scores nothing and
 answers bind with an `Error`: kube-scheduler retries, and its next connection
 reaches the leader.
+
+`/preempt` (kube-scheduler's preemptVerb, ProcessPreemption) answers with the
+victims per node made whole-gang (domain/preemption.py `gang_aware_victims`):
+nodes dropped, gangs widened to their members on the node; a replica that is not
+the leader, or a failure, answers no node (kube-scheduler preempts nothing now
+and retries the pod later).
 
 Never a 500: a body that is not the wire format is a 400 naming the field; an
 unexpected failure while answering is logged, counted and answered with an
@@ -27,9 +33,15 @@ from fastapi.responses import Response
 from pydantic import BaseModel, ValidationError
 
 from extender.api.body import BodyError, read_json_body
-from extender.api.wire import ExtenderArgs, ExtenderBindingArgs, node_name
+from extender.api.wire import (
+    ExtenderArgs,
+    ExtenderBindingArgs,
+    ExtenderPreemptionArgs,
+    node_name,
+)
 from extender.domain.decisions import FilterDecision, Verdict
 from extender.domain.scoring import NodeScoreBoard, Priorities
+from extender.domain.preemption import GangAwareAnswer, NodeVictims
 from extender.metrics import Metrics
 
 Model = TypeVar("Model", bound=BaseModel)
@@ -51,6 +63,23 @@ class SchedulingPort(Protocol):
     async def bind(self, *, namespace: str, name: str, uid: str, node: str) -> str:
         """Bind or refuse; returns "" on success, else the error for the scheduler."""
         ...
+
+    def preempt(self, pod: dict[str, Any], proposed: dict[str, NodeVictims]) -> GangAwareAnswer:
+        """kube-scheduler's proposed victims per node, made whole-gang."""
+        ...
+
+
+def preemption_result(answer: GangAwareAnswer) -> dict[str, Any]:
+    """ExtenderPreemptionResult: the victims kept per node, as MetaVictims."""
+    return {
+        "NodeNameToMetaVictims": {
+            node: {
+                "Pods": [{"UID": uid} for uid in victims.uids],
+                "NumPDBViolations": victims.pdb_violations,
+            }
+            for node, victims in answer.nodes.items()
+        }
+    }
 
 
 class BadRequest(Exception):
@@ -236,5 +265,28 @@ def create_extender_app(
             return json_response({"Error": error})
 
         return await timed("bind", work, error_body)
+
+    def no_preemption(_message: str) -> Response:
+        return json_response({"NodeNameToMetaVictims": {}})
+
+    @app.post("/preempt")
+    async def preempt_route(request: Request) -> Response:
+        async def work() -> Response:
+            args = await read_model(request, ExtenderPreemptionArgs, max_request_bytes)
+            if not acting():
+                not_leader("preempt")
+                return no_preemption(NOT_THE_LEADER)
+            proposed = {
+                node: NodeVictims(tuple(uids), pdb) for node, (uids, pdb) in args.proposed().items()
+            }
+            answer = port.preempt(args.Pod, proposed)
+            if answer.dropped:
+                log.info(
+                    "preempt: nodes dropped from kube-scheduler's preemption: %s",
+                    "; ".join(f"{n}: {why}" for n, why in sorted(answer.dropped.items())),
+                )
+            return json_response(preemption_result(answer))
+
+        return await timed("preempt", work, no_preemption)
 
     return app

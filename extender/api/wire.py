@@ -85,19 +85,7 @@ class ExtenderArgs(_Wire):
     @field_validator("Pod")
     @classmethod
     def _pod_has_a_readable_shape(cls, pod: dict[str, Any]) -> dict[str, Any]:
-        try:
-            PodShape.model_validate(pod)
-        except ValidationError as err:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in e['loc'])}: "
-                + ("should be an object" if e["type"] == "model_type" else e["msg"])
-                for e in err.errors()
-            )
-            raise ValueError(f"not a Pod this extender can read: {problems}") from None
-        problem = quantity_problem(pod)
-        if problem:
-            raise ValueError(problem)
-        return pod
+        return readable_pod(pod)
 
     def candidate_names(self) -> list[str]:
         """Candidates as names: NodeNames when sent, else the names of Nodes.items."""
@@ -106,6 +94,23 @@ class ExtenderArgs(_Wire):
         if self.Nodes is not None:
             return [node_name(n) for n in self.Nodes.items]
         return []
+
+
+def readable_pod(pod: dict[str, Any]) -> dict[str, Any]:
+    """`pod` itself when the core can read it; else a ValueError naming the field."""
+    try:
+        PodShape.model_validate(pod)
+    except ValidationError as err:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'])}: "
+            + ("should be an object" if e["type"] == "model_type" else e["msg"])
+            for e in err.errors()
+        )
+        raise ValueError(f"not a Pod this extender can read: {problems}") from None
+    problem = quantity_problem(pod)
+    if problem:
+        raise ValueError(problem)
+    return pod
 
 
 def node_name(node: dict[str, Any]) -> str:
@@ -158,3 +163,72 @@ class ExtenderBindingArgs(_Wire):
 
 class ExtenderBindingResult(_Wire):
     Error: str = ""
+
+
+# ---- preemption (preemptVerb): ExtenderPreemptionArgs / ExtenderPreemptionResult ----
+class MetaPod(_Wire):
+    UID: str = Field(min_length=1)
+
+
+class MetaVictims(_Wire):
+    # Go sends a nil slice as null.
+    Pods: list[MetaPod] | None = None
+    NumPDBViolations: int = 0
+
+
+class _VictimPodMeta(_Wire):
+    uid: str = Field(min_length=1)
+
+
+class _VictimPod(_Wire):
+    metadata: _VictimPodMeta
+
+
+class Victims(_Wire):
+    """Victims on one node as whole Pods (sent when the extender is not nodeCacheCapable)."""
+
+    Pods: list[dict[str, Any]] | None = None
+    NumPDBViolations: int = 0
+
+    @field_validator("Pods")
+    @classmethod
+    def _victims_have_uids(cls, pods: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+        for i, pod in enumerate(pods or []):
+            try:
+                _VictimPod.model_validate(pod)
+            except ValidationError:
+                raise ValueError(f"victim {i} has no metadata.uid") from None
+        return pods
+
+
+class ExtenderPreemptionArgs(_Wire):
+    Pod: dict[str, Any]
+    NodeNameToVictims: dict[str, Victims | None] | None = None
+    NodeNameToMetaVictims: dict[str, MetaVictims | None] | None = None
+
+    @field_validator("Pod")
+    @classmethod
+    def _pod_has_a_readable_shape(cls, pod: dict[str, Any]) -> dict[str, Any]:
+        return readable_pod(pod)
+
+    def proposed(self) -> dict[str, tuple[list[str], int]]:
+        """Victim uids and PDB violations per node: the meta form when sent, else the pods'."""
+        if self.NodeNameToMetaVictims is not None:
+            return {
+                node: (
+                    [p.UID for p in (v.Pods or [])] if v is not None else [],
+                    v.NumPDBViolations if v is not None else 0,
+                )
+                for node, v in self.NodeNameToMetaVictims.items()
+            }
+        return {
+            node: (
+                [str(p["metadata"]["uid"]) for p in (v.Pods or [])] if v is not None else [],
+                v.NumPDBViolations if v is not None else 0,
+            )
+            for node, v in (self.NodeNameToVictims or {}).items()
+        }
+
+
+class ExtenderPreemptionResult(_Wire):
+    NodeNameToMetaVictims: dict[str, MetaVictims] = Field(default_factory=dict)

@@ -26,8 +26,10 @@ from typing import Any
 
 from extender.config import Settings
 from extender.controller.cluster_state import ClusterState
+from extender.controller.evictions import evict_victims
 from extender.domain.decisions import (
     Effect,
+    EvictVictims,
     GangBound,
     GangBroken,
     MemberBindFailed,
@@ -139,6 +141,10 @@ class EffectWriter:
 
     def queue_effects(self, effects: list[Effect]) -> None:
         for effect in effects:
+            if isinstance(effect, EvictVictims):
+                # Gang preemption (controller/evictions.py), after the group's plan writes.
+                self.queues.submit(effect.group, functools.partial(evict_victims, self, effect))
+                continue
             self.queues.submit(effect.plan.group, functools.partial(self._carry_out, effect))
 
     def queue_event(self, key: GroupKey, reason: str, message: str, event_type: str) -> None:
@@ -209,6 +215,9 @@ class EffectWriter:
         )
 
     async def _carry_out(self, effect: Effect) -> None:
+        if isinstance(effect, EvictVictims):
+            await evict_victims(self, effect)
+            return
         plan = effect.plan
         self.state.dirty.add(plan.group)
         if isinstance(effect, PlanCreated):

@@ -98,4 +98,30 @@ class GangBroken:
     message: str  # what the group's status says, and the Warning Event on its members
 
 
-Effect = PlanCreated | PlanDropped | GangBound | MemberBindFailed | GangBroken
+@dataclass(frozen=True)
+class Victim:
+    """A pod to evict for a preemption (domain/preemption.py)."""
+
+    uid: str
+    ref: str  # "ns/name"
+    unit: str  # what it goes with: "gang ns/name" or "pod ns/name"
+
+
+@dataclass(frozen=True)
+class EvictVictims:
+    """Evict `victims` through the Eviction API (PodDisruptionBudgets honoured).
+
+    `group` is the preemptor's gang (its plan holds the room the victims free), or,
+    completing a gang kube-scheduler preempted in part, the victim gang itself.
+    `preemptor` names who preempts, for the victims' `PreemptedByGang` Event and
+    their gang-extender.io/preempted-by annotation; `message` is the Event on the
+    preemptor's members ("" when the preemptor is not one of our gangs).
+    """
+
+    group: GroupKey
+    preemptor: str
+    victims: tuple[Victim, ...]
+    message: str = ""
+
+
+Effect = PlanCreated | PlanDropped | GangBound | MemberBindFailed | GangBroken | EvictVictims

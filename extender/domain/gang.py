@@ -24,6 +24,10 @@ Filter decision order for a pod:
     minimum and minMember: domain/selection.py) on capacity free of bound pods and
     other gangs' reservations -> PLANNED, or WAIT with what is missing, naming the
     gang ahead whose plan holds the room ("waiting behind <ns>/<name> (priority N)").
+ 8. Not placed, and preemption on (`preemption_enabled`): the fewest, lowest whole
+    lower-priority gangs and plain pods whose eviction makes it fit
+    (domain/preemption.py) -> PLANNED on the room they free, held by the plan until
+    `preemption_hold_seconds`, with an `EvictVictims` effect.
 
 Starvation (domain/reservations.py, `update_reservations`, run with every expiry
 pass): a held gang at the head of the queue (`gang_ahead_of` is None) that waited
@@ -33,7 +37,7 @@ refused to plain pods (filter and bind), and it is planned once they hold its ne
 The reservation ends when it is planned or no longer held, or at its bound
 (`reservation_max_seconds`, then other nodes are chosen).
 
-Steps 4-7 also run when the watch delivers a change to a held group
+Steps 4-8 also run when the watch delivers a change to a held group
 (`group_changed`): kube-scheduler retries held members only on an event, and the
 plan's annotations are one.
 
@@ -86,6 +90,7 @@ from extender.domain.decisions import (
     BindDecision,
     BindVerdict,
     Effect,
+    EvictVictims,
     FilterDecision,
     GangBound,
     GangBroken,
@@ -93,6 +98,7 @@ from extender.domain.decisions import (
     PlanCreated,
     PlanDropped,
     Verdict,
+    Victim,
 )
 from extender.domain.ledger import Ledger, Plan
 from extender.domain.membership import SCHEDULER_NAME, GroupKey
@@ -100,6 +106,17 @@ from extender.domain.model import GroupSpec, PodInfo, Resources
 from extender.domain.planner import NodeRestriction, Placement, node_accepts, plan_gang
 from extender.domain.policy import Policy
 from extender.domain.quantity import GPU
+from extender.domain.preemption import (
+    SCHEDULER_PREEMPTION_REASON,
+    GangAwareAnswer,
+    NodeVictims,
+    Preemption,
+    choose_victims,
+    gang_aware_victims,
+    gang_unit_key,
+    rest_of_preempted_gang,
+    victim_units,
+)
 from extender.domain.queue import QueueRank, gangs_ahead, rank_of
 from extender.domain.recovery import Recovery, recover_plans
 from extender.domain.reservations import (
@@ -143,6 +160,10 @@ class Timeouts:
     # waited this long reserves its nodes, for at most reservation_max_seconds at once.
     starvation_seconds: float = 60.0
     reservation_max_seconds: float = 300.0
+    # How long a preemptor's plan holds the room its victims free (they get their
+    # termination grace period), and how long a unit whose eviction the API server
+    # refused (a PodDisruptionBudget) is left out of the next choice.
+    preemption_hold_seconds: float = 120.0
 
 
 @dataclass
@@ -179,6 +200,13 @@ class GangCore:
     # check: its wait, on this service's clock (not the pods' creation times, which a
     # gated or long-existing pod makes old, and another clock writes).
     held_since: dict[GroupKey, float] = field(default_factory=dict)
+    # Gang preemption (domain/preemption.py), Settings.preemption: off, no gang
+    # preempts and kube-scheduler's own preemption is passed through unchanged.
+    preemption_enabled: bool = False
+    # Eviction units (VictimUnit.key) the API server refused to evict, until when.
+    refused_evictions: dict[str, float] = field(default_factory=dict)
+    # Pods asked to be evicted, so none is asked twice.
+    evicting: set[str] = field(default_factory=set)
 
     # ------------------------------------------------------------- requests
     def asked_about(self, pod: Mapping[str, Any]) -> PodInfo:
@@ -329,6 +357,10 @@ class GangCore:
                 break
         if not isinstance(outcome, Placement):
             state.shortfall_generation = generation
+            if self.preemption_enabled:
+                held = self._try_preemption(key, state, spec, choice.attempts, free, allowed, now)
+                if held is not None:
+                    return held
             if key in self.reservations:
                 return self._say(state, self._reserving_message(key))
             behind = self._waiting_behind(ahead, choice.attempts, free, allowed)
@@ -368,6 +400,172 @@ class GangCore:
         """What a held gang's "does not fit" is memoised on: changes to nodes, capacity,
         group members and PodGroups (snapshot.planning_generation), and to plans."""
         return (self.snapshot.planning_generation, self.ledger.generation)
+    # ------------------------------------------------------------- preemption
+    def group_preemptible(self, key: GroupKey) -> bool:
+        """May the gang be preempted: its PodGroup's spec.preemptible and its members'
+        gang-extender.io/preemptible annotation (either saying false opts it out)."""
+        spec = self.snapshot.group_spec(key)
+        if spec is not None and not spec.preemptible:
+            return False
+        return all(
+            self.snapshot.pods[uid].preemptible is not False
+            for uid in self.snapshot.member_uids(key)
+        )
+
+    def _group_pods(self, key: GroupKey) -> list[PodInfo]:
+        return [self.snapshot.pods[uid] for uid in self.snapshot.member_uids(key)]
+
+    def _try_preemption(
+        self,
+        key: GroupKey,
+        state: GroupState,
+        spec: GroupSpec,
+        attempts: Sequence[Sequence[PodInfo]],
+        free: Mapping[str, Resources],
+        allowed: Mapping[str, NodeRestriction],
+        now: float,
+    ) -> Plan | None:
+        """A gang that does not fit: evict the fewest, lowest whole units that make it fit.
+
+        The plan made on the room they free is reserved at once (the hold: nobody
+        else is planned or bound there), with `preemption_hold_seconds` to bind.
+        """
+        members = self.snapshot.members(key)
+        if any(m.preemption_policy == "Never" for m in members):
+            return None
+        assert state.rank is not None  # `_try_plan` ranks the gang first
+        priority = state.rank.priority
+        if not any(p.priority < priority for p in self.snapshot.pods.values()):
+            return None  # nothing lower to evict: skip building the units
+        units = [
+            u
+            for u in victim_units(self.snapshot.pods.values(), preemptible=self.group_preemptible)
+            if u.group != key
+        ]
+        refused = [unit for unit, until in self.refused_evictions.items() if until > now]
+        bound = [m for m in members if m.is_bound]
+        for chosen in attempts:
+
+            def fits(capacity: Mapping[str, Resources], chosen: Sequence[PodInfo] = chosen) -> bool:
+                placed = plan_gang(
+                    chosen,
+                    capacity,
+                    self.snapshot.nodes,
+                    self.policy,
+                    allowed=allowed,
+                    topology=spec.topology,
+                    bound=bound,
+                )
+                return isinstance(placed, Placement)
+
+            found = choose_victims(fits, free, units, priority=priority, refused=refused)
+            if found is None or not found.victims:
+                continue
+            outcome = plan_gang(
+                chosen,
+                found.freed,
+                self.snapshot.nodes,
+                self.policy,
+                allowed=allowed,
+                topology=spec.topology,
+                bound=bound,
+            )
+            assert isinstance(outcome, Placement)  # `fits` said so
+            return self._hold_for(key, state, members, outcome, found, priority, now)
+        return None
+
+    def _hold_for(
+        self,
+        key: GroupKey,
+        state: GroupState,
+        members: Sequence[PodInfo],
+        outcome: Placement,
+        found: Preemption,
+        priority: int,
+        now: float,
+    ) -> Plan:
+        """Reserve the preemptor's plan on the room its victims will free; evict them."""
+        by_uid = {m.uid: m for m in members}
+        plan = Plan(
+            group=key,
+            plan_id=self.ledger.new_plan_id(),
+            placements=dict(outcome.nodes),
+            requests={uid: by_uid[uid].requests for uid in outcome.nodes},
+            names={uid: by_uid[uid].ref for uid in outcome.nodes},
+            created_at=now,
+            deadline=now + self.timeouts.preemption_hold_seconds,
+        )
+        self.ledger.reserve(plan)
+        self._end_reservation(key)
+        state.shortfall_generation = None
+        state.waiting = False
+        victims = tuple(Victim(p.uid, p.ref, unit.key) for unit in found.victims for p in unit.pods)
+        self.evicting.update(victim.uid for victim in victims)
+        message = self._say(
+            state,
+            f"gang {key}: preempting {found.describe()} to make room; "
+            f"{len(plan.placements)} members planned there, binding once they are gone",
+        )
+        self.effects.append(PlanCreated(plan))
+        self.effects.append(
+            EvictVictims(
+                group=key,
+                preemptor=f"gang {key} (priority {priority})",
+                victims=victims,
+                message=message,
+            )
+        )
+        return plan
+
+    def eviction_refused(self, unit: str, now: float, *, preemptor: GroupKey | None) -> None:
+        """The API server refused to evict a pod of `unit` (a PodDisruptionBudget, 429).
+
+        The unit is left out of the next choice for `preemption_hold_seconds`. The
+        preemptor's hold (its plan, not released: its members cannot pass
+        kube-scheduler's filters while the victims stay) is dropped, so after the
+        replan backoff it chooses again without that unit: other victims, or it waits.
+        """
+        self.refused_evictions[unit] = now + self.timeouts.preemption_hold_seconds
+        plan = self.ledger.plans.get(preemptor) if preemptor is not None else None
+        if plan is not None and not plan.released:
+            self._drop(plan, f"the eviction of {unit} was refused (a PodDisruptionBudget)", now)
+
+    def preempt(
+        self, pod: PodInfo, proposed: Mapping[str, NodeVictims], now: float
+    ) -> GangAwareAnswer:
+        """kube-scheduler's preemption for `pod` (the preempt verb), made whole-gang.
+
+        A gang member asking is a gang that does not fit: it is tried here (whole-gang
+        preemption included) and kube-scheduler's victims are refused. Off
+        (`preemption_enabled` False): kube-scheduler's victims pass unchanged.
+        """
+        if not self.preemption_enabled:
+            return GangAwareAnswer(dict(proposed), {})
+        known = self.snapshot.pods.get(pod.uid, pod)
+        if known.group is not None and known.uid in self.snapshot.pods:
+            self.groups.setdefault(known.group, GroupState(first_seen=now))
+            self.group_changed(known.group, now)
+        return gang_aware_victims(
+            known, proposed, self.snapshot.pods, self._group_pods, self.group_preemptible
+        )
+
+    def _complete_preempted_gang(self, pod: PodInfo, group: GroupKey) -> None:
+        """A member kube-scheduler preempted (any scheduler): evict the rest of its gang."""
+        if pod.uid in self.evicting:
+            return
+        self.evicting.add(pod.uid)
+        rest = rest_of_preempted_gang(self._group_pods(group), self.evicting)
+        if not rest:
+            return
+        self.evicting.update(p.uid for p in rest)
+        unit = gang_unit_key(group)
+        self.effects.append(
+            EvictVictims(
+                group=group,
+                preemptor=f"kube-scheduler's preemption of {pod.ref}",
+                victims=tuple(Victim(p.uid, p.ref, unit) for p in rest),
+            )
+        )
 
     def _plan_gangs_ahead(self, rank: QueueRank, now: float) -> list[QueueRank]:
         """Try every held gang ahead of `rank`, in queue order; every gang ahead of it.
@@ -918,6 +1116,12 @@ class GangCore:
     def observe_pod(self, pod: PodInfo, now: float) -> None:
         """The watch saw a pod: update the snapshot and settle plans it completes."""
         self.snapshot.upsert_pod(pod)
+        if (
+            self.preemption_enabled
+            and pod.disruption == SCHEDULER_PREEMPTION_REASON
+            and pod.group is not None
+        ):
+            self._complete_preempted_gang(pod, pod.group)
         plan = self.ledger.plan_of(pod.uid)
         if plan is None:
             # A bound member that Succeeded ran: it was bound, not lost (a Job's pod can
@@ -961,6 +1165,7 @@ class GangCore:
         pod = self.snapshot.delete_pod(uid)
         self.restrictions.pop(uid, None)
         self.offered.pop(uid, None)
+        self.evicting.discard(uid)
         plan = self.ledger.plan_of(uid)
         if plan is not None:
             self._member_gone(plan, uid, f"member {plan.names[uid]} was deleted", now)

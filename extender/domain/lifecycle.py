@@ -10,12 +10,14 @@ and returns the effects the controller carries out (controller/lifecycle.py).
 What is a failure (only of a member of the current restart generation that was bound):
  - PodEvicted: the member carries the DisruptionTarget condition, which Kubernetes
    sets when something other than the pod's owner removes it (the Eviction API, a
-   drain, preemption, taint-based and node-pressure eviction, and PodGC, whose
-   `DeletionByPodGC` means the pod's node is gone: a node failure). Kubernetes records
-   no "who deleted"; a plain DELETE leaves no such mark and is taken as the owner's own
-   (a Job finishing or scaled down, a Deployment scaled down, the user deleting the Job
-   or the pod): no failure. Nor is anything in a namespace being deleted: the
-   controller does not decide for those groups at all.
+   drain, taint-based and node-pressure eviction, and PodGC, whose `DeletionByPodGC`
+   means the pod's node is gone: a node failure). Not a preemption: a member
+   kube-scheduler preempted (reason PreemptionByScheduler) or gang-extender's gang
+   preemption evicted (annotation gang-extender.io/preempted-by) is no failure.
+   Kubernetes records no "who deleted"; a plain DELETE leaves no such mark and is taken
+   as the owner's own (a Job finishing or scaled down, a Deployment scaled down, the user
+   deleting the Job or the pod): no failure. Nor is anything in a namespace being
+   deleted: the controller does not decide for those groups at all.
  - PodFailed: phase Failed without DisruptionTarget and not being deleted, including
    kubelet admission rejects (reason `OutOfnvidia.com/gpu`, `UnexpectedAdmissionError`).
  - PodsNotReady: every bound member of the generation bound, not all Ready
@@ -41,6 +43,7 @@ from typing import Any
 from extender.domain.lifecycle_policy import Action, Event, LifecyclePolicy
 from extender.domain.membership import PLANNED_NODE_ANNOTATION
 from extender.domain.model import HELD_PHASE
+from extender.domain.preemption import PREEMPTED_BY_ANNOTATION, SCHEDULER_PREEMPTION_REASON
 
 RESTART_GENERATION_LABEL = "gang-extender.io/restart-generation"
 
@@ -94,6 +97,9 @@ class Member:
     created: float
     controlled: bool  # has a controller ownerReference (Job, ReplicaSet, ...)
     gone: bool = False  # deleted: the last object the watch delivered
+    # Preempted (gang-extender's gang preemption marks its victims, kube-scheduler's
+    # DisruptionTarget says PreemptionByScheduler): never a failure (`_failure_of`).
+    preempted: bool = False
 
     @classmethod
     def from_api(cls, obj: Mapping[str, Any], *, gone: bool = False) -> Member:
@@ -130,6 +136,13 @@ class Member:
                 for r in meta.get("ownerReferences") or []
             ),
             gone=gone,
+            preempted=(
+                PREEMPTED_BY_ANNOTATION in (meta.get("annotations") or {})
+                or (
+                    disruption is not None
+                    and disruption.get("reason") == SCHEDULER_PREEMPTION_REASON
+                )
+            ),
         )
 
 
@@ -243,6 +256,11 @@ class Decision:
 
 def _failure_of(member: Member) -> Failure | None:
     if not member.bound or member.disruption == POLICY_DISRUPTION_REASON:
+        return None
+    if member.preempted and member.disruption is not None:
+        # Preempted for a higher-priority pod or gang: the gang goes whole
+        # (domain/preemption.py) and its owner re-creates it to wait its turn; a restart
+        # counted here would spend maxRetry on preemptions and fight them.
         return None
     if member.disruption is not None:
         return Failure(Event.POD_EVICTED, member.ref, f"evicted ({member.disruption})")

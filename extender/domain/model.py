@@ -114,6 +114,12 @@ class PodInfo:
     # gang-extender.io/starvation-seconds: its group's starvationSeconds when the
     # PodGroup sets none (domain/reservations.py).
     starvation_seconds: float | None = None
+    # Gang preemption (domain/preemption.py): spec.preemptionPolicy ("Never" forbids
+    # this pod's gang to preempt), the gang-extender.io/preemptible annotation (False:
+    # "false", the group opts out), and the DisruptionTarget condition's reason.
+    preemption_policy: str = "PreemptLowerPriority"
+    preemptible: bool | None = None
+    disruption: str | None = None
 
     @property
     def ref(self) -> str:
@@ -190,6 +196,9 @@ class PodInfo:
             unschedulable_message=_unschedulable_message(status),
             topology=topology,
             starvation_seconds=starvation,
+            preemption_policy=str(spec.get("preemptionPolicy") or "PreemptLowerPriority"),
+            preemptible=_preemptible_annotation(meta.get("annotations") or {}),
+            disruption=_disruption_reason(status),
         )
 
 
@@ -205,6 +214,25 @@ def _starvation_annotation(annotations: Mapping[str, Any]) -> tuple[float | None
     if not value > 0 or value == float("inf"):
         return None, (f"annotation {STARVATION_ANNOTATION}={raw!r} must be a number of seconds > 0")
     return value, None
+
+
+def _preemptible_annotation(annotations: Mapping[str, Any]) -> bool | None:
+    """gang-extender.io/preemptible: "false" opts the pod's group out; absent: None."""
+    value = annotations.get("gang-extender.io/preemptible")
+    if value is None:
+        return None
+    return str(value).strip().lower() != "false"
+
+
+def _disruption_reason(status: Mapping[str, Any]) -> str | None:
+    for condition in status.get("conditions") or []:
+        if (
+            isinstance(condition, Mapping)
+            and condition.get("type") == "DisruptionTarget"
+            and condition.get("status") == "True"
+        ):
+            return str(condition.get("reason") or "DisruptionTarget")
+    return None
 
 
 def _unschedulable_message(status: Mapping[str, Any]) -> str | None:
@@ -249,6 +277,8 @@ class GroupSpec:
     topology: GroupTopology | None = None
     # spec.starvationSeconds: None leaves it to the members' annotation, then Settings.
     starvation_seconds: float | None = None
+    # spec.preemptible: False opts the gang out of being preempted (domain/preemption.py).
+    preemptible: bool = True
 
     @classmethod
     def from_podgroup(cls, obj: Mapping[str, Any], *, source: str) -> GroupSpec:
@@ -285,6 +315,10 @@ class GroupSpec:
             spec.get("topology"), where=f"{source} spec.topology"
         )
         error = error or topology_error
+        preemptible = spec.get("preemptible", True)
+        if not isinstance(preemptible, bool):
+            error = error or f"{source} spec.preemptible={preemptible!r} must be true or false"
+            preemptible = True
         # A group its lifecycle policy aborted (domain/lifecycle.py) is held until its
         # user changes or deletes the PodGroup: its members are refused, saying so.
         phase = (obj.get("status") or {}).get("phase")
@@ -303,6 +337,7 @@ class GroupSpec:
             managed=membership.CREATED_FROM_ANNOTATION in (meta.get("annotations") or {}),
             topology=topology,
             starvation_seconds=float(starvation) if starvation is not None else None,
+            preemptible=preemptible,
         )
 
     def with_members_task_layout(self, layout: Mapping[str, int], *, size_from: str) -> GroupSpec:

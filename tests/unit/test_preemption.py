@@ -1,0 +1,635 @@
+"""Gang preemption: victim choice (pure), the core's hold, kube-scheduler's victims made
+whole-gang, and a preempted member not counted as a lifecycle failure."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from extender.domain.decisions import EvictVictims, PlanCreated, Verdict
+from extender.domain.gang import GangCore, Timeouts
+from extender.domain.lifecycle import Member, _failure_of
+from extender.domain.membership import GroupKey
+from extender.domain.model import GroupSpec, NodeInfo, PodInfo
+from extender.domain.policy import Policy
+from extender.domain.preemption import (
+    PREEMPTED_BY_ANNOTATION,
+    SCHEDULER_PREEMPTION_REASON,
+    NodeVictims,
+    VictimUnit,
+    candidates,
+    choose_victims,
+    free_without,
+    gang_aware_victims,
+    rest_of_preempted_gang,
+    victim_units,
+)
+from extender.domain.snapshot import fits
+from tests.builders import make_node, make_pod, make_podgroup
+
+T0 = 1_000_000.0
+GPU = "nvidia.com/gpu"
+
+
+def pod(
+    name: str,
+    *,
+    gpus: int = 1,
+    node: str | None = None,
+    group: str | None = None,
+    priority: int = 0,
+    annotations: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    builder = make_pod(name).gpus(gpus).priority(priority)
+    if node is not None:
+        builder = builder.node(node).phase("Running")
+    if group is not None:
+        builder = builder.group(group)
+    for k, v in (annotations or {}).items():
+        builder = builder.annotation(k, v)
+    obj = builder.obj()
+    obj["metadata"]["uid"] = f"uid-{name}"
+    return obj
+
+
+def core_with(
+    nodes: dict[str, int], pods: list[dict[str, Any]], groups: dict[str, dict[str, Any]]
+) -> GangCore:
+    core = GangCore(policy=Policy(), timeouts=Timeouts(60, 30, 2, preemption_hold_seconds=120))
+    core.preemption_enabled = True
+    for name, gpus in nodes.items():
+        core.snapshot.upsert_node(NodeInfo.from_api(make_node(name).gpus(gpus).obj()))
+    for name, spec in groups.items():
+        pg = make_podgroup(name, spec.pop("minMember"))
+        pg["spec"].update(spec)
+        core.snapshot.upsert_podgroup(GroupSpec.from_podgroup(pg, source="PodGroup"))
+    for p in pods:
+        core.observe_pod(PodInfo.from_api(p), T0)
+    core.drain_effects()
+    return core
+
+
+def low_gang_running(preemptible: bool = True) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    pods = [pod(f"low-{i}", node=f"n{i}", group="low", priority=10) for i in range(2)]
+    spec: dict[str, Any] = {"minMember": 2}
+    if not preemptible:
+        spec["preemptible"] = False
+    return pods, spec
+
+
+def high_gang(size: int = 2, **kw: Any) -> list[dict[str, Any]]:
+    return [pod(f"high-{i}", group="high", priority=1000, **kw) for i in range(size)]
+
+
+def ask(core: GangCore, name: str) -> Verdict:
+    member = next(p for p in core.snapshot.pods.values() if p.name == name)
+    return core.filter(member, sorted(core.snapshot.nodes), T0).verdict
+
+
+# ----------------------------------------------------------------- the core
+def test_a_high_gang_that_fits_only_by_evicting_a_low_gang_evicts_it_whole_and_holds_the_room() -> (
+    None
+):
+    low, low_spec = low_gang_running()
+    core = core_with(
+        {"n0": 1, "n1": 1}, [*low, *high_gang()], {"low": low_spec, "high": {"minMember": 2}}
+    )
+    assert ask(core, "high-0") is Verdict.PLANNED
+    effects = core.drain_effects()
+    evictions = [e for e in effects if isinstance(e, EvictVictims)]
+    assert len(evictions) == 1
+    assert sorted(v.ref for v in evictions[0].victims) == ["default/low-0", "default/low-1"]
+    assert {v.unit for v in evictions[0].victims} == {"gang default/low"}
+    assert evictions[0].preemptor == "gang default/high (priority 1000)"
+    plan = next(e.plan for e in effects if isinstance(e, PlanCreated))
+    assert plan.group == GroupKey("default", "high")
+    assert plan.deadline == T0 + 120  # the hold's expiry
+    assert "preempting gang default/low (priority 10)" in core.groups[plan.group].message
+    # The hold: a plain pod of this scheduler may not take the freed GPU.
+    plain = PodInfo.from_api(pod("plain", priority=5000))
+    decision = core.filter(plain, ["n0", "n1"], T0)
+    assert decision.nodes == []
+    assert "reserved for gang default/high" in decision.failed["n0"]
+
+
+def test_a_gang_that_opted_out_is_never_preempted() -> None:
+    low, low_spec = low_gang_running(preemptible=False)
+    core = core_with(
+        {"n0": 1, "n1": 1}, [*low, *high_gang()], {"low": low_spec, "high": {"minMember": 2}}
+    )
+    assert ask(core, "high-0") is Verdict.WAIT
+    assert not [e for e in core.drain_effects() if isinstance(e, EvictVictims)]
+
+
+def test_the_annotation_form_opts_a_gang_out_too() -> None:
+    low = [
+        pod(
+            f"low-{i}",
+            node=f"n{i}",
+            group="low",
+            priority=10,
+            annotations={"gang-extender.io/preemptible": "false"},
+        )
+        for i in range(2)
+    ]
+    core = core_with(
+        {"n0": 1, "n1": 1},
+        [*low, *high_gang()],
+        {"low": {"minMember": 2}, "high": {"minMember": 2}},
+    )
+    assert not core.group_preemptible(GroupKey("default", "low"))
+    assert ask(core, "high-0") is Verdict.WAIT
+
+
+def test_preemption_policy_never_keeps_the_gang_waiting() -> None:
+    low, low_spec = low_gang_running()
+    high = high_gang()
+    for p in high:
+        p["spec"]["preemptionPolicy"] = "Never"
+    core = core_with({"n0": 1, "n1": 1}, [*low, *high], {"low": low_spec, "high": {"minMember": 2}})
+    assert ask(core, "high-0") is Verdict.WAIT
+    assert not [e for e in core.drain_effects() if isinstance(e, EvictVictims)]
+
+
+def test_an_equal_priority_gang_is_not_a_victim() -> None:
+    low = [pod(f"low-{i}", node=f"n{i}", group="low", priority=1000) for i in range(2)]
+    core = core_with(
+        {"n0": 1, "n1": 1},
+        [*low, *high_gang()],
+        {"low": {"minMember": 2}, "high": {"minMember": 2}},
+    )
+    assert ask(core, "high-0") is Verdict.WAIT
+
+
+def test_preemption_off_leaves_the_gang_waiting() -> None:
+    low, low_spec = low_gang_running()
+    core = core_with(
+        {"n0": 1, "n1": 1}, [*low, *high_gang()], {"low": low_spec, "high": {"minMember": 2}}
+    )
+    core.preemption_enabled = False
+    assert ask(core, "high-0") is Verdict.WAIT
+
+
+def test_a_refused_eviction_leaves_that_unit_out_until_it_expires() -> None:
+    low, low_spec = low_gang_running()
+    plain = pod("plain", node="n2", priority=0)
+    core = core_with(
+        {"n0": 1, "n1": 1, "n2": 2},
+        [*low, plain, *high_gang()],
+        {"low": low_spec, "high": {"minMember": 2}},
+    )
+    # n2 has one GPU free: the plain pod (priority 0) is the lowest, fewest victim.
+    core.eviction_refused("pod default/plain", T0, preemptor=None)
+    assert ask(core, "high-0") is Verdict.PLANNED
+    evicted = [
+        v.ref for e in core.drain_effects() if isinstance(e, EvictVictims) for v in e.victims
+    ]
+    assert "default/plain" not in evicted
+    assert sorted(evicted) == ["default/low-0", "default/low-1"]
+
+
+def test_the_lowest_and_fewest_victims_are_chosen() -> None:
+    low, low_spec = low_gang_running()
+    plain = pod("plain", node="n2", priority=0)
+    core = core_with(
+        {"n0": 1, "n1": 1, "n2": 2},
+        [*low, plain, *high_gang()],
+        {"low": low_spec, "high": {"minMember": 2}},
+    )
+    assert ask(core, "high-0") is Verdict.PLANNED
+    evicted = [
+        v.ref for e in core.drain_effects() if isinstance(e, EvictVictims) for v in e.victims
+    ]
+    assert evicted == ["default/plain"]
+
+
+def test_kube_scheduler_preempting_a_member_evicts_the_rest_of_its_gang() -> None:
+    low, low_spec = low_gang_running()
+    core = core_with({"n0": 1, "n1": 1}, low, {"low": low_spec})
+    preempted = pod("low-0", node="n0", group="low", priority=10)
+    preempted["status"]["conditions"] = [
+        {"type": "DisruptionTarget", "status": "True", "reason": SCHEDULER_PREEMPTION_REASON}
+    ]
+    core.observe_pod(PodInfo.from_api(preempted), T0)
+    evictions = [e for e in core.drain_effects() if isinstance(e, EvictVictims)]
+    assert [[v.ref for v in e.victims] for e in evictions] == [["default/low-1"]]
+    # Seen again (another status update): not asked twice.
+    core.observe_pod(PodInfo.from_api(preempted), T0 + 1)
+    assert not [e for e in core.drain_effects() if isinstance(e, EvictVictims)]
+
+
+# ----------------------------------------------------- the preempt verb's answer
+def infos(*objs: dict[str, Any]) -> dict[str, PodInfo]:
+    return {o["metadata"]["uid"]: PodInfo.from_api(o) for o in objs}
+
+
+@pytest.mark.parametrize(
+    ("situation", "proposed", "kept", "dropped"),
+    [
+        pytest.param(
+            "a gang on one node is widened to its members there",
+            {"n1": ["uid-a-0"]},
+            {"n1": ("uid-a-0", "uid-a-1")},
+            [],
+            id="widened-on-node",
+        ),
+        pytest.param(
+            "a node whose victims are plain pods is kept, a split gang's node dropped",
+            {"n1": ["uid-a-0"], "n2": ["uid-p"], "n3": ["uid-b-0"]},
+            {"n1": ("uid-a-0", "uid-a-1"), "n2": ("uid-p",)},
+            ["n3"],
+            id="prefer-whole",
+        ),
+        pytest.param(
+            "only split gangs: kept, the controller evicts the rest",
+            {"n3": ["uid-b-0"]},
+            {"n3": ("uid-b-0",)},
+            [],
+            id="split-kept",
+        ),
+        pytest.param(
+            "a gang that opted out drops its node",
+            {"n1": ["uid-a-0"], "n5": ["uid-c-0"]},
+            {"n1": ("uid-a-0", "uid-a-1")},
+            ["n5"],
+            id="opted-out",
+        ),
+        pytest.param(
+            "a gang not of lower priority drops its node",
+            {"n6": ["uid-d-0"]},
+            {},
+            ["n6"],
+            id="not-lower",
+        ),
+    ],
+)
+def test_kube_schedulers_victims_are_made_whole_gang(
+    situation: str,
+    proposed: dict[str, list[str]],
+    kept: dict[str, tuple[str, ...]],
+    dropped: list[str],
+) -> None:
+    pods = infos(
+        pod("a-0", node="n1", group="a"),
+        pod("a-1", node="n1", group="a"),
+        pod("p", node="n2"),
+        pod("b-0", node="n3", group="b"),
+        pod("b-1", node="n4", group="b"),
+        pod("c-0", node="n5", group="c"),
+        pod("d-0", node="n6", group="d", priority=500),
+    )
+    preemptor = PodInfo.from_api(pod("plain-high", priority=500))
+
+    def members_of(key: GroupKey) -> list[PodInfo]:
+        return [p for p in pods.values() if p.group == key]
+
+    answer = gang_aware_victims(
+        preemptor,
+        {n: NodeVictims(tuple(u)) for n, u in proposed.items()},
+        pods,
+        members_of,
+        lambda key: key.name != "c",
+    )
+    assert {n: v.uids for n, v in answer.nodes.items()} == kept, situation
+    assert sorted(answer.dropped) == dropped, situation
+
+
+def test_a_gang_member_asking_kube_scheduler_to_preempt_gets_no_node() -> None:
+    preemptor = PodInfo.from_api(pod("high-0", group="high", priority=1000))
+    answer = gang_aware_victims(
+        preemptor, {"n1": NodeVictims(("uid-x",))}, {}, lambda key: [], lambda key: True
+    )
+    assert answer.nodes == {}
+    assert "gang-extender preempts for whole gangs itself" in answer.dropped["n1"]
+
+
+def test_the_verb_passes_victims_through_when_preemption_is_off() -> None:
+    core = core_with({"n0": 1}, [], {})
+    core.preemption_enabled = False
+    proposed = {"n0": NodeVictims(("uid-x",), 1)}
+    answer = core.preempt(PodInfo.from_api(pod("x", priority=5)), proposed, T0)
+    assert answer.nodes == proposed
+
+
+def test_a_gang_member_asking_through_the_verb_gets_its_gang_tried_whole() -> None:
+    low, low_spec = low_gang_running()
+    core = core_with(
+        {"n0": 1, "n1": 1}, [*low, *high_gang()], {"low": low_spec, "high": {"minMember": 2}}
+    )
+    member = next(p for p in core.snapshot.pods.values() if p.name == "high-0")
+    answer = core.preempt(member, {"n0": NodeVictims(("uid-low-0",))}, T0)
+    assert answer.nodes == {}
+    evictions = [e for e in core.drain_effects() if isinstance(e, EvictVictims)]
+    assert sorted(v.ref for e in evictions for v in e.victims) == ["default/low-0", "default/low-1"]
+
+
+# ----------------------------------------------------------- pure pieces
+def unit(name: str, priority: int, *gpus_on: str, group: bool = True) -> VictimUnit:
+    pods = tuple(
+        PodInfo.from_api(
+            pod(f"{name}-{i}", node=node, group=name if group else None, priority=priority)
+        )
+        for i, node in enumerate(gpus_on)
+    )
+    return VictimUnit(pods, priority, group=GroupKey("default", name) if group else None)
+
+
+def test_candidates_are_lower_priority_preemptible_and_not_refused_lowest_first() -> None:
+    units = [
+        unit("b", 5, "n1"),
+        unit("a", 1, "n1", "n2"),
+        unit("same", 10, "n1"),
+        VictimUnit(
+            unit("out", 0, "n1").pods, 0, group=GroupKey("default", "out"), preemptible=False
+        ),
+        unit("refused", 0, "n1"),
+    ]
+    chosen = candidates(units, priority=10, refused=["gang default/refused"])
+    assert [u.key for u in chosen] == ["gang default/a", "gang default/b"]
+
+
+def test_choose_victims_keeps_only_what_the_plan_needs() -> None:
+    # Needs 2 GPUs on one node (n1). The low unit on n2 is tried first and is useless.
+    units = [unit("useless", 0, "n2"), unit("needed", 1, "n1", "n1")]
+
+    def fits_two_on_n1(free: Any) -> bool:
+        return fits({GPU: 2}, free["n1"])
+
+    found = choose_victims(fits_two_on_n1, {"n1": {GPU: 0}, "n2": {GPU: 0}}, units, priority=5)
+    assert found is not None
+    assert [u.key for u in found.victims] == ["gang default/needed"]
+    assert found.freed["n1"][GPU] == 2
+
+
+def test_choose_victims_is_none_when_nothing_evictable_makes_room() -> None:
+    found = choose_victims(
+        lambda free: fits({GPU: 4}, free["n1"]),
+        {"n1": {GPU: 0}},
+        [unit("small", 0, "n1")],
+        priority=5,
+    )
+    assert found is None
+
+
+def test_victim_units_group_a_gangs_bound_members_and_skip_deleting_and_unbound() -> None:
+    objs = [
+        pod("g-0", node="n1", group="g"),
+        pod("g-1", node="n2", group="g"),
+        pod("g-2", group="g"),
+        pod("p", node="n1"),
+    ]
+    gone = pod("q", node="n1")
+    gone["metadata"]["deletionTimestamp"] = "2026-11-22T10:00:00Z"
+    units = victim_units([PodInfo.from_api(o) for o in [*objs, gone]], preemptible=lambda k: True)
+    assert sorted((u.key, len(u.pods)) for u in units) == [
+        ("gang default/g", 2),
+        ("pod default/p", 1),
+    ]
+
+
+def test_rest_of_a_preempted_gang_skips_what_is_already_going() -> None:
+    members = [PodInfo.from_api(pod(f"g-{i}", node="n1", group="g")) for i in range(3)]
+    rest = rest_of_preempted_gang(members, {"uid-g-0"})
+    assert [m.name for m in rest] == ["g-1", "g-2"]
+
+
+def test_podgroup_preemptible_must_be_a_boolean() -> None:
+    pg = make_podgroup("x", 1)
+    pg["spec"]["preemptible"] = "no"
+    spec = GroupSpec.from_podgroup(pg, source="PodGroup")
+    assert spec.error == "PodGroup spec.preemptible='no' must be true or false"
+
+
+# ------------------------------------------------------------- lifecycle
+def evicted_member(reason: str, annotations: dict[str, str] | None = None) -> Member:
+    obj = pod("m", node="n1", group="g", annotations=annotations)
+    obj["status"]["conditions"] = [{"type": "DisruptionTarget", "status": "True", "reason": reason}]
+    return Member.from_api(obj)
+
+
+@pytest.mark.parametrize(
+    ("member", "failure"),
+    [
+        pytest.param(evicted_member(SCHEDULER_PREEMPTION_REASON), False, id="kube-scheduler"),
+        pytest.param(
+            evicted_member("EvictionByEvictionAPI", {PREEMPTED_BY_ANNOTATION: "gang default/high"}),
+            False,
+            id="gang-preemption",
+        ),
+        pytest.param(evicted_member("EvictionByEvictionAPI"), True, id="a-drain-still-is"),
+    ],
+)
+def test_a_preempted_member_is_no_lifecycle_failure(member: Member, failure: bool) -> None:
+    assert (_failure_of(member) is not None) is failure
+
+
+def test_a_refused_eviction_drops_the_hold_and_the_gang_chooses_again_without_that_unit() -> None:
+    low, low_spec = low_gang_running()
+    plain = pod("plain", node="n2", priority=0)
+    core = core_with(
+        {"n0": 1, "n1": 1, "n2": 2},
+        [*low, plain, *high_gang()],
+        {"low": low_spec, "high": {"minMember": 2}},
+    )
+    assert ask(core, "high-0") is Verdict.PLANNED
+    core.drain_effects()
+    high = GroupKey("default", "high")
+    core.eviction_refused("pod default/plain", T0, preemptor=high)
+    assert high not in core.ledger.plans
+    assert "the eviction of pod default/plain was refused" in core.groups[high].message
+    later = T0 + 3  # after the replan backoff
+    member = next(p for p in core.snapshot.pods.values() if p.name == "high-0")
+    assert core.filter(member, sorted(core.snapshot.nodes), later).verdict is Verdict.PLANNED
+    evicted = sorted(
+        v.ref for e in core.drain_effects() if isinstance(e, EvictVictims) for v in e.victims
+    )
+    assert evicted == ["default/low-0", "default/low-1"]
+
+
+# ------------------------------------- what the first mutation run left alive
+def test_of_two_equal_units_the_newer_is_evicted() -> None:
+    older = make_pod("older").gpus(1).node("n1").phase("Running").created("2026-11-22T09:00:00Z")
+    newer = make_pod("newer").gpus(1).node("n2").phase("Running").created("2026-11-22T10:00:00Z")
+    units = [
+        VictimUnit((PodInfo.from_api(older.obj()),), 0),
+        VictimUnit((PodInfo.from_api(newer.obj()),), 0),
+    ]
+    found = choose_victims(
+        lambda free: free["n1"][GPU] + free["n2"][GPU] >= 1,
+        {"n1": {GPU: 0}, "n2": {GPU: 0}},
+        units,
+        priority=5,
+    )
+    assert found is not None
+    assert [u.key for u in found.victims] == ["pod default/newer"]
+
+
+def test_a_gang_that_fits_already_needs_no_victims() -> None:
+    free = {"n1": {GPU: 2}}
+    found = choose_victims(
+        lambda f: fits({GPU: 2}, f["n1"]), free, [unit("x", 0, "n1")], priority=5
+    )
+    assert found is not None
+    assert found.victims == ()
+    assert found.freed == free and found.freed is not free
+
+
+def test_minimising_spares_the_highest_priority_victim_first() -> None:
+    # Needs one GPU on n3 and one more anywhere: greedy takes u1, u2, u3; both {u1, u3}
+    # and {u2, u3} would do, and the lower-priority u1 is the one kept.
+    units = [unit("u1", 0, "n1"), unit("u2", 1, "n2"), unit("u3", 2, "n3")]
+
+    def fits_it(free: Any) -> bool:
+        return free["n3"][GPU] >= 1 and sum(r[GPU] for r in free.values()) >= 2
+
+    nothing = {n: {GPU: 0} for n in ("n1", "n2", "n3")}
+    found = choose_victims(fits_it, nothing, units, priority=5)
+    assert found is not None
+    assert [u.key for u in found.victims] == ["gang default/u1", "gang default/u3"]
+    assert found.describe() == "gang default/u1 (priority 0), gang default/u3 (priority 2)"
+
+
+def test_a_victim_on_a_node_that_is_gone_frees_nothing() -> None:
+    after = free_without({"n1": {GPU: 0}}, [unit("g", 0, "n1", "gone")])
+    assert after["n1"][GPU] == 1
+    assert set(after) == {"n1"}
+
+
+def test_a_pending_member_does_not_make_a_gang_run_elsewhere() -> None:
+    pods = infos(
+        pod("a-0", node="n1", group="a"),
+        pod("a-1", group="a"),  # created, not bound yet
+        pod("p", node="n2"),
+    )
+
+    def members_of(key: GroupKey) -> list[PodInfo]:
+        return [p for p in pods.values() if p.group == key]
+
+    answer = gang_aware_victims(
+        PodInfo.from_api(pod("urgent", priority=500)),
+        {"n1": NodeVictims(("uid-a-0",)), "n2": NodeVictims(("uid-p",))},
+        pods,
+        members_of,
+        lambda key: True,
+    )
+    assert sorted(answer.nodes) == ["n1", "n2"]
+
+
+def test_dropped_nodes_say_why() -> None:
+    pods = infos(
+        pod("b-0", node="n3", group="b"),
+        pod("b-1", node="n4", group="b"),
+        pod("c-0", node="n5", group="c"),
+        pod("p", node="n2"),
+    )
+
+    def members_of(key: GroupKey) -> list[PodInfo]:
+        return [p for p in pods.values() if p.group == key]
+
+    answer = gang_aware_victims(
+        PodInfo.from_api(pod("urgent", priority=500)),
+        {n: NodeVictims((u,)) for n, u in [("n2", "uid-p"), ("n3", "uid-b-0"), ("n5", "uid-c-0")]},
+        pods,
+        members_of,
+        lambda key: key.name != "c",
+    )
+    assert answer.dropped == {
+        "n3": "its victims include part of a gang running on other nodes too",
+        "n5": "gang default/c opted out of preemption (preemptible: false)",
+    }
+
+
+# ------------------------------------- what the mutation run left alive in the core
+def test_the_hold_is_a_whole_plan_and_the_eviction_names_the_preemptor() -> None:
+    low, low_spec = low_gang_running()
+    core = core_with(
+        {"n0": 1, "n1": 1}, [*low, *high_gang()], {"low": low_spec, "high": {"minMember": 2}}
+    )
+    assert ask(core, "high-0") is Verdict.PLANNED
+    effects = core.drain_effects()
+    plan = next(e.plan for e in effects if isinstance(e, PlanCreated))
+    high = GroupKey("default", "high")
+    assert plan.created_at == T0
+    assert sorted(plan.names.values()) == ["default/high-0", "default/high-1"]
+    assert plan.plan_id == core.ledger.plans[high].plan_id
+    state = core.groups[high]
+    assert state.waiting is False and state.shortfall_generation is None
+    eviction = next(e for e in effects if isinstance(e, EvictVictims))
+    assert eviction.group == high
+    assert eviction.message == state.message
+    assert core.evicting == {"uid-low-0", "uid-low-1"}
+
+
+def test_a_refusal_ends_exactly_at_its_time() -> None:
+    low, low_spec = low_gang_running()
+    core = core_with(
+        {"n0": 1, "n1": 1}, [*low, *high_gang()], {"low": low_spec, "high": {"minMember": 2}}
+    )
+    core.eviction_refused("gang default/low", T0 - 120, preemptor=None)  # until T0
+    assert ask(core, "high-0") is Verdict.PLANNED
+
+
+def test_a_required_topology_is_kept_when_choosing_victims() -> None:
+    # Zone a: n0 (low gang), n1 (plain p1); zone b: n2 (low gang), n3 (plain p2). The
+    # two plain pods alone would free one GPU in each zone: not enough inside one.
+    core = GangCore(policy=Policy(), timeouts=Timeouts(60, 30, 2))
+    core.preemption_enabled = True
+    for name, zone in (("n0", "a"), ("n1", "a"), ("n2", "b"), ("n3", "b")):
+        node = make_node(name).gpus(1).label("zone", zone).obj()
+        core.snapshot.upsert_node(NodeInfo.from_api(node))
+    pg = make_podgroup("high", 2)
+    pg["spec"]["topology"] = {"required": "zone"}
+    core.snapshot.upsert_podgroup(GroupSpec.from_podgroup(pg, source="PodGroup"))
+    core.snapshot.upsert_podgroup(
+        GroupSpec.from_podgroup(make_podgroup("low", 2), source="PodGroup")
+    )
+    running = [
+        pod("low-0", node="n0", group="low", priority=10),
+        pod("low-1", node="n2", group="low", priority=10),
+        pod("p1", node="n1"),
+        pod("p2", node="n3"),
+    ]
+    for obj in [*running, *high_gang()]:
+        core.observe_pod(PodInfo.from_api(obj), T0)
+    core.drain_effects()
+    assert ask(core, "high-0") is Verdict.PLANNED
+    effects = core.drain_effects()
+    plan = next(e.plan for e in effects if isinstance(e, PlanCreated))
+    zones = {core.snapshot.nodes[n].labels["zone"] for n in plan.placements.values()}
+    assert len(zones) == 1
+    evicted = {v.ref for e in effects if isinstance(e, EvictVictims) for v in e.victims}
+    assert {"default/low-0", "default/low-1"} <= evicted
+
+
+def test_the_verb_asks_about_the_cached_pod_and_a_plain_one_joins_no_queue() -> None:
+    low, low_spec = low_gang_running()
+    core = core_with(
+        {"n0": 1, "n1": 1}, [*low, *high_gang()], {"low": low_spec, "high": {"minMember": 2}}
+    )
+    stripped = PodInfo.from_api(pod("high-0", priority=1000))  # the request without its labels
+    answer = core.preempt(stripped, {"n0": NodeVictims(("uid-low-0",))}, T0)
+    assert answer.nodes == {}, "the watch's copy says it is a gang member"
+    plain = PodInfo.from_api(pod("plain", priority=5000))
+    core.observe_pod(plain, T0)
+    before = set(core.groups)
+    answer = core.preempt(plain, {}, T0)
+    assert set(core.groups) == before
+    assert answer.dropped == {}
+    core.preemption_enabled = False
+    assert core.preempt(plain, {}, T0).dropped == {}
+
+
+def test_kube_schedulers_preemption_completion_says_who_and_which_gang() -> None:
+    low, low_spec = low_gang_running()
+    core = core_with({"n0": 1, "n1": 1}, low, {"low": low_spec})
+    preempted = pod("low-0", node="n0", group="low", priority=10)
+    preempted["status"]["conditions"] = [
+        {"type": "DisruptionTarget", "status": "True", "reason": SCHEDULER_PREEMPTION_REASON}
+    ]
+    core.observe_pod(PodInfo.from_api(preempted), T0)
+    (eviction,) = [e for e in core.drain_effects() if isinstance(e, EvictVictims)]
+    assert eviction.group == GroupKey("default", "low")
+    assert eviction.preemptor == "kube-scheduler's preemption of default/low-0"
+    assert [v.unit for v in eviction.victims] == ["gang default/low"]
+    assert eviction.message == ""

@@ -1,0 +1,180 @@
+"""The service carries out gang preemption's evictions: annotate, evict through the
+Eviction API, Events on both sides; a PodDisruptionBudget's 429 is reported, not retried.
+
+The API server is the fake `RawApi` of test_service_effects; the service is real.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from extender.config import Settings
+from extender.domain.decisions import EvictVictims, Victim
+from extender.domain.membership import GroupKey
+from extender.domain.preemption import PREEMPTED_BY_ANNOTATION
+from extender.kube.rawapi import KubeError
+from extender.service import Deps, GangService, create_service
+from tests.unit.test_service_effects import FakeRaw, FakeWiring
+
+HIGH = GroupKey("default", "high")
+
+
+@pytest.fixture
+def raw() -> FakeRaw:
+    return FakeRaw()
+
+
+@pytest.fixture
+def service(raw: FakeRaw) -> Iterator[GangService]:
+    settings = Settings(
+        api_write_attempts=3,
+        api_write_backoff_seconds=0.001,
+        api_write_backoff_max_seconds=0.002,
+        webhook_config_name=None,
+    )
+    svc = create_service(settings, Deps(raw=raw, wiring=FakeWiring()))  # type: ignore[arg-type]
+    yield svc
+    svc.binder.close()
+
+
+def evict(*victims: tuple[str, str]) -> EvictVictims:
+    return EvictVictims(
+        group=HIGH,
+        preemptor="gang default/high (priority 1000)",
+        victims=tuple(Victim(f"uid-{name}", f"default/{name}", unit) for name, unit in victims),
+        message="gang default/high: preempting gang default/low (priority 10) to make room",
+    )
+
+
+def requests(raw: FakeRaw, method: str, suffix: str) -> list[Any]:
+    return [body for m, path, body in raw.calls if m == method and path.endswith(suffix)]
+
+
+async def test_each_victim_is_marked_then_evicted_with_its_uid_and_told_who_preempted(
+    service: GangService, raw: FakeRaw
+) -> None:
+    service.writer.queue_effects(
+        [evict(("low-0", "gang default/low"), ("low-1", "gang default/low"))]
+    )
+    await service.queues.join()
+    for name in ("low-0", "low-1"):
+        marks = requests(raw, "PATCH", f"/pods/{name}")
+        assert marks == [
+            {
+                "metadata": {
+                    "annotations": {PREEMPTED_BY_ANNOTATION: "gang default/high (priority 1000)"}
+                }
+            }
+        ]
+        evictions = requests(raw, "POST", f"/pods/{name}/eviction")
+        assert evictions == [
+            {
+                "apiVersion": "policy/v1",
+                "kind": "Eviction",
+                "metadata": {"name": name, "namespace": "default"},
+                "deleteOptions": {"preconditions": {"uid": f"uid-{name}"}},
+            }
+        ]
+        order = [path for _, path, _ in raw.calls if f"/pods/{name}" in path]
+        assert order.index(f"/api/v1/namespaces/default/pods/{name}") < order.index(
+            f"/api/v1/namespaces/default/pods/{name}/eviction"
+        )
+    victim_events = raw.events("PreemptedByGang")
+    assert sorted(e["involvedObject"]["name"] for e in victim_events) == ["low-0", "low-1"]
+    assert all("gang default/high (priority 1000)" in e["message"] for e in victim_events)
+    assert all(e["type"] == "Warning" for e in victim_events)
+
+
+async def test_a_pdb_refusal_is_reported_to_the_core_and_the_mark_taken_back(
+    service: GangService, raw: FakeRaw
+) -> None:
+    def hook(method: str, path: str, body: Any) -> None:
+        if path.endswith("/pods/guarded/eviction"):
+            raise KubeError(
+                429, "Cannot evict pod as it would violate the pod's disruption budget."
+            )
+
+    raw.hook = hook
+    service.writer.queue_effects([evict(("guarded", "pod default/guarded"))])
+    await service.queues.join()
+    assert len([a for a in raw.attempts if a[1].endswith("/eviction")]) == 1, "429 is not retried"
+    marks = [
+        body["metadata"]["annotations"][PREEMPTED_BY_ANNOTATION]
+        for body in requests(raw, "PATCH", "/pods/guarded")
+    ]
+    assert marks == ["gang default/high (priority 1000)", None]
+    assert "pod default/guarded" in service.core.refused_evictions
+    refused = raw.events("PreemptionRefused")
+    assert [e["involvedObject"]["name"] for e in refused] == ["guarded"]
+    assert "disruption budget" in refused[0]["message"]
+    assert raw.events("PreemptedByGang") == []
+
+
+async def test_a_gang_whose_first_member_a_budget_protects_is_left_whole(
+    service: GangService, raw: FakeRaw
+) -> None:
+    def hook(method: str, path: str, body: Any) -> None:
+        if path.endswith("/pods/low-0/eviction"):
+            raise KubeError(
+                429, "Cannot evict pod as it would violate the pod's disruption budget."
+            )
+
+    raw.hook = hook
+    service.writer.queue_effects(
+        [evict(("low-0", "gang default/low"), ("low-1", "gang default/low"))]
+    )
+    await service.queues.join()
+    assert [a for a in raw.attempts if "/pods/low-1" in a[1]] == [], "low-1 is not touched"
+    assert "gang default/low" in service.core.refused_evictions
+
+
+async def test_a_later_member_refused_is_tried_again_so_the_gang_does_not_run_short(
+    service: GangService, raw: FakeRaw
+) -> None:
+    refusals = [KubeError(429, "Cannot evict pod as it would violate the pod's disruption budget.")]
+
+    def hook(method: str, path: str, body: Any) -> None:
+        if path.endswith("/pods/low-1/eviction") and refusals:
+            raise refusals.pop()
+
+    raw.hook = hook
+    service.writer.queue_effects(
+        [evict(("low-0", "gang default/low"), ("low-1", "gang default/low"))]
+    )
+    await service.queues.join()
+    attempts = [a for a in raw.attempts if a[1].endswith("/pods/low-1/eviction")]
+    assert len(attempts) == 2
+    assert len(requests(raw, "POST", "/pods/low-1/eviction")) == 1
+    assert sorted(e["involvedObject"]["name"] for e in raw.events("PreemptedByGang")) == [
+        "low-0",
+        "low-1",
+    ]
+    assert service.core.refused_evictions == {}
+
+
+def evictions_counted(svc: GangService) -> dict[str, float]:
+    return {
+        sample.labels["result"]: sample.value
+        for metric in svc.metrics.registry.collect()
+        if metric.name == "gang_extender_preemption_evictions"
+        for sample in metric.samples
+        if sample.name.endswith("_total")
+    }
+
+
+async def test_evictions_are_counted_by_result(service: GangService, raw: FakeRaw) -> None:
+    def hook(method: str, path: str, body: Any) -> None:
+        if path.endswith("/pods/guarded/eviction"):
+            raise KubeError(
+                429, "Cannot evict pod as it would violate the pod's disruption budget."
+            )
+
+    raw.hook = hook
+    service.writer.queue_effects(
+        [evict(("guarded", "pod default/guarded"), ("free", "pod default/free"))]
+    )
+    await service.queues.join()
+    assert evictions_counted(service) == {"evicted": 1.0, "refused": 1.0}
