@@ -35,8 +35,8 @@ from extender.domain.decisions import (
 )
 from extender.domain.gang import GangCore
 from extender.domain.membership import GroupKey
-from extender.domain.scoring import Priorities
 from extender.domain.preemption import GangAwareAnswer, NodeVictims
+from extender.domain.scoring import Priorities
 from extender.metrics import Metrics
 from extender.ports.binding import Binder, BindError
 

@@ -40,8 +40,8 @@ from extender.api.wire import (
     node_name,
 )
 from extender.domain.decisions import FilterDecision, Verdict
-from extender.domain.scoring import NodeScoreBoard, Priorities
 from extender.domain.preemption import GangAwareAnswer, NodeVictims
+from extender.domain.scoring import NodeScoreBoard, Priorities
 from extender.metrics import Metrics
 
 Model = TypeVar("Model", bound=BaseModel)

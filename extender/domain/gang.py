@@ -105,7 +105,6 @@ from extender.domain.membership import SCHEDULER_NAME, GroupKey
 from extender.domain.model import GroupSpec, PodInfo, Resources
 from extender.domain.planner import NodeRestriction, Placement, node_accepts, plan_gang
 from extender.domain.policy import Policy
-from extender.domain.quantity import GPU
 from extender.domain.preemption import (
     SCHEDULER_PREEMPTION_REASON,
     GangAwareAnswer,
@@ -117,6 +116,7 @@ from extender.domain.preemption import (
     rest_of_preempted_gang,
     victim_units,
 )
+from extender.domain.quantity import GPU
 from extender.domain.queue import QueueRank, gangs_ahead, rank_of
 from extender.domain.recovery import Recovery, recover_plans
 from extender.domain.reservations import (
