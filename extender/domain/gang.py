@@ -400,6 +400,7 @@ class GangCore:
         """What a held gang's "does not fit" is memoised on: changes to nodes, capacity,
         group members and PodGroups (snapshot.planning_generation), and to plans."""
         return (self.snapshot.planning_generation, self.ledger.generation)
+
     # ------------------------------------------------------------- preemption
     def group_preemptible(self, key: GroupKey) -> bool:
         """May the gang be preempted: its PodGroup's spec.preemptible and its members'
