@@ -12,8 +12,19 @@ from typing import Any
 import pytest
 
 from extender.domain.model import NodeInfo, PodInfo
-from extender.domain.planner import Placement, Shortfall, node_accepts, plan_gang
-from extender.domain.policy import Policy, Strategy
+from extender.domain.planner import (
+    NodeRestriction,
+    Placement,
+    Shortfall,
+    node_accepts,
+    plan_gang,
+)
+from extender.domain.policy import (
+    KUEUE_PREFERRED_TOPOLOGY,
+    KUEUE_REQUIRED_TOPOLOGY,
+    Policy,
+    Strategy,
+)
 from tests.builders import make_node, make_pod
 
 GPU = "nvidia.com/gpu"
@@ -196,3 +207,64 @@ def test_a_gpu_shortfall_gives_the_gang_total_the_free_total_and_the_largest_nod
     assert outcome.message == (
         f"1/2 members placeable: needs 6 {GPU} in all (3 for m1), 5 free, largest free node has 3"
     )
+
+
+# ------------------------------------------------- kube-scheduler's own filters
+def test_a_member_goes_only_to_nodes_kube_scheduler_left_for_it() -> None:
+    nodes, free = nodes_and_free(make_node("tight").gpus(2).obj(), make_node("big").gpus(8).obj())
+    pod = member("m0", 2)
+    only_big = {pod.uid: NodeRestriction(allowed=frozenset({"big"}))}
+    assert placed_on(plan_gang([pod], free, nodes, Policy(), allowed=only_big)) == {"m0": "big"}
+
+
+def test_a_member_never_goes_to_a_node_kube_scheduler_refused_it() -> None:
+    nodes, free = nodes_and_free(make_node("tight").gpus(2).obj(), make_node("big").gpus(8).obj())
+    pod = member("m0", 2)
+    not_tight = {pod.uid: NodeRestriction(denied=frozenset({"tight"}))}
+    assert placed_on(plan_gang([pod], free, nodes, Policy(), allowed=not_tight)) == {"m0": "big"}
+
+
+def test_a_restriction_on_one_member_does_not_restrict_the_others() -> None:
+    nodes, free = nodes_and_free(make_node("a").gpus(2).obj(), make_node("b").gpus(2).obj())
+    pods = [member("m0", 2), member("m1", 2)]
+    only_b = {pods[0].uid: NodeRestriction(allowed=frozenset({"b"}))}
+    outcome = plan_gang(pods, free, nodes, Policy(), allowed=only_b)
+    assert placed_on(outcome) == {"m0": "b", "m1": "a"}
+
+
+# ------------------------------------------------------ Kueue topology annotations
+def test_members_that_disagree_on_their_kueue_topology_are_told_which_says_what() -> None:
+    nodes, free = nodes_and_free(make_node("n").gpus(8).obj())
+    zone, rack = "topology.kubernetes.io/zone", "example.com/rack"
+    pods = [
+        PodInfo.from_api(
+            make_pod("m0").group("g").gpus(1).annotation(KUEUE_REQUIRED_TOPOLOGY, zone).obj()
+        ),
+        PodInfo.from_api(
+            make_pod("m1").group("g").gpus(1).annotation(KUEUE_PREFERRED_TOPOLOGY, rack).obj()
+        ),
+    ]
+    assert plan_gang(pods, free, nodes, Policy()) == Shortfall(
+        0,
+        2,
+        f"members disagree on their Kueue topology annotations (m0: required {zone}, "
+        f"m1: preferred {rack}); give every member the same",
+    )
+
+
+def test_members_agreeing_on_a_required_kueue_topology_stay_in_one_zone() -> None:
+    zone = "topology.kubernetes.io/zone"
+    nodes, free = nodes_and_free(
+        make_node("a1").gpus(2).label(zone, "a").obj(),
+        make_node("b1").gpus(1).label(zone, "b").obj(),
+        make_node("b2").gpus(1).label(zone, "b").obj(),
+    )
+    pods = [
+        PodInfo.from_api(
+            make_pod(f"m{i}").group("g").gpus(1).annotation(KUEUE_REQUIRED_TOPOLOGY, zone).obj()
+        )
+        for i in range(3)
+    ]
+    outcome = plan_gang(pods, free, nodes, Policy())
+    assert isinstance(outcome, Shortfall)
+    assert outcome.message.startswith(f"no single {zone} domain fits all 3 members")
