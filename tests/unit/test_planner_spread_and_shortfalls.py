@@ -191,3 +191,46 @@ def test_a_resource_that_fits_exactly_is_not_named_as_the_shortfall() -> None:
     assert outcome.message == (
         f"0/1 members placeable: m0 needs memory {2 * 2**30}, largest free node has {2**30}"
     )
+
+
+def test_a_soft_taint_listed_first_does_not_hide_a_hard_one_after_it() -> None:
+    node = make_node("n").taint("a", "x", "PreferNoSchedule").taint("b", "y", "NoSchedule").obj()
+    nodes, free = nodes_and_free(node)
+    assert isinstance(plan_gang([member("m0", 1)], free, nodes, Policy()), Shortfall)
+
+
+def test_spread_sends_a_member_to_the_node_with_most_free_cpu_when_gpus_tie() -> None:
+    nodes, free = nodes_and_free(
+        make_node("big").gpus(0).cpu("64").obj(), make_node("small").gpus(0).cpu("4").obj()
+    )
+    pods = [PodInfo.from_api(make_pod(f"m{i}").group("g").cpu("1").obj()) for i in range(3)]
+    assert placed_on(plan_gang(pods, free, nodes, SPREAD)) == {
+        "m0": "big",
+        "m1": "small",
+        "m2": "big",
+    }
+
+
+def test_the_member_asking_more_cpu_is_placed_first() -> None:
+    nodes, free = nodes_and_free(
+        make_node("four").gpus(0).cpu("4").obj(), make_node("two").gpus(0).cpu("2").obj()
+    )
+    small = PodInfo.from_api(make_pod("a-small").group("g").cpu("1").obj())
+    big = PodInfo.from_api(make_pod("b-big").group("g").cpu("4").obj())
+    assert placed_on(plan_gang([small, big], free, nodes, SPREAD)) == {
+        "a-small": "two",
+        "b-big": "four",
+    }
+
+
+def test_the_member_asking_more_memory_is_placed_first() -> None:
+    roomy, tight = make_node("roomy").gpus(0).obj(), make_node("tight").gpus(0).obj()
+    roomy["status"]["allocatable"]["memory"] = "4Gi"
+    tight["status"]["allocatable"]["memory"] = "2Gi"
+    nodes, free = nodes_and_free(roomy, tight)
+    small = PodInfo.from_api(make_pod("a-small").group("g").memory("1Gi").obj())
+    big = PodInfo.from_api(make_pod("b-big").group("g").memory("4Gi").obj())
+    assert placed_on(plan_gang([small, big], free, nodes, SPREAD)) == {
+        "a-small": "tight",
+        "b-big": "roomy",
+    }
