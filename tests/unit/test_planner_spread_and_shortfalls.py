@@ -234,3 +234,9 @@ def test_the_member_asking_more_memory_is_placed_first() -> None:
         "a-small": "tight",
         "b-big": "roomy",
     }
+
+
+@pytest.mark.parametrize("policy", BOTH)
+def test_equally_good_nodes_are_chosen_by_name_so_plans_are_reproducible(policy: Policy) -> None:
+    nodes, free = nodes_and_free(make_node("b").gpus(4).obj(), make_node("a").gpus(4).obj())
+    assert placed_on(plan_gang([member("m0", 1)], free, nodes, policy)) == {"m0": "a"}
