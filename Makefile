@@ -12,7 +12,8 @@ K8S_VERSION ?=
 export K8S_VERSION
 OLDEST_K8S_VERSION := v1.35.4
 OLDEST_SUITE := tests/e2e/test_control_plane.py tests/e2e/test_gang_scheduling.py \
-	tests/e2e/test_job_wiring.py tests/e2e/test_ha.py tests/e2e/test_workload_v135.py
+	tests/e2e/test_job_wiring.py tests/e2e/test_ha.py tests/e2e/test_workload_v135.py \
+	tests/e2e/test_gang_preemption.py
 
 .PHONY: demo test test-oldest unit e2e lint typecheck bench mutate control-plane dev-up dev-down clean
 
