@@ -368,6 +368,7 @@ def create_service(settings: Settings, deps: Deps | None = None) -> GangService:
             starvation_seconds=settings.default_starvation_seconds,
             reservation_max_seconds=settings.reservation_max_seconds,
         ),
+        placeholders=settings.reservation_placeholders,
     )
     binder = (
         deps.binder

@@ -82,6 +82,7 @@ from typing import Any
 
 from extender.domain.decisions import (
     Assumption,
+    BarrierReleased,
     BindDecision,
     BindVerdict,
     Effect,
@@ -89,6 +90,7 @@ from extender.domain.decisions import (
     GangBound,
     GangBroken,
     MemberBindFailed,
+    PlaceholderCreate,
     PlanCreated,
     PlanDropped,
     Verdict,
@@ -96,6 +98,7 @@ from extender.domain.decisions import (
 from extender.domain.ledger import Ledger, Plan
 from extender.domain.membership import SCHEDULER_NAME, GroupKey
 from extender.domain.model import GroupSpec, PodInfo, Resources
+from extender.domain.placeholders import ObservedPlaceholder, desired, diff
 from extender.domain.planner import NodeRestriction, Placement, node_accepts, plan_gang
 from extender.domain.policy import Policy
 from extender.domain.quantity import GPU
@@ -119,6 +122,9 @@ RESTRICTION_MEMORY_LIMIT = 256
 # Starving gangs are looked for at most this often (every filter runs the upkeep of the
 # reservations that exist; finding new ones walks every held group).
 STARVATION_CHECK_SECONDS = 1.0
+# A placeholder create or delete not seen by the watch after this long is asked again
+# (a repeated create is a 409 by its deterministic name, a repeated delete a 404).
+PLACEHOLDER_RETRY_SECONDS = 5.0
 
 
 @dataclass
@@ -178,6 +184,11 @@ class GangCore:
     # check: its wait, on this service's clock (not the pods' creation times, which a
     # gated or long-existing pod makes old, and another clock writes).
     held_since: dict[GroupKey, float] = field(default_factory=dict)
+    # Placeholder pods (domain/placeholders.py) make reservations visible to other
+    # schedulers and the cluster autoscaler; off: only this scheduler's pods respect them.
+    placeholders: bool = True
+    # Placeholder creates and deletes asked for and not seen yet: name -> when asked.
+    placeholder_requests: dict[tuple[str, str], float] = field(default_factory=dict)
 
     # ------------------------------------------------------------- requests
     def asked_about(self, pod: Mapping[str, Any]) -> PodInfo:
@@ -259,6 +270,15 @@ class GangCore:
             if plan.released:
                 return self._hold(
                     candidates, Verdict.WAIT, self._released_elsewhere(plan, pod, now)
+                )
+            if self._placeholders_on(key, {node}):
+                # kube-scheduler counts the gang's own placeholder there until the
+                # watch tells it the placeholder is gone; then it offers the node.
+                return self._hold(
+                    candidates,
+                    Verdict.WAIT,
+                    f"gang {key}: {pod.ref} waits for the placeholder pods on its planned "
+                    f"node {node} to be deleted",
                 )
             self._drop(
                 plan,
@@ -357,6 +377,7 @@ class GangCore:
         )
         self.ledger.reserve(plan)
         self._end_reservation(key)
+        self._sync_placeholders(now)
         state.shortfall_generation = None
         state.waiting = False
         self._say(state, f"gang {key}: planned {len(plan.placements)} members, binding")
@@ -606,6 +627,11 @@ class GangCore:
         for node, (owner, gpus) in self.starving_holds().items():
             if owner != group and node in free:
                 free[node][GPU] = free[node].get(GPU, 0) - gpus
+        # The group's own placeholder pods hold its room: free for it, for nobody else.
+        for placeholder in self.snapshot.placeholders.values():
+            at = placeholder.node_name
+            if placeholder.placeholder_for == group and placeholder.holds_capacity and at in free:
+                free[at][GPU] = free[at].get(GPU, 0) + placeholder.requests.get(GPU, 0)
         return free
 
     # ------------------------------------------------------------ prioritize
@@ -695,6 +721,9 @@ class GangCore:
         if plan.barrier_started is None:
             plan.barrier_started = now
         if not plan.barrier_complete:
+            return BindDecision(BindVerdict.WAIT, plan.plan_id, plan.group)
+        if self._placeholders_on(plan.group, set(plan.placements.values())):
+            # Released when the watch saw them deleted (`_placeholder_gone`).
             return BindDecision(BindVerdict.WAIT, plan.plan_id, plan.group)
         short = self._short_nodes(plan)
         if short:
@@ -892,6 +921,9 @@ class GangCore:
     def observe_pod(self, pod: PodInfo, now: float) -> None:
         """The watch saw a pod: update the snapshot and settle plans it completes."""
         self.snapshot.upsert_pod(pod)
+        if pod.placeholder_for is not None:
+            self.placeholder_requests.pop(("create", pod.name), None)
+            return
         plan = self.ledger.plan_of(pod.uid)
         if plan is None:
             # A bound member that Succeeded ran: it was bound, not lost (a Job's pod can
@@ -935,6 +967,10 @@ class GangCore:
         pod = self.snapshot.delete_pod(uid)
         self.restrictions.pop(uid, None)
         self.offered.pop(uid, None)
+        if pod is not None and pod.placeholder_for is not None:
+            self.placeholder_requests.pop(("delete", pod.name), None)
+            self._placeholder_gone(pod.placeholder_for, now)
+            return
         plan = self.ledger.plan_of(uid)
         if plan is not None:
             self._member_gone(plan, uid, f"member {plan.names[uid]} was deleted", now)
@@ -997,12 +1033,17 @@ class GangCore:
         holds: dict[str, tuple[GroupKey, int]] = {}
         for key, reservation in self.reservations.items():
             for node, gpus in self._held(reservation).items():
-                holds[node] = (key, gpus)
+                # What its placeholders hold is counted as used already, by everyone.
+                uncovered = gpus - self.snapshot.placeholder_gpus(key, node)
+                if uncovered > 0:
+                    holds[node] = (key, uncovered)
         return holds
 
     def _held(self, reservation: Reservation) -> dict[str, int]:
+        """GPUs the reservation holds per node, its own placeholders' included."""
         free = {
             node: self.free_after_reservations(node).get(GPU, 0)
+            + self.snapshot.placeholder_gpus(reservation.group, node)
             for node in reservation.nodes
             if node in self.snapshot.nodes
         }
@@ -1040,6 +1081,7 @@ class GangCore:
             before = state.message
             if self._say(state, self._reserving_message(key)) != before:
                 self.touched.add(key)
+        self._sync_placeholders(now)
 
     def _starving_heads(self, now: float) -> list[GroupKey]:
         """Held gangs without a plan or reservation that waited past their
@@ -1133,6 +1175,61 @@ class GangCore:
             f"it has waited longer than its starvationSeconds ({seconds:g} s), so nothing "
             "else of this scheduler takes a GPU that frees there until it fits"
         )
+
+    # ------------------------------------------------------ placeholder pods
+    def _sync_placeholders(self, now: float) -> None:
+        """Ask for the placeholder creates and deletes that make the pods match the holds."""
+        if not self.placeholders and not self.snapshot.placeholders:
+            return
+        holds = (
+            {key: self._held(r) for key, r in self.reservations.items()}
+            if self.placeholders
+            else {}
+        )
+        observed = [
+            ObservedPlaceholder(
+                group=p.placeholder_for,
+                name=p.name,
+                node=p.node_name,
+                gpus=p.requests.get(GPU, 0),
+                active=p.holds_capacity,
+                deleting=p.deleting,
+            )
+            for p in self.snapshot.placeholders.values()
+            if p.placeholder_for is not None
+        ]
+        for effect in diff(desired(holds), observed):
+            kind = "create" if isinstance(effect, PlaceholderCreate) else "delete"
+            asked = self.placeholder_requests.get((kind, effect.name))
+            if asked is not None and now - asked < PLACEHOLDER_RETRY_SECONDS:
+                continue
+            self.placeholder_requests[(kind, effect.name)] = now
+            self.effects.append(effect)
+
+    def _placeholders_on(self, group: GroupKey, nodes: Collection[str]) -> bool:
+        """The watch still has a placeholder pod of `group` on one of `nodes`."""
+        return any(
+            p.placeholder_for == group and p.node_name in nodes
+            for p in self.snapshot.placeholders.values()
+        )
+
+    def _placeholder_gone(self, group: GroupKey, now: float) -> None:
+        """A placeholder of `group` was deleted: release a complete barrier waiting for it."""
+        plan = self.ledger.plans.get(group)
+        if (
+            plan is None
+            or plan.released
+            or plan.barrier_started is None
+            or not plan.barrier_complete
+            or self._placeholders_on(group, set(plan.placements.values()))
+        ):
+            return
+        short = self._short_nodes(plan)
+        if short:
+            self._drop(plan, f"{short} before the gang was bound; re-planning", now)
+            return
+        plan.released = True
+        self.effects.append(BarrierReleased(plan))
 
     def drain_touched(self) -> set[GroupKey]:
         """Groups whose hold changed outside a filter (their status is re-written)."""

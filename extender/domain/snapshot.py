@@ -38,6 +38,8 @@ class ClusterSnapshot:
         # PodGroup objects by source (ours, Volcano's, scheduler-plugins', Kubernetes'):
         # which one decides a name is foreign_podgroups.pick_podgroup's call.
         self._podgroups: dict[str, dict[GroupKey, GroupSpec]] = defaultdict(dict)
+        # Placeholder pods (domain/placeholders.py) by uid: few, looked at per node.
+        self.placeholders: dict[str, PodInfo] = {}
         # Bumped on every change that can alter what fits where; lets the core
         # memoise "this gang does not fit" until something changes.
         self.generation = 0
@@ -66,6 +68,8 @@ class ClusterSnapshot:
         if pod.holds_capacity and pod.node_name is not None:
             add_into(self._used[pod.node_name], pod.requests)
             self.capacity_changed.add(pod.node_name)
+        if pod.placeholder_for is not None:
+            self.placeholders[pod.uid] = pod
         if pod.group is not None:
             self._members[pod.group].add(pod.uid)
             if pod.task_layout is not None:
@@ -84,6 +88,7 @@ class ClusterSnapshot:
         if pod.holds_capacity and pod.node_name is not None:
             add_into(self._used[pod.node_name], pod.requests, -1)
             self.capacity_changed.add(pod.node_name)
+        self.placeholders.pop(pod.uid, None)
         if pod.group is not None:
             members = self._members.get(pod.group)
             if members is not None:
@@ -107,6 +112,7 @@ class ClusterSnapshot:
         self._members = defaultdict(set)
         self._laid_out = defaultdict(set)
         self._podgroups = defaultdict(dict)
+        self.placeholders = {}
         for node in nodes:
             self.upsert_node(node)
         for pod in pods:
@@ -218,6 +224,14 @@ class ClusterSnapshot:
             return {}
         used = self._used.get(node, {})
         return {name: value - used.get(name, 0) for name, value in info.allocatable.items()}
+
+    def placeholder_gpus(self, group: GroupKey, node: str) -> int:
+        """GPUs the group's placeholder pods hold on `node` (bound, not finished)."""
+        return sum(
+            p.requests.get(GPU, 0)
+            for p in self.placeholders.values()
+            if p.placeholder_for == group and p.node_name == node and p.holds_capacity
+        )
 
     def free_gpus(self, node: str) -> int:
         return self.free(node).get(GPU, 0)
