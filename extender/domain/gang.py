@@ -32,6 +32,11 @@ need, are taken out of every other gang's planning (`free_for_planning`) and
 refused to plain pods (filter and bind), and it is planned once they hold its need.
 The reservation ends when it is planned or no longer held, or at its bound
 (`reservation_max_seconds`, then other nodes are chosen).
+While it holds GPUs, placeholder pods request them on the reserved nodes
+(domain/placeholders.py, `_sync_placeholders`), so other schedulers see them taken;
+a group's own placeholders are its room (`free_for_planning`). Planned, its
+placeholders are deleted and its complete barrier releases only once the watch saw
+them gone (`_placeholder_gone`, `BarrierReleased`).
 
 Steps 4-7 also run when the watch delivers a change to a held group
 (`group_changed`): kube-scheduler retries held members only on an event, and the

@@ -406,7 +406,10 @@ def create_placeholder(
     namespace = body["metadata"]["namespace"]
     try:
         raw.call(
-            "POST", path_of("api", "v1", "namespaces", namespace, "pods"), body=body, timeout=timeout
+            "POST",
+            path_of("api", "v1", "namespaces", namespace, "pods"),
+            body=body,
+            timeout=timeout,
         )
     except KubeError as err:
         if err.status != HTTP_CONFLICT:
