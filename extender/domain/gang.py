@@ -192,8 +192,10 @@ class GangCore:
     # Placeholder pods (domain/placeholders.py) make reservations visible to other
     # schedulers and the cluster autoscaler; off: only this scheduler's pods respect them.
     placeholders: bool = True
-    # Placeholder creates and deletes asked for and not seen yet: name -> when asked.
+    # Placeholder deletes asked for and not seen done yet: ("delete", name) -> when asked;
+    # creates, by name: when asked and what (counted as there until seen or retried).
     placeholder_requests: dict[tuple[str, str], float] = field(default_factory=dict)
+    placeholder_creating: dict[str, tuple[float, PlaceholderCreate]] = field(default_factory=dict)
 
     # ------------------------------------------------------------- requests
     def asked_about(self, pod: Mapping[str, Any]) -> PodInfo:
@@ -925,10 +927,12 @@ class GangCore:
     # --------------------------------------------------------- observations
     def observe_pod(self, pod: PodInfo, now: float) -> None:
         """The watch saw a pod: update the snapshot and settle plans it completes."""
-        self.snapshot.upsert_pod(pod)
+        old = self.snapshot.upsert_pod(pod)
         if pod.placeholder_for is not None:
-            self.placeholder_requests.pop(("create", pod.name), None)
+            self.placeholder_creating.pop(pod.name, None)
             return
+        if old is not None and old.holds_capacity and not pod.holds_capacity:
+            self._freed_on(old.node_name, now)
         plan = self.ledger.plan_of(pod.uid)
         if plan is None:
             # A bound member that Succeeded ran: it was bound, not lost (a Job's pod can
@@ -976,6 +980,8 @@ class GangCore:
             self.placeholder_requests.pop(("delete", pod.name), None)
             self._placeholder_gone(pod.placeholder_for, now)
             return
+        if pod is not None and pod.holds_capacity:
+            self._freed_on(pod.node_name, now)
         plan = self.ledger.plan_of(uid)
         if plan is not None:
             self._member_gone(plan, uid, f"member {plan.names[uid]} was deleted", now)
@@ -1203,19 +1209,47 @@ class GangCore:
             for p in self.snapshot.placeholders.values()
             if p.placeholder_for is not None
         ]
+        # A create asked for and not seen yet counts as there (its GPUs are not asked
+        # for twice under another name), until it is due to be asked again.
+        seen = {p.name for p in observed}
+        for name, (asked, create) in list(self.placeholder_creating.items()):
+            if name in seen:
+                del self.placeholder_creating[name]
+            elif now - asked >= PLACEHOLDER_RETRY_SECONDS:
+                del self.placeholder_creating[name]  # never seen: failed, or gone at once
+                self._placeholder_gone(create.group, now)
+            else:
+                observed.append(
+                    ObservedPlaceholder(
+                        create.group, name, create.node, create.gpus, active=True, deleting=False
+                    )
+                )
         for effect in diff(desired(holds), observed):
-            kind = "create" if isinstance(effect, PlaceholderCreate) else "delete"
-            asked = self.placeholder_requests.get((kind, effect.name))
-            if asked is not None and now - asked < PLACEHOLDER_RETRY_SECONDS:
-                continue
-            self.placeholder_requests[(kind, effect.name)] = now
+            if isinstance(effect, PlaceholderCreate):
+                self.placeholder_creating[effect.name] = (now, effect)
+            else:
+                asked = self.placeholder_requests.get(("delete", effect.name))
+                if asked is not None and now - asked < PLACEHOLDER_RETRY_SECONDS:
+                    continue
+                self.placeholder_requests[("delete", effect.name)] = now
             self.effects.append(effect)
 
+    def _freed_on(self, node: str | None, now: float) -> None:
+        """A pod stopped holding capacity on `node`: a reserved node's freed GPUs are
+        held (and their placeholder asked for) now, not at the next tick, since another
+        scheduler with pods pending reacts to the same event at once."""
+        if node is not None and any(node in r.nodes for r in self.reservations.values()):
+            self.update_reservations(now)
+
     def _placeholders_on(self, group: GroupKey, nodes: Collection[str]) -> bool:
-        """The watch still has a placeholder pod of `group` on one of `nodes`."""
+        """The watch still has a placeholder pod of `group` on one of `nodes`, or one
+        asked for is not seen yet (its create may still land there)."""
         return any(
             p.placeholder_for == group and p.node_name in nodes
             for p in self.snapshot.placeholders.values()
+        ) or any(
+            create.group == group and create.node in nodes
+            for _, create in self.placeholder_creating.values()
         )
 
     def _placeholder_gone(self, group: GroupKey, now: float) -> None:

@@ -20,7 +20,7 @@ from extender.domain.membership import GroupKey
 from extender.domain.model import PLACEHOLDER_LABEL, PodInfo
 from extender.domain.placeholders import ObservedPlaceholder, desired, diff, placeholder_name
 from extender.kube.writers import placeholder_pod
-from tests.builders import make_node
+from tests.builders import make_node, make_pod
 from tests.unit.test_reservations import (
     BIG,
     T0,
@@ -284,3 +284,46 @@ def test_switched_off_no_placeholder_is_made() -> None:
     core.expire(T0 + 7)
     assert creates(core.drain_effects()) == []
     assert core.starving_holds() == {"n1": (BIG, 1)}  # the reservation itself still holds
+
+
+def test_a_gpu_freed_on_a_reserved_node_gets_its_placeholder_at_once_not_at_the_tick() -> None:
+    core, smalls = reserving_core()
+    finish(core, smalls[0], T0 + 6.5)  # no expire, no filter: the watch event alone
+    assert creates(core.drain_effects()) == [PlaceholderCreate(BIG, "big-hold-n1-1", "n1", 1)]
+    done = PodInfo.from_api(
+        {**make_pod("s1").gpus(1).node("n1").phase("Succeeded").obj(), "metadata": {}}
+        | {"metadata": {"name": "s1", "namespace": "default", "uid": smalls[1].uid}}
+    )
+    core.observe_pod(done, T0 + 6.6)  # finished, not deleted yet: its GPU is free too
+    assert creates(core.drain_effects()) == [PlaceholderCreate(BIG, "big-hold-n1-2", "n1", 1)]
+
+
+def test_a_placeholder_asked_for_and_not_seen_yet_holds_the_barrier_until_it_is() -> None:
+    core, smalls = reserving_core()
+    for small in smalls:  # a placeholder asked for each freed GPU, none seen yet
+        finish(core, small, T0 + 7)
+    assert BIG in core.ledger.plans  # planned on the free node meanwhile
+    for member in core.snapshot.members(BIG):
+        core.offered[member.uid] = frozenset({"n1"})
+        assert core.arrive(member.uid, "n1", T0 + 7).verdict is BindVerdict.WAIT
+    asked = [create for _, create in core.placeholder_creating.values()]
+    assert [c.name for c in asked] == ["big-hold-n1-1", "big-hold-n1-2", "big-hold-n1-3"]
+    landed = [as_pod(c) for c in asked]
+    for pod in landed:
+        core.observe_pod(pod, T0 + 7.1)  # the creates landed after all
+    for pod in landed:
+        assert not core.ledger.plans[BIG].released
+        core.forget_pod(pod.uid, T0 + 7.2)  # and their queued deletes
+    assert core.ledger.plans[BIG].released
+
+
+def test_a_create_never_seen_stops_holding_the_barrier_when_its_retry_is_due() -> None:
+    core, smalls = reserving_core()
+    for small in smalls:
+        finish(core, small, T0 + 7)
+    for member in core.snapshot.members(BIG):
+        core.offered[member.uid] = frozenset({"n1"})
+        core.arrive(member.uid, "n1", T0 + 7)
+    assert not core.ledger.plans[BIG].released
+    core.expire(T0 + 7 + PLACEHOLDER_RETRY_SECONDS)
+    assert core.ledger.plans[BIG].released
