@@ -1228,8 +1228,8 @@ class GangCore:
             if isinstance(effect, PlaceholderCreate):
                 self.placeholder_creating[effect.name] = (now, effect)
             else:
-                asked = self.placeholder_requests.get(("delete", effect.name))
-                if asked is not None and now - asked < PLACEHOLDER_RETRY_SECONDS:
+                deleted_at = self.placeholder_requests.get(("delete", effect.name))
+                if deleted_at is not None and now - deleted_at < PLACEHOLDER_RETRY_SECONDS:
                     continue
                 self.placeholder_requests[("delete", effect.name)] = now
             self.effects.append(effect)
