@@ -1192,11 +1192,16 @@ class GangCore:
         """Ask for the placeholder creates and deletes that make the pods match the holds."""
         if not self.placeholders and not self.snapshot.placeholders:
             return
-        holds = (
-            {key: self._held(r) for key, r in self.reservations.items()}
-            if self.placeholders
-            else {}
-        )
+        holds: dict[GroupKey, dict[str, int]] = {}
+        for key, reservation in self.reservations.items() if self.placeholders else ():
+            held = self._held(reservation)
+            # Never fewer than its placeholders there: a node over-committed by a pod
+            # another scheduler bound at the same moment shows less free, and giving a
+            # placeholder back would only hand its GPU to the next such pod.
+            holds[key] = {
+                node: max(held.get(node, 0), self.snapshot.placeholder_gpus(key, node))
+                for node in reservation.nodes
+            }
         observed = [
             ObservedPlaceholder(
                 group=p.placeholder_for,

@@ -12,7 +12,10 @@ counts them as the reserving gang's own room (`GangCore.placeholder_gpus`).
 the placeholder pods the watch delivered and returns the creates and deletes. A
 node's placeholders only grow by a top-up pod for the GPUs that freed since (a
 held GPU is never given back to swap one pod for a bigger one), never past what is
-free there plus what the group's placeholders already hold (no over-commit).
+free there plus what the group's placeholders already hold (no over-commit); and
+they never shrink while the reservation holds the node (`GangCore._sync_placeholders`:
+a node over-committed by a pod another scheduler bound at the same moment would
+otherwise give a placeholder's GPU straight to the next such pod).
 Placeholders nobody wants (the reservation ended: the gang was planned, is no
 longer held, gave up or was deleted; a previous leader's) are deleted; ones that
 finished or failed (a kubelet that refused one) are deleted and replaced.

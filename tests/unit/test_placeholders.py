@@ -327,3 +327,14 @@ def test_a_create_never_seen_stops_holding_the_barrier_when_its_retry_is_due() -
     assert not core.ledger.plans[BIG].released
     core.expire(T0 + 7 + PLACEHOLDER_RETRY_SECONDS)
     assert core.ledger.plans[BIG].released
+
+
+def test_a_node_over_committed_by_another_schedulers_pod_keeps_its_placeholders() -> None:
+    core, smalls = reserving_core()
+    finish(core, smalls[0], T0 + 7)
+    core.observe_pod(as_pod(creates(core.drain_effects())[0]), T0 + 7)
+    bound_small(core, "raced", "n1")  # the default scheduler bound into the same GPU
+    assert core.snapshot.free_gpus("n1") == -1
+    core.expire(T0 + 8)
+    core.expire(T0 + 8 + PLACEHOLDER_RETRY_SECONDS)
+    assert deletes(core.drain_effects()) == []
