@@ -607,6 +607,7 @@ class GangCore:
         free = self.free_after_reservations(node).get(GPU, 0) - gpus
         if pod.requests.get(GPU, 0) <= free:
             return ""
+        gpus += self.snapshot.placeholder_gpus(owner, node)
         return (
             f"{gpus} free GPU(s) on {node} are reserved for gang {owner}, which has "
             "waited longer than its starvationSeconds; nothing else is placed there "
@@ -1044,10 +1045,10 @@ class GangCore:
         holds: dict[str, tuple[GroupKey, int]] = {}
         for key, reservation in self.reservations.items():
             for node, gpus in self._held(reservation).items():
-                # What its placeholders hold is counted as used already, by everyone.
-                uncovered = gpus - self.snapshot.placeholder_gpus(key, node)
-                if uncovered > 0:
-                    holds[node] = (key, uncovered)
+                # What its placeholders hold is counted as used already, by everyone;
+                # the node stays listed so a plain pod is still checked against it (a
+                # kube-scheduler that has not seen the placeholder yet offers the node).
+                holds[node] = (key, max(gpus - self.snapshot.placeholder_gpus(key, node), 0))
         return holds
 
     def _held(self, reservation: Reservation) -> dict[str, int]:

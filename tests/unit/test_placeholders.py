@@ -176,7 +176,11 @@ def test_a_placeholder_is_counted_used_by_others_and_free_for_its_gang() -> None
     assert core.free_for_planning(BIG)["n1"]["nvidia.com/gpu"] == 1
     # The reservation still holds that GPU, and nothing more is asked for it.
     assert core.reservations[BIG] and core._held(core.reservations[BIG]) == {"n1": 1}
-    assert core.starving_holds() == {}  # already taken from everyone by the pod itself
+    # Already taken from everyone by the pod itself; a plain pod whose kube-scheduler
+    # has not seen the placeholder yet is still refused by the extender.
+    assert core.starving_holds() == {"n1": (BIG, 0)}
+    decision = core.filter(plain("late"), ["n1"], T0 + 7)
+    assert decision.nodes == [] and "1 free GPU(s) on n1 are reserved" in decision.failed["n1"]
     core.expire(T0 + 8)
     assert creates(core.drain_effects()) == [] and deletes(core.drain_effects()) == []
 
