@@ -110,6 +110,10 @@ class Settings(BaseSettings):
     # A reservation gives up after this long and re-chooses nodes, so one busy node
     # cannot hold a gang's room (and everyone else's) forever.
     reservation_max_seconds: float = Field(default=300.0, gt=0)
+    # While a reservation holds GPUs, placeholder pods request them on the reserved
+    # nodes (domain/placeholders.py), so the default scheduler and the cluster
+    # autoscaler see them taken too.
+    reservation_placeholders: bool = True
     # After a plan is dropped, wait before planning the same group again so
     # another gang gets its turn at the capacity.
     replan_backoff_seconds: float = Field(default=2.0, ge=0)

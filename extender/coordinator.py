@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from extender.domain.decisions import (
+    BarrierReleased,
     BindVerdict,
     Effect,
     FilterDecision,
@@ -163,6 +164,11 @@ class SchedulingCoordinator:
             if isinstance(effect, PlanDropped | GangBound):
                 # Wake waiters of a dropped plan; forget the event of a finished one.
                 event = self._barriers.pop(effect.plan.plan_id, None)
+                if event is not None:
+                    event.set()
+            if isinstance(effect, BarrierReleased):
+                # Released after the gang's placeholders were seen deleted: wake the waiters.
+                event = self._barriers.get(effect.plan.plan_id)
                 if event is not None:
                     event.set()
             if isinstance(effect, GangBroken):

@@ -370,6 +370,7 @@ def create_service(settings: Settings, deps: Deps | None = None) -> GangService:
             preemption_hold_seconds=settings.preemption_hold_seconds,
         ),
         preemption_enabled=settings.preemption,
+        placeholders=settings.reservation_placeholders,
     )
     binder = (
         deps.binder

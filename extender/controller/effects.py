@@ -28,18 +28,31 @@ from extender.config import Settings
 from extender.controller.cluster_state import ClusterState
 from extender.controller.evictions import evict_victims
 from extender.domain.decisions import (
+    BarrierReleased,
     Effect,
     EvictVictims,
     GangBound,
     GangBroken,
     MemberBindFailed,
+    PlaceholderCreate,
+    PlaceholderDelete,
     PlanCreated,
     PlanDropped,
+    PlanEffect,
 )
 from extender.domain.gang import GangCore
 from extender.domain.membership import SCHEDULER_NAME, GroupKey
 from extender.kube.rawapi import KubeError, RawApi
-from extender.kube.writers import api_error_summary, emit_event, is_transient, set_planned_node
+from extender.kube.writers import (
+    PODGROUP_API,
+    api_error_summary,
+    create_placeholder,
+    delete_placeholder,
+    emit_event,
+    is_transient,
+    placeholder_pod,
+    set_planned_node,
+)
 from extender.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -49,6 +62,7 @@ HTTP_NOT_FOUND = 404
 # kind label of gang_extender_api_write_errors_total
 WRITE_PLANNED_NODE = "planned-node"
 WRITE_EVENT = "event"
+WRITE_PLACEHOLDER = "placeholder"
 
 
 def namespace_terminating(err: Exception) -> bool:
@@ -144,8 +158,51 @@ class EffectWriter:
             if isinstance(effect, EvictVictims):
                 # Gang preemption (controller/evictions.py), after the group's plan writes.
                 self.queues.submit(effect.group, functools.partial(evict_victims, self, effect))
-                continue
-            self.queues.submit(effect.plan.group, functools.partial(self._carry_out, effect))
+            elif isinstance(effect, PlaceholderCreate | PlaceholderDelete):
+                self.queues.submit(effect.group, functools.partial(self._placeholder, effect))
+            elif not isinstance(effect, BarrierReleased):  # wakes waiters only (coordinator)
+                self.queues.submit(effect.plan.group, functools.partial(self._carry_out, effect))
+
+    async def _placeholder(self, effect: PlaceholderCreate | PlaceholderDelete) -> None:
+        """Create or delete a placeholder pod (domain/placeholders.py)."""
+        key, timeout = effect.group, self.settings.api_write_timeout_seconds
+        if isinstance(effect, PlaceholderDelete):
+            log.info("gang %s: deleting placeholder pod %s", key, effect.name)
+            await self._write(
+                WRITE_PLACEHOLDER,
+                key,
+                f"delete placeholder pod {key.namespace}/{effect.name}",
+                lambda: delete_placeholder(self.raw, key.namespace, effect.name, timeout=timeout),
+            )
+            return
+        podgroup = self.state.podgroups.get(key)
+        uid = ((podgroup or {}).get("metadata") or {}).get("uid")
+        owner = (
+            {"apiVersion": PODGROUP_API, "kind": "PodGroup", "name": key.name, "uid": uid}
+            if uid
+            else None
+        )
+        body = placeholder_pod(
+            namespace=key.namespace,
+            name=effect.name,
+            group=key.name,
+            node=effect.node,
+            gpus=effect.gpus,
+            owner=owner,
+        )
+        log.info(
+            "gang %s: placeholder pod %s holds %d GPU(s) on %s",
+            key,
+            effect.name,
+            effect.gpus,
+            effect.node,
+        )
+        await self._write(
+            WRITE_PLACEHOLDER,
+            key,
+            f"create placeholder pod {key.namespace}/{effect.name}",
+            lambda: create_placeholder(self.raw, body, timeout=timeout),
+        )
 
     def queue_event(self, key: GroupKey, reason: str, message: str, event_type: str) -> None:
         """An Event on every member, after the group's effects queued so far."""
@@ -214,10 +271,7 @@ class EffectWriter:
             )
         )
 
-    async def _carry_out(self, effect: Effect) -> None:
-        if isinstance(effect, EvictVictims):
-            await evict_victims(self, effect)
-            return
+    async def _carry_out(self, effect: PlanEffect) -> None:
         plan = effect.plan
         self.state.dirty.add(plan.group)
         if isinstance(effect, PlanCreated):

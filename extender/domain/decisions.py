@@ -124,4 +124,34 @@ class EvictVictims:
     message: str = ""
 
 
-Effect = PlanCreated | PlanDropped | GangBound | MemberBindFailed | GangBroken | EvictVictims
+@dataclass(frozen=True)
+class BarrierReleased:
+    """A complete barrier released after the fact: its gang's placeholders are gone.
+
+    The bind barrier of a gang that reserved nodes waits until the watch saw its
+    placeholder pods deleted (domain/placeholders.py): the waiters are woken here.
+    """
+
+    plan: Plan
+
+
+@dataclass(frozen=True)
+class PlaceholderCreate:
+    """Create a placeholder pod bound to `node` requesting `gpus` GPUs for `group`."""
+
+    group: GroupKey
+    name: str
+    node: str
+    gpus: int
+
+
+@dataclass(frozen=True)
+class PlaceholderDelete:
+    """Delete the placeholder pod `name` in the group's namespace."""
+
+    group: GroupKey
+    name: str
+
+
+PlanEffect = PlanCreated | PlanDropped | GangBound | MemberBindFailed | GangBroken | BarrierReleased
+Effect = PlanEffect | EvictVictims | PlaceholderCreate | PlaceholderDelete

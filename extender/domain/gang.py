@@ -36,6 +36,11 @@ need, are taken out of every other gang's planning (`free_for_planning`) and
 refused to plain pods (filter and bind), and it is planned once they hold its need.
 The reservation ends when it is planned or no longer held, or at its bound
 (`reservation_max_seconds`, then other nodes are chosen).
+While it holds GPUs, placeholder pods request them on the reserved nodes
+(domain/placeholders.py, `_sync_placeholders`), so other schedulers see them taken;
+a group's own placeholders are its room (`free_for_planning`). Planned, its
+placeholders are deleted and its complete barrier releases only once the watch saw
+them gone (`_placeholder_gone`, `BarrierReleased`).
 
 Steps 4-8 also run when the watch delivers a change to a held group
 (`group_changed`): kube-scheduler retries held members only on an event, and the
@@ -87,6 +92,7 @@ from typing import Any
 
 from extender.domain.decisions import (
     Assumption,
+    BarrierReleased,
     BindDecision,
     BindVerdict,
     Effect,
@@ -95,6 +101,7 @@ from extender.domain.decisions import (
     GangBound,
     GangBroken,
     MemberBindFailed,
+    PlaceholderCreate,
     PlanCreated,
     PlanDropped,
     Verdict,
@@ -103,6 +110,7 @@ from extender.domain.decisions import (
 from extender.domain.ledger import Ledger, Plan
 from extender.domain.membership import SCHEDULER_NAME, GroupKey
 from extender.domain.model import GroupSpec, PodInfo, Resources
+from extender.domain.placeholders import ObservedPlaceholder, desired, diff
 from extender.domain.planner import NodeRestriction, Placement, node_accepts, plan_gang
 from extender.domain.policy import Policy
 from extender.domain.preemption import (
@@ -137,6 +145,9 @@ RESTRICTION_MEMORY_LIMIT = 256
 # Starving gangs are looked for at most this often (every filter runs the upkeep of the
 # reservations that exist; finding new ones walks every held group).
 STARVATION_CHECK_SECONDS = 1.0
+# A placeholder create or delete not seen by the watch after this long is asked again
+# (a repeated create is a 409 by its deterministic name, a repeated delete a 404).
+PLACEHOLDER_RETRY_SECONDS = 5.0
 
 
 @dataclass
@@ -207,6 +218,13 @@ class GangCore:
     refused_evictions: dict[str, float] = field(default_factory=dict)
     # Pods asked to be evicted, so none is asked twice.
     evicting: set[str] = field(default_factory=set)
+    # Placeholder pods (domain/placeholders.py) make reservations visible to other
+    # schedulers and the cluster autoscaler; off: only this scheduler's pods respect them.
+    placeholders: bool = True
+    # Placeholder deletes asked for and not seen done yet: ("delete", name) -> when asked;
+    # creates, by name: when asked and what (counted as there until seen or retried).
+    placeholder_requests: dict[tuple[str, str], float] = field(default_factory=dict)
+    placeholder_creating: dict[str, tuple[float, PlaceholderCreate]] = field(default_factory=dict)
 
     # ------------------------------------------------------------- requests
     def asked_about(self, pod: Mapping[str, Any]) -> PodInfo:
@@ -288,6 +306,15 @@ class GangCore:
             if plan.released:
                 return self._hold(
                     candidates, Verdict.WAIT, self._released_elsewhere(plan, pod, now)
+                )
+            if self._placeholders_on(key, {node}):
+                # kube-scheduler counts the gang's own placeholder there until the
+                # watch tells it the placeholder is gone; then it offers the node.
+                return self._hold(
+                    candidates,
+                    Verdict.WAIT,
+                    f"gang {key}: {pod.ref} waits for the placeholder pods on its planned "
+                    f"node {node} to be deleted",
                 )
             self._drop(
                 plan,
@@ -390,6 +417,7 @@ class GangCore:
         )
         self.ledger.reserve(plan)
         self._end_reservation(key)
+        self._sync_placeholders(now)
         state.shortfall_generation = None
         state.waiting = False
         self._say(state, f"gang {key}: planned {len(plan.placements)} members, binding")
@@ -792,6 +820,7 @@ class GangCore:
         free = self.free_after_reservations(node).get(GPU, 0) - gpus
         if pod.requests.get(GPU, 0) <= free:
             return ""
+        gpus += self.snapshot.placeholder_gpus(owner, node)
         return (
             f"{gpus} free GPU(s) on {node} are reserved for gang {owner}, which has "
             "waited longer than its starvationSeconds; nothing else is placed there "
@@ -826,6 +855,13 @@ class GangCore:
                 room = dict(free[node])
                 room[GPU] = room.get(GPU, 0) - gpus
                 free[node] = room
+        # The group's own placeholder pods hold its room: free for it, for nobody else.
+        for placeholder in self.snapshot.placeholders.values():
+            at = placeholder.node_name
+            if placeholder.placeholder_for == group and placeholder.holds_capacity and at in free:
+                room = dict(free[at])
+                room[GPU] = room.get(GPU, 0) + placeholder.requests.get(GPU, 0)
+                free[at] = room
         return free
 
     # ------------------------------------------------------------ prioritize
@@ -920,6 +956,9 @@ class GangCore:
         if plan.barrier_started is None:
             plan.barrier_started = now
         if not plan.barrier_complete:
+            return BindDecision(BindVerdict.WAIT, plan.plan_id, plan.group)
+        if self._placeholders_on(plan.group, set(plan.placements.values())):
+            # Released when the watch saw them deleted (`_placeholder_gone`).
             return BindDecision(BindVerdict.WAIT, plan.plan_id, plan.group)
         short = self._short_nodes(plan)
         if short:
@@ -1116,13 +1155,18 @@ class GangCore:
     # --------------------------------------------------------- observations
     def observe_pod(self, pod: PodInfo, now: float) -> None:
         """The watch saw a pod: update the snapshot and settle plans it completes."""
-        self.snapshot.upsert_pod(pod)
+        old = self.snapshot.upsert_pod(pod)
+        if pod.placeholder_for is not None:
+            self.placeholder_creating.pop(pod.name, None)
+            return
         if (
             self.preemption_enabled
             and pod.disruption == SCHEDULER_PREEMPTION_REASON
             and pod.group is not None
         ):
             self._complete_preempted_gang(pod, pod.group)
+        if old is not None and old.holds_capacity and not pod.holds_capacity:
+            self._freed_on(old.node_name, now)
         plan = self.ledger.plan_of(pod.uid)
         if plan is None:
             # A bound member that Succeeded ran: it was bound, not lost (a Job's pod can
@@ -1167,6 +1211,12 @@ class GangCore:
         self.restrictions.pop(uid, None)
         self.offered.pop(uid, None)
         self.evicting.discard(uid)
+        if pod is not None and pod.placeholder_for is not None:
+            self.placeholder_requests.pop(("delete", pod.name), None)
+            self._placeholder_gone(pod.placeholder_for, now)
+            return
+        if pod is not None and pod.holds_capacity:
+            self._freed_on(pod.node_name, now)
         plan = self.ledger.plan_of(uid)
         if plan is not None:
             self._member_gone(plan, uid, f"member {plan.names[uid]} was deleted", now)
@@ -1229,12 +1279,17 @@ class GangCore:
         holds: dict[str, tuple[GroupKey, int]] = {}
         for key, reservation in self.reservations.items():
             for node, gpus in self._held(reservation).items():
-                holds[node] = (key, gpus)
+                # What its placeholders hold is counted as used already, by everyone;
+                # the node stays listed so a plain pod is still checked against it (a
+                # kube-scheduler that has not seen the placeholder yet offers the node).
+                holds[node] = (key, max(gpus - self.snapshot.placeholder_gpus(key, node), 0))
         return holds
 
     def _held(self, reservation: Reservation) -> dict[str, int]:
+        """GPUs the reservation holds per node, its own placeholders' included."""
         free = {
             node: self.free_after_reservations(node).get(GPU, 0)
+            + self.snapshot.placeholder_gpus(reservation.group, node)
             for node in reservation.nodes
             if node in self.snapshot.nodes
         }
@@ -1272,6 +1327,7 @@ class GangCore:
             before = state.message
             if self._say(state, self._reserving_message(key)) != before:
                 self.touched.add(key)
+        self._sync_placeholders(now)
 
     def _starving_heads(self, now: float) -> list[GroupKey]:
         """Held gangs without a plan or reservation that waited past their
@@ -1365,6 +1421,94 @@ class GangCore:
             f"it has waited longer than its starvationSeconds ({seconds:g} s), so nothing "
             "else of this scheduler takes a GPU that frees there until it fits"
         )
+
+    # ------------------------------------------------------ placeholder pods
+    def _sync_placeholders(self, now: float) -> None:
+        """Ask for the placeholder creates and deletes that make the pods match the holds."""
+        if not self.placeholders and not self.snapshot.placeholders:
+            return
+        holds: dict[GroupKey, dict[str, int]] = {}
+        for key, reservation in self.reservations.items() if self.placeholders else ():
+            held = self._held(reservation)
+            # Never fewer than its placeholders there: a node over-committed by a pod
+            # another scheduler bound at the same moment shows less free, and giving a
+            # placeholder back would only hand its GPU to the next such pod.
+            holds[key] = {
+                node: max(held.get(node, 0), self.snapshot.placeholder_gpus(key, node))
+                for node in reservation.nodes
+            }
+        observed = [
+            ObservedPlaceholder(
+                group=p.placeholder_for,
+                name=p.name,
+                node=p.node_name,
+                gpus=p.requests.get(GPU, 0),
+                active=p.holds_capacity,
+                deleting=p.deleting,
+            )
+            for p in self.snapshot.placeholders.values()
+            if p.placeholder_for is not None
+        ]
+        # A create asked for and not seen yet counts as there (its GPUs are not asked
+        # for twice under another name), until it is due to be asked again.
+        seen = {p.name for p in observed}
+        for name, (asked, create) in list(self.placeholder_creating.items()):
+            if name in seen:
+                del self.placeholder_creating[name]
+            elif now - asked >= PLACEHOLDER_RETRY_SECONDS:
+                del self.placeholder_creating[name]  # never seen: failed, or gone at once
+                self._placeholder_gone(create.group, now)
+            else:
+                observed.append(
+                    ObservedPlaceholder(
+                        create.group, name, create.node, create.gpus, active=True, deleting=False
+                    )
+                )
+        for effect in diff(desired(holds), observed):
+            if isinstance(effect, PlaceholderCreate):
+                self.placeholder_creating[effect.name] = (now, effect)
+            else:
+                deleted_at = self.placeholder_requests.get(("delete", effect.name))
+                if deleted_at is not None and now - deleted_at < PLACEHOLDER_RETRY_SECONDS:
+                    continue
+                self.placeholder_requests[("delete", effect.name)] = now
+            self.effects.append(effect)
+
+    def _freed_on(self, node: str | None, now: float) -> None:
+        """A pod stopped holding capacity on `node`: a reserved node's freed GPUs are
+        held (and their placeholder asked for) now, not at the next tick, since another
+        scheduler with pods pending reacts to the same event at once."""
+        if node is not None and any(node in r.nodes for r in self.reservations.values()):
+            self.update_reservations(now)
+
+    def _placeholders_on(self, group: GroupKey, nodes: Collection[str]) -> bool:
+        """The watch still has a placeholder pod of `group` on one of `nodes`, or one
+        asked for is not seen yet (its create may still land there)."""
+        return any(
+            p.placeholder_for == group and p.node_name in nodes
+            for p in self.snapshot.placeholders.values()
+        ) or any(
+            create.group == group and create.node in nodes
+            for _, create in self.placeholder_creating.values()
+        )
+
+    def _placeholder_gone(self, group: GroupKey, now: float) -> None:
+        """A placeholder of `group` was deleted: release a complete barrier waiting for it."""
+        plan = self.ledger.plans.get(group)
+        if (
+            plan is None
+            or plan.released
+            or plan.barrier_started is None
+            or not plan.barrier_complete
+            or self._placeholders_on(group, set(plan.placements.values()))
+        ):
+            return
+        short = self._short_nodes(plan)
+        if short:
+            self._drop(plan, f"{short} before the gang was bound; re-planning", now)
+            return
+        plan.released = True
+        self.effects.append(BarrierReleased(plan))
 
     def drain_touched(self) -> set[GroupKey]:
         """Groups whose hold changed outside a filter (their status is re-written)."""

@@ -19,6 +19,8 @@ from extender.domain.quantity import QuantityError, pod_requests, resource_list
 
 # A group's starvationSeconds on its members (a group declared by annotation).
 STARVATION_ANNOTATION = "gang-extender.io/starvation-seconds"
+# On a placeholder pod (domain/placeholders.py): the group whose reservation it holds.
+PLACEHOLDER_LABEL = "gang-extender.io/placeholder"
 
 Resources = dict[str, int]
 
@@ -120,6 +122,9 @@ class PodInfo:
     preemption_policy: str = "PreemptLowerPriority"
     preemptible: bool | None = None
     disruption: str | None = None
+    # A placeholder pod holding GPUs for this group's starvation reservation
+    # (label gang-extender.io/placeholder, in the group's namespace); never a member.
+    placeholder_for: GroupKey | None = None
 
     @property
     def ref(self) -> str:
@@ -199,7 +204,15 @@ class PodInfo:
             preemption_policy=str(spec.get("preemptionPolicy") or "PreemptLowerPriority"),
             preemptible=_preemptible_annotation(meta.get("annotations") or {}),
             disruption=_disruption_reason(status),
+            placeholder_for=_placeholder_for(meta),
         )
+
+
+def _placeholder_for(meta: Mapping[str, Any]) -> GroupKey | None:
+    name = (meta.get("labels") or {}).get(PLACEHOLDER_LABEL)
+    if not isinstance(name, str) or not name:
+        return None
+    return GroupKey(meta.get("namespace") or "default", name)
 
 
 def _starvation_annotation(annotations: Mapping[str, Any]) -> tuple[float | None, str | None]:

@@ -47,6 +47,8 @@ class ClusterSnapshot:
         # PodGroup objects by source (ours, Volcano's, scheduler-plugins', Kubernetes'):
         # which one decides a name is foreign_podgroups.pick_podgroup's call.
         self._podgroups: dict[str, dict[GroupKey, GroupSpec]] = defaultdict(dict)
+        # Placeholder pods (domain/placeholders.py) by uid: few, looked at per node.
+        self.placeholders: dict[str, PodInfo] = {}
         # Bumped on every change to what the snapshot holds.
         self.generation = 0
         # Bumped only on a change that can alter a gang's plan or why it waits: a node
@@ -85,6 +87,8 @@ class ClusterSnapshot:
         if pod.holds_capacity and pod.node_name is not None:
             add_into(self._used[pod.node_name], pod.requests)
             self.capacity_changed.add(pod.node_name)
+        if pod.placeholder_for is not None:
+            self.placeholders[pod.uid] = pod
         if pod.group is not None:
             self._members[pod.group].add(pod.uid)
             if pod.task_layout is not None:
@@ -107,6 +111,7 @@ class ClusterSnapshot:
         if pod.holds_capacity and pod.node_name is not None:
             add_into(self._used[pod.node_name], pod.requests, -1)
             self.capacity_changed.add(pod.node_name)
+        self.placeholders.pop(pod.uid, None)
         if pod.group is not None:
             members = self._members.get(pod.group)
             if members is not None:
@@ -131,6 +136,7 @@ class ClusterSnapshot:
         self._laid_out = defaultdict(set)
         self._podgroups = defaultdict(dict)
         self.planning_generation += 1
+        self.placeholders = {}
         for node in nodes:
             self.upsert_node(node)
         for pod in pods:
@@ -244,6 +250,14 @@ class ClusterSnapshot:
             return {}
         used = self._used.get(node, {})
         return {name: value - used.get(name, 0) for name, value in info.allocatable.items()}
+
+    def placeholder_gpus(self, group: GroupKey, node: str) -> int:
+        """GPUs the group's placeholder pods hold on `node` (bound, not finished)."""
+        return sum(
+            p.requests.get(GPU, 0)
+            for p in self.placeholders.values()
+            if p.placeholder_for == group and p.node_name == node and p.holds_capacity
+        )
 
     def free_gpus(self, node: str) -> int:
         return self.free(node).get(GPU, 0)

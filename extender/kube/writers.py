@@ -19,6 +19,7 @@ from extender.domain.membership import (
     PLANNED_NODE_ANNOTATION,
     SCHEDULER_NAME,
 )
+from extender.domain.model import PLACEHOLDER_LABEL
 from extender.kube.rawapi import KubeError, RawApi, path_of
 from extender.ports.binding import BindError
 
@@ -345,4 +346,84 @@ def write_foreign_podgroup_status(
         foreign_podgroup_path(api_version, namespace, name, status=subresource),
         body={"metadata": {"uid": uid}, "status": status},
         content_type="application/merge-patch+json",
+    )
+
+
+# A placeholder runs nothing: the smallest image every cluster can pull.
+PLACEHOLDER_IMAGE = "registry.k8s.io/pause:3.10"
+
+
+def placeholder_pod(
+    *,
+    namespace: str,
+    name: str,
+    group: str,
+    node: str,
+    gpus: int,
+    owner: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """A pod bound to `node` holding `gpus` GPUs for a starving gang (domain/placeholders.py).
+
+    Bound directly (`spec.nodeName`), so no scheduler is involved; it tolerates every
+    taint (the reserved node may be tainted for GPU work) and goes at once when deleted.
+    `owner` (the group's PodGroup) lets the garbage collector remove it with the group.
+    """
+    resources = {"nvidia.com/gpu": str(gpus)}
+    metadata: dict[str, Any] = {
+        "name": name,
+        "namespace": namespace,
+        "labels": {
+            PLACEHOLDER_LABEL: group,
+            "app.kubernetes.io/managed-by": SCHEDULER_NAME,
+        },
+    }
+    if owner is not None:
+        metadata["ownerReferences"] = [owner]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": metadata,
+        "spec": {
+            "nodeName": node,
+            "terminationGracePeriodSeconds": 0,
+            "automountServiceAccountToken": False,
+            "enableServiceLinks": False,
+            "tolerations": [{"operator": "Exists"}],
+            "containers": [
+                {
+                    "name": "placeholder",
+                    "image": PLACEHOLDER_IMAGE,
+                    "resources": {"requests": resources, "limits": resources},
+                }
+            ],
+        },
+    }
+
+
+def create_placeholder(
+    raw: RawApi, body: dict[str, Any], *, timeout: float = WRITE_TIMEOUT_SECONDS
+) -> None:
+    """Create a placeholder pod; 409 means it exists already (its name is deterministic)."""
+    namespace = body["metadata"]["namespace"]
+    try:
+        raw.call(
+            "POST",
+            path_of("api", "v1", "namespaces", namespace, "pods"),
+            body=body,
+            timeout=timeout,
+        )
+    except KubeError as err:
+        if err.status != HTTP_CONFLICT:
+            raise
+
+
+def delete_placeholder(
+    raw: RawApi, namespace: str, name: str, *, timeout: float = WRITE_TIMEOUT_SECONDS
+) -> None:
+    """Delete a placeholder pod at once (grace 0: it runs nothing to stop)."""
+    raw.call(
+        "DELETE",
+        path_of("api", "v1", "namespaces", namespace, "pods", name),
+        body={"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0},
+        timeout=timeout,
     )
