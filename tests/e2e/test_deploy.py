@@ -236,6 +236,14 @@ def test_the_crd_is_served_with_its_printer_columns(cluster, applied) -> None:
         ),
         pytest.param("delete", "pods", ("-n", "team-a"), id="restarts a gang where bound"),
         pytest.param("create", "pods", ("-n", "team-a"), id="recreates a bare member where bound"),
+        # Gang preemption evicts whole lower-priority gangs anywhere, through the Eviction
+        # API so PodDisruptionBudgets hold (docs/podgroup.md#preemption).
+        pytest.param(
+            "create",
+            "pods",
+            ("--subresource=eviction", "-n", "team-b"),
+            id="evicts preemption victims anywhere",
+        ),
     ],
 )
 def test_the_service_account_may_do_what_the_service_does(
@@ -250,9 +258,6 @@ def test_the_service_account_may_do_what_the_service_does(
         pytest.param("delete", "pods", ("-n", "team-b"), id="no pod deletes where not bound"),
         pytest.param("create", "pods", ("-n", "team-b"), id="no pod creates where not bound"),
         pytest.param("delete", "pods", ("-n", "kube-system"), id="no pod deletes in kube-system"),
-        pytest.param(
-            "create", "pods", ("--subresource=eviction", "-n", "team-a"), id="never evicts"
-        ),
         pytest.param("update", "nodes", (), id="never changes nodes"),
         pytest.param("list", "secrets", ("-A",), id="cannot list Secrets anywhere"),
         pytest.param("watch", "secrets", ("-n", "team-a"), id="cannot watch Secrets"),
