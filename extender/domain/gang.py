@@ -405,16 +405,7 @@ class GangCore:
             return self._say(state, f"gang {key}: {outcome.message}")
 
         timeout = spec.schedule_timeout_seconds or self.timeouts.schedule_timeout_seconds
-        members_by_uid = {m.uid: m for m in members}
-        plan = Plan(
-            group=key,
-            plan_id=self.ledger.new_plan_id(),
-            placements=dict(outcome.nodes),
-            requests={uid: members_by_uid[uid].requests for uid in outcome.nodes},
-            names={uid: members_by_uid[uid].ref for uid in outcome.nodes},
-            created_at=now,
-            deadline=now + timeout,
-        )
+        plan = self._new_plan(key, members, outcome, now, deadline=now + timeout)
         self.ledger.reserve(plan)
         self._end_reservation(key)
         self._sync_placeholders(now)
@@ -503,6 +494,27 @@ class GangCore:
             return self._hold_for(key, state, members, outcome, found, priority, now)
         return None
 
+    def _new_plan(
+        self,
+        key: GroupKey,
+        members: Sequence[PodInfo],
+        outcome: Placement,
+        now: float,
+        *,
+        deadline: float,
+    ) -> Plan:
+        """The plan of `outcome`'s placements (a plain plan and a preemptor's hold alike)."""
+        by_uid = {m.uid: m for m in members}
+        return Plan(
+            group=key,
+            plan_id=self.ledger.new_plan_id(),
+            placements=dict(outcome.nodes),
+            requests={uid: by_uid[uid].requests for uid in outcome.nodes},
+            names={uid: by_uid[uid].ref for uid in outcome.nodes},
+            created_at=now,
+            deadline=deadline,
+        )
+
     def _hold_for(
         self,
         key: GroupKey,
@@ -514,15 +526,8 @@ class GangCore:
         now: float,
     ) -> Plan:
         """Reserve the preemptor's plan on the room its victims will free; evict them."""
-        by_uid = {m.uid: m for m in members}
-        plan = Plan(
-            group=key,
-            plan_id=self.ledger.new_plan_id(),
-            placements=dict(outcome.nodes),
-            requests={uid: by_uid[uid].requests for uid in outcome.nodes},
-            names={uid: by_uid[uid].ref for uid in outcome.nodes},
-            created_at=now,
-            deadline=now + self.timeouts.preemption_hold_seconds,
+        plan = self._new_plan(
+            key, members, outcome, now, deadline=now + self.timeouts.preemption_hold_seconds
         )
         self.ledger.reserve(plan)
         self._end_reservation(key)
