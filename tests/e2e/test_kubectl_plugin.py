@@ -82,30 +82,45 @@ def test_kubectl_gang_status_lists_the_namespace_groups(
     listed = kubectl(cluster, directory, "plugin", "list")
     assert f"{directory}/kubectl-gang" in listed.stdout, listed.stdout + listed.stderr
 
-    result = kubectl(cluster, directory, "gang", "status", "-n", namespace)
-    assert result.returncode == 0, result.stderr
+    groups = k8s.CustomObjectsApi(api)
+
+    def podgroup_version() -> str:
+        obj = groups.get_namespaced_custom_object(
+            "scheduling.gang-extender.io", "v1alpha1", namespace, "podgroups", "trainer"
+        )
+        return str(obj["metadata"]["resourceVersion"])
+
+    # Both commands print the PodGroup's status, which a running service may write
+    # between the two reads: compare the two tables read from one version of it.
+    for _ in range(5):
+        version = podgroup_version()
+        result = kubectl(cluster, directory, "gang", "status", "-n", namespace)
+        assert result.returncode == 0, result.stderr
+        direct = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "extender",
+                "status",
+                "-n",
+                namespace,
+                f"--kubeconfig={cluster.kubeconfig}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+        )
+        if podgroup_version() == version:
+            break
+    else:
+        pytest.fail("the PodGroup kept changing between the two status reads")
     rows = parse_status_table(result.stdout)
     assert rows["trainer"]["NAMESPACE"] == namespace
     assert rows["trainer"]["PLACED/MIN"].endswith("/3")
     assert rows["trainer"]["SOURCE"] == "gang-extender"
-
     # The same table as `gang-extender status` (the same code, by another name).
-    direct = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "extender",
-            "status",
-            "-n",
-            namespace,
-            f"--kubeconfig={cluster.kubeconfig}",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-    )
     assert direct.stdout == result.stdout
 
     usage = kubectl(cluster, directory, "gang", "no-such-command")
