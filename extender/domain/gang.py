@@ -16,7 +16,10 @@ Filter decision order for a pod:
     loses the member, GangBroken).
  4. Group backing off after a dropped plan, or fewer members than minMember or
     than a task's minimum (minTaskMember) -> WAIT.
- 5. Nothing changed since the last failed attempt -> WAIT (memoised shortfall).
+ 5. Nothing that could make it fit changed since its last failed attempt -> WAIT
+    (memoised shortfall: per gang, domain/shortfalls.py, ended only by a change to
+    its own members or PodGroup or to a node one of its pending members could use
+    before or after; else the global planning generation).
  6. Queue order (domain/queue.py): every held gang ahead of this one (higher pod
     priority, or equal and older) that can be planned now is planned first, gangs
     kube-scheduler has not asked about yet included; one that cannot blocks no one.
@@ -112,7 +115,7 @@ from extender.domain.membership import SCHEDULER_NAME, GroupKey
 from extender.domain.model import GroupSpec, PodInfo, Resources
 from extender.domain.placeholders import ObservedPlaceholder, desired, diff
 from extender.domain.planner import NodeRestriction, Placement, node_accepts, plan_gang
-from extender.domain.policy import Policy
+from extender.domain.policy import Policy, default_topology
 from extender.domain.preemption import (
     SCHEDULER_PREEMPTION_REASON,
     GangAwareAnswer,
@@ -137,6 +140,7 @@ from extender.domain.reservations import (
 )
 from extender.domain.scoring import MAX_SCORE, NodeScoreBoard, Priorities
 from extender.domain.selection import MembersMissing, choose_members, tasks_left_out
+from extender.domain.shortfalls import NodeChange, ShortfallMemo
 from extender.domain.snapshot import ClusterSnapshot, fits
 
 # Remember what kube-scheduler's filters said about a member only when it is this
@@ -225,6 +229,14 @@ class GangCore:
     # creates, by name: when asked and what (counted as there until seen or retried).
     placeholder_requests: dict[tuple[str, str], float] = field(default_factory=dict)
     placeholder_creating: dict[str, tuple[float, PlaceholderCreate]] = field(default_factory=dict)
+    # Held gangs known not to fit, each until a change that could help it
+    # (domain/shortfalls.py): a cluster event costs them the shapes of their members,
+    # not a plan each. Gangs it does not cover (starving ones, ones that could preempt)
+    # keep the global memo, `GroupState.shortfall_generation`.
+    shortfalls: ShortfallMemo = field(default_factory=ShortfallMemo)
+    # The lowest priority holding capacity at the last `_absorb_changes`: a drop below
+    # a memoised gang's priority gives it something to preempt.
+    lowest_priority_seen: int | None = None
 
     # ------------------------------------------------------------- requests
     def asked_about(self, pod: Mapping[str, Any]) -> PodInfo:
@@ -355,14 +367,14 @@ class GangCore:
         )
         if isinstance(choice, MembersMissing):
             return self._say(state, f"gang {key}: {choice}; waiting for the rest to be created")
-        if state.shortfall_generation == self._planning_inputs():
+        if self._shortfall_holds(key, state):
             return state.message
         # Queue order: every held gang ahead that can be planned now is planned first;
         # what they cannot use now is left for this one (backfill).
         ahead = self._plan_gangs_ahead(state.rank, now) if queue else []
-        generation = self._planning_inputs()
-        if state.shortfall_generation == generation:
+        if self._shortfall_holds(key, state):
             return state.message
+        generation = self._planning_inputs()
 
         free = self.free_for_planning(key)
         allowed = dict(self.restrictions)
@@ -390,6 +402,7 @@ class GangCore:
                     return held
             if key in self.reservations:
                 return self._say(state, self._reserving_message(key))
+            self._remember_shortfall(key, spec, members, state.rank.priority)
             behind = self._waiting_behind(ahead, choice.attempts, free, allowed)
             if behind is None and queue:
                 behind = self.gang_ahead_of(key, members, allowed)
@@ -407,6 +420,7 @@ class GangCore:
         timeout = spec.schedule_timeout_seconds or self.timeouts.schedule_timeout_seconds
         plan = self._new_plan(key, members, outcome, now, deadline=now + timeout)
         self.ledger.reserve(plan)
+        self.shortfalls.forget(key)
         self._end_reservation(key)
         self._sync_placeholders(now)
         state.shortfall_generation = None
@@ -416,9 +430,78 @@ class GangCore:
         return plan
 
     def _planning_inputs(self) -> tuple[int, int]:
-        """What a held gang's "does not fit" is memoised on: changes to nodes, capacity,
-        group members and PodGroups (snapshot.planning_generation), and to plans."""
+        """What a held gang's "does not fit" is memoised on when `shortfalls` does not
+        cover it: changes to nodes, capacity, group members and PodGroups
+        (snapshot.planning_generation), and to plans."""
         return (self.snapshot.planning_generation, self.ledger.generation)
+
+    def _shortfall_holds(self, key: GroupKey, state: GroupState) -> bool:
+        """The gang did not fit, and nothing that could change that happened since."""
+        self._absorb_changes()
+        return key in self.shortfalls or state.shortfall_generation == self._planning_inputs()
+
+    def _remember_shortfall(
+        self, key: GroupKey, spec: GroupSpec, members: Sequence[PodInfo], priority: int
+    ) -> None:
+        """Memoise `key`'s "does not fit" per gang (domain/shortfalls.py), unless it is
+        starving (its placeholders are its own room) or could preempt something."""
+        if key in self.reservations:
+            return
+        lowest = self.snapshot.lowest_holding_priority()
+        if self.preemption_enabled and lowest is not None and lowest < priority:
+            return
+        topology = spec.topology or next(
+            (m.topology for m in members if m.topology is not None), None
+        )
+        if topology is None:
+            topology = default_topology(self.policy)
+        self.shortfalls.remember(
+            key,
+            (m for m in members if not m.is_bound),
+            topology=bool(topology.required or topology.preferred),
+            priority=priority,
+        )
+
+    def _absorb_changes(self) -> None:
+        """Forget the memoised shortfalls that what changed since the last look could end.
+
+        Drains the snapshot's changed groups and relabelled nodes, and the score
+        board's room changes, whether or not anything is memoised (they are only
+        ever read here).
+        """
+        snapshot = self.snapshot
+        board = self.score_board
+        board.refresh(snapshot, self.ledger, self.policy)
+        rooms = board.drain_room_changes()
+        groups, snapshot.groups_changed = snapshot.groups_changed, set()
+        relabelled, snapshot.relabelled = snapshot.relabelled, set()
+        replaced, snapshot.replaced = snapshot.replaced, False
+        lowest = snapshot.lowest_holding_priority() if self.preemption_enabled else None
+        dropped = lowest is not None and (
+            self.lowest_priority_seen is None or lowest < self.lowest_priority_seen
+        )
+        self.lowest_priority_seen = lowest
+        if not self.shortfalls:
+            return
+        if rooms is None or replaced:
+            forgotten = self.shortfalls.forget_all()
+        else:
+            forgotten = {key for key in groups if self.shortfalls.forget(key)}
+            merged: dict[str, tuple[Resources | None, Resources | None]] = {}
+            for name, before, after in rooms:
+                first = merged.get(name)
+                merged[name] = (first[0] if first is not None else before, after)
+            changes = [
+                NodeChange(name, before, after, snapshot.nodes.get(name), name in relabelled)
+                for name, (before, after) in merged.items()
+            ]
+            forgotten |= self.shortfalls.absorb(
+                changes, lowest_priority=lowest if dropped else None
+            )
+        for key in forgotten:
+            state = self.groups.get(key)
+            if state is not None:
+                state.shortfall_generation = None
 
     # ------------------------------------------------------------- preemption
     def group_preemptible(self, key: GroupKey) -> bool:
@@ -530,6 +613,7 @@ class GangCore:
             key, members, outcome, now, deadline=now + self.timeouts.preemption_hold_seconds
         )
         self.ledger.reserve(plan)
+        self.shortfalls.forget(key)
         self._end_reservation(key)
         state.shortfall_generation = None
         state.waiting = False
@@ -616,8 +700,11 @@ class GangCore:
             if key not in self.groups and any(not m.is_bound for m in self.snapshot.members(key)):
                 self.groups[key] = GroupState(first_seen=now)
         self.unasked.clear()
+        self._absorb_changes()
         ranks = []
         for key, state in self.groups.items():
+            if key in self.shortfalls:
+                continue  # does not fit, and nothing since could change that: O(1)
             if state.rank is None:
                 state.rank = rank_of(key, self.snapshot.members(key))
             ranks.append(state.rank)
@@ -1234,6 +1321,7 @@ class GangCore:
             and self.snapshot.podgroup(pod.group) is None
         ):
             self.groups.pop(pod.group, None)
+            self.shortfalls.forget(pod.group)
 
     def _member_gone(self, plan: Plan, uid: str, reason: str, now: float) -> None:
         """An unbound planned member was deleted: before release the plan is dropped
@@ -1274,6 +1362,7 @@ class GangCore:
         state = self.groups.setdefault(plan.group, GroupState())
         state.retry_after = now + self.timeouts.replan_backoff_seconds
         state.shortfall_generation = None
+        self.shortfalls.forget(plan.group)
         state.waiting = True
         self._say(state, f"gang {plan.group}: plan dropped: {reason}")
         self.effects.append(PlanDropped(plan, reason, timed_out))
@@ -1413,6 +1502,7 @@ class GangCore:
 
     def _forget_shortfalls(self) -> None:
         """Held GPUs changed hands: every memoised 'does not fit' may be wrong now."""
+        self.shortfalls.forget_all()
         for state in self.groups.values():
             state.shortfall_generation = None
 
@@ -1550,6 +1640,7 @@ class GangCore:
             state = self.groups.setdefault(key, GroupState(first_seen=now))
             state.waiting = False
             state.shortfall_generation = None
+            self.shortfalls.forget(key)
             self._say(state, f"gang {key}: plan of {len(pods)} members recovered, binding")
         return found
 

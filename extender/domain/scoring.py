@@ -74,6 +74,12 @@ class NodeScoreBoard:
     journal: list[str] = field(default_factory=list)
     journal_start: int = 0
     journal_min_limit: int = JOURNAL_MIN_LIMIT
+    # Each refreshed node's free capacity before and after (None: absent), oldest
+    # first, for the held gangs' memo (domain/shortfalls.py), which drains it. Past
+    # the journal's limit it starts over and `rooms_overflowed` says so: the reader
+    # then treats every node as changed.
+    room_changes: list[tuple[str, Resources | None, Resources | None]] = field(default_factory=list)
+    rooms_overflowed: bool = False
 
     @property
     def position(self) -> int:
@@ -118,14 +124,17 @@ class NodeScoreBoard:
         changed = snapshot.capacity_changed | ledger.capacity_changed
         snapshot.capacity_changed.clear()
         ledger.capacity_changed.clear()
-        scores, journal, free = self.scores, self.journal, self.free
+        scores, journal, free, rooms = self.scores, self.journal, self.free, self.room_changes
         for node in changed:
             info = snapshot.nodes.get(node)
+            before = free.get(node)
             if info is None:
                 free.pop(node, None)
+                rooms.append((node, before, None))
                 score = 0
             else:
                 room = free[node] = free_after_reservations(node, snapshot, ledger)
+                rooms.append((node, before, room))
                 total = info.allocatable.get(GPU, 0)
                 score = _score(total, room.get(GPU, 0), policy) if total > 0 else 0
             if score == scores.get(node, 0):
@@ -138,7 +147,19 @@ class NodeScoreBoard:
         if len(journal) > max(self.journal_min_limit, 2 * len(scores)):
             self.journal_start += len(journal)
             self.journal = []
+        if len(rooms) > max(self.journal_min_limit, 2 * len(free)):
+            self.room_changes = []
+            self.rooms_overflowed = True
         return scores
+
+    def drain_room_changes(
+        self,
+    ) -> list[tuple[str, Resources | None, Resources | None]] | None:
+        """The room changes since the last drain, None when they overflowed (then
+        every node may have changed)."""
+        changes, self.room_changes = self.room_changes, []
+        overflowed, self.rooms_overflowed = self.rooms_overflowed, False
+        return None if overflowed else changes
 
 
 @dataclass(frozen=True)

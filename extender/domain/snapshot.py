@@ -7,7 +7,7 @@ no I/O, no clocks.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 
 from extender.domain.foreign_podgroups import PODGROUP_SOURCES, pick_podgroup
@@ -60,6 +60,15 @@ class ClusterSnapshot:
         # Nodes whose allocatable or used capacity changed since the core last
         # drained this set: it rescores only those (see GangCore.prioritize).
         self.capacity_changed: set[str] = set()
+        # For the held gangs' memo (domain/shortfalls.py), drained by the core: groups
+        # whose members or PodGroup changed, nodes whose labels changed, and whether
+        # everything was replaced (a re-list: every memo is void).
+        self.groups_changed: set[GroupKey] = set()
+        self.relabelled: set[str] = set()
+        self.replaced = False
+        # Priorities of the pods that hold capacity, counted: the lowest one says
+        # whether a gang of some priority has anything to preempt.
+        self._holding_priorities: Counter[int] = Counter()
 
     # ---- nodes ----
     def upsert_node(self, node: NodeInfo) -> None:
@@ -67,6 +76,8 @@ class ClusterSnapshot:
         self.nodes[node.name] = node
         if old == node:  # a status heartbeat: nothing the core reads changed
             return
+        if old is not None and old.labels != node.labels:
+            self.relabelled.add(node.name)
         self.capacity_changed.add(node.name)
         self.generation += 1
         self.planning_generation += 1
@@ -87,6 +98,7 @@ class ClusterSnapshot:
         if pod.holds_capacity and pod.node_name is not None:
             add_into(self._used[pod.node_name], pod.requests)
             self.capacity_changed.add(pod.node_name)
+            self._holding_priorities[pod.priority] += 1
         if pod.placeholder_for is not None:
             self.placeholders[pod.uid] = pod
         if pod.group is not None:
@@ -96,6 +108,9 @@ class ClusterSnapshot:
         self.generation += 1
         if old != pod and (_matters_to_plans(pod) or (old is not None and _matters_to_plans(old))):
             self.planning_generation += 1
+            self._group_changed(pod)
+            if old is not None:
+                self._group_changed(old)
         return old
 
     def delete_pod(self, uid: str) -> PodInfo | None:
@@ -105,12 +120,20 @@ class ClusterSnapshot:
             self.generation += 1
             if _matters_to_plans(old):
                 self.planning_generation += 1
+                self._group_changed(old)
         return old
+
+    def _group_changed(self, pod: PodInfo) -> None:
+        if pod.group is not None:
+            self.groups_changed.add(pod.group)
 
     def _forget(self, pod: PodInfo) -> None:
         if pod.holds_capacity and pod.node_name is not None:
             add_into(self._used[pod.node_name], pod.requests, -1)
             self.capacity_changed.add(pod.node_name)
+            self._holding_priorities[pod.priority] -= 1
+            if not self._holding_priorities[pod.priority]:
+                del self._holding_priorities[pod.priority]
         self.placeholders.pop(pod.uid, None)
         if pod.group is not None:
             members = self._members.get(pod.group)
@@ -136,6 +159,8 @@ class ClusterSnapshot:
         self._laid_out = defaultdict(set)
         self._podgroups = defaultdict(dict)
         self.planning_generation += 1
+        self.replaced = True
+        self._holding_priorities = Counter()
         self.placeholders = {}
         for node in nodes:
             self.upsert_node(node)
@@ -149,11 +174,17 @@ class ClusterSnapshot:
         self._podgroups[spec.source][spec.key] = spec
         self.generation += 1
         self.planning_generation += 1
+        self.groups_changed.add(spec.key)
 
     def delete_podgroup(self, source: str, key: GroupKey) -> None:
         if self._podgroups[source].pop(key, None) is not None:
             self.generation += 1
             self.planning_generation += 1
+            self.groups_changed.add(key)
+
+    def lowest_holding_priority(self) -> int | None:
+        """The lowest priority of a pod holding capacity (None: no pod holds any)."""
+        return min(self._holding_priorities) if self._holding_priorities else None
 
     def podgroup(self, key: GroupKey) -> GroupSpec | None:
         found = [
