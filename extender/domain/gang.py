@@ -110,11 +110,12 @@ from extender.domain.decisions import (
     Verdict,
     Victim,
 )
+from extender.domain.held_queue import HeldQueue, WantedNodes, held_queue
 from extender.domain.ledger import Ledger, Plan
 from extender.domain.membership import SCHEDULER_NAME, GroupKey
 from extender.domain.model import GroupSpec, PodInfo, Resources
 from extender.domain.placeholders import ObservedPlaceholder, desired, diff
-from extender.domain.planner import NodeRestriction, Placement, node_accepts, plan_gang
+from extender.domain.planner import NodeRestriction, Placement, plan_gang
 from extender.domain.policy import Policy, default_topology
 from extender.domain.preemption import (
     SCHEDULER_PREEMPTION_REASON,
@@ -237,6 +238,10 @@ class GangCore:
     # The lowest priority holding capacity at the last `_absorb_changes`: a drop below
     # a memoised gang's priority gives it something to preempt.
     lowest_priority_seen: int | None = None
+    # Bumped when kube-scheduler's last word on a member (`restrictions`) changes.
+    restrictions_version: int = 0
+    # The held gangs in queue order (domain/held_queue.py), with what it was built from.
+    held_view: tuple[tuple[object, ...], HeldQueue] | None = None
 
     # ------------------------------------------------------------- requests
     def asked_about(self, pod: Mapping[str, Any]) -> PodInfo:
@@ -769,19 +774,32 @@ class GangCore:
         refuse every node): the PodGroup status names the gang ahead all the same.
         """
         members = list(members) if members is not None else self.snapshot.members(key)
-        allowed = allowed if allowed is not None else self.restrictions
-        wanted = self._nodes_wanted(members, allowed)
-        if not wanted:
+        queue = self._held_queue()
+        wanted = queue.wanted.of_gang(members, allowed)
+        ahead = queue.first_ahead_wanting(rank_of(key, members), wanted)
+        if ahead is None:
             return None
-        held = [
-            rank_of(other, others)
-            for other in sorted({*self.groups, *self.unasked} - {key})
-            if self._is_held(other, others := self.snapshot.members(other))
-        ]
-        for rank in gangs_ahead(rank_of(key, members), held):
-            if self._nodes_wanted(self.snapshot.members(rank.key), allowed) & wanted:
-                return rank if self._fits_when_empty(key, members, wanted, allowed) else None
-        return None
+        allowed = allowed if allowed is not None else self.restrictions
+        return ahead if self._fits_when_empty(key, members, wanted, allowed) else None
+
+    def _held_queue(self) -> HeldQueue:
+        """The held gangs in queue order, rebuilt only when what it reads changed."""
+        version = (
+            self.snapshot.planning_generation,
+            self.ledger.generation,
+            sum(plan.released for plan in self.ledger.plans.values()),
+            self.restrictions_version,
+            len(self.groups),
+            len(self.unasked),
+        )
+        if self.held_view is None or self.held_view[0] != version:
+            held = [
+                (rank_of(key, members), members)
+                for key in sorted({*self.groups, *self.unasked})
+                if self._is_held(key, members := self.snapshot.members(key))
+            ]
+            self.held_view = (version, held_queue(held, self.snapshot.nodes, self.restrictions))
+        return self.held_view[1]
 
     def _is_held(self, key: GroupKey, members: Sequence[PodInfo]) -> bool:
         plan = self.ledger.plans.get(key)
@@ -801,19 +819,7 @@ class GangCore:
     def _nodes_wanted(
         self, members: Sequence[PodInfo], allowed: Mapping[str, NodeRestriction]
     ) -> set[str]:
-        wanted: set[str] = set()
-        for member in members:
-            if member.is_bound or member.gated:
-                continue
-            restriction = allowed.get(member.uid)
-            wanted.update(
-                name
-                for name, node in self.snapshot.nodes.items()
-                if (restriction is None or restriction.permits(name))
-                and node_accepts(node, member)
-                and fits(member.requests, node.allocatable)
-            )
-        return wanted
+        return WantedNodes(self.snapshot.nodes, self.restrictions).of_gang(members, allowed)
 
     def _fits_when_empty(
         self,
@@ -869,6 +875,7 @@ class GangCore:
         return FilterDecision(Verdict.PLANNED, [node], {}, {}, f"planned on {node}")
 
     def _remember_candidates(self, uid: str, candidates: Sequence[str]) -> None:
+        before = self.restrictions.get(uid)
         total = len(self.snapshot.nodes)
         if len(candidates) >= total:
             self.restrictions.pop(uid, None)
@@ -880,6 +887,8 @@ class GangCore:
             self.restrictions[uid] = NodeRestriction(denied=denied)
         else:
             self.restrictions.pop(uid, None)
+        if self.restrictions.get(uid) != before:
+            self.restrictions_version += 1
 
     def _filter_plain(self, pod: PodInfo, candidates: Sequence[str]) -> FilterDecision:
         """Candidates minus the nodes where the pod does not fit beside the plans' and the
@@ -1300,7 +1309,8 @@ class GangCore:
 
     def forget_pod(self, uid: str, now: float) -> None:
         pod = self.snapshot.delete_pod(uid)
-        self.restrictions.pop(uid, None)
+        if self.restrictions.pop(uid, None) is not None:
+            self.restrictions_version += 1
         self.offered.pop(uid, None)
         self.evicting.discard(uid)
         if pod is not None and pod.placeholder_for is not None:
@@ -1426,7 +1436,7 @@ class GangCore:
     def _starving_heads(self, now: float) -> list[GroupKey]:
         """Held gangs without a plan or reservation that waited past their
         starvationSeconds and have no held gang ahead wanting their nodes."""
-        found = []
+        found: set[GroupKey] = set()
         known = {*self.groups, *self.unasked}
         for key in [k for k in self.held_since if k not in known]:
             del self.held_since[key]
@@ -1445,12 +1455,12 @@ class GangCore:
             if state is not None and now < state.retry_after:
                 continue
             if starving(since, now, self.starvation_seconds_of(spec, members)):
-                found.append(rank_of(key, members))
-        return [
-            rank.key
-            for rank in sorted(found, key=lambda r: r.order)
-            if self.gang_ahead_of(rank.key) is None
-        ]
+                found.add(key)
+        if not found:
+            return []
+        # A starving gang that overlaps a gang ahead but would not fit even on empty
+        # nodes is no head either: no reservation could hold it.
+        return self._held_queue().heads(found, len(self.snapshot.nodes))
 
     def _start_reservation(self, key: GroupKey, now: float) -> None:
         spec = self.snapshot.group_spec(key)

@@ -1,0 +1,146 @@
+"""The held-gang queue view answers as asking every gang afresh would.
+
+domain/held_queue.py is built once per change and caches wanted nodes per member
+shape; the oracle here recomputes every gang's wanted nodes per question, as
+`GangCore.gang_ahead_of` and the starvation check did before.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from extender.domain.held_queue import WantedNodes, held_queue
+from extender.domain.membership import GroupKey
+from extender.domain.model import NodeInfo, PodInfo
+from extender.domain.planner import NodeRestriction, node_accepts
+from extender.domain.queue import QueueRank
+from extender.domain.snapshot import fits
+from tests.builders import make_node, make_pod
+
+NODE_SHAPES = [(8, "a", False), (4, "a", True), (2, "b", False), (8, "b", False), (0, "a", False)]
+
+
+def nodes_of(count: int) -> dict[str, NodeInfo]:
+    found = {}
+    for i in range(count):
+        gpus, pool, tainted = NODE_SHAPES[i % len(NODE_SHAPES)]
+        built = make_node(f"n{i}").gpus(gpus).label("pool", pool)
+        if tainted:
+            built = built.taint("dedicated", "x")
+        found[f"n{i}"] = NodeInfo.from_api(built.obj())
+    return found
+
+
+def member(gang: int, index: int, gpus: int, pool: str | None, bound: bool) -> PodInfo:
+    built = make_pod(f"g{gang}-{index}").group(f"g{gang}").gpus(gpus)
+    if bound:
+        built = built.node("n0")
+    obj: dict[str, Any] = built.obj()
+    if pool is not None:
+        obj["spec"]["nodeSelector"] = {"pool": pool}
+    return PodInfo.from_api(obj)
+
+
+def oracle_wanted(members, nodes, restrictions) -> set[str]:
+    wanted: set[str] = set()
+    for m in members:
+        if m.is_bound or m.gated:
+            continue
+        restriction = restrictions.get(m.uid)
+        wanted.update(
+            name
+            for name, node in nodes.items()
+            if (restriction is None or restriction.permits(name))
+            and node_accepts(node, m)
+            and fits(m.requests, node.allocatable)
+        )
+    return wanted
+
+
+gangs = st.lists(
+    st.tuples(
+        st.integers(min_value=0, max_value=2),  # priority
+        st.integers(min_value=0, max_value=5),  # age
+        st.lists(
+            st.tuples(
+                st.integers(min_value=1, max_value=9),
+                st.sampled_from([None, "a", "b"]),
+                st.booleans(),
+            ),
+            min_size=1,
+            max_size=3,
+        ),
+    ),
+    min_size=1,
+    max_size=7,
+)
+
+
+@given(
+    gangs,
+    st.integers(min_value=1, max_value=7),
+    st.sets(st.integers(min_value=0, max_value=6)),
+    st.lists(st.tuples(st.integers(0, 6), st.integers(0, 2), st.integers(0, 6)), max_size=4),
+)
+@settings(max_examples=400, deadline=None)
+def test_queue_view_answers_as_asking_afresh(spec, node_count, starving, restricted) -> None:
+    nodes = nodes_of(node_count)
+    held = []
+    for g, (priority, age, members) in enumerate(spec):
+        pods = [member(g, i, gpus, pool, bound) for i, (gpus, pool, bound) in enumerate(members)]
+        held.append((QueueRank(GroupKey("default", f"g{g}"), priority, float(age)), pods))
+    restrictions = {}
+    for g, i, n in restricted:
+        if g < len(held) and i < len(held[g][1]):
+            restrictions[held[g][1][i].uid] = NodeRestriction(allowed=frozenset({f"n{n}"}))
+    queue = held_queue(held, nodes, restrictions)
+    wanted = {rank.key: oracle_wanted(pods, nodes, restrictions) for rank, pods in held}
+    ordered = sorted(held, key=lambda h: h[0].order)
+    for rank, pods in held:
+        assert queue.wanted.of_gang(pods) == wanted[rank.key]
+        expected = next(
+            (
+                other
+                for other, _ in ordered
+                if other.is_ahead_of(rank) and wanted[other.key] & wanted[rank.key]
+            ),
+            None,
+        )
+        assert queue.first_ahead_wanting(rank, wanted[rank.key]) == expected
+    candidates = {held[g][0].key for g in starving if g < len(held)}
+    expected_heads = [
+        rank.key
+        for rank, _ in ordered
+        if rank.key in candidates
+        and wanted[rank.key]
+        and not any(o.is_ahead_of(rank) and wanted[o.key] & wanted[rank.key] for o, _ in ordered)
+    ]
+    assert queue.heads(candidates, len(nodes)) == expected_heads
+
+
+def test_wanted_nodes_are_computed_once_per_member_shape() -> None:
+    nodes = nodes_of(5)
+    wanted = WantedNodes(nodes, {})
+    first = wanted.of_member(member(0, 0, 1, None, False), {})
+    assert first == {"n0", "n2", "n3"}  # n1 tainted, n4 has no GPU
+    assert len(wanted._by_shape) == 1
+    wanted.of_member(member(1, 0, 1, None, False), {})  # same template, another gang
+    assert len(wanted._by_shape) == 1
+    # A restricted member is scanned with its restriction, not cached under its shape.
+    only = NodeRestriction(allowed=frozenset({"n2"}))
+    pod = member(2, 0, 1, None, False)
+    assert wanted.of_member(pod, {pod.uid: only}) == {"n2"}
+    assert len(wanted._by_shape) == 1
+
+
+def test_heads_stop_once_the_gangs_ahead_want_every_node() -> None:
+    nodes = nodes_of(2)  # n0 (8 GPUs), n1 (4, tainted): a 1-GPU member wants n0 only
+    first = QueueRank(GroupKey("default", "first"), 5, 0.0)
+    later = QueueRank(GroupKey("default", "later"), 0, 0.0)
+    held = [(first, [member(0, 0, 1, None, False)]), (later, [member(1, 0, 1, None, False)])]
+    queue = held_queue(held, nodes, {})
+    assert queue.heads({first.key, later.key}, node_count=1) == [first.key]
+    assert later.key not in queue._gang_wanted  # never looked at: n0 was taken
