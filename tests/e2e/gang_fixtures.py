@@ -373,12 +373,18 @@ def job_pods(raw: RawApi, namespace: str, job: str) -> list[dict[str, Any]]:
     return list_pods(raw, namespace, f"batch.kubernetes.io/job-name={job}")
 
 
-def unschedulable_message(pod: dict[str, Any]) -> str:
-    """The PodScheduled=False condition's message ("" when there is none)."""
-    for condition in (pod.get("status") or {}).get("conditions") or []:
+def unschedulable(pod: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The pod's PodScheduled=False condition (kube-scheduler found no node for it), or
+    None: none yet, or no pod."""
+    for condition in ((pod or {}).get("status") or {}).get("conditions") or []:
         if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
-            return str(condition.get("message") or "")
-    return ""
+            return dict(condition)
+    return None
+
+
+def unschedulable_message(pod: dict[str, Any] | None) -> str:
+    """The PodScheduled=False condition's message ("" when there is none)."""
+    return str((unschedulable(pod) or {}).get("message") or "")
 
 
 def get_or_none(raw: RawApi, path: str) -> dict[str, Any] | None:
@@ -404,6 +410,31 @@ def hostfile(raw: RawApi, namespace: str, group: str) -> list[str]:
 
 def pod_path(namespace: str, name: str | None = None, *sub: str) -> str:
     return path_of("api", "v1", "namespaces", namespace, "pods", *([name] if name else []), *sub)
+
+
+def delete_pod(raw: RawApi, namespace: str, name: str) -> None:
+    """Delete the pod at once (grace period 0), as a pod that finished or was killed goes."""
+    raw.call("DELETE", pod_path(namespace, name), query={"gracePeriodSeconds": 0})
+
+
+def live(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The pods not being deleted (no deletionTimestamp)."""
+    return [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+
+
+def bound_live_names(raw: RawApi, namespace: str, selector: str | None = None) -> set[str]:
+    """The names of the pods (of `selector`) bound to a node and not being deleted."""
+    return {p["metadata"]["name"] for p in live(bound(list_pods(raw, namespace, selector)))}
+
+
+def pods_by_name(raw: RawApi, namespace: str) -> dict[str, dict[str, Any]]:
+    """Every pod of the namespace, by name (one list)."""
+    return {p["metadata"]["name"]: p for p in list_pods(raw, namespace)}
+
+
+def get_pod(raw: RawApi, namespace: str, name: str) -> dict[str, Any] | None:
+    """The pod named `name`, or None when there is none."""
+    return pods_by_name(raw, namespace).get(name)
 
 
 def evict(raw: RawApi, namespace: str, name: str) -> None:
@@ -437,11 +468,7 @@ def uids(pods: list[dict[str, Any]]) -> set[str]:
 
 
 def live_members(raw: RawApi, namespace: str, group: str) -> list[dict[str, Any]]:
-    return [
-        p
-        for p in list_pods(raw, namespace, f"{GROUP_LABEL}={group}")
-        if not p["metadata"].get("deletionTimestamp")
-    ]
+    return live(list_pods(raw, namespace, f"{GROUP_LABEL}={group}"))
 
 
 def events(raw: RawApi, namespace: str, reason: str) -> list[dict[str, Any]]:

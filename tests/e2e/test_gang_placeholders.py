@@ -23,16 +23,22 @@ import pytest
 
 from extender.domain.membership import GROUP_LABEL
 from extender.domain.model import PLACEHOLDER_LABEL
-from extender.kube.rawapi import RawApi, path_of
+from extender.kube.rawapi import RawApi
 from tests.e2e.gang_fixtures import (  # noqa: F401 (no_partial_gangs is a fixture)
     bound,
+    bound_live_names,
     condition_message,
     create,
+    delete_pod,
     gang_pod,
+    get_pod,
     get_podgroup,
     list_pods,
+    live,
     no_partial_gangs,
     podgroup,
+    pods_by_name,
+    unschedulable,
     wait_until,
 )
 
@@ -50,12 +56,8 @@ def default_pod(index: int, selector: dict[str, str]) -> dict[str, Any]:
     return pod
 
 
-def live(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [p for p in pods if not p["metadata"].get("deletionTimestamp")]
-
-
 def bound_smalls(raw: RawApi, namespace: str) -> set[str]:
-    return {p["metadata"]["name"] for p in live(bound(list_pods(raw, namespace, f"role={SMALL}")))}
+    return bound_live_names(raw, namespace, f"role={SMALL}")
 
 
 def placeholders(raw: RawApi, namespace: str) -> list[dict[str, Any]]:
@@ -89,29 +91,8 @@ def describe(raw: RawApi, namespace: str) -> str:
     )
 
 
-def refused(pod: dict[str, Any] | None) -> bool:
-    """kube-scheduler set PodScheduled=False on it: no node had room."""
-    for c in ((pod or {}).get("status") or {}).get("conditions") or []:
-        if c.get("type") == "PodScheduled" and c.get("status") == "False":
-            return True
-    return False
-
-
-def get_pod(raw: RawApi, namespace: str, name: str) -> dict[str, Any] | None:
-    pods = {p["metadata"]["name"]: p for p in list_pods(raw, namespace)}
-    return pods.get(name)
-
-
 def get_pod_node(raw: RawApi, namespace: str, name: str) -> str:
     return str(((get_pod(raw, namespace, name) or {}).get("spec") or {}).get("nodeName") or "")
-
-
-def delete_pod(raw: RawApi, namespace: str, name: str) -> None:
-    raw.call(
-        "DELETE",
-        path_of("api", "v1", "namespaces", namespace, "pods", name),
-        query={"gracePeriodSeconds": 0},
-    )
 
 
 def test_a_gang_starved_by_the_default_schedulers_pods_gets_placeholders_and_is_bound(
@@ -177,7 +158,9 @@ def test_a_gang_starved_by_the_default_schedulers_pods_gets_placeholders_and_is_
         after.append(replacement)
         next_index += 1
         wait_until(
-            lambda r=replacement: refused(get_pod(raw, namespace, r)) or gang_bound(raw, namespace),
+            lambda r=replacement: (
+                unschedulable(get_pod(raw, namespace, r)) or gang_bound(raw, namespace)
+            ),
             what="the replacement to be refused by the default scheduler, or the gang bound",
         )
         if not get_pod_node(raw, namespace, replacement):
@@ -190,7 +173,7 @@ def test_a_gang_starved_by_the_default_schedulers_pods_gets_placeholders_and_is_
         )
 
     assert after, "no placeholder pod appeared on the reserved node"
-    pods = {p["metadata"]["name"]: p for p in list_pods(raw, namespace)}
+    pods = pods_by_name(raw, namespace)
     members = [p for p in pods.values() if (p["metadata"].get("labels") or {}).get(GROUP_LABEL)]
     assert {p["spec"].get("nodeName") for p in members} == {node}
     taken = [name for name in after if name in pods and pods[name]["spec"].get("nodeName") == node]

@@ -19,6 +19,7 @@ from tests.e2e.gang_fixtures import (  # noqa: F401 (no_partial_gangs is a fixtu
     bound,
     condition_message,
     create,
+    delete_pod,
     gang_pod,
     get_podgroup,
     list_pods,
@@ -105,11 +106,7 @@ def test_a_higher_priority_gang_created_later_is_bound_first_when_room_appears(
         what="the low gang's hold to name the held gang ahead before room appears",
     )
 
-    raw.call(
-        "DELETE",
-        path_of("api", "v1", "namespaces", namespace, "pods", "holder"),
-        query={"gracePeriodSeconds": 0},
-    )
+    delete_pod(raw, namespace, "holder")
     wait_until(
         lambda: (
             {p["metadata"]["name"] for p in bound(list_pods(raw, namespace))}

@@ -18,13 +18,18 @@ import pytest
 from extender.kube.rawapi import RawApi, path_of
 from tests.e2e.gang_fixtures import (  # noqa: F401 (no_partial_gangs is a fixture)
     bound,
+    bound_live_names,
     condition_message,
     create,
+    delete_pod,
     gang_pod,
+    get_pod,
     get_podgroup,
     list_pods,
     no_partial_gangs,
     podgroup,
+    pods_by_name,
+    unschedulable,
     wait_until,
 )
 
@@ -40,29 +45,13 @@ def small_pod(index: int, selector: dict[str, str]) -> dict[str, Any]:
     return pod
 
 
-def pods_by_name(raw: RawApi, namespace: str) -> dict[str, dict[str, Any]]:
-    return {p["metadata"]["name"]: p for p in list_pods(raw, namespace)}
-
-
 def bound_smalls(raw: RawApi, namespace: str) -> set[str]:
-    return {
-        p["metadata"]["name"]
-        for p in bound(list_pods(raw, namespace, f"role={SMALL}"))
-        if not p["metadata"].get("deletionTimestamp")
-    }
+    return bound_live_names(raw, namespace, f"role={SMALL}")
 
 
 def gang_bound(raw: RawApi, namespace: str) -> bool:
     pods = bound(list_pods(raw, namespace))
     return len([p for p in pods if p["metadata"]["name"].startswith("big-")]) == 4
-
-
-def refusal(pod: dict[str, Any] | None) -> str:
-    """The message of the pod's PodScheduled=False condition, "" if none."""
-    for c in ((pod or {}).get("status") or {}).get("conditions") or []:
-        if c.get("type") == "PodScheduled" and c.get("status") == "False":
-            return str(c.get("message", ""))
-    return ""
 
 
 def refusals(raw: RawApi, namespace: str) -> list[str]:
@@ -74,14 +63,6 @@ def refusals(raw: RawApi, namespace: str) -> list[str]:
         if e.get("reason") == "FailedScheduling"
         and str((e.get("involvedObject") or {}).get("name", "")).startswith("small-")
     ]
-
-
-def delete_pod(raw: RawApi, namespace: str, name: str) -> None:
-    raw.call(
-        "DELETE",
-        path_of("api", "v1", "namespaces", namespace, "pods", name),
-        query={"gracePeriodSeconds": 0},
-    )
 
 
 def test_a_big_gang_starved_by_churning_one_gpu_pods_reserves_its_node_and_is_bound(
@@ -131,7 +112,7 @@ def test_a_big_gang_starved_by_churning_one_gpu_pods_reserves_its_node_and_is_bo
         next_index += 1
         wait_until(
             lambda r=replacement: (
-                refusal(pods_by_name(raw, namespace).get(r)) or gang_bound(raw, namespace)
+                unschedulable(get_pod(raw, namespace, r)) or gang_bound(raw, namespace)
             ),
             what="the replacement to be refused, or the gang to be bound",
         )
