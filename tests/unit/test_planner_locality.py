@@ -271,19 +271,7 @@ def test_a_podgroup_topology_wins_over_kueue_annotations() -> None:
     assert len(nodes_used(outcome)) == 2
 
 
-def test_members_disagreeing_on_kueue_topology_wait_with_a_message() -> None:
-    nodes, free = cluster(*zones(a=(4,)))
-    members = gang(1, 1, **{KUEUE_REQUIRED_TOPOLOGY: ZONE}) + [
-        PodInfo.from_api(
-            make_pod("other").group("g").gpus(1).annotation(KUEUE_PREFERRED_TOPOLOGY, RACK).obj()
-        )
-    ]
-    outcome = plan_gang(members, free, nodes, Policy())
-    assert isinstance(outcome, Shortfall)
-    assert outcome.message.startswith("members disagree on their Kueue topology annotations")
-
-
-def test_the_disagreement_message_lists_each_member_topology() -> None:
+def test_members_disagreeing_on_kueue_topology_wait_with_a_message_naming_each_topology() -> None:
     nodes, free = cluster(*zones(a=(4,)))
     members = gang(1, 1, **{KUEUE_REQUIRED_TOPOLOGY: ZONE}) + [
         PodInfo.from_api(
