@@ -558,6 +558,64 @@ def held_in_phase(raw: RawApi, namespace: str, group: str, phase: str) -> dict[s
     return condition
 
 
+# ---- a gang starved by 1-GPU pods (test_gang_starvation.py, test_gang_placeholders.py) ----
+
+STARVING_GANG = "big"  # 4 members of 1 GPU, big-0..big-3
+
+
+def starving_gang_bound(raw: RawApi, namespace: str) -> bool:
+    return len(bound(list_pods(raw, namespace, f"{GROUP_LABEL}={STARVING_GANG}"))) == 4
+
+
+def starve_until_reserved(
+    raw: RawApi,
+    namespace: str,
+    pool: Any,
+    small_pod: Callable[[int, dict[str, str]], dict[str, Any]],
+    small_selector: str,
+    *,
+    starvation_seconds: int,
+) -> int:
+    """On `pool` (of the gpu_nodes fixture: one node of 4 GPUs), fill the node with four
+    1-GPU pods `small_pod(0..3, pool.node_selector)` (of label selector
+    `small_selector`), create the gang STARVING_GANG of 4 x 1 GPU there, then let a
+    bound 1-GPU pod finish and a replacement `small_pod(i, ...)` take its GPU, again
+    and again, until the gang's PodGroup says it is reserving the node. The index of
+    the next 1-GPU pod."""
+    node, node_selector = pool.nodes[0], pool.node_selector
+
+    def bound_smalls() -> set[str]:
+        return bound_live_names(raw, namespace, small_selector)
+
+    def reservation_shown() -> bool:
+        message = condition_message(get_podgroup(raw, namespace, STARVING_GANG))
+        return f"reserving {node}" in message
+
+    for i in range(4):
+        create(raw, namespace, small_pod(i, node_selector))
+    wait_until(lambda: len(bound_smalls()) == 4, what="four 1-GPU pods to fill the node")
+    create(raw, namespace, podgroup(STARVING_GANG, 4, starvationSeconds=starvation_seconds))
+    for i in range(4):
+        member = gang_pod(
+            f"{STARVING_GANG}-{i}", STARVING_GANG, gpus=1, node_selector=node_selector
+        )
+        create(raw, namespace, member)
+
+    # Before the reservation: a 1-GPU pod finishes, its replacement takes the GPU.
+    next_index = 4
+    while not reservation_shown():
+        delete_pod(raw, namespace, sorted(bound_smalls())[0])
+        replacement = small_pod(next_index, node_selector)
+        create(raw, namespace, replacement)
+        next_index += 1
+        wait_until(
+            lambda r=replacement["metadata"]["name"]: r in bound_smalls() or reservation_shown(),
+            what="the replacement to be bound, or the gang's reservation to start",
+        )
+    assert not starving_gang_bound(raw, namespace)
+    return next_index
+
+
 # ---- other schedulers' PodGroups (Volcano, scheduler-plugins) ----
 
 

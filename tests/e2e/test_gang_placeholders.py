@@ -38,6 +38,8 @@ from tests.e2e.gang_fixtures import (  # noqa: F401 (no_partial_gangs is a fixtu
     no_partial_gangs,
     podgroup,
     pods_by_name,
+    starve_until_reserved,
+    starving_gang_bound,
     unschedulable,
     wait_until,
 )
@@ -78,10 +80,6 @@ def gpus_taken(raw: RawApi, namespace: str, node: str, gone: str) -> int:
     )
 
 
-def gang_bound(raw: RawApi, namespace: str) -> bool:
-    return len(bound(list_pods(raw, namespace, f"{GROUP_LABEL}=big"))) == 4
-
-
 def describe(raw: RawApi, namespace: str) -> str:
     """Every pod: name, node, phase (for a failure message)."""
     return ", ".join(
@@ -100,32 +98,9 @@ def test_a_gang_starved_by_the_default_schedulers_pods_gets_placeholders_and_is_
 ) -> None:
     pool = gpu_nodes(1, gpus=4)
     selector, node = pool.node_selector, pool.nodes[0]
-    for i in range(4):
-        create(raw, namespace, default_pod(i, selector))
-    wait_until(
-        lambda: len(bound_smalls(raw, namespace)) == 4, what="four 1-GPU pods to fill the node"
+    next_index = starve_until_reserved(
+        raw, namespace, pool, default_pod, f"role={SMALL}", starvation_seconds=STARVATION_SECONDS
     )
-    create(raw, namespace, podgroup("big", 4, starvationSeconds=STARVATION_SECONDS))
-    for i in range(4):
-        create(raw, namespace, gang_pod(f"big-{i}", "big", gpus=1, node_selector=selector))
-
-    next_index = 4
-
-    def reservation_shown() -> bool:
-        return f"reserving {node}" in condition_message(get_podgroup(raw, namespace, "big"))
-
-    # Before the reservation: a 1-GPU pod finishes, its replacement takes the GPU.
-    while not reservation_shown():
-        gone = sorted(bound_smalls(raw, namespace))[0]
-        delete_pod(raw, namespace, gone)
-        replacement = f"small-{next_index}"
-        create(raw, namespace, default_pod(next_index, selector))
-        next_index += 1
-        wait_until(
-            lambda r=replacement: r in bound_smalls(raw, namespace) or reservation_shown(),
-            what="the replacement to be bound, or the gang's reservation to start",
-        )
-    assert not gang_bound(raw, namespace)
 
     # From here on: each GPU that frees is requested by a placeholder, and a 1-GPU pod
     # of the default scheduler created after one appeared finds no room on the node.
@@ -140,18 +115,18 @@ def test_a_gang_starved_by_the_default_schedulers_pods_gets_placeholders_and_is_
     ]
     for pod in pending:
         delete_pod(raw, namespace, pod["metadata"]["name"])
-    while not gang_bound(raw, namespace):
+    while not starving_gang_bound(raw, namespace):
         left = sorted(before & bound_smalls(raw, namespace))
         if not left:
             break
         delete_pod(raw, namespace, left[0])
         wait_until(
             lambda gone=left[0]: (
-                gpus_taken(raw, namespace, node, gone) >= 4 or gang_bound(raw, namespace)
+                gpus_taken(raw, namespace, node, gone) >= 4 or starving_gang_bound(raw, namespace)
             ),
             what="the freed GPU to be taken (by a placeholder, we hope), or the gang bound",
         )
-        if not placeholders(raw, namespace) and not gang_bound(raw, namespace):
+        if not placeholders(raw, namespace) and not starving_gang_bound(raw, namespace):
             continue  # none yet: what follows is not the placeholders' doing
         replacement = f"small-{next_index}"
         create(raw, namespace, default_pod(next_index, selector))
@@ -159,15 +134,15 @@ def test_a_gang_starved_by_the_default_schedulers_pods_gets_placeholders_and_is_
         next_index += 1
         wait_until(
             lambda r=replacement: (
-                unschedulable(get_pod(raw, namespace, r)) or gang_bound(raw, namespace)
+                unschedulable(get_pod(raw, namespace, r)) or starving_gang_bound(raw, namespace)
             ),
             what="the replacement to be refused by the default scheduler, or the gang bound",
         )
         if not get_pod_node(raw, namespace, replacement):
             delete_pod(raw, namespace, replacement)  # refused: it gives up
-    if not gang_bound(raw, namespace):
+    if not starving_gang_bound(raw, namespace):
         wait_until(
-            lambda: gang_bound(raw, namespace),
+            lambda: starving_gang_bound(raw, namespace),
             what=f"the starving gang to be bound (before={sorted(before)}, after={after}, "
             f"pods: {describe(raw, namespace)})",
         )

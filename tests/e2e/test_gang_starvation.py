@@ -29,6 +29,8 @@ from tests.e2e.gang_fixtures import (  # noqa: F401 (no_partial_gangs is a fixtu
     no_partial_gangs,
     podgroup,
     pods_by_name,
+    starve_until_reserved,
+    starving_gang_bound,
     unschedulable,
     wait_until,
 )
@@ -49,11 +51,6 @@ def bound_smalls(raw: RawApi, namespace: str) -> set[str]:
     return bound_live_names(raw, namespace, f"role={SMALL}")
 
 
-def gang_bound(raw: RawApi, namespace: str) -> bool:
-    pods = bound(list_pods(raw, namespace))
-    return len([p for p in pods if p["metadata"]["name"].startswith("big-")]) == 4
-
-
 def refusals(raw: RawApi, namespace: str) -> list[str]:
     """FailedScheduling Event messages about the 1-GPU pods."""
     events = raw.call("GET", path_of("api", "v1", "namespaces", namespace, "events"))["items"]
@@ -70,38 +67,14 @@ def test_a_big_gang_starved_by_churning_one_gpu_pods_reserves_its_node_and_is_bo
 ) -> None:
     pool = gpu_nodes(1, gpus=4)
     selector, node = pool.node_selector, pool.nodes[0]
-    for i in range(4):
-        create(raw, namespace, small_pod(i, selector))
-    wait_until(
-        lambda: len(bound_smalls(raw, namespace)) == 4, what="four 1-GPU pods to fill the node"
+    next_index = starve_until_reserved(
+        raw, namespace, pool, small_pod, f"role={SMALL}", starvation_seconds=STARVATION_SECONDS
     )
-    create(raw, namespace, podgroup("big", 4, starvationSeconds=STARVATION_SECONDS))
-    for i in range(4):
-        create(raw, namespace, gang_pod(f"big-{i}", "big", gpus=1, node_selector=selector))
-
-    reserving = f"reserving {node}"
-    next_index = 4
-
-    def reservation_shown() -> bool:
-        return reserving in condition_message(get_podgroup(raw, namespace, "big"))
-
-    # Before the reservation: a 1-GPU pod finishes, its replacement takes the GPU.
-    while not reservation_shown():
-        gone = sorted(bound_smalls(raw, namespace))[0]
-        delete_pod(raw, namespace, gone)
-        replacement = f"small-{next_index}"
-        create(raw, namespace, small_pod(next_index, selector))
-        next_index += 1
-        wait_until(
-            lambda r=replacement: r in bound_smalls(raw, namespace) or reservation_shown(),
-            what="the replacement to be bound, or the gang's reservation to start",
-        )
-    assert not gang_bound(raw, namespace)
 
     # From here on: the 1-GPU pods bound now are the only ones ever bound on the node.
     before = bound_smalls(raw, namespace)
     after: list[str] = []
-    while not gang_bound(raw, namespace):
+    while not starving_gang_bound(raw, namespace):
         left = sorted(before & bound_smalls(raw, namespace))
         if not left:
             break
@@ -112,11 +85,11 @@ def test_a_big_gang_starved_by_churning_one_gpu_pods_reserves_its_node_and_is_bo
         next_index += 1
         wait_until(
             lambda r=replacement: (
-                unschedulable(get_pod(raw, namespace, r)) or gang_bound(raw, namespace)
+                unschedulable(get_pod(raw, namespace, r)) or starving_gang_bound(raw, namespace)
             ),
             what="the replacement to be refused, or the gang to be bound",
         )
-    wait_until(lambda: gang_bound(raw, namespace), what="the starving gang to be bound")
+    wait_until(lambda: starving_gang_bound(raw, namespace), what="the starving gang to be bound")
 
     assert bound_smalls(raw, namespace) <= before, "a 1-GPU pod took a GPU the gang reserved"
     pods = pods_by_name(raw, namespace)
