@@ -27,12 +27,10 @@ from extender.kube.rawapi import RawApi
 from tests.e2e.gang_fixtures import (  # noqa: F401 (no_partial_gangs is a fixture)
     bound,
     bound_live_names,
-    condition_message,
     create,
     delete_pod,
     gang_pod,
     get_pod,
-    get_podgroup,
     list_pods,
     live,
     no_partial_gangs,
