@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from extender.controller.cluster_state import ClusterState
+from extender.domain.decisions import PlaceholderCreate
 from extender.domain.gang import GangCore, Timeouts
 from extender.domain.membership import (
     CREATED_FROM_ANNOTATION,
@@ -23,6 +24,7 @@ from extender.domain.model import NodeInfo, PodInfo
 from extender.domain.planner import Placement, Shortfall
 from extender.domain.policy import Policy
 from extender.kube.cache import CacheSink
+from extender.kube.writers import placeholder_pod
 from extender.metrics import Metrics
 
 
@@ -262,6 +264,21 @@ def nodes_used(outcome: Placement | Shortfall) -> set[str]:
     """The nodes of a placement (the test fails on a shortfall)."""
     assert isinstance(outcome, Placement), outcome
     return set(outcome.nodes.values())
+
+
+def placeholder_pod_info(effect: PlaceholderCreate, uid: str | None = None) -> PodInfo:
+    """The placeholder pod the controller creates for `effect`, as the watch delivers it
+    (uid `uid`, else ph-<name>)."""
+    body = placeholder_pod(
+        namespace=effect.group.namespace,
+        name=effect.name,
+        group=effect.group.name,
+        node=effect.node,
+        gpus=effect.gpus,
+        owner=None,
+    )
+    body["metadata"]["uid"] = uid or f"ph-{effect.name}"
+    return PodInfo.from_api(body)
 
 
 # ---- a group's members named by a field of their spec (the Workload API's forms) ----
