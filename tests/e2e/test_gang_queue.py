@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from extender.kube.rawapi import KubeError, RawApi, path_of
+from extender.kube.rawapi import RawApi, path_of
 from tests.e2e.gang_fixtures import (  # noqa: F401 (no_partial_gangs is a fixture)
     bound,
     condition_message,
@@ -25,6 +25,7 @@ from tests.e2e.gang_fixtures import (  # noqa: F401 (no_partial_gangs is a fixtu
     list_pods,
     no_partial_gangs,
     podgroup,
+    temporary_priority_classes,
     wait_until,
 )
 
@@ -37,24 +38,8 @@ pytestmark = pytest.mark.usefixtures("no_partial_gangs")
 def high_priority_class(raw: RawApi) -> Iterator[str]:
     """A PriorityClass that never preempts: the test is about order, not eviction."""
     name = f"e2e-queue-high-{uuid.uuid4().hex[:6]}"
-    path = path_of("apis", "scheduling.k8s.io", "v1", "priorityclasses")
-    raw.call(
-        "POST",
-        path,
-        body={
-            "apiVersion": "scheduling.k8s.io/v1",
-            "kind": "PriorityClass",
-            "metadata": {"name": name},
-            "value": HIGH_PRIORITY,
-            "preemptionPolicy": "Never",
-        },
-    )
-    yield name
-    try:
-        raw.call("DELETE", f"{path}/{name}")
-    except KubeError as err:
-        if err.status != 404:
-            raise
+    with temporary_priority_classes(raw, {name: HIGH_PRIORITY}, preemptionPolicy="Never"):
+        yield name
 
 
 def member(name: str, group: str, selector: dict[str, str], priority_class: str = "") -> Any:
