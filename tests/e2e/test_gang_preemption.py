@@ -22,6 +22,7 @@ from tests.e2e.gang_fixtures import (  # noqa: F401 (no_partial_gangs is a fixtu
     bound,
     condition_message,
     create,
+    events,
     gang_pod,
     get_podgroup,
     list_pods,
@@ -53,11 +54,6 @@ def pod(
     # KWOK deletes a pod at once on eviction; a grace period would only slow the test.
     obj["spec"]["terminationGracePeriodSeconds"] = 0
     return obj
-
-
-def events(raw: RawApi, namespace: str, reason: str) -> list[dict[str, Any]]:
-    items = raw.call("GET", path_of("api", "v1", "namespaces", namespace, "events"))["items"]
-    return [e for e in items if e.get("reason") == reason]
 
 
 def names(pods: list[dict[str, Any]], prefix: str) -> set[str]:
