@@ -673,8 +673,8 @@ def create_podgroup_of(
     )
 
 
-def gang_status(cluster: LocalCluster, namespace: str) -> dict[str, dict[str, str]]:
-    """`gang-extender status -n <namespace>` as a user runs it, parsed by group name."""
+def gang_status_text(cluster: LocalCluster, namespace: str) -> str:
+    """What `gang-extender status -n <namespace>` prints, run as a user runs it."""
     import os
     import subprocess
     import sys
@@ -688,4 +688,9 @@ def gang_status(cluster: LocalCluster, namespace: str) -> dict[str, dict[str, st
         check=True,
         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
     )
-    return parse_status_table(listed.stdout)
+    return listed.stdout
+
+
+def gang_status(cluster: LocalCluster, namespace: str) -> dict[str, dict[str, str]]:
+    """`gang-extender status -n <namespace>` as a user runs it, parsed by group name."""
+    return parse_status_table(gang_status_text(cluster, namespace))
