@@ -103,6 +103,19 @@ def evicted_refs(core: GangCore) -> list[str]:
     return [v.ref for e in core.drain_effects() if isinstance(e, EvictVictims) for v in e.victims]
 
 
+def low_gang_with_low_0_preempted_by_kube_scheduler() -> tuple[GangCore, dict[str, Any]]:
+    """The low gang runs on n0 and n1; kube-scheduler's preemption then marks low-0
+    (its DisruptionTarget condition), as the watch delivers it. The core and low-0."""
+    low, low_spec = low_gang_running()
+    core = core_with({"n0": 1, "n1": 1}, low, {"low": low_spec})
+    preempted = pod("low-0", node="n0", group="low", priority=10)
+    preempted["status"]["conditions"] = [
+        {"type": "DisruptionTarget", "status": "True", "reason": SCHEDULER_PREEMPTION_REASON}
+    ]
+    core.observe_pod(PodInfo.from_api(preempted), T0)
+    return core, preempted
+
+
 # ----------------------------------------------------------------- the core
 def test_a_high_gang_that_fits_only_by_evicting_a_low_gang_evicts_it_whole_and_holds_the_room() -> (
     None
@@ -205,13 +218,7 @@ def test_the_lowest_and_fewest_victims_are_chosen() -> None:
 
 
 def test_kube_scheduler_preempting_a_member_evicts_the_rest_of_its_gang() -> None:
-    low, low_spec = low_gang_running()
-    core = core_with({"n0": 1, "n1": 1}, low, {"low": low_spec})
-    preempted = pod("low-0", node="n0", group="low", priority=10)
-    preempted["status"]["conditions"] = [
-        {"type": "DisruptionTarget", "status": "True", "reason": SCHEDULER_PREEMPTION_REASON}
-    ]
-    core.observe_pod(PodInfo.from_api(preempted), T0)
+    core, preempted = low_gang_with_low_0_preempted_by_kube_scheduler()
     evictions = [e for e in core.drain_effects() if isinstance(e, EvictVictims)]
     assert [[v.ref for v in e.victims] for e in evictions] == [["default/low-1"]]
     # Seen again (another status update): not asked twice.
@@ -613,13 +620,7 @@ def test_the_verb_asks_about_the_cached_pod_and_a_plain_one_joins_no_queue() -> 
 
 
 def test_kube_schedulers_preemption_completion_says_who_and_which_gang() -> None:
-    low, low_spec = low_gang_running()
-    core = core_with({"n0": 1, "n1": 1}, low, {"low": low_spec})
-    preempted = pod("low-0", node="n0", group="low", priority=10)
-    preempted["status"]["conditions"] = [
-        {"type": "DisruptionTarget", "status": "True", "reason": SCHEDULER_PREEMPTION_REASON}
-    ]
-    core.observe_pod(PodInfo.from_api(preempted), T0)
+    core, _ = low_gang_with_low_0_preempted_by_kube_scheduler()
     (eviction,) = [e for e in core.drain_effects() if isinstance(e, EvictVictims)]
     assert eviction.group == GroupKey("default", "low")
     assert eviction.preemptor == "kube-scheduler's preemption of default/low-0"
