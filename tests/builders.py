@@ -7,9 +7,11 @@ make_node("n1").gpus(8).obj()
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from typing import Any
 
 from extender.controller.cluster_state import ClusterState
+from extender.domain.decisions import PlaceholderCreate
 from extender.domain.gang import GangCore, Timeouts
 from extender.domain.membership import (
     CREATED_FROM_ANNOTATION,
@@ -18,8 +20,11 @@ from extender.domain.membership import (
     SCHEDULER_NAME,
     TASK_LABEL,
 )
+from extender.domain.model import NodeInfo, PodInfo
+from extender.domain.planner import Placement, Shortfall
 from extender.domain.policy import Policy
 from extender.kube.cache import CacheSink
+from extender.kube.writers import placeholder_pod
 from extender.metrics import Metrics
 
 
@@ -200,6 +205,80 @@ def make_podgroup(
         "metadata": meta,
         "spec": {"minMember": min_member, **spec},
     }
+
+
+# ---- the planner's inputs: node pools by shape, a gang's members (plan_gang's tests) ----
+
+ZONE = "topology.kubernetes.io/zone"
+RACK = "example.com/rack"
+_LABEL_KEYS = {"zone": ZONE, "rack": RACK}
+
+
+def gpu_node(name: str, gpus: int, **labels: str) -> NodeInfo:
+    """A node of `gpus` GPUs (0: one that has no GPU at all) with `labels`; zone= and
+    rack= stand for ZONE and RACK, other keys are label keys as they are."""
+    builder = make_node(name).gpus(gpus) if gpus else make_node(name).cpu_only()
+    for key, value in labels.items():
+        builder = builder.label(_LABEL_KEYS.get(key, key), value)
+    return NodeInfo.from_api(builder.obj())
+
+
+def domain_nodes(kind: str, shapes: dict[str, Sequence[int]], **labels: str) -> list[NodeInfo]:
+    """One node a GPU count, named after its domain: {"a": (2, 2), "b": (4,)} of kind
+    "rack" is a1 and a2 of 2 GPUs in rack a, b1 of 4 GPUs in rack b; `labels` on all."""
+    return [
+        gpu_node(f"{domain}{i}", gpus, **{kind: domain, **labels})
+        for domain, counts in shapes.items()
+        for i, gpus in enumerate(counts, start=1)
+    ]
+
+
+def racks(*, zone: str = "", **shapes: Sequence[int]) -> list[NodeInfo]:
+    """racks(a=(2, 2), b=(4,)): nodes a1, a2 and b1 (domain_nodes), in `zone` when given."""
+    return domain_nodes("rack", shapes, **({"zone": zone} if zone else {}))
+
+
+def zones(**shapes: Sequence[int]) -> list[NodeInfo]:
+    """zones(a=(2,), b=(4, 4)): nodes a1, b1 and b2 (domain_nodes), without a rack."""
+    return domain_nodes("zone", shapes)
+
+
+def cluster(*nodes: NodeInfo) -> tuple[dict[str, NodeInfo], dict[str, dict[str, int]]]:
+    """plan_gang's nodes by name and their free resources (all they have)."""
+    return {n.name: n for n in nodes}, {n.name: dict(n.allocatable) for n in nodes}
+
+
+def gang(count: int, gpus: int, *, cpu_only: int = 0, **annotations: str) -> list[PodInfo]:
+    """Members m0.. of group g: `count` of `gpus` GPUs, then `cpu_only` asking one CPU."""
+    pods = []
+    for i in range(count + cpu_only):
+        builder = make_pod(f"m{i}").group("g")
+        builder = builder.gpus(gpus) if i < count else builder.cpu("1")
+        for key, value in annotations.items():
+            builder = builder.annotation(key, value)
+        pods.append(PodInfo.from_api(builder.obj()))
+    return pods
+
+
+def nodes_used(outcome: Placement | Shortfall) -> set[str]:
+    """The nodes of a placement (the test fails on a shortfall)."""
+    assert isinstance(outcome, Placement), outcome
+    return set(outcome.nodes.values())
+
+
+def placeholder_pod_info(effect: PlaceholderCreate, uid: str | None = None) -> PodInfo:
+    """The placeholder pod the controller creates for `effect`, as the watch delivers it
+    (uid `uid`, else ph-<name>)."""
+    body = placeholder_pod(
+        namespace=effect.group.namespace,
+        name=effect.name,
+        group=effect.group.name,
+        node=effect.node,
+        gpus=effect.gpus,
+        owner=None,
+    )
+    body["metadata"]["uid"] = uid or f"ph-{effect.name}"
+    return PodInfo.from_api(body)
 
 
 # ---- a group's members named by a field of their spec (the Workload API's forms) ----

@@ -7,6 +7,7 @@ deploy/scheduler/scheduler-config.yaml against the session cluster, exactly as
 
 from __future__ import annotations
 
+import contextlib
 import re
 import threading
 import time
@@ -373,12 +374,18 @@ def job_pods(raw: RawApi, namespace: str, job: str) -> list[dict[str, Any]]:
     return list_pods(raw, namespace, f"batch.kubernetes.io/job-name={job}")
 
 
-def unschedulable_message(pod: dict[str, Any]) -> str:
-    """The PodScheduled=False condition's message ("" when there is none)."""
-    for condition in (pod.get("status") or {}).get("conditions") or []:
+def unschedulable(pod: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The pod's PodScheduled=False condition (kube-scheduler found no node for it), or
+    None: none yet, or no pod."""
+    for condition in ((pod or {}).get("status") or {}).get("conditions") or []:
         if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
-            return str(condition.get("message") or "")
-    return ""
+            return dict(condition)
+    return None
+
+
+def unschedulable_message(pod: dict[str, Any] | None) -> str:
+    """The PodScheduled=False condition's message ("" when there is none)."""
+    return str((unschedulable(pod) or {}).get("message") or "")
 
 
 def get_or_none(raw: RawApi, path: str) -> dict[str, Any] | None:
@@ -404,6 +411,31 @@ def hostfile(raw: RawApi, namespace: str, group: str) -> list[str]:
 
 def pod_path(namespace: str, name: str | None = None, *sub: str) -> str:
     return path_of("api", "v1", "namespaces", namespace, "pods", *([name] if name else []), *sub)
+
+
+def delete_pod(raw: RawApi, namespace: str, name: str) -> None:
+    """Delete the pod at once (grace period 0), as a pod that finished or was killed goes."""
+    raw.call("DELETE", pod_path(namespace, name), query={"gracePeriodSeconds": 0})
+
+
+def live(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The pods not being deleted (no deletionTimestamp)."""
+    return [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+
+
+def bound_live_names(raw: RawApi, namespace: str, selector: str | None = None) -> set[str]:
+    """The names of the pods (of `selector`) bound to a node and not being deleted."""
+    return {p["metadata"]["name"] for p in live(bound(list_pods(raw, namespace, selector)))}
+
+
+def pods_by_name(raw: RawApi, namespace: str) -> dict[str, dict[str, Any]]:
+    """Every pod of the namespace, by name (one list)."""
+    return {p["metadata"]["name"]: p for p in list_pods(raw, namespace)}
+
+
+def get_pod(raw: RawApi, namespace: str, name: str) -> dict[str, Any] | None:
+    """The pod named `name`, or None when there is none."""
+    return pods_by_name(raw, namespace).get(name)
 
 
 def evict(raw: RawApi, namespace: str, name: str) -> None:
@@ -437,11 +469,7 @@ def uids(pods: list[dict[str, Any]]) -> set[str]:
 
 
 def live_members(raw: RawApi, namespace: str, group: str) -> list[dict[str, Any]]:
-    return [
-        p
-        for p in list_pods(raw, namespace, f"{GROUP_LABEL}={group}")
-        if not p["metadata"].get("deletionTimestamp")
-    ]
+    return live(list_pods(raw, namespace, f"{GROUP_LABEL}={group}"))
 
 
 def events(raw: RawApi, namespace: str, reason: str) -> list[dict[str, Any]]:
@@ -531,6 +559,94 @@ def held_in_phase(raw: RawApi, namespace: str, group: str, phase: str) -> dict[s
     return condition
 
 
+# ---- priority (test_gang_queue.py, test_gang_preemption.py) ----
+
+
+@contextlib.contextmanager
+def temporary_priority_classes(
+    raw: RawApi, values: dict[str, int], **fields: Any
+) -> Iterator[None]:
+    """PriorityClasses `name: value` (each with `fields`, e.g. preemptionPolicy) for the
+    block; deleted after (gone already is fine)."""
+    path = path_of("apis", "scheduling.k8s.io", "v1", "priorityclasses")
+    for name, value in values.items():
+        body = {
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
+            "metadata": {"name": name},
+            "value": value,
+            **fields,
+        }
+        raw.call("POST", path, body=body)
+    try:
+        yield
+    finally:
+        for name in values:
+            try:
+                raw.call("DELETE", f"{path}/{name}")
+            except KubeError as err:
+                if err.status != 404:
+                    raise
+
+
+# ---- a gang starved by 1-GPU pods (test_gang_starvation.py, test_gang_placeholders.py) ----
+
+STARVING_GANG = "big"  # 4 members of 1 GPU, big-0..big-3
+
+
+def starving_gang_bound(raw: RawApi, namespace: str) -> bool:
+    return len(bound(list_pods(raw, namespace, f"{GROUP_LABEL}={STARVING_GANG}"))) == 4
+
+
+def starve_until_reserved(
+    raw: RawApi,
+    namespace: str,
+    pool: Any,
+    small_pod: Callable[[int, dict[str, str]], dict[str, Any]],
+    small_selector: str,
+    *,
+    starvation_seconds: int,
+) -> int:
+    """On `pool` (of the gpu_nodes fixture: one node of 4 GPUs), fill the node with four
+    1-GPU pods `small_pod(0..3, pool.node_selector)` (of label selector
+    `small_selector`), create the gang STARVING_GANG of 4 x 1 GPU there, then let a
+    bound 1-GPU pod finish and a replacement `small_pod(i, ...)` take its GPU, again
+    and again, until the gang's PodGroup says it is reserving the node. The index of
+    the next 1-GPU pod."""
+    node, node_selector = pool.nodes[0], pool.node_selector
+
+    def bound_smalls() -> set[str]:
+        return bound_live_names(raw, namespace, small_selector)
+
+    def reservation_shown() -> bool:
+        message = condition_message(get_podgroup(raw, namespace, STARVING_GANG))
+        return f"reserving {node}" in message
+
+    for i in range(4):
+        create(raw, namespace, small_pod(i, node_selector))
+    wait_until(lambda: len(bound_smalls()) == 4, what="four 1-GPU pods to fill the node")
+    create(raw, namespace, podgroup(STARVING_GANG, 4, starvationSeconds=starvation_seconds))
+    for i in range(4):
+        member = gang_pod(
+            f"{STARVING_GANG}-{i}", STARVING_GANG, gpus=1, node_selector=node_selector
+        )
+        create(raw, namespace, member)
+
+    # Before the reservation: a 1-GPU pod finishes, its replacement takes the GPU.
+    next_index = 4
+    while not reservation_shown():
+        delete_pod(raw, namespace, sorted(bound_smalls())[0])
+        replacement = small_pod(next_index, node_selector)
+        create(raw, namespace, replacement)
+        next_index += 1
+        wait_until(
+            lambda r=replacement["metadata"]["name"]: r in bound_smalls() or reservation_shown(),
+            what="the replacement to be bound, or the gang's reservation to start",
+        )
+    assert not starving_gang_bound(raw, namespace)
+    return next_index
+
+
 # ---- other schedulers' PodGroups (Volcano, scheduler-plugins) ----
 
 
@@ -557,8 +673,8 @@ def create_podgroup_of(
     )
 
 
-def gang_status(cluster: LocalCluster, namespace: str) -> dict[str, dict[str, str]]:
-    """`gang-extender status -n <namespace>` as a user runs it, parsed by group name."""
+def gang_status_text(cluster: LocalCluster, namespace: str) -> str:
+    """What `gang-extender status -n <namespace>` prints, run as a user runs it."""
     import os
     import subprocess
     import sys
@@ -572,4 +688,9 @@ def gang_status(cluster: LocalCluster, namespace: str) -> dict[str, dict[str, st
         check=True,
         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
     )
-    return parse_status_table(listed.stdout)
+    return listed.stdout
+
+
+def gang_status(cluster: LocalCluster, namespace: str) -> dict[str, dict[str, str]]:
+    """`gang-extender status -n <namespace>` as a user runs it, parsed by group name."""
+    return parse_status_table(gang_status_text(cluster, namespace))

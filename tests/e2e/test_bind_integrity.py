@@ -34,6 +34,7 @@ from tests.e2e.gang_fixtures import (  # noqa: F401 (no_partial_gangs is a fixtu
     BindRecorder,
     bound,
     create,
+    delete_pod,
     gang_pod,
     list_pods,
     no_partial_gangs,
@@ -305,11 +306,7 @@ def test_a_default_scheduler_pod_on_a_planned_node_never_over_commits_it(
     )
 
     # Room appears: the gang is planned again and bound whole.
-    raw.call(
-        "DELETE",
-        path_of("api", "v1", "namespaces", namespace, "pods", "intruder"),
-        query={"gracePeriodSeconds": 0},
-    )
+    delete_pod(raw, namespace, "intruder")
     wait_until(
         lambda: gang_bound() == ["steal-0", "steal-1"], timeout=120, what="the gang bound whole"
     )

@@ -23,16 +23,22 @@ import pytest
 
 from extender.domain.membership import GROUP_LABEL
 from extender.domain.model import PLACEHOLDER_LABEL
-from extender.kube.rawapi import RawApi, path_of
+from extender.kube.rawapi import RawApi
 from tests.e2e.gang_fixtures import (  # noqa: F401 (no_partial_gangs is a fixture)
     bound,
-    condition_message,
+    bound_live_names,
     create,
+    delete_pod,
     gang_pod,
-    get_podgroup,
+    get_pod,
     list_pods,
+    live,
     no_partial_gangs,
     podgroup,
+    pods_by_name,
+    starve_until_reserved,
+    starving_gang_bound,
+    unschedulable,
     wait_until,
 )
 
@@ -50,12 +56,8 @@ def default_pod(index: int, selector: dict[str, str]) -> dict[str, Any]:
     return pod
 
 
-def live(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [p for p in pods if not p["metadata"].get("deletionTimestamp")]
-
-
 def bound_smalls(raw: RawApi, namespace: str) -> set[str]:
-    return {p["metadata"]["name"] for p in live(bound(list_pods(raw, namespace, f"role={SMALL}")))}
+    return bound_live_names(raw, namespace, f"role={SMALL}")
 
 
 def placeholders(raw: RawApi, namespace: str) -> list[dict[str, Any]]:
@@ -76,10 +78,6 @@ def gpus_taken(raw: RawApi, namespace: str, node: str, gone: str) -> int:
     )
 
 
-def gang_bound(raw: RawApi, namespace: str) -> bool:
-    return len(bound(list_pods(raw, namespace, f"{GROUP_LABEL}=big"))) == 4
-
-
 def describe(raw: RawApi, namespace: str) -> str:
     """Every pod: name, node, phase (for a failure message)."""
     return ", ".join(
@@ -89,29 +87,8 @@ def describe(raw: RawApi, namespace: str) -> str:
     )
 
 
-def refused(pod: dict[str, Any] | None) -> bool:
-    """kube-scheduler set PodScheduled=False on it: no node had room."""
-    for c in ((pod or {}).get("status") or {}).get("conditions") or []:
-        if c.get("type") == "PodScheduled" and c.get("status") == "False":
-            return True
-    return False
-
-
-def get_pod(raw: RawApi, namespace: str, name: str) -> dict[str, Any] | None:
-    pods = {p["metadata"]["name"]: p for p in list_pods(raw, namespace)}
-    return pods.get(name)
-
-
 def get_pod_node(raw: RawApi, namespace: str, name: str) -> str:
     return str(((get_pod(raw, namespace, name) or {}).get("spec") or {}).get("nodeName") or "")
-
-
-def delete_pod(raw: RawApi, namespace: str, name: str) -> None:
-    raw.call(
-        "DELETE",
-        path_of("api", "v1", "namespaces", namespace, "pods", name),
-        query={"gracePeriodSeconds": 0},
-    )
 
 
 def test_a_gang_starved_by_the_default_schedulers_pods_gets_placeholders_and_is_bound(
@@ -119,32 +96,9 @@ def test_a_gang_starved_by_the_default_schedulers_pods_gets_placeholders_and_is_
 ) -> None:
     pool = gpu_nodes(1, gpus=4)
     selector, node = pool.node_selector, pool.nodes[0]
-    for i in range(4):
-        create(raw, namespace, default_pod(i, selector))
-    wait_until(
-        lambda: len(bound_smalls(raw, namespace)) == 4, what="four 1-GPU pods to fill the node"
+    next_index = starve_until_reserved(
+        raw, namespace, pool, default_pod, f"role={SMALL}", starvation_seconds=STARVATION_SECONDS
     )
-    create(raw, namespace, podgroup("big", 4, starvationSeconds=STARVATION_SECONDS))
-    for i in range(4):
-        create(raw, namespace, gang_pod(f"big-{i}", "big", gpus=1, node_selector=selector))
-
-    next_index = 4
-
-    def reservation_shown() -> bool:
-        return f"reserving {node}" in condition_message(get_podgroup(raw, namespace, "big"))
-
-    # Before the reservation: a 1-GPU pod finishes, its replacement takes the GPU.
-    while not reservation_shown():
-        gone = sorted(bound_smalls(raw, namespace))[0]
-        delete_pod(raw, namespace, gone)
-        replacement = f"small-{next_index}"
-        create(raw, namespace, default_pod(next_index, selector))
-        next_index += 1
-        wait_until(
-            lambda r=replacement: r in bound_smalls(raw, namespace) or reservation_shown(),
-            what="the replacement to be bound, or the gang's reservation to start",
-        )
-    assert not gang_bound(raw, namespace)
 
     # From here on: each GPU that frees is requested by a placeholder, and a 1-GPU pod
     # of the default scheduler created after one appeared finds no room on the node.
@@ -159,38 +113,40 @@ def test_a_gang_starved_by_the_default_schedulers_pods_gets_placeholders_and_is_
     ]
     for pod in pending:
         delete_pod(raw, namespace, pod["metadata"]["name"])
-    while not gang_bound(raw, namespace):
+    while not starving_gang_bound(raw, namespace):
         left = sorted(before & bound_smalls(raw, namespace))
         if not left:
             break
         delete_pod(raw, namespace, left[0])
         wait_until(
             lambda gone=left[0]: (
-                gpus_taken(raw, namespace, node, gone) >= 4 or gang_bound(raw, namespace)
+                gpus_taken(raw, namespace, node, gone) >= 4 or starving_gang_bound(raw, namespace)
             ),
             what="the freed GPU to be taken (by a placeholder, we hope), or the gang bound",
         )
-        if not placeholders(raw, namespace) and not gang_bound(raw, namespace):
+        if not placeholders(raw, namespace) and not starving_gang_bound(raw, namespace):
             continue  # none yet: what follows is not the placeholders' doing
         replacement = f"small-{next_index}"
         create(raw, namespace, default_pod(next_index, selector))
         after.append(replacement)
         next_index += 1
         wait_until(
-            lambda r=replacement: refused(get_pod(raw, namespace, r)) or gang_bound(raw, namespace),
+            lambda r=replacement: (
+                unschedulable(get_pod(raw, namespace, r)) or starving_gang_bound(raw, namespace)
+            ),
             what="the replacement to be refused by the default scheduler, or the gang bound",
         )
         if not get_pod_node(raw, namespace, replacement):
             delete_pod(raw, namespace, replacement)  # refused: it gives up
-    if not gang_bound(raw, namespace):
+    if not starving_gang_bound(raw, namespace):
         wait_until(
-            lambda: gang_bound(raw, namespace),
+            lambda: starving_gang_bound(raw, namespace),
             what=f"the starving gang to be bound (before={sorted(before)}, after={after}, "
             f"pods: {describe(raw, namespace)})",
         )
 
     assert after, "no placeholder pod appeared on the reserved node"
-    pods = {p["metadata"]["name"]: p for p in list_pods(raw, namespace)}
+    pods = pods_by_name(raw, namespace)
     members = [p for p in pods.values() if (p["metadata"].get("labels") or {}).get(GROUP_LABEL)]
     assert {p["spec"].get("nodeName") for p in members} == {node}
     taken = [name for name in after if name in pods and pods[name]["spec"].get("nodeName") == node]

@@ -17,16 +17,18 @@ from typing import Any
 
 import pytest
 
-from extender.kube.rawapi import KubeError, RawApi, path_of
+from extender.kube.rawapi import RawApi, path_of
 from tests.e2e.gang_fixtures import (  # noqa: F401 (no_partial_gangs is a fixture)
     bound,
     condition_message,
     create,
+    events,
     gang_pod,
     get_podgroup,
     list_pods,
     no_partial_gangs,
     podgroup,
+    temporary_priority_classes,
     wait_until,
 )
 
@@ -38,27 +40,10 @@ pytestmark = pytest.mark.usefixtures("no_partial_gangs")
 @pytest.fixture
 def priority_classes(raw: RawApi) -> Iterator[dict[int, str]]:
     """Two PriorityClasses, low and high, both allowed to preempt; deleted after."""
-    path = path_of("apis", "scheduling.k8s.io", "v1", "priorityclasses")
     suffix = uuid.uuid4().hex[:6]
     names = {LOW: f"e2e-preempt-low-{suffix}", HIGH: f"e2e-preempt-high-{suffix}"}
-    for value, name in names.items():
-        raw.call(
-            "POST",
-            path,
-            body={
-                "apiVersion": "scheduling.k8s.io/v1",
-                "kind": "PriorityClass",
-                "metadata": {"name": name},
-                "value": value,
-            },
-        )
-    yield names
-    for name in names.values():
-        try:
-            raw.call("DELETE", f"{path}/{name}")
-        except KubeError as err:
-            if err.status != 404:
-                raise
+    with temporary_priority_classes(raw, {name: value for value, name in names.items()}):
+        yield names
 
 
 def pod(
@@ -69,11 +54,6 @@ def pod(
     # KWOK deletes a pod at once on eviction; a grace period would only slow the test.
     obj["spec"]["terminationGracePeriodSeconds"] = 0
     return obj
-
-
-def events(raw: RawApi, namespace: str, reason: str) -> list[dict[str, Any]]:
-    items = raw.call("GET", path_of("api", "v1", "namespaces", namespace, "events"))["items"]
-    return [e for e in items if e.get("reason") == reason]
 
 
 def names(pods: list[dict[str, Any]], prefix: str) -> set[str]:

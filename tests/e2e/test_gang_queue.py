@@ -14,16 +14,18 @@ from typing import Any
 
 import pytest
 
-from extender.kube.rawapi import KubeError, RawApi, path_of
+from extender.kube.rawapi import RawApi, path_of
 from tests.e2e.gang_fixtures import (  # noqa: F401 (no_partial_gangs is a fixture)
     bound,
     condition_message,
     create,
+    delete_pod,
     gang_pod,
     get_podgroup,
     list_pods,
     no_partial_gangs,
     podgroup,
+    temporary_priority_classes,
     wait_until,
 )
 
@@ -36,24 +38,8 @@ pytestmark = pytest.mark.usefixtures("no_partial_gangs")
 def high_priority_class(raw: RawApi) -> Iterator[str]:
     """A PriorityClass that never preempts: the test is about order, not eviction."""
     name = f"e2e-queue-high-{uuid.uuid4().hex[:6]}"
-    path = path_of("apis", "scheduling.k8s.io", "v1", "priorityclasses")
-    raw.call(
-        "POST",
-        path,
-        body={
-            "apiVersion": "scheduling.k8s.io/v1",
-            "kind": "PriorityClass",
-            "metadata": {"name": name},
-            "value": HIGH_PRIORITY,
-            "preemptionPolicy": "Never",
-        },
-    )
-    yield name
-    try:
-        raw.call("DELETE", f"{path}/{name}")
-    except KubeError as err:
-        if err.status != 404:
-            raise
+    with temporary_priority_classes(raw, {name: HIGH_PRIORITY}, preemptionPolicy="Never"):
+        yield name
 
 
 def member(name: str, group: str, selector: dict[str, str], priority_class: str = "") -> Any:
@@ -105,11 +91,7 @@ def test_a_higher_priority_gang_created_later_is_bound_first_when_room_appears(
         what="the low gang's hold to name the held gang ahead before room appears",
     )
 
-    raw.call(
-        "DELETE",
-        path_of("api", "v1", "namespaces", namespace, "pods", "holder"),
-        query={"gracePeriodSeconds": 0},
-    )
+    delete_pod(raw, namespace, "holder")
     wait_until(
         lambda: (
             {p["metadata"]["name"] for p in bound(list_pods(raw, namespace))}

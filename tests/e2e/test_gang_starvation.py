@@ -18,13 +18,16 @@ import pytest
 from extender.kube.rawapi import RawApi, path_of
 from tests.e2e.gang_fixtures import (  # noqa: F401 (no_partial_gangs is a fixture)
     bound,
-    condition_message,
+    bound_live_names,
     create,
+    delete_pod,
     gang_pod,
-    get_podgroup,
-    list_pods,
+    get_pod,
     no_partial_gangs,
-    podgroup,
+    pods_by_name,
+    starve_until_reserved,
+    starving_gang_bound,
+    unschedulable,
     wait_until,
 )
 
@@ -40,29 +43,8 @@ def small_pod(index: int, selector: dict[str, str]) -> dict[str, Any]:
     return pod
 
 
-def pods_by_name(raw: RawApi, namespace: str) -> dict[str, dict[str, Any]]:
-    return {p["metadata"]["name"]: p for p in list_pods(raw, namespace)}
-
-
 def bound_smalls(raw: RawApi, namespace: str) -> set[str]:
-    return {
-        p["metadata"]["name"]
-        for p in bound(list_pods(raw, namespace, f"role={SMALL}"))
-        if not p["metadata"].get("deletionTimestamp")
-    }
-
-
-def gang_bound(raw: RawApi, namespace: str) -> bool:
-    pods = bound(list_pods(raw, namespace))
-    return len([p for p in pods if p["metadata"]["name"].startswith("big-")]) == 4
-
-
-def refusal(pod: dict[str, Any] | None) -> str:
-    """The message of the pod's PodScheduled=False condition, "" if none."""
-    for c in ((pod or {}).get("status") or {}).get("conditions") or []:
-        if c.get("type") == "PodScheduled" and c.get("status") == "False":
-            return str(c.get("message", ""))
-    return ""
+    return bound_live_names(raw, namespace, f"role={SMALL}")
 
 
 def refusals(raw: RawApi, namespace: str) -> list[str]:
@@ -76,51 +58,19 @@ def refusals(raw: RawApi, namespace: str) -> list[str]:
     ]
 
 
-def delete_pod(raw: RawApi, namespace: str, name: str) -> None:
-    raw.call(
-        "DELETE",
-        path_of("api", "v1", "namespaces", namespace, "pods", name),
-        query={"gracePeriodSeconds": 0},
-    )
-
-
 def test_a_big_gang_starved_by_churning_one_gpu_pods_reserves_its_node_and_is_bound(
     gang_stack, raw, namespace, gpu_nodes
 ) -> None:
     pool = gpu_nodes(1, gpus=4)
     selector, node = pool.node_selector, pool.nodes[0]
-    for i in range(4):
-        create(raw, namespace, small_pod(i, selector))
-    wait_until(
-        lambda: len(bound_smalls(raw, namespace)) == 4, what="four 1-GPU pods to fill the node"
+    next_index = starve_until_reserved(
+        raw, namespace, pool, small_pod, f"role={SMALL}", starvation_seconds=STARVATION_SECONDS
     )
-    create(raw, namespace, podgroup("big", 4, starvationSeconds=STARVATION_SECONDS))
-    for i in range(4):
-        create(raw, namespace, gang_pod(f"big-{i}", "big", gpus=1, node_selector=selector))
-
-    reserving = f"reserving {node}"
-    next_index = 4
-
-    def reservation_shown() -> bool:
-        return reserving in condition_message(get_podgroup(raw, namespace, "big"))
-
-    # Before the reservation: a 1-GPU pod finishes, its replacement takes the GPU.
-    while not reservation_shown():
-        gone = sorted(bound_smalls(raw, namespace))[0]
-        delete_pod(raw, namespace, gone)
-        replacement = f"small-{next_index}"
-        create(raw, namespace, small_pod(next_index, selector))
-        next_index += 1
-        wait_until(
-            lambda r=replacement: r in bound_smalls(raw, namespace) or reservation_shown(),
-            what="the replacement to be bound, or the gang's reservation to start",
-        )
-    assert not gang_bound(raw, namespace)
 
     # From here on: the 1-GPU pods bound now are the only ones ever bound on the node.
     before = bound_smalls(raw, namespace)
     after: list[str] = []
-    while not gang_bound(raw, namespace):
+    while not starving_gang_bound(raw, namespace):
         left = sorted(before & bound_smalls(raw, namespace))
         if not left:
             break
@@ -131,11 +81,11 @@ def test_a_big_gang_starved_by_churning_one_gpu_pods_reserves_its_node_and_is_bo
         next_index += 1
         wait_until(
             lambda r=replacement: (
-                refusal(pods_by_name(raw, namespace).get(r)) or gang_bound(raw, namespace)
+                unschedulable(get_pod(raw, namespace, r)) or starving_gang_bound(raw, namespace)
             ),
             what="the replacement to be refused, or the gang to be bound",
         )
-    wait_until(lambda: gang_bound(raw, namespace), what="the starving gang to be bound")
+    wait_until(lambda: starving_gang_bound(raw, namespace), what="the starving gang to be bound")
 
     assert bound_smalls(raw, namespace) <= before, "a 1-GPU pod took a GPU the gang reserved"
     pods = pods_by_name(raw, namespace)

@@ -27,7 +27,7 @@ from extender.domain.membership import (
     TASKS_ANNOTATION,
 )
 from extender.kube.rawapi import KubeError, RawApi, path_of
-from tests.e2e.gang_fixtures import gang_pod, get_podgroup, podgroup, wait_until
+from tests.e2e.gang_fixtures import gang_pod, get_or_none, get_podgroup, podgroup, wait_until
 
 WIRED_ENV = {
     "VC_TASK_INDEX",
@@ -49,15 +49,6 @@ def core_path(namespace: str, plural: str, name: str | None = None) -> str:
 def group_path(api: str, namespace: str, plural: str, name: str | None = None) -> str:
     parts = ["apis", *api.split("/"), "namespaces", namespace, plural]
     return path_of(*parts, *([name] if name else []))
-
-
-def get_or_none(raw: RawApi, path: str) -> dict[str, Any] | None:
-    try:
-        return raw.call("GET", path)
-    except KubeError as err:
-        if err.status == 404:
-            return None
-        raise
 
 
 def create_pod(raw: RawApi, namespace: str, pod: dict[str, Any]) -> dict[str, Any]:

@@ -32,6 +32,7 @@ from tests.e2e.gang_fixtures import (
     podgroup,
     podgroups_path,
     ungate,
+    unschedulable_message,
     wait_until,
 )
 
@@ -45,14 +46,6 @@ def install_crd(raw: RawApi, path: Path) -> None:
     for doc in load_yaml_documents(path):
         apply_object(raw, doc)
         wait_crd_established(raw, doc["metadata"]["name"])
-
-
-def _scheduled_message(pod: dict[str, Any]) -> str:
-    """The message of the pod's PodScheduled=False condition (kube-scheduler's refusal)."""
-    for condition in (pod.get("status") or {}).get("conditions") or []:
-        if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
-            return str(condition.get("message", ""))
-    return ""
 
 
 def events(raw: RawApi, namespace: str) -> list[dict[str, Any]]:
@@ -268,7 +261,7 @@ def test_a_volcano_podgroup_and_ours_of_one_name_that_disagree_hold_the_job_nami
     for i in range(3):
         ungate(raw, namespace, f"twice-{i}")
     wait_until(
-        lambda: [p for p in list_pods(raw, namespace) if "disagree" in _scheduled_message(p)],
+        lambda: [p for p in list_pods(raw, namespace) if "disagree" in unschedulable_message(p)],
         what="kube-scheduler to try a member and record the hold",
     )
     assert bound(list_pods(raw, namespace)) == []

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
 from extender.kube.rawapi import KubeError, path_of
@@ -12,8 +9,9 @@ from tests.e2e.gang_fixtures import (
     bound,
     create,
     gang_pod,
+    gang_status,
+    gang_status_text,
     list_pods,
-    parse_status_table,
     podgroup,
     wait_until,
 )
@@ -92,46 +90,13 @@ def test_status_command_lists_groups_with_phase_and_waiting_reason(
         )
 
     def status_output() -> str | None:
-        out = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "extender",
-                "status",
-                "--kubeconfig",
-                str(cluster.kubeconfig),
-                "-n",
-                namespace,
-            ],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
+        out = gang_status_text(cluster, namespace)
         return out if "placeable" in out else None
 
     out = wait_until(status_output, what="status to show the waiting reason")
     header, row = out.splitlines()[0], next(line for line in out.splitlines() if "toobig" in line)
     assert header.split()[:4] == ["NAMESPACE", "NAME", "PHASE", "PLACED/MIN"]
     assert "Pending" in row and "0/2" in row and "largest free node has 2" in row
-
-
-def _status_table(cluster, namespace: str) -> dict[str, dict[str, str]]:
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "extender",
-            "status",
-            "--kubeconfig",
-            str(cluster.kubeconfig),
-            "-n",
-            namespace,
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    return parse_status_table(out)
 
 
 def test_status_lists_scheduler_plugins_and_member_only_groups_with_their_source(
@@ -155,7 +120,7 @@ def test_status_lists_scheduler_plugins_and_member_only_groups_with_their_source
     create(raw, namespace, gang_pod("lonely-0", "lonely", node_selector=pool.node_selector))
 
     def both_explained() -> dict[str, dict[str, str]] | None:
-        rows = _status_table(cluster, namespace)
+        rows = gang_status(cluster, namespace)
         explained = all(rows.get(name, {}).get("WAITING FOR") for name in ("pi", "lonely"))
         return rows if explained else None
 
@@ -174,7 +139,7 @@ def test_status_lists_scheduler_plugins_and_member_only_groups_with_their_source
     create(raw, namespace, pod)
     placed = wait_until(
         lambda: (
-            (row := _status_table(cluster, namespace).get("pi"))
+            (row := gang_status(cluster, namespace).get("pi"))
             and row["PLACED/MIN"] == "3/3"
             and row
         ),

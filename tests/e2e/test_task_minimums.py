@@ -28,6 +28,7 @@ from tests.e2e.gang_fixtures import (  # noqa: F401 (no_partial_gangs is a fixtu
     list_pods,
     no_partial_gangs,
     podgroup,
+    unschedulable_message,
     wait_until,
 )
 
@@ -35,14 +36,6 @@ HOLD_OBSERVATION_SECONDS = 6  # long enough for several scheduler retries of a h
 WORKERS = 5
 
 pytestmark = pytest.mark.usefixtures("no_partial_gangs")
-
-
-def scheduler_said(pod: dict[str, Any]) -> str:
-    """The message of the pod's PodScheduled=False condition ("" when none)."""
-    for condition in (pod.get("status") or {}).get("conditions") or []:
-        if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
-            return str(condition.get("message") or "")
-    return ""
 
 
 def create_members(
@@ -132,7 +125,7 @@ def test_workers_annotated_with_their_task_layout_wait_for_their_master(
     # The hold reaches each worker's PodScheduled condition through kube-scheduler.
     wait_until(
         lambda: all(
-            f"gang {namespace}/anno: task master: 0/1 members exist" in scheduler_said(p)
+            f"gang {namespace}/anno: task master: 0/1 members exist" in unschedulable_message(p)
             for p in list_pods(raw, namespace)
         ),
         what="every worker's PodScheduled condition to name the short task",

@@ -25,6 +25,7 @@ from __future__ import annotations
 import ast
 import functools
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -218,40 +219,42 @@ def is_piece_of_a_message(text: str) -> bool:
 
 
 # ------------------------------------------------------------------ quotes in the docs
-def quoted_lines(text: str) -> list[tuple[int, str]]:
-    """(line number, line) of every fenced-block line and prose quote holding a gang message."""
-    found: list[tuple[int, str]] = []
+def doc_lines(text: str) -> Iterator[tuple[int, str, bool]]:
+    """(line number, line, inside a fenced block) of every line but the fences."""
     fenced = False
     for number, line in enumerate(text.splitlines(), 1):
         if line.lstrip().startswith("```"):
             fenced = not fenced
-            continue
+        else:
+            yield number, line, fenced
+
+
+def prose_quotes(line: str) -> list[str]:
+    """The `code` and "quoted" spans of a line of prose."""
+    return [a or b for a, b in re.findall(r"`([^`]+)`|\"([^\"]+)\"", line)]
+
+
+def quoted_lines(text: str) -> list[tuple[int, str]]:
+    """(line number, line) of every fenced-block line and prose quote holding a gang message."""
+    found: list[tuple[int, str]] = []
+    for number, line, fenced in doc_lines(text):
         if fenced:
             if GANG_PREFIX.search(line):
                 found.append((number, line.strip()))
             continue
-        for quote in re.findall(r"`([^`]+)`|\"([^\"]+)\"", line):
-            span = quote[0] or quote[1]
-            if GANG_PREFIX.match(span):
-                found.append((number, span))
+        found.extend((number, span) for span in prose_quotes(line) if GANG_PREFIX.match(span))
     return found
 
 
 def quoted_pieces(text: str) -> list[tuple[int, str]]:
     """Shorter prose quotes that use a message's words."""
-    found: list[tuple[int, str]] = []
-    fenced = False
-    for number, line in enumerate(text.splitlines(), 1):
-        if line.lstrip().startswith("```"):
-            fenced = not fenced
-            continue
-        if fenced:
-            continue
-        for quote in re.findall(r"`([^`]+)`|\"([^\"]+)\"", line):
-            span = quote[0] or quote[1]
-            if MESSAGE_WORDS.search(span) and not GANG_PREFIX.match(span):
-                found.append((number, span))
-    return found
+    return [
+        (number, span)
+        for number, line, fenced in doc_lines(text)
+        if not fenced
+        for span in prose_quotes(line)
+        if MESSAGE_WORDS.search(span) and not GANG_PREFIX.match(span)
+    ]
 
 
 def candidates(line: str) -> list[str]:

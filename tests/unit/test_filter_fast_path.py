@@ -16,7 +16,7 @@ from extender.domain.model import PodInfo
 from extender.domain.policy import Policy
 from extender.domain.snapshot import fits
 from tests.builders import make_pod
-from tests.unit.test_prioritize_fast_path import NODES, apply, changes
+from tests.strategies import NODE_NAMES, apply_change, snapshot_changes
 
 
 def reference_filter_plain(core: GangCore, pod: PodInfo, candidates: list[str]) -> FilterDecision:
@@ -33,15 +33,15 @@ def reference_filter_plain(core: GangCore, pod: PodInfo, candidates: list[str]) 
 
 
 @given(
-    changes,
-    st.lists(st.sampled_from([*NODES, "unknown"]), max_size=9),
+    snapshot_changes(max_size=30),
+    st.lists(st.sampled_from([*NODE_NAMES, "unknown"]), max_size=9),
     st.integers(min_value=0, max_value=8),
 )
 @settings(max_examples=300, deadline=None)
 def test_plain_pod_filter_equals_the_per_node_loop(ops, candidates, gpus) -> None:
     core = GangCore(policy=Policy(), timeouts=Timeouts(60, 30, 2))
     for step, (op, i, g) in enumerate(ops):
-        apply(core, op, i, g, step)
+        apply_change(core, op, i, g, step)
     pod = PodInfo.from_api(make_pod("plain").gpus(gpus).obj())
     got = core.filter(pod, candidates, float(len(ops)))
     want = reference_filter_plain(core, pod, candidates)

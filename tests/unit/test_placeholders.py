@@ -20,7 +20,7 @@ from extender.domain.membership import GroupKey
 from extender.domain.model import PLACEHOLDER_LABEL, PodInfo
 from extender.domain.placeholders import ObservedPlaceholder, desired, diff, placeholder_name
 from extender.kube.writers import placeholder_pod
-from tests.builders import make_node, make_pod
+from tests.builders import make_node, make_pod, placeholder_pod_info
 from tests.unit.test_reservations import (
     BIG,
     T0,
@@ -118,19 +118,6 @@ def test_the_manifest_holds_the_gpus_on_the_node_for_its_group() -> None:
 
 
 # ------------------------------------------------------------------------ the core
-def as_pod(effect: PlaceholderCreate, uid: str | None = None) -> PodInfo:
-    body = placeholder_pod(
-        namespace=effect.group.namespace,
-        name=effect.name,
-        group=effect.group.name,
-        node=effect.node,
-        gpus=effect.gpus,
-        owner=None,
-    )
-    body["metadata"]["uid"] = uid or f"ph-{effect.name}"
-    return PodInfo.from_api(body)
-
-
 def creates(effects: list[Effect]) -> list[PlaceholderCreate]:
     return [e for e in effects if isinstance(e, PlaceholderCreate)]
 
@@ -171,7 +158,7 @@ def test_a_placeholder_is_counted_used_by_others_and_free_for_its_gang() -> None
     core, smalls = reserving_core()
     finish(core, smalls[0], T0 + 7)
     core.expire(T0 + 7)
-    core.observe_pod(as_pod(creates(core.drain_effects())[0]), T0 + 7)
+    core.observe_pod(placeholder_pod_info(creates(core.drain_effects())[0]), T0 + 7)
     assert core.free_for_planning(OTHER)["n1"]["nvidia.com/gpu"] == 0
     assert core.free_for_planning(BIG)["n1"]["nvidia.com/gpu"] == 1
     # The reservation still holds that GPU, and nothing more is asked for it.
@@ -195,7 +182,7 @@ def test_placeholders_grow_with_the_freed_gpus_and_the_gang_plans_on_them() -> N
         if i < 3:
             (made,) = creates(effects)
             assert made.gpus == 1 and made.node == "n1"
-            core.observe_pod(as_pod(made), T0 + 7 + i)
+            core.observe_pod(placeholder_pod_info(made), T0 + 7 + i)
         else:
             # The last GPU frees: its room and its placeholders' meet the need: planned,
             # and the placeholders are deleted for the members to take the node.
@@ -216,7 +203,9 @@ def planned_with_placeholders() -> tuple[GangCore, list[PodInfo], list[PodInfo]]
     core.filter(big[0], ["n1"], T0)
     core.expire(T0 + 6)
     for i in range(3):
-        core.observe_pod(as_pod(PlaceholderCreate(BIG, f"big-hold-n1-{i + 1}", "n1", 1)), T0 + 6)
+        core.observe_pod(
+            placeholder_pod_info(PlaceholderCreate(BIG, f"big-hold-n1-{i + 1}", "n1", 1)), T0 + 6
+        )
     core.drain_effects()
     finish(core, small, T0 + 7)
     core.expire(T0 + 7)
@@ -262,7 +251,7 @@ def test_a_barrier_still_missing_members_is_not_released_by_the_placeholders_goi
 
 def test_a_leftover_placeholder_without_a_reservation_is_deleted() -> None:
     core = core_with([make_node("n1").gpus(4).obj()])
-    left = as_pod(PlaceholderCreate(BIG, "big-hold-n1-1", "n1", 2))
+    left = placeholder_pod_info(PlaceholderCreate(BIG, "big-hold-n1-1", "n1", 2))
     core.observe_pod(left, T0)
     core.expire(T0)
     assert deletes(core.drain_effects()) == [PlaceholderDelete(BIG, "big-hold-n1-1")]
@@ -272,7 +261,7 @@ def test_an_ended_reservation_deletes_its_placeholders() -> None:
     core, smalls = reserving_core()
     finish(core, smalls[0], T0 + 7)
     core.expire(T0 + 7)
-    core.observe_pod(as_pod(creates(core.drain_effects())[0]), T0 + 7)
+    core.observe_pod(placeholder_pod_info(creates(core.drain_effects())[0]), T0 + 7)
     for member in core.snapshot.members(BIG):
         core.forget_pod(member.uid, T0 + 8)  # the gang was deleted
     core.expire(T0 + 8)
@@ -312,7 +301,7 @@ def test_a_placeholder_asked_for_and_not_seen_yet_holds_the_barrier_until_it_is(
         assert core.arrive(member.uid, "n1", T0 + 7).verdict is BindVerdict.WAIT
     asked = [create for _, create in core.placeholder_creating.values()]
     assert [c.name for c in asked] == ["big-hold-n1-1", "big-hold-n1-2", "big-hold-n1-3"]
-    landed = [as_pod(c) for c in asked]
+    landed = [placeholder_pod_info(c) for c in asked]
     for pod in landed:
         core.observe_pod(pod, T0 + 7.1)  # the creates landed after all
     for pod in landed:
@@ -336,7 +325,7 @@ def test_a_create_never_seen_stops_holding_the_barrier_when_its_retry_is_due() -
 def test_a_node_over_committed_by_another_schedulers_pod_keeps_its_placeholders() -> None:
     core, smalls = reserving_core()
     finish(core, smalls[0], T0 + 7)
-    core.observe_pod(as_pod(creates(core.drain_effects())[0]), T0 + 7)
+    core.observe_pod(placeholder_pod_info(creates(core.drain_effects())[0]), T0 + 7)
     bound_small(core, "raced", "n1")  # the default scheduler bound into the same GPU
     assert core.snapshot.free_gpus("n1") == -1
     core.expire(T0 + 8)

@@ -17,8 +17,7 @@ from extender.domain.gang import GangCore, Timeouts
 from extender.domain.model import GroupSpec, NodeInfo, PodInfo
 from extender.domain.policy import Policy
 from extender.domain.quantity import GPU
-from extender.kube.writers import placeholder_pod
-from tests.builders import make_node, make_pod, make_podgroup
+from tests.builders import make_node, make_pod, make_podgroup, placeholder_pod_info
 
 T0 = 1_000_000.0
 CREATED_AT_T0 = "1970-01-12T13:46:40Z"
@@ -38,16 +37,8 @@ def carry_out(core: GangCore, now: float) -> None:
             existing = {p.name for p in core.snapshot.placeholders.values()}
             if effect.name in existing:
                 continue  # a 409: it is there already
-            body = placeholder_pod(
-                namespace=effect.group.namespace,
-                name=effect.name,
-                group=effect.group.name,
-                node=effect.node,
-                gpus=effect.gpus,
-                owner=None,
-            )
-            body["metadata"]["uid"] = f"ph-{effect.group.name}-{effect.name}"
-            core.observe_pod(PodInfo.from_api(body), now)
+            uid = f"ph-{effect.group.name}-{effect.name}"
+            core.observe_pod(placeholder_pod_info(effect, uid), now)
         elif isinstance(effect, PlaceholderDelete):
             for uid, p in list(core.snapshot.placeholders.items()):
                 if p.name == effect.name and p.placeholder_for == effect.group:

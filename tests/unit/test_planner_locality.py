@@ -20,61 +20,42 @@ from extender.domain.policy import (
     TopologyMode,
     topology_from_spec,
 )
-from tests.builders import make_node, make_pod
+from tests.builders import (
+    RACK,
+    ZONE,
+    cluster,
+    gang,
+    gpu_node,
+    make_node,
+    make_pod,
+    nodes_used,
+    racks,
+    zones,
+)
 
 GPU = "nvidia.com/gpu"
-ZONE = "topology.kubernetes.io/zone"
-RACK = "example.com/rack"
-
-
-def node(name: str, gpus: int, **labels: str) -> NodeInfo:
-    builder = make_node(name).gpus(gpus)
-    for key, value in labels.items():
-        builder = builder.label({"zone": ZONE, "rack": RACK}.get(key, key), value)
-    return NodeInfo.from_api(builder.obj())
-
-
-def cluster(*nodes: NodeInfo) -> tuple[dict[str, NodeInfo], dict[str, dict[str, int]]]:
-    by_name = {n.name: n for n in nodes}
-    return by_name, {n.name: dict(n.allocatable) for n in nodes}
-
-
-def gang(count: int, gpus: int, *, cpu_only: int = 0, **annotations: str) -> list[PodInfo]:
-    pods = []
-    for i in range(count + cpu_only):
-        builder = make_pod(f"m{i}").group("g")
-        builder = builder.gpus(gpus) if i < count else builder.cpu("1")
-        for key, value in annotations.items():
-            builder = builder.annotation(key, value)
-        pods.append(PodInfo.from_api(builder.obj()))
-    return pods
-
-
-def nodes_used(outcome: Placement | Shortfall) -> set[str]:
-    assert isinstance(outcome, Placement), outcome
-    return set(outcome.nodes.values())
 
 
 # ---------------------------------------------------------------- fewest nodes
 def test_three_one_gpu_workers_share_the_four_gpu_node_not_the_two_gpu_one() -> None:
-    nodes, free = cluster(node("two", 2), node("four", 4))
+    nodes, free = cluster(gpu_node("two", 2), gpu_node("four", 4))
     assert nodes_used(plan_gang(gang(3, 1), free, nodes, Policy())) == {"four"}
 
 
 def test_the_tightest_node_that_holds_the_whole_gang_is_chosen() -> None:
-    nodes, free = cluster(node("a", 8), node("b", 4), node("c", 3), node("d", 2))
+    nodes, free = cluster(gpu_node("a", 8), gpu_node("b", 4), gpu_node("c", 3), gpu_node("d", 2))
     assert nodes_used(plan_gang(gang(3, 1), free, nodes, Policy())) == {"c"}
 
 
 def test_a_gang_bigger_than_any_node_fills_the_largest_then_the_tightest_for_the_rest() -> None:
     # 10 GPUs: no node holds them; 8 + 2 is two nodes (the 8 and the 2), leaving the 4 whole.
-    nodes, free = cluster(node("a", 8), node("b", 4), node("c", 2))
+    nodes, free = cluster(gpu_node("a", 8), gpu_node("b", 4), gpu_node("c", 2))
     outcome = plan_gang(gang(5, 2), free, nodes, Policy())
     assert nodes_used(outcome) == {"a", "c"}
 
 
 def test_eight_four_gpu_members_fill_four_whole_nodes() -> None:
-    nodes, free = cluster(*(node(f"n{i}", 8) for i in range(6)))
+    nodes, free = cluster(*(gpu_node(f"n{i}", 8) for i in range(6)))
     outcome = plan_gang(gang(8, 4), free, nodes, Policy())
     used = nodes_used(outcome)
     assert len(used) == 4
@@ -85,16 +66,12 @@ def test_eight_four_gpu_members_fill_four_whole_nodes() -> None:
 
 def test_members_without_gpus_go_beside_their_gang() -> None:
     # The cpu-only node is empty and would take a lone cpu pod; the gang's node has room.
-    nodes = {
-        "four": node("four", 4),
-        "cpu": NodeInfo.from_api(make_node("cpu").cpu_only().obj()),
-    }
-    free = {n: dict(i.allocatable) for n, i in nodes.items()}
+    nodes, free = cluster(gpu_node("four", 4), gpu_node("cpu", 0))
     assert nodes_used(plan_gang(gang(2, 1, cpu_only=1), free, nodes, Policy())) == {"four"}
 
 
 def test_a_node_the_member_may_not_use_is_never_chosen_for_locality() -> None:
-    nodes, free = cluster(node("two", 2), node("four", 4))
+    nodes, free = cluster(gpu_node("two", 2), gpu_node("four", 4))
     tainted = NodeInfo.from_api(make_node("four").gpus(4).taint("dedicated", "x").obj())
     nodes["four"] = tainted
     outcome = plan_gang(gang(2, 1), free, nodes, Policy())
@@ -102,13 +79,13 @@ def test_a_node_the_member_may_not_use_is_never_chosen_for_locality() -> None:
 
 
 def test_spread_still_spreads() -> None:
-    nodes, free = cluster(node("a", 4), node("b", 4), node("c", 4))
+    nodes, free = cluster(gpu_node("a", 4), gpu_node("b", 4), gpu_node("c", 4))
     policy = Policy(name="spread", strategy=Strategy.SPREAD)
     assert len(nodes_used(plan_gang(gang(3, 1), free, nodes, policy))) == 3
 
 
 def test_remaining_members_go_beside_the_bound_ones() -> None:
-    nodes, free = cluster(node("a", 2), node("b", 4))
+    nodes, free = cluster(gpu_node("a", 2), gpu_node("b", 4))
     free["b"][GPU] = 2  # one member is bound on b, which has room for the rest
     bound = PodInfo.from_api(make_pod("m9").group("g").gpus(2).node("b").obj())
     assert nodes_used(plan_gang(gang(2, 1), free, nodes, Policy(), bound=[bound])) == {"b"}
@@ -116,7 +93,7 @@ def test_remaining_members_go_beside_the_bound_ones() -> None:
 
 # ---------------------------------------------------------------- required topology
 def test_a_required_zone_is_never_spanned_and_the_hold_names_it() -> None:
-    nodes, free = cluster(node("a1", 4, zone="a"), node("a2", 2, zone="a"), node("b1", 4, zone="b"))
+    nodes, free = cluster(*zones(a=(4, 2), b=(4,)))
     outcome = plan_gang(gang(4, 2), free, nodes, Policy(), topology=GroupTopology(required=ZONE))
     assert isinstance(outcome, Shortfall)
     assert outcome.message.startswith(
@@ -128,20 +105,20 @@ def test_a_required_zone_is_never_spanned_and_the_hold_names_it() -> None:
 
 
 def test_a_required_zone_takes_the_zone_that_holds_the_gang() -> None:
-    nodes, free = cluster(node("a1", 2, zone="a"), node("b1", 2, zone="b"), node("b2", 2, zone="b"))
+    nodes, free = cluster(*zones(a=(2,), b=(2, 2)))
     outcome = plan_gang(gang(3, 1), free, nodes, Policy(), topology=GroupTopology(required=ZONE))
     assert nodes_used(outcome) <= {"b1", "b2"}
 
 
 def test_nodes_without_the_required_label_are_not_a_domain() -> None:
-    nodes, free = cluster(node("a1", 8))
+    nodes, free = cluster(gpu_node("a1", 8))
     outcome = plan_gang(gang(2, 1), free, nodes, Policy(), topology=GroupTopology(required=ZONE))
     assert isinstance(outcome, Shortfall)
     assert "most free" in outcome.message
 
 
 def test_bound_members_fix_the_required_domain() -> None:
-    nodes, free = cluster(node("a1", 1, zone="a"), node("b1", 8, zone="b"))
+    nodes, free = cluster(*zones(a=(1,), b=(8,)))
     bound = PodInfo.from_api(make_pod("m9").group("g").gpus(1).node("a1").obj())
     free["a1"][GPU] = 0
     outcome = plan_gang(
@@ -152,7 +129,7 @@ def test_bound_members_fix_the_required_domain() -> None:
 
 
 def test_the_policy_topology_is_the_default_and_a_group_topology_overrides_it() -> None:
-    nodes, free = cluster(node("a1", 2, zone="a"), node("b1", 2, zone="b"))
+    nodes, free = cluster(*zones(a=(2,), b=(2,)))
     required = Policy(name="zone", topology=Topology(key=ZONE, mode=TopologyMode.REQUIRED))
     assert isinstance(plan_gang(gang(3, 1), free, nodes, required), Shortfall)
     relaxed = plan_gang(
@@ -163,41 +140,29 @@ def test_the_policy_topology_is_the_default_and_a_group_topology_overrides_it() 
 
 # ---------------------------------------------------------------- preferred topology
 def test_a_preferred_rack_uses_one_rack_when_one_fits() -> None:
-    # Best fit per node alone would take r1's 2-GPU node and r2's 2-GPU node;
-    # rack r3 holds the whole gang on two nodes.
-    nodes, free = cluster(
-        node("r1a", 2, rack="r1"),
-        node("r2a", 2, rack="r2"),
-        node("r3a", 3, rack="r3"),
-        node("r3b", 3, rack="r3"),
-    )
+    # Best fit per node alone would take a's 2-GPU node and b's 2-GPU node;
+    # rack c holds the whole gang on two nodes.
+    nodes, free = cluster(*racks(a=(2,), b=(2,), c=(3, 3)))
     outcome = plan_gang(
         gang(4, 1), free, nodes, Policy(), topology=GroupTopology(preferred=(RACK,))
     )
-    assert {nodes[n].labels[RACK] for n in nodes_used(outcome)} == {"r3"}
+    assert {nodes[n].labels[RACK] for n in nodes_used(outcome)} == {"c"}
 
 
 def test_preferred_labels_are_minimised_in_order_zone_then_rack() -> None:
-    nodes, free = cluster(
-        node("a-r1", 4, zone="a", rack="r1"),
-        node("a-r2", 2, zone="a", rack="r2"),
-        node("b-r3", 4, zone="b", rack="r3"),
-        node("b-r3b", 4, zone="b", rack="r3"),
-    )
+    nodes, free = cluster(*racks(zone="a", p=(4,), q=(2,)), *racks(zone="b", r=(4, 4)))
     topology = GroupTopology(preferred=(ZONE, RACK))
     outcome = plan_gang(gang(3, 2), free, nodes, Policy(), topology=topology)
     # Zone a is the tighter fit but needs two racks; zone b holds the gang in one rack.
-    assert nodes_used(outcome) == {"b-r3", "b-r3b"}
+    assert nodes_used(outcome) == {"r1", "r2"}
 
 
 def test_a_preferred_domain_gives_way_when_none_holds_the_gang() -> None:
-    nodes, free = cluster(
-        node("r1a", 2, rack="r1"), node("r2a", 2, rack="r2"), node("r3a", 1, rack="r3")
-    )
+    nodes, free = cluster(*racks(a=(2,), b=(2,), c=(1,)))
     outcome = plan_gang(
         gang(4, 1), free, nodes, Policy(), topology=GroupTopology(preferred=(RACK,))
     )
-    assert nodes_used(outcome) == {"r1a", "r2a"}
+    assert nodes_used(outcome) == {"a1", "b1"}
 
 
 # ---------------------------------------------------------------- parsing
@@ -276,28 +241,16 @@ def test_both_kueue_annotations_or_a_bad_label_are_a_group_error() -> None:
 
 
 def test_kueue_required_annotation_keeps_the_gang_in_one_zone() -> None:
-    nodes, free = cluster(node("a1", 2, zone="a"), node("b1", 2, zone="b"))
+    nodes, free = cluster(*zones(a=(2,), b=(2,)))
     members = gang(3, 1, **{KUEUE_REQUIRED_TOPOLOGY: ZONE})
     outcome = plan_gang(members, free, nodes, Policy())
     assert isinstance(outcome, Shortfall) and f"no single {ZONE} domain" in outcome.message
 
 
-def test_members_disagreeing_on_kueue_topology_wait_with_a_message() -> None:
-    nodes, free = cluster(node("a1", 4, zone="a"))
-    members = gang(1, 1, **{KUEUE_REQUIRED_TOPOLOGY: ZONE}) + [
-        PodInfo.from_api(
-            make_pod("other").group("g").gpus(1).annotation(KUEUE_PREFERRED_TOPOLOGY, RACK).obj()
-        )
-    ]
-    outcome = plan_gang(members, free, nodes, Policy())
-    assert isinstance(outcome, Shortfall)
-    assert outcome.message.startswith("members disagree on their Kueue topology annotations")
-
-
 def test_a_podgroup_topology_reaches_the_planner_through_the_core() -> None:
     core = GangCore(policy=Policy(), timeouts=Timeouts(60, 30, 2))
     # Fewest nodes alone would take b2 and a1 (two zones).
-    for info in (node("a1", 1, zone="a"), node("b1", 1, zone="b"), node("b2", 1, zone="b")):
+    for info in zones(a=(1,), b=(1, 1)):
         core.snapshot.upsert_node(info)
     core.snapshot.upsert_podgroup(
         GroupSpec.from_podgroup(podgroup({"required": ZONE}), source="PodGroup")
@@ -312,14 +265,14 @@ def test_a_podgroup_topology_reaches_the_planner_through_the_core() -> None:
 
 
 def test_a_podgroup_topology_wins_over_kueue_annotations() -> None:
-    nodes, free = cluster(node("a1", 2, zone="a"), node("b1", 2, zone="b"))
+    nodes, free = cluster(*zones(a=(2,), b=(2,)))
     members = gang(3, 1, **{KUEUE_REQUIRED_TOPOLOGY: ZONE})
     outcome = plan_gang(members, free, nodes, Policy(), topology=GroupTopology(preferred=(ZONE,)))
     assert len(nodes_used(outcome)) == 2
 
 
-def test_the_disagreement_message_lists_each_member_topology() -> None:
-    nodes, free = cluster(node("a1", 4, zone="a"))
+def test_members_disagreeing_on_kueue_topology_wait_with_a_message_naming_each_topology() -> None:
+    nodes, free = cluster(*zones(a=(4,)))
     members = gang(1, 1, **{KUEUE_REQUIRED_TOPOLOGY: ZONE}) + [
         PodInfo.from_api(
             make_pod("other").group("g").gpus(1).annotation(KUEUE_PREFERRED_TOPOLOGY, RACK).obj()
@@ -335,7 +288,7 @@ def test_the_disagreement_message_lists_each_member_topology() -> None:
 
 
 def test_a_policy_preferred_topology_is_a_preference_and_required_a_requirement() -> None:
-    nodes, free = cluster(node("a1", 2, zone="a"), node("b1", 2, zone="b"), node("b2", 2, zone="b"))
+    nodes, free = cluster(*zones(a=(2,), b=(2, 2)))
     preferred = Policy(name="zone", topology=Topology(key=ZONE))
     # Zone b holds the 4 members; fewest nodes alone would be two nodes anywhere.
     assert nodes_used(plan_gang(gang(4, 1), free, nodes, preferred)) == {"b1", "b2"}
@@ -343,20 +296,20 @@ def test_a_policy_preferred_topology_is_a_preference_and_required_a_requirement(
 
 
 def test_spread_with_a_required_zone_takes_the_emptiest_zone() -> None:
-    nodes, free = cluster(node("a1", 2, zone="a"), node("b1", 4, zone="b"), node("b2", 4, zone="b"))
+    nodes, free = cluster(*zones(a=(2,), b=(4, 4)))
     spread = Policy(name="spread", strategy=Strategy.SPREAD)
     outcome = plan_gang(gang(2, 1), free, nodes, spread, topology=GroupTopology(required=ZONE))
     assert nodes_used(outcome) == {"b1", "b2"}
 
 
 def test_binpack_with_a_required_zone_takes_the_tightest_zone() -> None:
-    nodes, free = cluster(node("a1", 2, zone="a"), node("b1", 4, zone="b"), node("b2", 4, zone="b"))
+    nodes, free = cluster(*zones(a=(2,), b=(4, 4)))
     outcome = plan_gang(gang(2, 1), free, nodes, Policy(), topology=GroupTopology(required=ZONE))
     assert nodes_used(outcome) == {"a1"}
 
 
 def test_a_member_keeps_its_planned_node_from_before_a_restart() -> None:
-    nodes, free = cluster(node("two", 2), node("four", 4))
+    nodes, free = cluster(gpu_node("two", 2), gpu_node("four", 4))
     members = gang(3, 1)
     members[0].planned_node = "two"
     outcome = plan_gang(members, free, nodes, Policy())
@@ -365,7 +318,7 @@ def test_a_member_keeps_its_planned_node_from_before_a_restart() -> None:
 
 
 def test_a_shortfall_counts_the_members_it_could_place() -> None:
-    nodes, free = cluster(node("a", 2), node("b", 1))
+    nodes, free = cluster(gpu_node("a", 2), gpu_node("b", 1))
     outcome = plan_gang(gang(4, 1), free, nodes, Policy())
     assert isinstance(outcome, Shortfall)
     assert (outcome.placeable, outcome.total) == (3, 4)
@@ -397,7 +350,7 @@ def test_label_keys_are_checked_as_kubernetes_does(key: str, ok: bool) -> None:
 
 
 def test_bound_members_that_already_span_the_required_label_are_named() -> None:
-    nodes, free = cluster(node("a1", 4, zone="a"), node("bare", 4))
+    nodes, free = cluster(gpu_node("a1", 4, zone="a"), gpu_node("bare", 4))
     bound = [
         PodInfo.from_api(make_pod(f"m{i}").group("g").gpus(1).node(n).obj())
         for i, n in enumerate(("a1", "bare"), start=8)
@@ -410,8 +363,7 @@ def test_bound_members_that_already_span_the_required_label_are_named() -> None:
 
 
 def test_a_cpu_only_gang_that_no_required_domain_holds_says_what_it_needs() -> None:
-    nodes = {"c": NodeInfo.from_api(make_node("c").cpu_only().obj())}
-    free = {n: dict(i.allocatable) for n, i in nodes.items()}
+    nodes, free = cluster(gpu_node("c", 0))
     members = [PodInfo.from_api(make_pod(f"m{i}").group("g").cpu("1").obj()) for i in range(2)]
     outcome = plan_gang(members, free, nodes, Policy(), topology=GroupTopology(required=ZONE))
     assert isinstance(outcome, Shortfall)
@@ -422,33 +374,23 @@ def test_a_cpu_only_gang_that_no_required_domain_holds_says_what_it_needs() -> N
 
 
 def test_when_no_rack_holds_the_gang_it_takes_the_fewest_racks() -> None:
-    # Fewest nodes over all racks takes r2's 4, r1's 3 and r3's 2 (three racks);
-    # r1's two nodes plus r3 hold all eight in two racks.
-    nodes, free = cluster(
-        node("r1a", 3, rack="r1"),
-        node("r1b", 3, rack="r1"),
-        node("r2a", 4, rack="r2"),
-        node("r3a", 2, rack="r3"),
-    )
+    # Fewest nodes over all racks takes b's 4, a's 3 and c's 2 (three racks);
+    # a's two nodes plus c hold all eight in two racks.
+    nodes, free = cluster(*racks(a=(3, 3), b=(4,), c=(2,)))
     outcome = plan_gang(
         gang(8, 1), free, nodes, Policy(), topology=GroupTopology(preferred=(RACK,))
     )
-    assert {nodes[n].labels[RACK] for n in nodes_used(outcome)} == {"r1", "r3"}
+    assert {nodes[n].labels[RACK] for n in nodes_used(outcome)} == {"a", "c"}
 
 
 def test_fewest_racks_by_capacity_gives_way_to_a_placement_as_good_on_fewer_nodes() -> None:
-    # By capacity: r1 (2+2) then r2 (3): two racks, three nodes. Over all racks the
-    # gang fits r2's and r3's 3-GPU nodes: two racks, two nodes.
-    nodes, free = cluster(
-        node("r1a", 2, rack="r1"),
-        node("r1b", 2, rack="r1"),
-        node("r2a", 3, rack="r2"),
-        node("r3a", 3, rack="r3"),
-    )
+    # By capacity: a (2+2) then b (3): two racks, three nodes. Over all racks the
+    # gang fits b's and c's 3-GPU nodes: two racks, two nodes.
+    nodes, free = cluster(*racks(a=(2, 2), b=(3,), c=(3,)))
     outcome = plan_gang(
         gang(6, 1), free, nodes, Policy(), topology=GroupTopology(preferred=(RACK,))
     )
-    assert nodes_used(outcome) == {"r2a", "r3a"}
+    assert nodes_used(outcome) == {"b1", "c1"}
 
 
 def test_cover_takes_the_largest_domains_then_the_tightest_that_holds_the_rest() -> None:
@@ -467,7 +409,7 @@ def test_cover_takes_the_largest_domains_then_the_tightest_that_holds_the_rest()
 def test_a_member_only_one_node_takes_is_not_crowded_out_of_it() -> None:
     # Fewest nodes would open the largest node (b, last by name) for m0 and leave m1,
     # which may only use b, nowhere; best-fit decreasing places both.
-    nodes, free = cluster(node("a", 4), node("b", 4, pool="only"))
+    nodes, free = cluster(gpu_node("a", 4), gpu_node("b", 4, pool="only"))
     restricted = make_pod("m1").group("g").gpus(4).obj()
     restricted["spec"]["nodeSelector"] = {"pool": "only"}
     members = [*gang(1, 4), PodInfo.from_api(restricted)]
@@ -489,7 +431,7 @@ def test_cover_counts_a_node_without_gpus_as_none() -> None:
 def test_a_member_restricted_by_kube_scheduler_goes_where_it_may() -> None:
     from extender.domain.planner import NodeRestriction
 
-    nodes, free = cluster(node("two", 2), node("four", 4))
+    nodes, free = cluster(gpu_node("two", 2), gpu_node("four", 4))
     members = gang(3, 1)
     allowed = {members[0].uid: NodeRestriction(allowed=frozenset({"two"}))}
     outcome = plan_gang(members, free, nodes, Policy(), allowed=allowed)
@@ -500,7 +442,7 @@ def test_a_member_restricted_by_kube_scheduler_goes_where_it_may() -> None:
 def test_a_planned_node_is_kept_only_when_the_member_fits_and_may_use_it() -> None:
     from extender.domain.planner import NodeRestriction
 
-    nodes, free = cluster(node("two", 2), node("four", 4))
+    nodes, free = cluster(gpu_node("two", 2), gpu_node("four", 4))
     members = gang(2, 1)
     members[0].planned_node = "two"
     denied = {members[0].uid: NodeRestriction(denied=frozenset({"two"}))}
@@ -513,7 +455,7 @@ def test_a_planned_node_is_kept_only_when_the_member_fits_and_may_use_it() -> No
 
 def test_a_later_member_takes_the_tighter_of_the_nodes_its_gang_uses() -> None:
     # 2 + 2 open b (3, last by name) and a (3); the 1-GPU members then fit either.
-    nodes, free = cluster(node("a", 3), node("b", 3))
+    nodes, free = cluster(gpu_node("a", 3), gpu_node("b", 3))
     members = [
         PodInfo.from_api(make_pod(f"m{i}").group("g").gpus(g).obj())
         for i, g in enumerate((2, 2, 1))
@@ -525,23 +467,22 @@ def test_a_later_member_takes_the_tighter_of_the_nodes_its_gang_uses() -> None:
 
 
 def test_a_cpu_only_gang_opens_the_node_with_fewest_gpus_that_fits() -> None:
-    nodes = {
-        "small": NodeInfo.from_api(make_node("small").cpu_only().cpu("2").obj()),
-        "big": NodeInfo.from_api(make_node("big").cpu_only().cpu("8").obj()),
-        "gpu": node("gpu", 4),
-    }
-    free = {n: dict(i.allocatable) for n, i in nodes.items()}
+    nodes, free = cluster(
+        NodeInfo.from_api(make_node("small").cpu_only().cpu("2").obj()),
+        NodeInfo.from_api(make_node("big").cpu_only().cpu("8").obj()),
+        gpu_node("gpu", 4),
+    )
     members = [PodInfo.from_api(make_pod(f"m{i}").group("g").cpu("4").obj()) for i in range(2)]
     assert nodes_used(plan_gang(members, free, nodes, Policy())) == {"big"}
 
 
 def test_equal_nodes_are_taken_in_name_order() -> None:
-    nodes, free = cluster(node("b", 4), node("a", 4))
+    nodes, free = cluster(gpu_node("b", 4), gpu_node("a", 4))
     assert nodes_used(plan_gang(gang(2, 1), free, nodes, Policy())) == {"a"}
 
 
 def test_a_bound_member_on_a_node_that_is_gone_is_ignored() -> None:
-    nodes, free = cluster(node("a1", 4, zone="a"))
+    nodes, free = cluster(*zones(a=(4,)))
     bound = PodInfo.from_api(make_pod("m9").group("g").gpus(1).node("gone").obj())
     outcome = plan_gang(
         gang(2, 1), free, nodes, Policy(), topology=GroupTopology(required=ZONE), bound=[bound]
@@ -550,12 +491,7 @@ def test_a_bound_member_on_a_node_that_is_gone_is_ignored() -> None:
 
 
 def test_racks_are_minimised_inside_the_only_zone() -> None:
-    nodes, free = cluster(
-        node("r1a", 2, zone="a", rack="r1"),
-        node("r2a", 2, zone="a", rack="r2"),
-        node("r3a", 3, zone="a", rack="r3"),
-        node("r3b", 3, zone="a", rack="r3"),
-    )
+    nodes, free = cluster(*racks(zone="a", p=(2,), q=(2,), r=(3, 3)))
     topology = GroupTopology(preferred=(ZONE, RACK))
     outcome = plan_gang(gang(4, 1), free, nodes, Policy(), topology=topology)
-    assert {nodes[n].labels[RACK] for n in nodes_used(outcome)} == {"r3"}
+    assert {nodes[n].labels[RACK] for n in nodes_used(outcome)} == {"r"}

@@ -17,6 +17,7 @@ from extender.domain.model import NodeInfo, PodInfo
 from extender.domain.planner import Placement, Shortfall, node_accepts, plan_gang
 from extender.domain.policy import GroupTopology, Policy, Strategy, Topology
 from tests.builders import make_node, make_pod
+from tests.strategies import NODE_NAMES, apply_change, snapshot_changes
 
 GPU = "nvidia.com/gpu"
 
@@ -144,14 +145,7 @@ def reference_score(core: GangCore, node: str, spread: bool) -> int:
     return round((1 - fill if spread else fill) * 10)
 
 
-operations = st.lists(
-    st.tuples(
-        st.sampled_from(["node", "drop-node", "bind", "unbind", "gang", "forget-gang"]),
-        st.integers(min_value=0, max_value=5),
-        st.integers(min_value=0, max_value=8),
-    ),
-    max_size=40,
-)
+operations = snapshot_changes(max_size=40)
 
 
 @given(operations, st.sampled_from([Policy(), Policy(name="spread", strategy=Strategy.SPREAD)]))
@@ -161,32 +155,10 @@ def test_prioritize_scores_stay_current_through_any_sequence_of_changes(ops, pol
     # a fresh computation for every node, including removed and unknown ones.
     core = GangCore(policy=policy, timeouts=Timeouts(60, 30, 2))
     probe = PodInfo.from_api(make_pod("probe").gpus(1).obj())
-    names = [f"n{i}" for i in range(6)] + ["unknown"]
+    names = [*NODE_NAMES, "unknown"]
     spread = policy.strategy is Strategy.SPREAD
     for step, (op, i, gpus) in enumerate(ops):
-        node = f"n{i}"
-        if op == "node":
-            core.snapshot.upsert_node(NodeInfo.from_api(make_node(node).gpus(gpus).obj()))
-        elif op == "drop-node":
-            core.snapshot.delete_node(node)
-        elif op == "bind":
-            pod = make_pod(f"p{step}").gpus(gpus).node(node).obj()
-            core.observe_pod(PodInfo.from_api(pod), float(step))
-        elif op == "unbind":
-            bound = sorted(uid for uid, p in core.snapshot.pods.items() if p.node_name)
-            if bound:
-                core.forget_pod(bound[i % len(bound)], float(step))
-        elif op == "gang":
-            for m in range(2):
-                pod = make_pod(f"g{step}-{m}").group(f"g{step}").min_available(2).gpus(gpus)
-                core.observe_pod(PodInfo.from_api(pod.obj()), float(step))
-            member = PodInfo.from_api(
-                make_pod(f"g{step}-0").group(f"g{step}").min_available(2).gpus(gpus).obj()
-            )
-            core.filter(member, list(core.snapshot.nodes), float(step))
-        elif op == "forget-gang" and core.ledger.plans:
-            plan = sorted(core.ledger.plans.values(), key=lambda p: p.plan_id)[0]
-            core.forget_pod(next(iter(sorted(plan.placements))), float(step))
+        apply_change(core, op, i, gpus, step)
         got = core.prioritize(probe, names)
         assert got == {n: reference_score(core, n, spread) for n in names}, (step, op)
 

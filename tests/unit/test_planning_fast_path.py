@@ -15,7 +15,7 @@ from extender.domain.model import PodInfo
 from extender.domain.planner import plan_gang
 from extender.domain.policy import Policy, Strategy
 from tests.builders import make_pod
-from tests.unit.test_prioritize_fast_path import apply, changes
+from tests.strategies import apply_change, snapshot_changes
 
 
 def fresh_free(core: GangCore) -> dict[str, dict[str, int]]:
@@ -23,7 +23,7 @@ def fresh_free(core: GangCore) -> dict[str, dict[str, int]]:
 
 
 @given(
-    st.lists(changes, min_size=1, max_size=5),
+    st.lists(snapshot_changes(max_size=30), min_size=1, max_size=5),
     st.sampled_from([Policy(), Policy(name="spread", strategy=Strategy.SPREAD)]),
     st.lists(st.integers(min_value=0, max_value=4), min_size=1, max_size=4),
 )
@@ -40,7 +40,7 @@ def test_incremental_free_capacity_equals_a_fresh_one_and_plans_the_same(
     for ops in rounds:
         for op, i, gpus in ops:
             step += 1
-            apply(core, op, i, gpus, step)
+            apply_change(core, op, i, gpus, step)
             if op == "bind":  # prioritize in between, as kube-scheduler does
                 core.prioritize(members[0], list(core.snapshot.nodes))
         kept = core.free_for_planning()

@@ -87,6 +87,35 @@ def ask(core: GangCore, name: str) -> Verdict:
     return core.filter(member, sorted(core.snapshot.nodes), T0).verdict
 
 
+def high_gang_waiting_on_low_and_plain() -> GangCore:
+    """The low gang runs on n0 and n1 (1 GPU each), a plain pod of priority 0 on n2
+    (1 of its 2 GPUs); the high gang of two 1-GPU members waits."""
+    low, low_spec = low_gang_running()
+    return core_with(
+        {"n0": 1, "n1": 1, "n2": 2},
+        [*low, pod("plain", node="n2", priority=0), *high_gang()],
+        {"low": low_spec, "high": {"minMember": 2}},
+    )
+
+
+def evicted_refs(core: GangCore) -> list[str]:
+    """The pods the core's pending effects evict (drained), in order."""
+    return [v.ref for e in core.drain_effects() if isinstance(e, EvictVictims) for v in e.victims]
+
+
+def low_gang_with_low_0_preempted_by_kube_scheduler() -> tuple[GangCore, dict[str, Any]]:
+    """The low gang runs on n0 and n1; kube-scheduler's preemption then marks low-0
+    (its DisruptionTarget condition), as the watch delivers it. The core and low-0."""
+    low, low_spec = low_gang_running()
+    core = core_with({"n0": 1, "n1": 1}, low, {"low": low_spec})
+    preempted = pod("low-0", node="n0", group="low", priority=10)
+    preempted["status"]["conditions"] = [
+        {"type": "DisruptionTarget", "status": "True", "reason": SCHEDULER_PREEMPTION_REASON}
+    ]
+    core.observe_pod(PodInfo.from_api(preempted), T0)
+    return core, preempted
+
+
 # ----------------------------------------------------------------- the core
 def test_a_high_gang_that_fits_only_by_evicting_a_low_gang_evicts_it_whole_and_holds_the_room() -> (
     None
@@ -172,46 +201,24 @@ def test_preemption_off_leaves_the_gang_waiting() -> None:
 
 
 def test_a_refused_eviction_leaves_that_unit_out_until_it_expires() -> None:
-    low, low_spec = low_gang_running()
-    plain = pod("plain", node="n2", priority=0)
-    core = core_with(
-        {"n0": 1, "n1": 1, "n2": 2},
-        [*low, plain, *high_gang()],
-        {"low": low_spec, "high": {"minMember": 2}},
-    )
+    core = high_gang_waiting_on_low_and_plain()
     # n2 has one GPU free: the plain pod (priority 0) is the lowest, fewest victim.
     core.eviction_refused("pod default/plain", T0, preemptor=None)
     assert ask(core, "high-0") is Verdict.PLANNED
-    evicted = [
-        v.ref for e in core.drain_effects() if isinstance(e, EvictVictims) for v in e.victims
-    ]
+    evicted = evicted_refs(core)
     assert "default/plain" not in evicted
     assert sorted(evicted) == ["default/low-0", "default/low-1"]
 
 
 def test_the_lowest_and_fewest_victims_are_chosen() -> None:
-    low, low_spec = low_gang_running()
-    plain = pod("plain", node="n2", priority=0)
-    core = core_with(
-        {"n0": 1, "n1": 1, "n2": 2},
-        [*low, plain, *high_gang()],
-        {"low": low_spec, "high": {"minMember": 2}},
-    )
+    core = high_gang_waiting_on_low_and_plain()
     assert ask(core, "high-0") is Verdict.PLANNED
-    evicted = [
-        v.ref for e in core.drain_effects() if isinstance(e, EvictVictims) for v in e.victims
-    ]
+    evicted = evicted_refs(core)
     assert evicted == ["default/plain"]
 
 
 def test_kube_scheduler_preempting_a_member_evicts_the_rest_of_its_gang() -> None:
-    low, low_spec = low_gang_running()
-    core = core_with({"n0": 1, "n1": 1}, low, {"low": low_spec})
-    preempted = pod("low-0", node="n0", group="low", priority=10)
-    preempted["status"]["conditions"] = [
-        {"type": "DisruptionTarget", "status": "True", "reason": SCHEDULER_PREEMPTION_REASON}
-    ]
-    core.observe_pod(PodInfo.from_api(preempted), T0)
+    core, preempted = low_gang_with_low_0_preempted_by_kube_scheduler()
     evictions = [e for e in core.drain_effects() if isinstance(e, EvictVictims)]
     assert [[v.ref for v in e.victims] for e in evictions] == [["default/low-1"]]
     # Seen again (another status update): not asked twice.
@@ -425,13 +432,7 @@ def test_a_preempted_member_is_no_lifecycle_failure(member: Member, failure: boo
 
 
 def test_a_refused_eviction_drops_the_hold_and_the_gang_chooses_again_without_that_unit() -> None:
-    low, low_spec = low_gang_running()
-    plain = pod("plain", node="n2", priority=0)
-    core = core_with(
-        {"n0": 1, "n1": 1, "n2": 2},
-        [*low, plain, *high_gang()],
-        {"low": low_spec, "high": {"minMember": 2}},
-    )
+    core = high_gang_waiting_on_low_and_plain()
     assert ask(core, "high-0") is Verdict.PLANNED
     core.drain_effects()
     high = GroupKey("default", "high")
@@ -441,9 +442,7 @@ def test_a_refused_eviction_drops_the_hold_and_the_gang_chooses_again_without_th
     later = T0 + 3  # after the replan backoff
     member = next(p for p in core.snapshot.pods.values() if p.name == "high-0")
     assert core.filter(member, sorted(core.snapshot.nodes), later).verdict is Verdict.PLANNED
-    evicted = sorted(
-        v.ref for e in core.drain_effects() if isinstance(e, EvictVictims) for v in e.victims
-    )
+    evicted = sorted(evicted_refs(core))
     assert evicted == ["default/low-0", "default/low-1"]
 
 
@@ -621,13 +620,7 @@ def test_the_verb_asks_about_the_cached_pod_and_a_plain_one_joins_no_queue() -> 
 
 
 def test_kube_schedulers_preemption_completion_says_who_and_which_gang() -> None:
-    low, low_spec = low_gang_running()
-    core = core_with({"n0": 1, "n1": 1}, low, {"low": low_spec})
-    preempted = pod("low-0", node="n0", group="low", priority=10)
-    preempted["status"]["conditions"] = [
-        {"type": "DisruptionTarget", "status": "True", "reason": SCHEDULER_PREEMPTION_REASON}
-    ]
-    core.observe_pod(PodInfo.from_api(preempted), T0)
+    core, _ = low_gang_with_low_0_preempted_by_kube_scheduler()
     (eviction,) = [e for e in core.drain_effects() if isinstance(e, EvictVictims)]
     assert eviction.group == GroupKey("default", "low")
     assert eviction.preemptor == "kube-scheduler's preemption of default/low-0"

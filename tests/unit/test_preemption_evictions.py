@@ -53,6 +53,21 @@ def requests(raw: FakeRaw, method: str, suffix: str) -> list[Any]:
     return [body for m, path, body in raw.calls if m == method and path.endswith(suffix)]
 
 
+def budget_refusal() -> KubeError:
+    """The API server's answer to an eviction a PodDisruptionBudget forbids."""
+    return KubeError(429, "Cannot evict pod as it would violate the pod's disruption budget.")
+
+
+def refuse_evictions_of(raw: FakeRaw, name: str) -> None:
+    """Every eviction of pod `name` is refused by its PodDisruptionBudget."""
+
+    def hook(method: str, path: str, body: Any) -> None:
+        if path.endswith(f"/pods/{name}/eviction"):
+            raise budget_refusal()
+
+    raw.hook = hook
+
+
 async def test_each_victim_is_marked_then_evicted_with_its_uid_and_told_who_preempted(
     service: GangService, raw: FakeRaw
 ) -> None:
@@ -91,13 +106,7 @@ async def test_each_victim_is_marked_then_evicted_with_its_uid_and_told_who_pree
 async def test_a_pdb_refusal_is_reported_to_the_core_and_the_mark_taken_back(
     service: GangService, raw: FakeRaw
 ) -> None:
-    def hook(method: str, path: str, body: Any) -> None:
-        if path.endswith("/pods/guarded/eviction"):
-            raise KubeError(
-                429, "Cannot evict pod as it would violate the pod's disruption budget."
-            )
-
-    raw.hook = hook
+    refuse_evictions_of(raw, "guarded")
     service.writer.queue_effects([evict(("guarded", "pod default/guarded"))])
     await service.queues.join()
     assert len([a for a in raw.attempts if a[1].endswith("/eviction")]) == 1, "429 is not retried"
@@ -116,13 +125,7 @@ async def test_a_pdb_refusal_is_reported_to_the_core_and_the_mark_taken_back(
 async def test_a_gang_whose_first_member_a_budget_protects_is_left_whole(
     service: GangService, raw: FakeRaw
 ) -> None:
-    def hook(method: str, path: str, body: Any) -> None:
-        if path.endswith("/pods/low-0/eviction"):
-            raise KubeError(
-                429, "Cannot evict pod as it would violate the pod's disruption budget."
-            )
-
-    raw.hook = hook
+    refuse_evictions_of(raw, "low-0")
     service.writer.queue_effects(
         [evict(("low-0", "gang default/low"), ("low-1", "gang default/low"))]
     )
@@ -134,7 +137,7 @@ async def test_a_gang_whose_first_member_a_budget_protects_is_left_whole(
 async def test_a_later_member_refused_is_tried_again_so_the_gang_does_not_run_short(
     service: GangService, raw: FakeRaw
 ) -> None:
-    refusals = [KubeError(429, "Cannot evict pod as it would violate the pod's disruption budget.")]
+    refusals = [budget_refusal()]
 
     def hook(method: str, path: str, body: Any) -> None:
         if path.endswith("/pods/low-1/eviction") and refusals:
@@ -166,13 +169,7 @@ def evictions_counted(svc: GangService) -> dict[str, float]:
 
 
 async def test_evictions_are_counted_by_result(service: GangService, raw: FakeRaw) -> None:
-    def hook(method: str, path: str, body: Any) -> None:
-        if path.endswith("/pods/guarded/eviction"):
-            raise KubeError(
-                429, "Cannot evict pod as it would violate the pod's disruption budget."
-            )
-
-    raw.hook = hook
+    refuse_evictions_of(raw, "guarded")
     service.writer.queue_effects(
         [evict(("guarded", "pod default/guarded"), ("free", "pod default/free"))]
     )

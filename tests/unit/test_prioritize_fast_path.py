@@ -19,49 +19,15 @@ from extender.domain.model import NodeInfo, PodInfo
 from extender.domain.policy import Policy, Strategy
 from extender.domain.scoring import NodeScoreBoard
 from tests.builders import make_node, make_pod
+from tests.strategies import NODE_NAMES, apply_change, snapshot_changes
 
-NODES = [f"n{i}" for i in range(6)]
-
-changes = st.lists(
-    st.tuples(
-        st.sampled_from(["node", "drop-node", "bind", "unbind", "gang", "forget-gang"]),
-        st.integers(min_value=0, max_value=5),
-        st.integers(min_value=0, max_value=8),
-    ),
-    max_size=30,
-)
-candidate_lists = st.lists(st.sampled_from([*NODES, "unknown"]), unique=True, max_size=7)
+changes = snapshot_changes(max_size=30)
+candidate_lists = st.lists(st.sampled_from([*NODE_NAMES, "unknown"]), unique=True, max_size=7)
 
 
 def plain_answer(core: GangCore, pod: PodInfo, candidates: list[str]) -> bytes:
     scores = core.prioritize(pod, candidates)
     return orjson.dumps([{"Host": h, "Score": s} for h, s in scores.items() if s > 0])
-
-
-def apply(core: GangCore, op: str, i: int, gpus: int, step: int) -> None:
-    node = f"n{i}"
-    if op == "node":
-        core.snapshot.upsert_node(NodeInfo.from_api(make_node(node).gpus(gpus).obj()))
-    elif op == "drop-node":
-        core.snapshot.delete_node(node)
-    elif op == "bind":
-        pod = make_pod(f"p{step}").gpus(gpus).node(node).obj()
-        core.observe_pod(PodInfo.from_api(pod), float(step))
-    elif op == "unbind":
-        bound = sorted(uid for uid, p in core.snapshot.pods.items() if p.node_name)
-        if bound:
-            core.forget_pod(bound[i % len(bound)], float(step))
-    elif op == "gang":
-        for m in range(2):
-            pod = make_pod(f"g{step}-{m}").group(f"g{step}").min_available(2).gpus(gpus)
-            core.observe_pod(PodInfo.from_api(pod.obj()), float(step))
-        member = PodInfo.from_api(
-            make_pod(f"g{step}-0").group(f"g{step}").min_available(2).gpus(gpus).obj()
-        )
-        core.filter(member, list(core.snapshot.nodes), float(step))
-    elif op == "forget-gang" and core.ledger.plans:
-        plan = sorted(core.ledger.plans.values(), key=lambda p: p.plan_id)[0]
-        core.forget_pod(next(iter(sorted(plan.placements))), float(step))
 
 
 @given(
@@ -82,7 +48,7 @@ def test_fast_prioritize_is_the_plain_answer_without_zeros(rounds, policy, journ
     for ops, candidates in rounds:
         for op, i, gpus in ops:
             step += 1
-            apply(core, op, i, gpus, step)
+            apply_change(core, op, i, gpus, step)
         fast = encoder.encode(core.priorities(plain), candidates)
         assert fast == plain_answer(core, plain, candidates), (ops, candidates)
         # A planned member: its node only, whatever the board holds.
@@ -93,7 +59,7 @@ def test_fast_prioritize_is_the_plain_answer_without_zeros(rounds, policy, journ
                 assert fast == plain_answer(core, member, candidates)
 
 
-@given(st.lists(st.sampled_from(NODES), max_size=20), st.integers(min_value=0, max_value=4))
+@given(st.lists(st.sampled_from(NODE_NAMES), max_size=20), st.integers(min_value=0, max_value=4))
 @settings(max_examples=200, deadline=None)
 def test_the_journal_names_every_node_whose_score_changed(rescored, limit) -> None:
     # A reader that replays `changed_since` from its position, or re-reads everything
@@ -101,7 +67,7 @@ def test_the_journal_names_every_node_whose_score_changed(rescored, limit) -> No
     core = GangCore(policy=Policy(), timeouts=Timeouts(60, 30, 2))
     board = NodeScoreBoard(journal_min_limit=limit)
     core.score_board = board
-    for name in NODES:
+    for name in NODE_NAMES:
         core.snapshot.upsert_node(NodeInfo.from_api(make_node(name).gpus(4).obj()))
     copy: dict[str, int] = {}
     position = board.position - 1  # before the start: the first read is a full one

@@ -291,6 +291,18 @@ def injected_namespace() -> dict[str, Any]:
     return {"metadata": {"name": "default", "labels": {INJECT_NAMESPACE_LABEL: "enabled"}}}
 
 
+def observe_injected_job(service: GangService) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The watch delivers an injected namespace, PodGroup job (minMember 2) and its
+    members w0 and w1; the PodGroup and the pods."""
+    observe(service, "namespaces", injected_namespace())
+    pg = make_podgroup("job", 2)
+    pg["metadata"]["resourceVersion"] = "1"
+    observe(service, "podgroups", pg)
+    pods = [make_pod(n).group("job").obj() for n in ("w0", "w1")]
+    observe(service, "pods", *pods)
+    return pg, pods
+
+
 def conditions_of(status: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {c["type"]: c for c in status["conditions"]}
 
@@ -298,11 +310,7 @@ def conditions_of(status: dict[str, Any]) -> dict[str, dict[str, Any]]:
 async def test_a_wiring_conflict_is_told_to_the_user(
     service: GangService, raw: FakeRaw, wiring: FakeWiring
 ) -> None:
-    observe(service, "namespaces", injected_namespace())
-    pg = make_podgroup("job", 2)
-    pg["metadata"]["resourceVersion"] = "1"
-    observe(service, "podgroups", pg)
-    observe(service, "pods", *(make_pod(n).group("job").obj() for n in ("w0", "w1")))
+    observe_injected_job(service)
     wiring.error = WiringConflictError(
         "Secret default/job-ssh is not managed by gang-extender; delete or rename it"
     )
@@ -389,12 +397,7 @@ async def test_waiting_events_go_through_the_group_queue(
 async def test_a_group_that_is_gone_leaves_nothing_in_the_services_memory(
     service: GangService, raw: FakeRaw, wiring: FakeWiring
 ) -> None:
-    observe(service, "namespaces", injected_namespace())
-    pg = make_podgroup("job", 2)
-    pg["metadata"]["resourceVersion"] = "1"
-    observe(service, "podgroups", pg)
-    pods = [make_pod(n).group("job").obj() for n in ("w0", "w1")]
-    observe(service, "pods", *pods)
+    pg, pods = observe_injected_job(service)
     await service.reconciler.reconcile_group(GROUP)
     await service.queues.join()
     reconciler = service.reconciler
@@ -522,12 +525,7 @@ async def test_a_partial_gang_is_told_on_its_members_in_the_words_of_its_status(
 async def test_when_the_last_member_goes_the_ready_list_is_cleared_once(
     service: GangService, raw: FakeRaw, wiring: FakeWiring
 ) -> None:
-    observe(service, "namespaces", injected_namespace())
-    pg = make_podgroup("job", 2)
-    pg["metadata"]["resourceVersion"] = "1"
-    observe(service, "podgroups", pg)
-    pods = [make_pod(n).group("job").obj() for n in ("w0", "w1")]
-    observe(service, "pods", *pods)
+    _, pods = observe_injected_job(service)
     await service.reconciler.reconcile_group(GROUP)
     assert wiring.cleared == []
     for pod in pods:

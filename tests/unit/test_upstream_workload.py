@@ -27,7 +27,13 @@ from extender.kube.cache import UPSTREAM_PODGROUPS, Watcher
 from extender.kube.rawapi import KubeError
 from extender.metrics import Metrics
 from extender.service import EXTENDER, METRICS, WEBHOOK, listeners
-from tests.builders import ImmediateLoop, PageNamesSink, make_cluster_state, spec_member
+from tests.builders import (
+    ImmediateLoop,
+    PageNamesSink,
+    make_cluster_state,
+    make_podgroup,
+    spec_member,
+)
 
 # kube-apiserver v1.37.2's answer to creating this PodGroup (managedFields left out).
 SERVED_PODGROUP: dict[str, Any] = {
@@ -222,12 +228,7 @@ def test_a_relist_without_the_podgroup_forgets_it() -> None:
 def test_our_podgroup_and_an_upstream_one_of_the_same_name_that_disagree_hold_the_group() -> None:
     state = make_cluster_state()
     key = m.GroupKey("ml", "train")
-    ours = {
-        "apiVersion": "scheduling.gang-extender.io/v1alpha1",
-        "kind": "PodGroup",
-        "metadata": {"name": "train", "namespace": "ml"},
-        "spec": {"minMember": 2},
-    }
+    ours = make_podgroup("train", 2, namespace="ml")
     state.on_page(UPSTREAM_PODGROUPS.kind, [SERVED_PODGROUP], True, True)
     state.on_page("podgroups", [ours], True, True)
     spec = state.core.snapshot.group_spec(key)
@@ -241,12 +242,7 @@ def test_our_podgroup_and_an_upstream_one_of_the_same_name_that_disagree_hold_th
 def test_our_podgroup_and_an_upstream_one_that_agree_are_one_group() -> None:
     state = make_cluster_state()
     key = m.GroupKey("ml", "train")
-    ours = {
-        "apiVersion": "scheduling.gang-extender.io/v1alpha1",
-        "kind": "PodGroup",
-        "metadata": {"name": "train", "namespace": "ml"},
-        "spec": {"minMember": 4},
-    }
+    ours = make_podgroup("train", 4, namespace="ml")
     state.on_page(UPSTREAM_PODGROUPS.kind, [SERVED_PODGROUP], True, True)
     state.on_page("podgroups", [ours], True, True)
     spec = state.core.snapshot.group_spec(key)
