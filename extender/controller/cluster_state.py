@@ -249,8 +249,8 @@ class ClusterState(CacheSink):
                 self.core.snapshot.delete_podgroup(spec.source, spec.key)
             else:
                 store[spec.key] = obj
-                self.core.snapshot.upsert_podgroup(spec)
-                self.core.group_changed(spec.key, now)
+                if self.core.snapshot.upsert_podgroup(spec):
+                    self.core.group_changed(spec.key, now)
             self.dirty.add(spec.key)
         elif kind == "namespaces":
             name = obj["metadata"]["name"]

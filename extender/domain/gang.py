@@ -110,7 +110,7 @@ from extender.domain.decisions import (
     Verdict,
     Victim,
 )
-from extender.domain.held_queue import HeldQueue, WantedNodes, held_queue
+from extender.domain.held_queue import HeldEntry, HeldQueue, WantedNodes, held_queue
 from extender.domain.ledger import Ledger, Plan
 from extender.domain.membership import SCHEDULER_NAME, GroupKey
 from extender.domain.model import GroupSpec, PodInfo, Resources
@@ -240,8 +240,15 @@ class GangCore:
     lowest_priority_seen: int | None = None
     # Bumped when kube-scheduler's last word on a member (`restrictions`) changes.
     restrictions_version: int = 0
-    # The held gangs in queue order (domain/held_queue.py), with what it was built from.
-    held_view: tuple[tuple[object, ...], HeldQueue] | None = None
+    # The held gangs in queue order (domain/held_queue.py), rebuilt when an entry, the
+    # nodes or kube-scheduler's last word changed; each group's entry (its rank and
+    # members if held, None if not) kept with the group version and plan state it
+    # was computed from, so a member event recomputes one entry, not every group's.
+    held_view: HeldQueue | None = None
+    held_view_inputs: tuple[int, int] = (-1, -1)
+    held_entries: dict[GroupKey, tuple[tuple[int, int, bool], HeldEntry | None]] = field(
+        default_factory=dict
+    )
 
     # ------------------------------------------------------------- requests
     def asked_about(self, pod: Mapping[str, Any]) -> PodInfo:
@@ -783,23 +790,37 @@ class GangCore:
         return ahead if self._fits_when_empty(key, members, wanted, allowed) else None
 
     def _held_queue(self) -> HeldQueue:
-        """The held gangs in queue order, rebuilt only when what it reads changed."""
-        version = (
-            self.snapshot.planning_generation,
-            self.ledger.generation,
-            sum(plan.released for plan in self.ledger.plans.values()),
-            self.restrictions_version,
-            len(self.groups),
-            len(self.unasked),
-        )
-        if self.held_view is None or self.held_view[0] != version:
-            held = [
-                (rank_of(key, members), members)
-                for key in sorted({*self.groups, *self.unasked})
-                if self._is_held(key, members := self.snapshot.members(key))
-            ]
-            self.held_view = (version, held_queue(held, self.snapshot.nodes, self.restrictions))
-        return self.held_view[1]
+        """The held gangs in queue order, recomputing only the groups that changed."""
+        entries = self.held_entries
+        known = {*self.groups, *self.unasked}
+        changed = False
+        for key in [k for k in entries if k not in known]:
+            del entries[key]
+            changed = True
+        for key in known:
+            plan = self.ledger.plans.get(key)
+            stamp = (
+                self.snapshot.group_version(key),
+                plan.plan_id if plan is not None else 0,
+                plan is not None and plan.released,
+            )
+            cached = entries.get(key)
+            if cached is not None and cached[0] == stamp:
+                continue
+            members = self.snapshot.members(key)
+            entry = (rank_of(key, members), members) if self._is_held(key, members) else None
+            entries[key] = (stamp, entry)
+            changed = changed or cached is None or cached[1] != entry
+        inputs = (self.snapshot.nodes_generation, self.restrictions_version)
+        view = self.held_view
+        if view is None or changed or inputs != self.held_view_inputs:
+            wanted = view.wanted if view is not None and inputs == self.held_view_inputs else None
+            held = [entry for _, entry in entries.values() if entry is not None]
+            self.held_view = view = held_queue(
+                held, self.snapshot.nodes, self.restrictions, wanted=wanted
+            )
+            self.held_view_inputs = inputs
+        return view
 
     def _is_held(self, key: GroupKey, members: Sequence[PodInfo]) -> bool:
         plan = self.ledger.plans.get(key)

@@ -70,11 +70,15 @@ class WantedNodes:
         return wanted
 
 
+# A held gang's place in the queue and its members.
+HeldEntry = tuple[QueueRank, Sequence[PodInfo]]
+
+
 @dataclass
 class HeldQueue:
     """Held gangs, first first, each with its members; wanted nodes asked lazily."""
 
-    order: list[tuple[QueueRank, Sequence[PodInfo]]]
+    order: list[HeldEntry]
     wanted: WantedNodes
     _gang_wanted: dict[GroupKey, frozenset[str]] = field(default_factory=dict)
 
@@ -114,11 +118,15 @@ class HeldQueue:
 
 
 def held_queue(
-    held: Sequence[tuple[QueueRank, Sequence[PodInfo]]],
+    held: Sequence[HeldEntry],
     nodes: Mapping[str, NodeInfo],
     restrictions: Mapping[str, NodeRestriction],
+    *,
+    wanted: WantedNodes | None = None,
 ) -> HeldQueue:
+    """The queue view of `held`; `wanted` carries the per-shape cache over from the last
+    view when the nodes and kube-scheduler's restrictions did not change since."""
     return HeldQueue(
         order=sorted(held, key=lambda entry: entry[0].order),
-        wanted=WantedNodes(nodes, restrictions),
+        wanted=wanted if wanted is not None else WantedNodes(nodes, restrictions),
     )

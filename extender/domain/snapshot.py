@@ -64,6 +64,11 @@ class ClusterSnapshot:
         # whose members or PodGroup changed, nodes whose labels changed, and whether
         # everything was replaced (a re-list: every memo is void).
         self.groups_changed: set[GroupKey] = set()
+        # Per group, bumped with every change to its members or PodGroup; and one
+        # count for every node change (not heartbeats): the held-gang queue view
+        # (domain/held_queue.py) recomputes only what these say changed.
+        self._group_versions: dict[GroupKey, int] = defaultdict(int)
+        self.nodes_generation = 0
         self.relabelled: set[str] = set()
         self.replaced = False
         # Priorities of the pods that hold capacity, counted: the lowest one says
@@ -81,12 +86,14 @@ class ClusterSnapshot:
         self.capacity_changed.add(node.name)
         self.generation += 1
         self.planning_generation += 1
+        self.nodes_generation += 1
 
     def delete_node(self, name: str) -> None:
         if self.nodes.pop(name, None) is not None:
             self.capacity_changed.add(name)
             self.generation += 1
             self.planning_generation += 1
+            self.nodes_generation += 1
 
     # ---- pods ----
     def upsert_pod(self, pod: PodInfo) -> PodInfo | None:
@@ -125,7 +132,15 @@ class ClusterSnapshot:
 
     def _group_changed(self, pod: PodInfo) -> None:
         if pod.group is not None:
-            self.groups_changed.add(pod.group)
+            self._touch_group(pod.group)
+
+    def _touch_group(self, key: GroupKey) -> None:
+        self.groups_changed.add(key)
+        self._group_versions[key] += 1
+
+    def group_version(self, key: GroupKey) -> int:
+        """Moves with every change to the group's members or PodGroup."""
+        return self._group_versions.get(key, 0)
 
     def _forget(self, pod: PodInfo) -> None:
         if pod.holds_capacity and pod.node_name is not None:
@@ -159,7 +174,10 @@ class ClusterSnapshot:
         self._laid_out = defaultdict(set)
         self._podgroups = defaultdict(dict)
         self.planning_generation += 1
+        self.nodes_generation += 1
         self.replaced = True
+        for key in self._group_versions:
+            self._group_versions[key] += 1
         self._holding_priorities = Counter()
         self.placeholders = {}
         for node in nodes:
@@ -170,17 +188,23 @@ class ClusterSnapshot:
             self.upsert_podgroup(spec)
 
     # ---- groups ----
-    def upsert_podgroup(self, spec: GroupSpec) -> None:
-        self._podgroups[spec.source][spec.key] = spec
+    def upsert_podgroup(self, spec: GroupSpec) -> bool:
+        """Store a PodGroup's spec; False when it equals the stored one (a status write,
+        this service's own among them, changes nothing a plan reads)."""
+        specs = self._podgroups[spec.source]
+        if specs.get(spec.key) == spec:
+            return False
+        specs[spec.key] = spec
         self.generation += 1
         self.planning_generation += 1
-        self.groups_changed.add(spec.key)
+        self._touch_group(spec.key)
+        return True
 
     def delete_podgroup(self, source: str, key: GroupKey) -> None:
         if self._podgroups[source].pop(key, None) is not None:
             self.generation += 1
             self.planning_generation += 1
-            self.groups_changed.add(key)
+            self._touch_group(key)
 
     def lowest_holding_priority(self) -> int | None:
         """The lowest priority of a pod holding capacity (None: no pod holds any)."""

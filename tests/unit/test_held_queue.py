@@ -144,3 +144,49 @@ def test_heads_stop_once_the_gangs_ahead_want_every_node() -> None:
     queue = held_queue(held, nodes, {})
     assert queue.heads({first.key, later.key}, node_count=1) == [first.key]
     assert later.key not in queue._gang_wanted  # never looked at: n0 was taken
+
+
+def test_a_member_event_recomputes_only_its_groups_entry_in_the_queue_view(monkeypatch) -> None:
+    from extender.domain.gang import GangCore, Timeouts
+    from extender.domain.policy import Policy
+
+    def sized(gang: int, index: int) -> PodInfo:
+        pod = make_pod(f"g{gang}-{index}").group(f"g{gang}").min_available(2).gpus(1)
+        return PodInfo.from_api(pod.obj())
+
+    core = GangCore(policy=Policy(), timeouts=Timeouts(60, 30, 2))
+    core.snapshot.upsert_node(nodes_of(1)["n0"])
+    core.observe_pod(PodInfo.from_api(make_pod("busy").gpus(8).node("n0").obj()), 0.0)
+    for g in range(20):
+        for i in range(2):
+            core.observe_pod(sized(g, i), 0.0)
+        core.filter(core.snapshot.pods[sized(g, 0).uid], ["n0"], 1.0)
+    core._held_queue()
+    looked_at: list[GroupKey] = []
+    real = GangCore._is_held
+
+    def counted(self, key, members):
+        looked_at.append(key)
+        return real(self, key, members)
+
+    monkeypatch.setattr(GangCore, "_is_held", counted)
+    core.snapshot.upsert_pod(sized(7, 2))  # a third member of g7
+    queue = core._held_queue()
+    assert looked_at == [GroupKey("default", "g7")]
+    assert [rank.key.name for rank, _ in queue.order][:3] == ["g0", "g1", "g10"]
+    looked_at.clear()
+    assert core._held_queue() is queue and looked_at == []  # nothing changed: same view
+
+
+def test_a_podgroup_status_write_changes_nothing_a_plan_reads() -> None:
+    from extender.domain.model import GroupSpec
+    from extender.domain.snapshot import ClusterSnapshot
+
+    snapshot = ClusterSnapshot()
+    key = GroupKey("default", "job")
+    assert snapshot.upsert_podgroup(GroupSpec(key=key, min_member=2, source="PodGroup"))
+    before = (snapshot.planning_generation, snapshot.group_version(key))
+    assert not snapshot.upsert_podgroup(GroupSpec(key=key, min_member=2, source="PodGroup"))
+    assert (snapshot.planning_generation, snapshot.group_version(key)) == before
+    assert snapshot.upsert_podgroup(GroupSpec(key=key, min_member=3, source="PodGroup"))
+    assert snapshot.group_version(key) == before[1] + 1
