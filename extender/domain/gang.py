@@ -114,6 +114,7 @@ from extender.domain.held_queue import HeldEntry, HeldQueue, WantedNodes, held_q
 from extender.domain.ledger import Ledger, Plan
 from extender.domain.membership import SCHEDULER_NAME, GroupKey
 from extender.domain.model import GroupSpec, PodInfo, Resources
+from extender.domain.node_order import NodeOrder
 from extender.domain.placeholders import ObservedPlaceholder, desired, diff
 from extender.domain.planner import NodeRestriction, Placement, plan_gang
 from extender.domain.policy import Policy, default_topology
@@ -388,7 +389,7 @@ class GangCore:
             return state.message
         generation = self._planning_inputs()
 
-        free = self.free_for_planning(key)
+        free, order = self.planning_room(key)
         allowed = dict(self.restrictions)
         if asking is not None and candidates is not None:
             allowed[asking.uid] = NodeRestriction(allowed=frozenset(candidates))
@@ -403,6 +404,7 @@ class GangCore:
                 allowed=allowed,
                 topology=spec.topology,
                 bound=bound,
+                order=order,
             )
             if isinstance(outcome, Placement):
                 break
@@ -971,20 +973,30 @@ class GangCore:
         Read-only per node: the planner copies a node's room before placing on it, and a
         node whose room a hold lessens gets a room of its own here.
         """
-        free = self.score_board.free_capacity(self.snapshot, self.ledger, self.policy)
+        return self.planning_room(group)[0]
+
+    def planning_room(
+        self, group: GroupKey | None = None
+    ) -> tuple[dict[str, Resources], NodeOrder]:
+        """`free_for_planning`, and its nodes in the planner's order (domain/node_order.py):
+        the board's, with the few nodes whose room a hold or a placeholder changes moved."""
+        board = self.score_board
+        free = board.free_capacity(self.snapshot, self.ledger, self.policy)
+        changed: dict[str, Resources] = {}
         for node, (owner, gpus) in self.starving_holds().items():
             if owner != group and node in free:
                 room = dict(free[node])
                 room[GPU] = room.get(GPU, 0) - gpus
-                free[node] = room
+                free[node] = changed[node] = room
         # The group's own placeholder pods hold its room: free for it, for nobody else.
         for placeholder in self.snapshot.placeholders.values():
             at = placeholder.node_name
             if placeholder.placeholder_for == group and placeholder.holds_capacity and at in free:
                 room = dict(free[at])
                 room[GPU] = room.get(GPU, 0) + placeholder.requests.get(GPU, 0)
-                free[at] = room
-        return free
+                free[at] = changed[at] = room
+        order = board.planning_order(self.snapshot, self.ledger, self.policy)
+        return free, order.with_rooms(changed.items())
 
     # ------------------------------------------------------------ prioritize
     def prioritize(self, pod: PodInfo, candidates: Collection[str]) -> dict[str, int]:

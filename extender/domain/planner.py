@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from math import gcd
 
 from extender.domain.model import NodeInfo, PodInfo, Resources
+from extender.domain.node_order import NodeOrder, static_key
 from extender.domain.policy import GroupTopology, Policy, Strategy, default_topology
 from extender.domain.quantity import CPU, GPU, MEMORY
 from extender.domain.snapshot import add_into, fits
@@ -85,32 +86,21 @@ def _rank(strategy: Strategy, pod: PodInfo, node: str, free: Resources, on_node:
     return (gpu_left, cpu_left, node)
 
 
-def _static_key(strategy: Strategy, node: str, free: Resources) -> tuple[int, int, str]:
-    """Orders nodes no member was placed on yet exactly as `_rank` does, for any pod.
-
-    On such a node `on_node` is 0 and `_rank` only shifts free GPU and cpu by the
-    pod's (constant) request, so this order is the rank order: the first node in it
-    that the pod fits and may use is its best untouched node. Keep in step with `_rank`.
-    """
-    gpu, cpu = free.get(GPU, 0), free.get(CPU, 0)
-    if strategy is Strategy.SPREAD:
-        return (-gpu, -cpu, node)
-    return (gpu, cpu, node)
-
-
 def _place(
     members: Sequence[PodInfo],
     free: Mapping[str, Resources],
     nodes: Mapping[str, NodeInfo],
     policy: Policy,
     allowed: Mapping[str, NodeRestriction],
+    order: NodeOrder | None = None,
 ) -> tuple[dict[str, str], PodInfo | None]:
     """Greedy placement inside `free` (not mutated). Returns placements and the first misfit.
 
     Placement goes on past a misfit so the count of placeable members is honest
     ("3/4 members placeable"); a plan is only used when there is no misfit.
 
-    Cost: nodes are sorted once by `_static_key`; each member then takes the first
+    Cost: nodes are sorted once by `static_key` (or come sorted: `order`, every node
+    of `free` in the policy's order); each member then takes the first
     node in that order it fits and may use (usually among the first looked at)
     and compares it with the few nodes members were already placed on. So a plan
     costs one sort of the cluster rather than members x nodes checks.
@@ -143,8 +133,13 @@ def _place(
         node = pod.planned_node
         if node and node in remaining and usable(pod, node, allowed.get(pod.uid)):
             place(pod, node)
-    order = sorted(remaining, key=lambda n: _static_key(strategy, n, remaining[n]))
-    order_gpus = [free[n].get(GPU, 0) for n in order]  # ascending (binpack), descending (spread)
+    if order is not None and not touched and order.strategy is strategy:
+        names, order_gpus = order.names, order.gpus
+    else:
+        names = sorted(remaining, key=lambda n: static_key(strategy, n, remaining[n]))
+        order_gpus = [
+            free[n].get(GPU, 0) for n in names
+        ]  # ascending (binpack), descending (spread)
     for pod in sorted((p for p in members if p.uid not in placed), key=_size_key):
         choices = allowed.get(pod.uid)
         gpus = pod.requests.get(GPU, 0)
@@ -154,8 +149,8 @@ def _place(
         # for GPUs fits no node with fewer free, which the order puts first (binpack,
         # skipped by bisection) or last (spread, where the scan stops).
         start = bisect_left(order_gpus, gpus) if gpus > 0 and strategy is not Strategy.SPREAD else 0
-        for i in range(start, len(order)):
-            name = order[i]
+        for i in range(start, len(names)):
+            name = names[i]
             if strategy is Strategy.SPREAD and gpus > 0 and order_gpus[i] < gpus:
                 break
             if name in touched or not usable(pod, name, choices):
@@ -197,6 +192,7 @@ def _place_together(
     nodes: Mapping[str, NodeInfo],
     allowed: Mapping[str, NodeRestriction],
     gang_nodes: frozenset[str],
+    order: NodeOrder | None = None,
 ) -> tuple[dict[str, str], PodInfo | None, int]:
     """Binpack a gang onto as few nodes as it can: returns placements, first misfit, and
     a lower bound on the nodes its GPUs need (see `_Planner.nodes_level`).
@@ -238,8 +234,11 @@ def _place_together(
         node = pod.planned_node
         if node and node in remaining and usable(pod, node, allowed.get(pod.uid)):
             place(pod, node)
-    order = sorted(free, key=lambda n: _static_key(Strategy.BINPACK, n, free[n]))
-    order_gpus = [free[n].get(GPU, 0) for n in order]  # ascending
+    if order is not None and order.strategy is Strategy.BINPACK:
+        names, order_gpus = order.names, order.gpus
+    else:
+        names = sorted(free, key=lambda n: static_key(Strategy.BINPACK, n, free[n]))
+        order_gpus = [free[n].get(GPU, 0) for n in names]  # ascending
     demand = sum(_gpus(p) for p in members)
     # A node gives the gang at most a multiple of the gcd of its GPU requests (two
     # 5-GPU members use 5 of 8 free GPUs, not 8): a tighter bound, so fewer fallbacks.
@@ -260,22 +259,22 @@ def _place_together(
                 best_node, best_rank = name, rank
         if best_node is None and gpus > 0:
             # The smallest untouched node that takes every GPU still to place...
-            for i in range(bisect_left(order_gpus, outstanding), len(order)):
-                name = order[i]
+            for i in range(bisect_left(order_gpus, outstanding), len(names)):
+                name = names[i]
                 if name not in touched and usable(pod, name, choices):
                     best_node = name
                     break
             # ...else the largest one this member fits (the scan stops below its request).
             if best_node is None:
-                for i in range(len(order) - 1, -1, -1):
+                for i in range(len(names) - 1, -1, -1):
                     if order_gpus[i] < gpus:
                         break
-                    name = order[i]
+                    name = names[i]
                     if name not in touched and usable(pod, name, choices):
                         best_node = name
                         break
         elif best_node is None:
-            for name in order:
+            for name in names:
                 if name not in touched and usable(pod, name, choices):
                     best_node = name
                     break
@@ -297,6 +296,9 @@ class _Planner:
     allowed: Mapping[str, NodeRestriction]
     gang_nodes: frozenset[str]
     preferred: tuple[str, ...]
+    # Every node of `room` (the room plan_gang was given) in the policy's order, or None.
+    room: Mapping[str, Resources] | None = None
+    order: NodeOrder | None = None
 
     demand: int = field(init=False)
 
@@ -321,15 +323,17 @@ class _Planner:
         it reached the lower bound: the planner never spans more nodes than that, nor
         misses a placement it finds.
         """
+        # The kept order is for the whole room only; a topology domain's nodes are sorted.
+        order = self.order if free is self.room else None
         if self.policy.strategy is Strategy.SPREAD:
-            return _place(self.members, free, self.nodes, self.policy, self.allowed)
+            return _place(self.members, free, self.nodes, self.policy, self.allowed, order)
         placed, misfit, lower_bound = _place_together(
-            self.members, free, self.nodes, self.allowed, self.gang_nodes
+            self.members, free, self.nodes, self.allowed, self.gang_nodes, order
         )
         if misfit is None and len(set(placed.values())) <= lower_bound:
             return placed, misfit
         fallback, fallback_misfit = _place(
-            self.members, free, self.nodes, self.policy, self.allowed
+            self.members, free, self.nodes, self.policy, self.allowed, order
         )
         if misfit is not None:
             if fallback_misfit is None or len(fallback) > len(placed):
@@ -466,6 +470,7 @@ def plan_gang(
     allowed: Mapping[str, NodeRestriction] | None = None,
     topology: GroupTopology | None = None,
     bound: Sequence[PodInfo] = (),
+    order: NodeOrder | None = None,
 ) -> Placement | Shortfall:
     """Place every member at once, or say what is missing.
 
@@ -475,13 +480,17 @@ def plan_gang(
     `topology` is the group's own (PodGroup spec.topology); None falls back to the
     members' Kueue annotations, then to the policy's. `bound` are the gang's members
     already bound: the rest go beside them and stay in their required domain.
+    `order`, when given, is every node of `free` sorted by `node_order.static_key`
+    for the policy's strategy (kept by the score board instead of sorted per plan).
     """
     allowed = allowed or {}
     resolved = _resolve_topology(members, topology, policy)
     if isinstance(resolved, str):
         return Shortfall(0, len(members), resolved)
     gang_nodes = frozenset(p.node_name for p in bound if p.node_name and p.node_name in nodes)
-    planner = _Planner(members, nodes, policy, allowed, gang_nodes, resolved.preferred)
+    planner = _Planner(
+        members, nodes, policy, allowed, gang_nodes, resolved.preferred, room=free, order=order
+    )
     if resolved.required is not None:
         return _plan_required(planner, free, resolved.required)
     placed, misfit = planner.within(free)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from extender.domain.ledger import Ledger
 from extender.domain.model import Resources
+from extender.domain.node_order import NodeOrder
 from extender.domain.policy import Policy, Strategy
 from extender.domain.quantity import GPU
 from extender.domain.snapshot import ClusterSnapshot
@@ -80,6 +81,9 @@ class NodeScoreBoard:
     # then treats every node as changed.
     room_changes: list[tuple[str, Resources | None, Resources | None]] = field(default_factory=list)
     rooms_overflowed: bool = False
+    # Every node of `free` in the planner's order for the policy's strategy
+    # (domain/node_order.py), moved per refreshed node instead of sorted per plan.
+    order: NodeOrder | None = None
 
     @property
     def position(self) -> int:
@@ -92,6 +96,14 @@ class NodeScoreBoard:
         if position < self.journal_start or position > self.position:
             return None
         return self.journal[position - self.journal_start :]
+
+    def planning_order(
+        self, snapshot: ClusterSnapshot, ledger: Ledger, policy: Policy
+    ) -> NodeOrder:
+        """Every node of `free_capacity` in the planner's order, after a refresh."""
+        self.refresh(snapshot, ledger, policy)
+        assert self.order is not None  # refresh keeps one
+        return self.order
 
     def free_capacity(
         self, snapshot: ClusterSnapshot, ledger: Ledger, policy: Policy
@@ -144,6 +156,11 @@ class NodeScoreBoard:
             else:
                 del scores[node]
             journal.append(node)
+        if self.order is None or self.order.strategy is not policy.strategy:
+            self.order = NodeOrder.of(policy.strategy, free)
+        else:
+            for node in changed:
+                self.order.update(node, free.get(node))
         if len(journal) > max(self.journal_min_limit, 2 * len(scores)):
             self.journal_start += len(journal)
             self.journal = []

@@ -11,9 +11,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from extender.domain.gang import GangCore, Timeouts
+from extender.domain.membership import GroupKey
 from extender.domain.model import PodInfo
+from extender.domain.node_order import NodeOrder
 from extender.domain.planner import plan_gang
 from extender.domain.policy import Policy, Strategy
+from extender.domain.quantity import GPU
+from extender.domain.reservations import Reservation
 from tests.builders import make_pod
 from tests.strategies import apply_change, snapshot_changes
 
@@ -49,3 +53,57 @@ def test_incremental_free_capacity_equals_a_fresh_one_and_plans_the_same(
         assert plan_gang(members, kept, core.snapshot.nodes, policy) == plan_gang(
             members, fresh, core.snapshot.nodes, policy
         )
+
+
+@given(
+    st.lists(snapshot_changes(max_size=30), min_size=1, max_size=5),
+    st.sampled_from([Policy(), Policy(name="spread", strategy=Strategy.SPREAD)]),
+    st.lists(st.integers(min_value=0, max_value=4), min_size=1, max_size=4),
+    st.booleans(),
+)
+@settings(max_examples=300, deadline=None)
+def test_the_kept_node_order_is_a_fresh_sort_and_plans_the_same(
+    rounds, policy, gang_gpus, starving
+) -> None:
+    core = GangCore(policy=policy, timeouts=Timeouts(60, 30, 2))
+    members = [
+        PodInfo.from_api(make_pod(f"probe-{i}").group("probe").gpus(g).obj())
+        for i, g in enumerate(gang_gpus)
+    ]
+    step = 0
+    for ops in rounds:
+        for op, i, gpus in ops:
+            step += 1
+            apply_change(core, op, i, gpus, step)
+        if starving and core.snapshot.nodes:
+            # Another gang holds GPUs on one node: that node's room, and place, differ.
+            node = sorted(core.snapshot.nodes)[step % len(core.snapshot.nodes)]
+            core.reservations[GroupKey("default", "starving")] = Reservation(
+                group=GroupKey("default", "starving"),
+                nodes=(node,),
+                need=8,
+                started=0.0,
+                deadline=1e9,
+            )
+        free, order = core.planning_room(GroupKey("default", "probe"))
+        assert order == NodeOrder.of(policy.strategy, free)
+        assert plan_gang(members, free, core.snapshot.nodes, policy, order=order) == plan_gang(
+            members, free, core.snapshot.nodes, policy
+        )
+        core.reservations.clear()
+
+
+def test_a_node_order_moves_only_the_node_that_changed() -> None:
+    order = NodeOrder.of(Strategy.BINPACK, {"a": {GPU: 1}, "b": {GPU: 4}, "c": {GPU: 2}})
+    assert order.names == ["a", "c", "b"] and order.gpus == [1, 2, 4]
+    order.update("b", {GPU: 0})
+    assert order.names == ["b", "a", "c"] and order.gpus == [0, 1, 2]
+    order.update("a", None)
+    assert order.names == ["b", "c"]
+    copy = order.with_rooms([("c", {GPU: 0})])
+    assert copy.names == ["b", "c"] and copy.gpus == [0, 0] and order.gpus == [0, 2]
+    assert order.with_rooms([]) is order
+    order.update("cpu-only", {"cpu": 4000})  # no GPU at all: 0 free, first among equals
+    assert order.names == ["b", "cpu-only", "c"] and order.gpus == [0, 0, 2]
+    fresh = NodeOrder.of(Strategy.SPREAD, {"x": {"cpu": 1}, "y": {GPU: 3}})
+    assert fresh.names == ["y", "x"] and fresh.gpus == [3, 0]
