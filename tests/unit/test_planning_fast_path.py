@@ -21,25 +21,35 @@ from extender.domain.reservations import Reservation
 from tests.builders import make_pod
 from tests.strategies import apply_change, snapshot_changes
 
+change_rounds = st.lists(snapshot_changes(max_size=30), min_size=1, max_size=5)
+policies = st.sampled_from([Policy(), Policy(name="spread", strategy=Strategy.SPREAD)])
+gang_gpu_counts = st.lists(st.integers(min_value=0, max_value=4), min_size=1, max_size=4)
+
+
+def probe_core(policy: Policy, gang_gpus: list[int]) -> tuple[GangCore, list[PodInfo]]:
+    """An empty core and the members of the gang whose plans are compared."""
+    core = GangCore(policy=policy, timeouts=Timeouts(60, 30, 2))
+    members = [
+        PodInfo.from_api(make_pod(f"probe-{i}").group("probe").gpus(g).obj())
+        for i, g in enumerate(gang_gpus)
+    ]
+    return core, members
+
 
 def fresh_free(core: GangCore) -> dict[str, dict[str, int]]:
     return {name: core.free_after_reservations(name) for name in core.snapshot.nodes}
 
 
 @given(
-    st.lists(snapshot_changes(max_size=30), min_size=1, max_size=5),
-    st.sampled_from([Policy(), Policy(name="spread", strategy=Strategy.SPREAD)]),
-    st.lists(st.integers(min_value=0, max_value=4), min_size=1, max_size=4),
+    change_rounds,
+    policies,
+    gang_gpu_counts,
 )
 @settings(max_examples=300, deadline=None)
 def test_incremental_free_capacity_equals_a_fresh_one_and_plans_the_same(
     rounds, policy, gang_gpus
 ) -> None:
-    core = GangCore(policy=policy, timeouts=Timeouts(60, 30, 2))
-    members = [
-        PodInfo.from_api(make_pod(f"probe-{i}").group("probe").gpus(g).obj())
-        for i, g in enumerate(gang_gpus)
-    ]
+    core, members = probe_core(policy, gang_gpus)
     step = 0
     for ops in rounds:
         for op, i, gpus in ops:
@@ -56,20 +66,16 @@ def test_incremental_free_capacity_equals_a_fresh_one_and_plans_the_same(
 
 
 @given(
-    st.lists(snapshot_changes(max_size=30), min_size=1, max_size=5),
-    st.sampled_from([Policy(), Policy(name="spread", strategy=Strategy.SPREAD)]),
-    st.lists(st.integers(min_value=0, max_value=4), min_size=1, max_size=4),
+    change_rounds,
+    policies,
+    gang_gpu_counts,
     st.booleans(),
 )
 @settings(max_examples=300, deadline=None)
 def test_the_kept_node_order_is_a_fresh_sort_and_plans_the_same(
     rounds, policy, gang_gpus, starving
 ) -> None:
-    core = GangCore(policy=policy, timeouts=Timeouts(60, 30, 2))
-    members = [
-        PodInfo.from_api(make_pod(f"probe-{i}").group("probe").gpus(g).obj())
-        for i, g in enumerate(gang_gpus)
-    ]
+    core, members = probe_core(policy, gang_gpus)
     step = 0
     for ops in rounds:
         for op, i, gpus in ops:
