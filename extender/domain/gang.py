@@ -110,6 +110,7 @@ from extender.domain.decisions import (
     Verdict,
     Victim,
 )
+from extender.domain.gang_state import GroupState, Timeouts
 from extender.domain.held_queue import HeldEntry, HeldQueue, WantedNodes, held_queue
 from extender.domain.ledger import Ledger, Plan
 from extender.domain.membership import SCHEDULER_NAME, GroupKey
@@ -145,6 +146,10 @@ from extender.domain.selection import MembersMissing, choose_members, tasks_left
 from extender.domain.shortfalls import NodeChange, ShortfallMemo
 from extender.domain.snapshot import ClusterSnapshot, fits
 
+# GroupState and Timeouts live in domain/gang_state.py; the service, the controller
+# and the tests import them from here.
+__all__ = ["PLACEHOLDER_RETRY_SECONDS", "GangCore", "GroupState", "Timeouts"]
+
 # Remember what kube-scheduler's filters said about a member only when it is this
 # many node names or fewer (allow- or deny-list), to bound memory on big clusters.
 RESTRICTION_MEMORY_LIMIT = 256
@@ -154,33 +159,6 @@ STARVATION_CHECK_SECONDS = 1.0
 # A placeholder create or delete not seen by the watch after this long is asked again
 # (a repeated create is a 409 by its deterministic name, a repeated delete a 404).
 PLACEHOLDER_RETRY_SECONDS = 5.0
-
-
-@dataclass
-class GroupState:
-    message: str = ""
-    retry_after: float = 0.0
-    shortfall_generation: tuple[int, int] | None = None
-    first_seen: float | None = None
-    waiting: bool = True
-    # Its place in the queue of held gangs (domain/queue.py), from its members the
-    # last time it was tried; None before that.
-    rank: QueueRank | None = None
-
-
-@dataclass
-class Timeouts:
-    schedule_timeout_seconds: float
-    bind_barrier_timeout_seconds: float
-    replan_backoff_seconds: float
-    # Starvation (domain/reservations.py): a gang at the head of the queue that has
-    # waited this long reserves its nodes, for at most reservation_max_seconds at once.
-    starvation_seconds: float = 60.0
-    reservation_max_seconds: float = 300.0
-    # How long a preemptor's plan holds the room its victims free (they get their
-    # termination grace period), and how long a unit whose eviction the API server
-    # refused (a PodDisruptionBudget) is left out of the next choice.
-    preemption_hold_seconds: float = 120.0
 
 
 @dataclass
