@@ -110,8 +110,9 @@ from extender.domain.decisions import (
     Verdict,
     Victim,
 )
+from extender.domain.gang_queue import QueueOrder
 from extender.domain.gang_state import GroupState, Timeouts
-from extender.domain.held_queue import HeldEntry, HeldQueue, WantedNodes, held_queue
+from extender.domain.held_queue import HeldEntry, HeldQueue
 from extender.domain.ledger import Ledger, Plan
 from extender.domain.membership import SCHEDULER_NAME, GroupKey
 from extender.domain.model import GroupSpec, PodInfo, Resources
@@ -131,7 +132,7 @@ from extender.domain.preemption import (
     victim_units,
 )
 from extender.domain.quantity import GPU
-from extender.domain.queue import QueueRank, gangs_ahead, rank_of
+from extender.domain.queue import rank_of
 from extender.domain.recovery import Recovery, recover_plans
 from extender.domain.reservations import (
     NodeGpus,
@@ -162,7 +163,7 @@ PLACEHOLDER_RETRY_SECONDS = 5.0
 
 
 @dataclass
-class GangCore:
+class GangCore(QueueOrder):
     policy: Policy
     timeouts: Timeouts
     snapshot: ClusterSnapshot = field(default_factory=ClusterSnapshot)
@@ -675,176 +676,6 @@ class GangCore:
                 preemptor=f"kube-scheduler's preemption of {pod.ref}",
                 victims=tuple(Victim(p.uid, p.ref, unit) for p in rest),
             )
-        )
-
-    def _plan_gangs_ahead(self, rank: QueueRank, now: float) -> list[QueueRank]:
-        """Try every held gang ahead of `rank`, in queue order; every gang ahead of it.
-
-        A gang ahead that fits now is planned here, before the one asking takes the
-        room; one that cannot (short of room, of members, or backing off) blocks no
-        one. Each is memoised by its own shortfall generation, so an event costs O(1)
-        per held gang ahead unless capacity changed. They are tried with
-        `queue=False`: the gangs ahead of each were tried just before it, in order.
-        """
-        for key in self.unasked:
-            # Still pending: its members may have been bound since (gated ones never
-            # enter `unasked`, `observe_pod`).
-            if key not in self.groups and any(not m.is_bound for m in self.snapshot.members(key)):
-                self.groups[key] = GroupState(first_seen=now)
-        self.unasked.clear()
-        self._absorb_changes()
-        ranks = []
-        for key, state in self.groups.items():
-            if key in self.shortfalls:
-                continue  # does not fit, and nothing since could change that: O(1)
-            if state.rank is None:
-                state.rank = rank_of(key, self.snapshot.members(key))
-            ranks.append(state.rank)
-        ahead = gangs_ahead(rank, ranks)
-        for other in ahead:
-            state = self.groups[other.key]
-            if not state.waiting or other.key in self.ledger.plans:
-                continue
-            spec = self.snapshot.group_spec(other.key)
-            if spec is None or spec.error is not None:
-                continue
-            self._try_plan(other.key, state, spec, now, asking=None, candidates=None, queue=False)
-        return ahead
-
-    def _waiting_behind(
-        self,
-        ahead: Sequence[QueueRank],
-        attempts: Sequence[Sequence[PodInfo]],
-        free: Mapping[str, Resources],
-        allowed: Mapping[str, NodeRestriction],
-    ) -> QueueRank | None:
-        """The first gang ahead whose plan holds the room this gang lacks, None if none.
-
-        The gang would fit on the capacity reserved for the plans of the gangs ahead
-        (their members not bound yet): it waits behind the first of them.
-        """
-        planned = [r for r in ahead if r.key in self.ledger.plans]
-        if not planned:
-            return None
-        without = {node: dict(resources) for node, resources in free.items()}
-        for rank in planned:
-            plan = self.ledger.plans[rank.key]
-            for uid in plan.unbound:
-                node = without.get(plan.placements[uid])
-                if node is None:
-                    continue
-                for name, value in plan.requests[uid].items():
-                    node[name] = node.get(name, 0) + value
-        for chosen in attempts:
-            if isinstance(
-                plan_gang(chosen, without, self.snapshot.nodes, self.policy, allowed=allowed),
-                Placement,
-            ):
-                return planned[0]
-        return None
-
-    def gang_ahead_of(
-        self,
-        key: GroupKey,
-        members: Sequence[PodInfo] | None = None,
-        allowed: Mapping[str, NodeRestriction] | None = None,
-    ) -> QueueRank | None:
-        """The first held gang ahead of `key` that would use the nodes `key` wants, or None.
-
-        Held: pending, with a quorum of members, and not released (waiting for room,
-        or planned and binding). It goes first when room appears there, so `key` waits
-        behind it for as long as it is held, not only while its plan holds the room.
-        Nodes wanted: those a pending member could ever use (cordon, taints, selector,
-        kube-scheduler's last word, a request within the node's allocatable). A gang
-        that would not fit even on empty nodes waits behind no one: its shortfall is
-        its own. Also for a gang kube-scheduler never asked about (its own filters
-        refuse every node): the PodGroup status names the gang ahead all the same.
-        """
-        members = list(members) if members is not None else self.snapshot.members(key)
-        queue = self._held_queue()
-        wanted = queue.wanted.of_gang(members, allowed)
-        ahead = queue.first_ahead_wanting(rank_of(key, members), wanted)
-        if ahead is None:
-            return None
-        allowed = allowed if allowed is not None else self.restrictions
-        return ahead if self._fits_when_empty(key, members, wanted, allowed) else None
-
-    def _held_queue(self) -> HeldQueue:
-        """The held gangs in queue order, recomputing only the groups that changed."""
-        entries = self.held_entries
-        known = {*self.groups, *self.unasked}
-        changed = False
-        for key in [k for k in entries if k not in known]:
-            del entries[key]
-            changed = True
-        for key in known:
-            plan = self.ledger.plans.get(key)
-            stamp = (
-                self.snapshot.group_version(key),
-                plan.plan_id if plan is not None else 0,
-                plan is not None and plan.released,
-            )
-            cached = entries.get(key)
-            if cached is not None and cached[0] == stamp:
-                continue
-            members = self.snapshot.members(key)
-            entry = (rank_of(key, members), members) if self._is_held(key, members) else None
-            entries[key] = (stamp, entry)
-            changed = changed or cached is None or cached[1] != entry
-        inputs = (self.snapshot.nodes_generation, self.restrictions_version)
-        view = self.held_view
-        if view is None or changed or inputs != self.held_view_inputs:
-            wanted = view.wanted if view is not None and inputs == self.held_view_inputs else None
-            held = [entry for _, entry in entries.values() if entry is not None]
-            self.held_view = view = held_queue(
-                held, self.snapshot.nodes, self.restrictions, wanted=wanted
-            )
-            self.held_view_inputs = inputs
-        return view
-
-    def _is_held(self, key: GroupKey, members: Sequence[PodInfo]) -> bool:
-        plan = self.ledger.plans.get(key)
-        if plan is not None:
-            return not plan.released
-        spec = self.snapshot.group_spec(key)
-        if spec is None or spec.error is not None:
-            return False
-        pending = [m for m in members if not m.is_bound and not m.gated]
-        if not pending:
-            return False
-        choice = choose_members(
-            members, min_member=spec.min_member, task_minimums=spec.min_task_member
-        )
-        return not isinstance(choice, MembersMissing)
-
-    def _nodes_wanted(
-        self, members: Sequence[PodInfo], allowed: Mapping[str, NodeRestriction]
-    ) -> set[str]:
-        return WantedNodes(self.snapshot.nodes, self.restrictions).of_gang(members, allowed)
-
-    def _fits_when_empty(
-        self,
-        key: GroupKey,
-        members: Sequence[PodInfo],
-        nodes: set[str],
-        allowed: Mapping[str, NodeRestriction],
-    ) -> bool:
-        spec = self.snapshot.group_spec(key)
-        if spec is None:
-            return False
-        choice = choose_members(
-            members, min_member=spec.min_member, task_minimums=spec.min_task_member
-        )
-        if isinstance(choice, MembersMissing):
-            return False
-        empty = {name: dict(self.snapshot.nodes[name].allocatable) for name in nodes}
-        pending = [[m for m in chosen if not m.is_bound] for chosen in choice.attempts]
-        return any(
-            isinstance(
-                plan_gang(chosen, empty, self.snapshot.nodes, self.policy, allowed=allowed),
-                Placement,
-            )
-            for chosen in pending
         )
 
     def _released_elsewhere(self, plan: Plan, pod: PodInfo, now: float) -> str:

@@ -1,14 +1,29 @@
-"""The records `GangCore` keeps: a group's state (`GroupState`) and the timeouts (`Timeouts`).
+"""What the parts of `GangCore` share: its per-group records, and the declarations each part is typed against.
 
-Pure. Apart from `GangCore` (domain/gang.py), so that a module of its own can make
-them without importing it.
+Pure. `GangCore` (domain/gang.py) is one object composed of parts, one module a
+concern (domain/gang_*.py). Each part subclasses `GangParts`, which declares the
+state the parts read and the verbs one part asks of another, so mypy checks every
+part against them; `GangCore` is the one class that has them all.
+
+One verb is not declared here (a declaration would repeat its long signature): its
+callers reach it on `GangCore` itself, a `cast` that always holds. It is the
+filter's steps 4-7 (`GangCore._try_plan`), which the queue runs for the gangs ahead.
 """
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from extender.domain.held_queue import HeldEntry, HeldQueue
+from extender.domain.ledger import Ledger
+from extender.domain.membership import GroupKey
+from extender.domain.planner import NodeRestriction
+from extender.domain.policy import Policy
 from extender.domain.queue import QueueRank
+from extender.domain.shortfalls import ShortfallMemo
+from extender.domain.snapshot import ClusterSnapshot
 
 
 @dataclass
@@ -36,3 +51,29 @@ class Timeouts:
     # termination grace period), and how long a unit whose eviction the API server
     # refused (a PodDisruptionBudget) is left out of the next choice.
     preemption_hold_seconds: float = 120.0
+
+
+class GangParts:
+    """The state and the verbs of `GangCore` its parts use; see `GangCore` for each field's reason.
+
+    Declarations only: at run time the class is empty, and `GangCore` (a dataclass)
+    has the fields. The verbs are declared for mypy alone, abstract, so it refuses to
+    instantiate a `GangCore` that lacks one.
+    """
+
+    policy: Policy
+    snapshot: ClusterSnapshot
+    ledger: Ledger
+    groups: dict[GroupKey, GroupState]
+    restrictions: dict[str, NodeRestriction]
+    unasked: set[GroupKey]
+    shortfalls: ShortfallMemo
+    restrictions_version: int
+    held_view: HeldQueue | None
+    held_view_inputs: tuple[int, int]
+    held_entries: dict[GroupKey, tuple[tuple[int, int, bool], HeldEntry | None]]
+
+    if TYPE_CHECKING:
+        # The filter, capacity and observations (domain/gang.py).
+        @abstractmethod
+        def _absorb_changes(self) -> None: ...

@@ -19,6 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import extender.domain.gang as gang_module
+import extender.domain.gang_queue as gang_queue_module
 from extender.domain.gang import GangCore, Timeouts
 from extender.domain.membership import GroupKey
 from extender.domain.model import NodeInfo, PodInfo
@@ -27,6 +28,9 @@ from extender.domain.shortfalls import MemberShape, NodeChange, ShortfallMemo
 from tests.builders import make_node, make_pod
 
 RACK = "example.com/rack"
+# The modules of the core that call the planner (GangCore's parts: the queue asks it
+# whom a held gang waits behind).
+PLANNING_MODULES = (gang_module, gang_queue_module)
 
 
 @contextmanager
@@ -39,11 +43,13 @@ def counting_plans() -> Iterator[list[str]]:
         calls.extend({str(m.group) for m in members})
         return real(members, *args, **kwargs)
 
-    gang_module.plan_gang = counted  # type: ignore[assignment]
+    for module in PLANNING_MODULES:
+        module.plan_gang = counted
     try:
         yield calls
     finally:
-        gang_module.plan_gang = real  # type: ignore[assignment]
+        for module in PLANNING_MODULES:
+            module.plan_gang = real
 
 
 def node(name: str, gpus: int, rack: str = "r0", **extra: Any) -> NodeInfo:
