@@ -7,7 +7,8 @@ part against them; `GangCore` is the one class that has them all.
 
 One verb is not declared here (a declaration would repeat its long signature): its
 callers reach it on `GangCore` itself, a `cast` that always holds. It is the
-filter's steps 4-7 (`GangCore._try_plan`), which the queue runs for the gangs ahead.
+filter's steps 4-7 (`GangCore._try_plan`), which the queue runs for the gangs ahead
+and a starving gang runs once its GPUs are free.
 """
 
 from __future__ import annotations
@@ -16,12 +17,15 @@ from abc import abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from extender.domain.decisions import Effect, PlaceholderCreate
 from extender.domain.held_queue import HeldEntry, HeldQueue
 from extender.domain.ledger import Ledger
 from extender.domain.membership import GroupKey
+from extender.domain.model import Resources
 from extender.domain.planner import NodeRestriction
 from extender.domain.policy import Policy
 from extender.domain.queue import QueueRank
+from extender.domain.reservations import Reservation
 from extender.domain.shortfalls import ShortfallMemo
 from extender.domain.snapshot import ClusterSnapshot
 
@@ -62,11 +66,21 @@ class GangParts:
     """
 
     policy: Policy
+    timeouts: Timeouts
     snapshot: ClusterSnapshot
     ledger: Ledger
     groups: dict[GroupKey, GroupState]
+    effects: list[Effect]
     restrictions: dict[str, NodeRestriction]
     unasked: set[GroupKey]
+    reservations: dict[GroupKey, Reservation]
+    given_up: dict[GroupKey, tuple[str, ...]]
+    touched: set[GroupKey]
+    starvation_checked: float
+    held_since: dict[GroupKey, float]
+    placeholders: bool
+    placeholder_requests: dict[tuple[str, str], float]
+    placeholder_creating: dict[str, tuple[float, PlaceholderCreate]]
     shortfalls: ShortfallMemo
     restrictions_version: int
     held_view: HeldQueue | None
@@ -75,5 +89,12 @@ class GangParts:
 
     if TYPE_CHECKING:
         # The filter, capacity and observations (domain/gang.py).
+        @staticmethod
+        @abstractmethod
+        def _say(state: GroupState, message: str) -> str: ...
         @abstractmethod
         def _absorb_changes(self) -> None: ...
+        @abstractmethod
+        def free_after_reservations(self, node: str) -> Resources: ...
+        @abstractmethod
+        def _placeholder_gone(self, group: GroupKey, now: float) -> None: ...

@@ -1,0 +1,290 @@
+"""Starvation reservations and the placeholder pods that make them visible, as parts of `GangCore`.
+
+Pure; a part of `GangCore` (domain/gang.py), over domain/reservations.py and
+domain/placeholders.py. A held gang at the head of the queue (`gang_ahead_of` is
+None) that waited longer than its starvationSeconds reserves nodes
+(`update_reservations`, run with every expiry pass): the GPUs free there, up to its
+need, are taken out of every other gang's planning (`starving_holds`) and refused to
+plain pods (`_starving_refusal`, at filter and bind), and it is planned once they
+hold its need. The reservation ends when it is planned or no longer held, or at its
+bound (`reservation_max_seconds`, then other nodes are chosen).
+
+While it holds GPUs, placeholder pods request them on the reserved nodes
+(`_sync_placeholders`), so other schedulers see them taken. A placeholder create or
+delete the watch has not confirmed is asked again after PLACEHOLDER_RETRY_SECONDS.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from typing import TYPE_CHECKING, cast
+
+from extender.domain.decisions import PlaceholderCreate
+from extender.domain.gang_queue import QueueOrder
+from extender.domain.gang_state import GroupState
+from extender.domain.membership import GroupKey
+from extender.domain.model import GroupSpec, PodInfo
+from extender.domain.placeholders import ObservedPlaceholder, desired, diff
+from extender.domain.planner import Placement, plan_gang
+from extender.domain.quantity import GPU
+from extender.domain.reservations import (
+    NodeGpus,
+    Reservation,
+    choose_nodes,
+    hold,
+    reservation_message,
+    starving,
+)
+from extender.domain.selection import MembersMissing, choose_members
+
+if TYPE_CHECKING:
+    from extender.domain.gang import GangCore
+
+# Starving gangs are looked for at most this often (every filter runs the upkeep of the
+# reservations that exist; finding new ones walks every held group).
+STARVATION_CHECK_SECONDS = 1.0
+# A placeholder create or delete not seen by the watch after this long is asked again
+# (a repeated create is a 409 by its deterministic name, a repeated delete a 404).
+PLACEHOLDER_RETRY_SECONDS = 5.0
+
+
+class StarvationReservations(QueueOrder):
+    """Reservations of starving gangs and their placeholder pods.
+
+    A starving gang is one at the head of the queue: the queue's part is this one's base.
+    """
+
+    def starving_holds(self) -> dict[str, tuple[GroupKey, int]]:
+        """Per node, the starving gang that holds free GPUs there and how many."""
+        holds: dict[str, tuple[GroupKey, int]] = {}
+        for key, reservation in self.reservations.items():
+            for node, gpus in self._held(reservation).items():
+                # What its placeholders hold is counted as used already, by everyone;
+                # the node stays listed so a plain pod is still checked against it (a
+                # kube-scheduler that has not seen the placeholder yet offers the node).
+                holds[node] = (key, max(gpus - self.snapshot.placeholder_gpus(key, node), 0))
+        return holds
+
+    def _held(self, reservation: Reservation) -> dict[str, int]:
+        """GPUs the reservation holds per node, its own placeholders' included."""
+        free = {
+            node: self.free_after_reservations(node).get(GPU, 0)
+            + self.snapshot.placeholder_gpus(reservation.group, node)
+            for node in reservation.nodes
+            if node in self.snapshot.nodes
+        }
+        return hold(reservation, free)
+
+    def starvation_seconds_of(self, spec: GroupSpec, members: Sequence[PodInfo]) -> float:
+        """spec.starvationSeconds, else the members' annotation, else the cluster default."""
+        if spec.starvation_seconds is not None:
+            return spec.starvation_seconds
+        said = [m.starvation_seconds for m in members if m.starvation_seconds is not None]
+        return min(said) if said else self.timeouts.starvation_seconds
+
+    def update_reservations(self, now: float) -> None:
+        """End reservations whose gang is planned, no longer held or past its bound; start
+        one for each starving gang at the head of the queue; plan a gang whose reserved
+        GPUs are all free. Called with every expiry pass (each filter, each tick)."""
+        for key, reservation in list(self.reservations.items()):
+            if reservation.expired(now):
+                self.given_up[key] = reservation.nodes
+                self._end_reservation(key)
+            elif key in self.ledger.plans or not self._is_held(key, self.snapshot.members(key)):
+                self._end_reservation(key)
+        if now - self.starvation_checked >= STARVATION_CHECK_SECONDS:
+            self.starvation_checked = now
+            for key in self._starving_heads(now):
+                self._start_reservation(key, now)
+        for key, reservation in list(self.reservations.items()):
+            state = self.groups.setdefault(key, GroupState(first_seen=now))
+            held = self._held(reservation)
+            spec = self.snapshot.group_spec(key)
+            if sum(held.values()) >= reservation.need and spec is not None:
+                cast("GangCore", self)._try_plan(
+                    key, state, spec, now, asking=None, candidates=None, queue=False
+                )
+                if key in self.ledger.plans:
+                    continue
+            before = state.message
+            if self._say(state, self._reserving_message(key)) != before:
+                self.touched.add(key)
+        self._sync_placeholders(now)
+
+    def _starving_heads(self, now: float) -> list[GroupKey]:
+        """Held gangs without a plan or reservation that waited past their
+        starvationSeconds and have no held gang ahead wanting their nodes."""
+        found: set[GroupKey] = set()
+        known = {*self.groups, *self.unasked}
+        for key in [k for k in self.held_since if k not in known]:
+            del self.held_since[key]
+        for key in [k for k in self.given_up if k not in known]:
+            del self.given_up[key]
+        for key in sorted(known - set(self.reservations)):
+            if key in self.ledger.plans:
+                continue  # its wait goes on if the plan is dropped
+            members = self.snapshot.members(key)
+            spec = self.snapshot.group_spec(key)
+            if spec is None or not self._is_held(key, members):
+                self.held_since.pop(key, None)
+                continue
+            since = self.held_since.setdefault(key, now)
+            state = self.groups.get(key)
+            if state is not None and now < state.retry_after:
+                continue
+            if starving(since, now, self.starvation_seconds_of(spec, members)):
+                found.add(key)
+        if not found:
+            return []
+        # A starving gang that overlaps a gang ahead but would not fit even on empty
+        # nodes is no head either: no reservation could hold it.
+        return self._held_queue().heads(found, len(self.snapshot.nodes))
+
+    def _start_reservation(self, key: GroupKey, now: float) -> None:
+        spec = self.snapshot.group_spec(key)
+        members = self.snapshot.members(key)
+        if spec is None:
+            return
+        choice = choose_members(
+            members, min_member=spec.min_member, task_minimums=spec.min_task_member
+        )
+        if isinstance(choice, MembersMissing):
+            return
+        pending = min(
+            ([m for m in chosen if not m.is_bound] for chosen in choice.attempts),
+            key=lambda chosen: sum(m.requests.get(GPU, 0) for m in chosen),
+        )
+        need = sum(m.requests.get(GPU, 0) for m in pending)
+        taken = {node for r in self.reservations.values() for node in r.nodes}
+        eligible = self._nodes_wanted(pending, self.restrictions) - taken
+        gpus = {
+            node: NodeGpus(
+                capacity=self.snapshot.nodes[node].allocatable.get(GPU, 0),
+                free=max(self.free_after_reservations(node).get(GPU, 0), 0),
+            )
+            for node in eligible
+        }
+
+        def holds(nodes: Sequence[str]) -> bool:
+            empty = {n: dict(self.snapshot.nodes[n].allocatable) for n in nodes}
+            placed = plan_gang(pending, empty, self.snapshot.nodes, self.policy)
+            return isinstance(placed, Placement)
+
+        nodes = choose_nodes(need, gpus, holds=holds, avoid=self.given_up.get(key, ()))
+        if nodes is None:
+            return
+        self.reservations[key] = Reservation(
+            group=key,
+            nodes=nodes,
+            need=need,
+            started=now,
+            deadline=now + self.timeouts.reservation_max_seconds,
+        )
+        self.groups.setdefault(key, GroupState(first_seen=now))
+        self._forget_shortfalls()
+
+    def _end_reservation(self, key: GroupKey) -> None:
+        if self.reservations.pop(key, None) is not None:
+            self.touched.add(key)
+            self._forget_shortfalls()
+
+    def _forget_shortfalls(self) -> None:
+        """Held GPUs changed hands: every memoised 'does not fit' may be wrong now."""
+        self.shortfalls.forget_all()
+        for state in self.groups.values():
+            state.shortfall_generation = None
+
+    def _reserving_message(self, key: GroupKey) -> str:
+        reservation = self.reservations[key]
+        spec = self.snapshot.group_spec(key)
+        members = self.snapshot.members(key)
+        seconds = self.starvation_seconds_of(spec, members) if spec is not None else 0.0
+        return (
+            f"gang {key}: {reservation_message(reservation, self._held(reservation))}; "
+            f"it has waited longer than its starvationSeconds ({seconds:g} s), so nothing "
+            "else of this scheduler takes a GPU that frees there until it fits"
+        )
+
+    def _starving_refusal(self, pod: PodInfo, node: str, held: tuple[GroupKey, int]) -> str:
+        """Why a plain pod may not take a GPU a starving gang holds on `node` ("" if it may)."""
+        owner, gpus = held
+        free = self.free_after_reservations(node).get(GPU, 0) - gpus
+        if pod.requests.get(GPU, 0) <= free:
+            return ""
+        gpus += self.snapshot.placeholder_gpus(owner, node)
+        return (
+            f"{gpus} free GPU(s) on {node} are reserved for gang {owner}, which has "
+            "waited longer than its starvationSeconds; nothing else is placed there "
+            "until it fits"
+        )
+
+    # ------------------------------------------------------ placeholder pods
+
+    def _sync_placeholders(self, now: float) -> None:
+        """Ask for the placeholder creates and deletes that make the pods match the holds."""
+        if not self.placeholders and not self.snapshot.placeholders:
+            return
+        holds: dict[GroupKey, dict[str, int]] = {}
+        for key, reservation in self.reservations.items() if self.placeholders else ():
+            held = self._held(reservation)
+            # Never fewer than its placeholders there: a node over-committed by a pod
+            # another scheduler bound at the same moment shows less free, and giving a
+            # placeholder back would only hand its GPU to the next such pod.
+            holds[key] = {
+                node: max(held.get(node, 0), self.snapshot.placeholder_gpus(key, node))
+                for node in reservation.nodes
+            }
+        observed = [
+            ObservedPlaceholder(
+                group=p.placeholder_for,
+                name=p.name,
+                node=p.node_name,
+                gpus=p.requests.get(GPU, 0),
+                active=p.holds_capacity,
+                deleting=p.deleting,
+            )
+            for p in self.snapshot.placeholders.values()
+            if p.placeholder_for is not None
+        ]
+        # A create asked for and not seen yet counts as there (its GPUs are not asked
+        # for twice under another name), until it is due to be asked again.
+        seen = {p.name for p in observed}
+        for name, (asked, create) in list(self.placeholder_creating.items()):
+            if name in seen:
+                del self.placeholder_creating[name]
+            elif now - asked >= PLACEHOLDER_RETRY_SECONDS:
+                del self.placeholder_creating[name]  # never seen: failed, or gone at once
+                self._placeholder_gone(create.group, now)
+            else:
+                observed.append(
+                    ObservedPlaceholder(
+                        create.group, name, create.node, create.gpus, active=True, deleting=False
+                    )
+                )
+        for effect in diff(desired(holds), observed):
+            if isinstance(effect, PlaceholderCreate):
+                self.placeholder_creating[effect.name] = (now, effect)
+            else:
+                deleted_at = self.placeholder_requests.get(("delete", effect.name))
+                if deleted_at is not None and now - deleted_at < PLACEHOLDER_RETRY_SECONDS:
+                    continue
+                self.placeholder_requests[("delete", effect.name)] = now
+            self.effects.append(effect)
+
+    def _freed_on(self, node: str | None, now: float) -> None:
+        """A pod stopped holding capacity on `node`: a reserved node's freed GPUs are
+        held (and their placeholder asked for) now, not at the next tick, since another
+        scheduler with pods pending reacts to the same event at once."""
+        if node is not None and any(node in r.nodes for r in self.reservations.values()):
+            self.update_reservations(now)
+
+    def _placeholders_on(self, group: GroupKey, nodes: Collection[str]) -> bool:
+        """The watch still has a placeholder pod of `group` on one of `nodes`, or one
+        asked for is not seen yet (its create may still land there)."""
+        return any(
+            p.placeholder_for == group and p.node_name in nodes
+            for p in self.snapshot.placeholders.values()
+        ) or any(
+            create.group == group and create.node in nodes
+            for _, create in self.placeholder_creating.values()
+        )
