@@ -99,7 +99,6 @@ from extender.domain.decisions import (
     BindDecision,
     BindVerdict,
     Effect,
-    EvictVictims,
     FilterDecision,
     GangBound,
     GangBroken,
@@ -108,8 +107,8 @@ from extender.domain.decisions import (
     PlanCreated,
     PlanDropped,
     Verdict,
-    Victim,
 )
+from extender.domain.gang_preemption import GangPreemption
 from extender.domain.gang_starvation import PLACEHOLDER_RETRY_SECONDS, StarvationReservations
 from extender.domain.gang_state import GroupState, Timeouts
 from extender.domain.held_queue import HeldEntry, HeldQueue
@@ -119,17 +118,7 @@ from extender.domain.model import GroupSpec, PodInfo, Resources
 from extender.domain.node_order import NodeOrder
 from extender.domain.planner import NodeRestriction, Placement, plan_gang
 from extender.domain.policy import Policy, default_topology
-from extender.domain.preemption import (
-    SCHEDULER_PREEMPTION_REASON,
-    GangAwareAnswer,
-    NodeVictims,
-    Preemption,
-    choose_victims,
-    gang_aware_victims,
-    gang_unit_key,
-    rest_of_preempted_gang,
-    victim_units,
-)
+from extender.domain.preemption import SCHEDULER_PREEMPTION_REASON
 from extender.domain.quantity import GPU
 from extender.domain.queue import rank_of
 from extender.domain.recovery import Recovery, recover_plans
@@ -149,7 +138,7 @@ RESTRICTION_MEMORY_LIMIT = 256
 
 
 @dataclass
-class GangCore(StarvationReservations):
+class GangCore(StarvationReservations, GangPreemption):
     policy: Policy
     timeouts: Timeouts
     snapshot: ClusterSnapshot = field(default_factory=ClusterSnapshot)
@@ -482,80 +471,6 @@ class GangCore(StarvationReservations):
             if state is not None:
                 state.shortfall_generation = None
 
-    # ------------------------------------------------------------- preemption
-    def group_preemptible(self, key: GroupKey) -> bool:
-        """May the gang be preempted: its PodGroup's spec.preemptible and its members'
-        gang-extender.io/preemptible annotation (either saying false opts it out)."""
-        spec = self.snapshot.group_spec(key)
-        if spec is not None and not spec.preemptible:
-            return False
-        return all(
-            self.snapshot.pods[uid].preemptible is not False
-            for uid in self.snapshot.member_uids(key)
-        )
-
-    def _group_pods(self, key: GroupKey) -> list[PodInfo]:
-        return [self.snapshot.pods[uid] for uid in self.snapshot.member_uids(key)]
-
-    def _try_preemption(
-        self,
-        key: GroupKey,
-        state: GroupState,
-        spec: GroupSpec,
-        attempts: Sequence[Sequence[PodInfo]],
-        free: Mapping[str, Resources],
-        allowed: Mapping[str, NodeRestriction],
-        now: float,
-    ) -> Plan | None:
-        """A gang that does not fit: evict the fewest, lowest whole units that make it fit.
-
-        The plan made on the room they free is reserved at once (the hold: nobody
-        else is planned or bound there), with `preemption_hold_seconds` to bind.
-        """
-        members = self.snapshot.members(key)
-        if any(m.preemption_policy == "Never" for m in members):
-            return None
-        assert state.rank is not None  # `_try_plan` ranks the gang first
-        priority = state.rank.priority
-        if not any(p.priority < priority for p in self.snapshot.pods.values()):
-            return None  # nothing lower to evict: skip building the units
-        units = [
-            u
-            for u in victim_units(self.snapshot.pods.values(), preemptible=self.group_preemptible)
-            if u.group != key
-        ]
-        refused = [unit for unit, until in self.refused_evictions.items() if until > now]
-        bound = [m for m in members if m.is_bound]
-        for chosen in attempts:
-
-            def fits(capacity: Mapping[str, Resources], chosen: Sequence[PodInfo] = chosen) -> bool:
-                placed = plan_gang(
-                    chosen,
-                    capacity,
-                    self.snapshot.nodes,
-                    self.policy,
-                    allowed=allowed,
-                    topology=spec.topology,
-                    bound=bound,
-                )
-                return isinstance(placed, Placement)
-
-            found = choose_victims(fits, free, units, priority=priority, refused=refused)
-            if found is None or not found.victims:
-                continue
-            outcome = plan_gang(
-                chosen,
-                found.freed,
-                self.snapshot.nodes,
-                self.policy,
-                allowed=allowed,
-                topology=spec.topology,
-                bound=bound,
-            )
-            assert isinstance(outcome, Placement)  # `fits` said so
-            return self._hold_for(key, state, members, outcome, found, priority, now)
-        return None
-
     def _new_plan(
         self,
         key: GroupKey,
@@ -575,93 +490,6 @@ class GangCore(StarvationReservations):
             names={uid: by_uid[uid].ref for uid in outcome.nodes},
             created_at=now,
             deadline=deadline,
-        )
-
-    def _hold_for(
-        self,
-        key: GroupKey,
-        state: GroupState,
-        members: Sequence[PodInfo],
-        outcome: Placement,
-        found: Preemption,
-        priority: int,
-        now: float,
-    ) -> Plan:
-        """Reserve the preemptor's plan on the room its victims will free; evict them."""
-        plan = self._new_plan(
-            key, members, outcome, now, deadline=now + self.timeouts.preemption_hold_seconds
-        )
-        self.ledger.reserve(plan)
-        self.shortfalls.forget(key)
-        self._end_reservation(key)
-        state.shortfall_generation = None
-        state.waiting = False
-        victims = tuple(Victim(p.uid, p.ref, unit.key) for unit in found.victims for p in unit.pods)
-        self.evicting.update(victim.uid for victim in victims)
-        message = self._say(
-            state,
-            f"gang {key}: preempting {found.describe()} to make room; "
-            f"{len(plan.placements)} members planned there, binding once they are gone",
-        )
-        self.effects.append(PlanCreated(plan))
-        self.effects.append(
-            EvictVictims(
-                group=key,
-                preemptor=f"gang {key} (priority {priority})",
-                victims=victims,
-                message=message,
-            )
-        )
-        return plan
-
-    def eviction_refused(self, unit: str, now: float, *, preemptor: GroupKey | None) -> None:
-        """The API server refused to evict a pod of `unit` (a PodDisruptionBudget, 429).
-
-        The unit is left out of the next choice for `preemption_hold_seconds`. The
-        preemptor's hold (its plan, not released: its members cannot pass
-        kube-scheduler's filters while the victims stay) is dropped, so after the
-        replan backoff it chooses again without that unit: other victims, or it waits.
-        """
-        self.refused_evictions[unit] = now + self.timeouts.preemption_hold_seconds
-        plan = self.ledger.plans.get(preemptor) if preemptor is not None else None
-        if plan is not None and not plan.released:
-            self._drop(plan, f"the eviction of {unit} was refused (a PodDisruptionBudget)", now)
-
-    def preempt(
-        self, pod: PodInfo, proposed: Mapping[str, NodeVictims], now: float
-    ) -> GangAwareAnswer:
-        """kube-scheduler's preemption for `pod` (the preempt verb), made whole-gang.
-
-        A gang member asking is a gang that does not fit: it is tried here (whole-gang
-        preemption included) and kube-scheduler's victims are refused. Off
-        (`preemption_enabled` False): kube-scheduler's victims pass unchanged.
-        """
-        if not self.preemption_enabled:
-            return GangAwareAnswer(dict(proposed), {})
-        known = self.snapshot.pods.get(pod.uid, pod)
-        if known.group is not None and known.uid in self.snapshot.pods:
-            self.groups.setdefault(known.group, GroupState(first_seen=now))
-            self.group_changed(known.group, now)
-        return gang_aware_victims(
-            known, proposed, self.snapshot.pods, self._group_pods, self.group_preemptible
-        )
-
-    def _complete_preempted_gang(self, pod: PodInfo, group: GroupKey) -> None:
-        """A member kube-scheduler preempted (any scheduler): evict the rest of its gang."""
-        if pod.uid in self.evicting:
-            return
-        self.evicting.add(pod.uid)
-        rest = rest_of_preempted_gang(self._group_pods(group), self.evicting)
-        if not rest:
-            return
-        self.evicting.update(p.uid for p in rest)
-        unit = gang_unit_key(group)
-        self.effects.append(
-            EvictVictims(
-                group=group,
-                preemptor=f"kube-scheduler's preemption of {pod.ref}",
-                victims=tuple(Victim(p.uid, p.ref, unit) for p in rest),
-            )
         )
 
     def _released_elsewhere(self, plan: Plan, pod: PodInfo, now: float) -> str:

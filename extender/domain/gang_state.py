@@ -5,10 +5,11 @@ concern (domain/gang_*.py). Each part subclasses `GangParts`, which declares the
 state the parts read and the verbs one part asks of another, so mypy checks every
 part against them; `GangCore` is the one class that has them all.
 
-One verb is not declared here (a declaration would repeat its long signature): its
-callers reach it on `GangCore` itself, a `cast` that always holds. It is the
-filter's steps 4-7 (`GangCore._try_plan`), which the queue runs for the gangs ahead
-and a starving gang runs once its GPUs are free.
+Two verbs are not declared here (a declaration would repeat their long signatures):
+their callers reach them on `GangCore` itself, a `cast` that always holds. They are
+the filter's steps 4-7 (`GangCore._try_plan`), which the queue runs for the gangs
+ahead and a starving gang runs once its GPUs are free, and `_new_plan`, which a
+preemptor's hold shares with a plain plan.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from extender.domain.decisions import Effect, PlaceholderCreate
 from extender.domain.held_queue import HeldEntry, HeldQueue
-from extender.domain.ledger import Ledger
+from extender.domain.ledger import Ledger, Plan
 from extender.domain.membership import GroupKey
 from extender.domain.model import Resources
 from extender.domain.planner import NodeRestriction
@@ -78,6 +79,9 @@ class GangParts:
     touched: set[GroupKey]
     starvation_checked: float
     held_since: dict[GroupKey, float]
+    preemption_enabled: bool
+    refused_evictions: dict[str, float]
+    evicting: set[str]
     placeholders: bool
     placeholder_requests: dict[tuple[str, str], float]
     placeholder_creating: dict[str, tuple[float, PlaceholderCreate]]
@@ -97,4 +101,14 @@ class GangParts:
         @abstractmethod
         def free_after_reservations(self, node: str) -> Resources: ...
         @abstractmethod
+        def _drop(
+            self, plan: Plan, reason: str, now: float, *, timed_out: bool = False
+        ) -> None: ...
+        @abstractmethod
+        def group_changed(self, key: GroupKey, now: float) -> None: ...
+        @abstractmethod
         def _placeholder_gone(self, group: GroupKey, now: float) -> None: ...
+
+        # Starvation reservations and placeholder pods (domain/gang_starvation.py).
+        @abstractmethod
+        def _end_reservation(self, key: GroupKey) -> None: ...

@@ -19,6 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import extender.domain.gang as gang_module
+import extender.domain.gang_preemption as gang_preemption_module
 import extender.domain.gang_queue as gang_queue_module
 import extender.domain.gang_starvation as gang_starvation_module
 from extender.domain.gang import GangCore, Timeouts
@@ -31,7 +32,7 @@ from tests.builders import make_node, make_pod
 RACK = "example.com/rack"
 # The modules of the core that call the planner (GangCore's parts: the queue asks it
 # whom a held gang waits behind).
-PLANNING_MODULES = (gang_module, gang_queue_module, gang_starvation_module)
+PLANNING_MODULES = (gang_module, gang_queue_module, gang_starvation_module, gang_preemption_module)
 
 
 @contextmanager

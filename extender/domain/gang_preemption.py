@@ -1,0 +1,201 @@
+"""Gang preemption as a part of `GangCore`: whole gangs evicted for a higher-priority gang, and by one.
+
+Pure; a part of `GangCore` (domain/gang.py, filter step 8), over the choices of
+domain/preemption.py. With `preemption_enabled`, a gang that does not fit evicts the
+fewest, lowest whole lower-priority gangs and plain pods whose eviction makes it fit
+(`_try_preemption`); its plan holds the room they free for
+`preemption_hold_seconds` (`_hold_for`, with an `EvictVictims` effect). A unit whose
+eviction the API server refused is left out of the next choice
+(`eviction_refused`). kube-scheduler's own preemption is made whole-gang
+(`preempt`), and a member someone else preempted takes the rest of its gang with it
+(`_complete_preempted_gang`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, cast
+
+from extender.domain.decisions import EvictVictims, PlanCreated, Victim
+from extender.domain.gang_state import GangParts, GroupState
+from extender.domain.ledger import Plan
+from extender.domain.membership import GroupKey
+from extender.domain.model import GroupSpec, PodInfo, Resources
+from extender.domain.planner import NodeRestriction, Placement, plan_gang
+from extender.domain.preemption import (
+    GangAwareAnswer,
+    NodeVictims,
+    Preemption,
+    choose_victims,
+    gang_aware_victims,
+    gang_unit_key,
+    rest_of_preempted_gang,
+    victim_units,
+)
+
+if TYPE_CHECKING:
+    from extender.domain.gang import GangCore
+
+
+class GangPreemption(GangParts):
+    """Preempting for a gang, and preempting a gang whole."""
+
+    def group_preemptible(self, key: GroupKey) -> bool:
+        """May the gang be preempted: its PodGroup's spec.preemptible and its members'
+        gang-extender.io/preemptible annotation (either saying false opts it out)."""
+        spec = self.snapshot.group_spec(key)
+        if spec is not None and not spec.preemptible:
+            return False
+        return all(
+            self.snapshot.pods[uid].preemptible is not False
+            for uid in self.snapshot.member_uids(key)
+        )
+
+    def _group_pods(self, key: GroupKey) -> list[PodInfo]:
+        return [self.snapshot.pods[uid] for uid in self.snapshot.member_uids(key)]
+
+    def _try_preemption(
+        self,
+        key: GroupKey,
+        state: GroupState,
+        spec: GroupSpec,
+        attempts: Sequence[Sequence[PodInfo]],
+        free: Mapping[str, Resources],
+        allowed: Mapping[str, NodeRestriction],
+        now: float,
+    ) -> Plan | None:
+        """A gang that does not fit: evict the fewest, lowest whole units that make it fit.
+
+        The plan made on the room they free is reserved at once (the hold: nobody
+        else is planned or bound there), with `preemption_hold_seconds` to bind.
+        """
+        members = self.snapshot.members(key)
+        if any(m.preemption_policy == "Never" for m in members):
+            return None
+        assert state.rank is not None  # `_try_plan` ranks the gang first
+        priority = state.rank.priority
+        if not any(p.priority < priority for p in self.snapshot.pods.values()):
+            return None  # nothing lower to evict: skip building the units
+        units = [
+            u
+            for u in victim_units(self.snapshot.pods.values(), preemptible=self.group_preemptible)
+            if u.group != key
+        ]
+        refused = [unit for unit, until in self.refused_evictions.items() if until > now]
+        bound = [m for m in members if m.is_bound]
+        for chosen in attempts:
+
+            def fits(capacity: Mapping[str, Resources], chosen: Sequence[PodInfo] = chosen) -> bool:
+                placed = plan_gang(
+                    chosen,
+                    capacity,
+                    self.snapshot.nodes,
+                    self.policy,
+                    allowed=allowed,
+                    topology=spec.topology,
+                    bound=bound,
+                )
+                return isinstance(placed, Placement)
+
+            found = choose_victims(fits, free, units, priority=priority, refused=refused)
+            if found is None or not found.victims:
+                continue
+            outcome = plan_gang(
+                chosen,
+                found.freed,
+                self.snapshot.nodes,
+                self.policy,
+                allowed=allowed,
+                topology=spec.topology,
+                bound=bound,
+            )
+            assert isinstance(outcome, Placement)  # `fits` said so
+            return self._hold_for(key, state, members, outcome, found, priority, now)
+        return None
+
+    def _hold_for(
+        self,
+        key: GroupKey,
+        state: GroupState,
+        members: Sequence[PodInfo],
+        outcome: Placement,
+        found: Preemption,
+        priority: int,
+        now: float,
+    ) -> Plan:
+        """Reserve the preemptor's plan on the room its victims will free; evict them."""
+        plan = cast("GangCore", self)._new_plan(
+            key, members, outcome, now, deadline=now + self.timeouts.preemption_hold_seconds
+        )
+        self.ledger.reserve(plan)
+        self.shortfalls.forget(key)
+        self._end_reservation(key)
+        state.shortfall_generation = None
+        state.waiting = False
+        victims = tuple(Victim(p.uid, p.ref, unit.key) for unit in found.victims for p in unit.pods)
+        self.evicting.update(victim.uid for victim in victims)
+        message = self._say(
+            state,
+            f"gang {key}: preempting {found.describe()} to make room; "
+            f"{len(plan.placements)} members planned there, binding once they are gone",
+        )
+        self.effects.append(PlanCreated(plan))
+        self.effects.append(
+            EvictVictims(
+                group=key,
+                preemptor=f"gang {key} (priority {priority})",
+                victims=victims,
+                message=message,
+            )
+        )
+        return plan
+
+    def eviction_refused(self, unit: str, now: float, *, preemptor: GroupKey | None) -> None:
+        """The API server refused to evict a pod of `unit` (a PodDisruptionBudget, 429).
+
+        The unit is left out of the next choice for `preemption_hold_seconds`. The
+        preemptor's hold (its plan, not released: its members cannot pass
+        kube-scheduler's filters while the victims stay) is dropped, so after the
+        replan backoff it chooses again without that unit: other victims, or it waits.
+        """
+        self.refused_evictions[unit] = now + self.timeouts.preemption_hold_seconds
+        plan = self.ledger.plans.get(preemptor) if preemptor is not None else None
+        if plan is not None and not plan.released:
+            self._drop(plan, f"the eviction of {unit} was refused (a PodDisruptionBudget)", now)
+
+    def preempt(
+        self, pod: PodInfo, proposed: Mapping[str, NodeVictims], now: float
+    ) -> GangAwareAnswer:
+        """kube-scheduler's preemption for `pod` (the preempt verb), made whole-gang.
+
+        A gang member asking is a gang that does not fit: it is tried here (whole-gang
+        preemption included) and kube-scheduler's victims are refused. Off
+        (`preemption_enabled` False): kube-scheduler's victims pass unchanged.
+        """
+        if not self.preemption_enabled:
+            return GangAwareAnswer(dict(proposed), {})
+        known = self.snapshot.pods.get(pod.uid, pod)
+        if known.group is not None and known.uid in self.snapshot.pods:
+            self.groups.setdefault(known.group, GroupState(first_seen=now))
+            self.group_changed(known.group, now)
+        return gang_aware_victims(
+            known, proposed, self.snapshot.pods, self._group_pods, self.group_preemptible
+        )
+
+    def _complete_preempted_gang(self, pod: PodInfo, group: GroupKey) -> None:
+        """A member kube-scheduler preempted (any scheduler): evict the rest of its gang."""
+        if pod.uid in self.evicting:
+            return
+        self.evicting.add(pod.uid)
+        rest = rest_of_preempted_gang(self._group_pods(group), self.evicting)
+        if not rest:
+            return
+        self.evicting.update(p.uid for p in rest)
+        unit = gang_unit_key(group)
+        self.effects.append(
+            EvictVictims(
+                group=group,
+                preemptor=f"kube-scheduler's preemption of {pod.ref}",
+                victims=tuple(Victim(p.uid, p.ref, unit) for p in rest),
+            )
+        )
