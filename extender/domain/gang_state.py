@@ -15,6 +15,7 @@ preemptor's hold shares with a plain plan.
 from __future__ import annotations
 
 from abc import abstractmethod
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -22,7 +23,7 @@ from extender.domain.decisions import Effect, PlaceholderCreate
 from extender.domain.held_queue import HeldEntry, HeldQueue
 from extender.domain.ledger import Ledger, Plan
 from extender.domain.membership import GroupKey
-from extender.domain.model import Resources
+from extender.domain.model import PodInfo, Resources
 from extender.domain.planner import NodeRestriction
 from extender.domain.policy import Policy
 from extender.domain.queue import QueueRank
@@ -73,6 +74,7 @@ class GangParts:
     groups: dict[GroupKey, GroupState]
     effects: list[Effect]
     restrictions: dict[str, NodeRestriction]
+    offered: dict[str, frozenset[str] | None]
     unasked: set[GroupKey]
     reservations: dict[GroupKey, Reservation]
     given_up: dict[GroupKey, tuple[str, ...]]
@@ -105,10 +107,22 @@ class GangParts:
             self, plan: Plan, reason: str, now: float, *, timed_out: bool = False
         ) -> None: ...
         @abstractmethod
-        def group_changed(self, key: GroupKey, now: float) -> None: ...
+        def expire(self, now: float) -> None: ...
         @abstractmethod
-        def _placeholder_gone(self, group: GroupKey, now: float) -> None: ...
+        def observe_pod(self, pod: PodInfo, now: float) -> None: ...
+        @abstractmethod
+        def group_changed(self, key: GroupKey, now: float) -> None: ...
 
         # Starvation reservations and placeholder pods (domain/gang_starvation.py).
         @abstractmethod
+        def starving_holds(self) -> dict[str, tuple[GroupKey, int]]: ...
+        @abstractmethod
+        def _starving_refusal(self, pod: PodInfo, node: str, held: tuple[GroupKey, int]) -> str: ...
+        @abstractmethod
         def _end_reservation(self, key: GroupKey) -> None: ...
+        @abstractmethod
+        def _placeholders_on(self, group: GroupKey, nodes: Collection[str]) -> bool: ...
+
+        # The bind barrier (domain/gang_barrier.py).
+        @abstractmethod
+        def _placeholder_gone(self, group: GroupKey, now: float) -> None: ...
