@@ -102,6 +102,7 @@ from extender.domain.decisions import (
     Verdict,
 )
 from extender.domain.gang_barrier import BindBarrier
+from extender.domain.gang_failover import Failover
 from extender.domain.gang_preemption import GangPreemption
 from extender.domain.gang_starvation import PLACEHOLDER_RETRY_SECONDS, StarvationReservations
 from extender.domain.gang_state import GroupState, Timeouts
@@ -115,7 +116,6 @@ from extender.domain.policy import Policy, default_topology
 from extender.domain.preemption import SCHEDULER_PREEMPTION_REASON
 from extender.domain.quantity import GPU
 from extender.domain.queue import rank_of
-from extender.domain.recovery import Recovery, recover_plans
 from extender.domain.reservations import Reservation
 from extender.domain.scoring import MAX_SCORE, NodeScoreBoard, Priorities
 from extender.domain.selection import MembersMissing, choose_members, tasks_left_out
@@ -132,7 +132,7 @@ RESTRICTION_MEMORY_LIMIT = 256
 
 
 @dataclass
-class GangCore(StarvationReservations, GangPreemption, BindBarrier):
+class GangCore(StarvationReservations, GangPreemption, BindBarrier, Failover):
     policy: Policy
     timeouts: Timeouts
     snapshot: ClusterSnapshot = field(default_factory=ClusterSnapshot)
@@ -728,49 +728,6 @@ class GangCore(StarvationReservations, GangPreemption, BindBarrier):
         """Groups whose hold changed outside a filter (their status is re-written)."""
         touched, self.touched = self.touched, set()
         return touched
-
-    # ------------------------------------------------------------- failover
-    def recover(self, now: float) -> Recovery:
-        """Reserve the plans the members' planned-node annotations record (domain/recovery.py).
-
-        Called when this replica becomes the one writer, before it reports Ready. No
-        effect is emitted: the annotations are already on the members.
-        """
-        reserved = {node: self.ledger.reserved(node) for node in self.ledger.reserved_nodes()}
-        found = recover_plans(self.snapshot, reserved=reserved, planned=set(self.ledger.plans))
-        for recovered in found.plans:
-            key = recovered.group
-            spec = self.snapshot.group_spec(key)
-            timeout = (
-                spec.schedule_timeout_seconds if spec is not None else None
-            ) or self.timeouts.schedule_timeout_seconds
-            pods = {uid: self.snapshot.pods[uid] for uid in recovered.placements}
-            self.ledger.reserve(
-                Plan(
-                    group=key,
-                    plan_id=self.ledger.new_plan_id(),
-                    placements=dict(recovered.placements),
-                    requests={uid: pod.requests for uid, pod in pods.items()},
-                    names={uid: pod.ref for uid, pod in pods.items()},
-                    created_at=now,
-                    deadline=now + timeout,
-                )
-            )
-            state = self.groups.setdefault(key, GroupState(first_seen=now))
-            state.waiting = False
-            state.shortfall_generation = None
-            self.shortfalls.forget(key)
-            self._say(state, f"gang {key}: plan of {len(pods)} members recovered, binding")
-        return found
-
-    def stand_down(self, now: float) -> None:
-        """No longer the writer: drop every plan (barrier waiters are refused).
-
-        The PlanDropped effects wake the waiters; their API writes are skipped, since
-        this replica is not the leader: the annotations stay for the new one.
-        """
-        for plan in list(self.ledger.plans.values()):
-            self._drop(plan, "this replica is no longer the leader", now)
 
     def reserved_placements(self) -> int:
         """Planned members not bound yet, each holding a reservation (a metrics gauge)."""

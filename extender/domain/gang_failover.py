@@ -1,0 +1,59 @@
+"""Failover as a part of `GangCore`: plans recovered by a new leader, dropped by an old one.
+
+Pure; a part of `GangCore` (domain/gang.py), over domain/recovery.py. The replica
+that becomes the one writer reserves the plans the members' planned-node
+annotations record (`recover`) before it reports Ready; one that stops being the
+writer drops every plan (`stand_down`).
+"""
+
+from __future__ import annotations
+
+from extender.domain.gang_state import GangParts, GroupState
+from extender.domain.ledger import Plan
+from extender.domain.recovery import Recovery, recover_plans
+
+
+class Failover(GangParts):
+    """Recovering and giving up plans when the writer changes."""
+
+    def recover(self, now: float) -> Recovery:
+        """Reserve the plans the members' planned-node annotations record (domain/recovery.py).
+
+        Called when this replica becomes the one writer, before it reports Ready. No
+        effect is emitted: the annotations are already on the members.
+        """
+        reserved = {node: self.ledger.reserved(node) for node in self.ledger.reserved_nodes()}
+        found = recover_plans(self.snapshot, reserved=reserved, planned=set(self.ledger.plans))
+        for recovered in found.plans:
+            key = recovered.group
+            spec = self.snapshot.group_spec(key)
+            timeout = (
+                spec.schedule_timeout_seconds if spec is not None else None
+            ) or self.timeouts.schedule_timeout_seconds
+            pods = {uid: self.snapshot.pods[uid] for uid in recovered.placements}
+            self.ledger.reserve(
+                Plan(
+                    group=key,
+                    plan_id=self.ledger.new_plan_id(),
+                    placements=dict(recovered.placements),
+                    requests={uid: pod.requests for uid, pod in pods.items()},
+                    names={uid: pod.ref for uid, pod in pods.items()},
+                    created_at=now,
+                    deadline=now + timeout,
+                )
+            )
+            state = self.groups.setdefault(key, GroupState(first_seen=now))
+            state.waiting = False
+            state.shortfall_generation = None
+            self.shortfalls.forget(key)
+            self._say(state, f"gang {key}: plan of {len(pods)} members recovered, binding")
+        return found
+
+    def stand_down(self, now: float) -> None:
+        """No longer the writer: drop every plan (barrier waiters are refused).
+
+        The PlanDropped effects wake the waiters; their API writes are skipped, since
+        this replica is not the leader: the annotations stay for the new one.
+        """
+        for plan in list(self.ledger.plans.values()):
+            self._drop(plan, "this replica is no longer the leader", now)
