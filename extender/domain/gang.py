@@ -6,6 +6,16 @@ passed in (`now`), side effects go out as `Effect` records the service drains
 (annotate planned members so kube-scheduler retries them, write status, emit
 Events), so every decision here is deterministic and testable without a cluster.
 
+`GangCore` is one object composed of parts, one module a concern; this module
+keeps its state, the filter's decision order below (steps 1-5 and 7, with the
+memo of held gangs), capacity, prioritize, the watch's observations and expiry:
+ - domain/gang_queue.py: queue order, step 6, and whom a held gang waits behind;
+ - domain/gang_starvation.py: starvation reservations and their placeholder pods;
+ - domain/gang_preemption.py: gang preemption, step 8, made whole for kube-scheduler's;
+ - domain/gang_barrier.py: the bind checks, the barrier and what follows its release;
+ - domain/gang_failover.py: plans recovered or dropped when the writer changes;
+ - domain/gang_state.py: the per-group records, and what one part may use of another.
+
 Filter decision order for a pod:
  1. No group -> NOT_A_GANG: any candidate it fits on once gang reservations are
     taken out, and the GPUs a starving gang holds (below).
@@ -20,26 +30,28 @@ Filter decision order for a pod:
     (memoised shortfall: per gang, domain/shortfalls.py, ended only by a change to
     its own members or PodGroup or to a node one of its pending members could use
     before or after; else the global planning generation).
- 6. Queue order (domain/queue.py): every held gang ahead of this one (higher pod
-    priority, or equal and older) that can be planned now is planned first, gangs
-    kube-scheduler has not asked about yet included; one that cannot blocks no one.
+ 6. Queue order (domain/queue.py, domain/gang_queue.py): every held gang ahead of
+    this one (higher pod priority, or equal and older) that can be planned now is
+    planned first, gangs kube-scheduler has not asked about yet included; one that
+    cannot blocks no one.
  7. Plan every unbound member (or, failing that, the fewest that meet every task
     minimum and minMember: domain/selection.py) on capacity free of bound pods and
     other gangs' reservations -> PLANNED, or WAIT with what is missing, naming the
     gang ahead whose plan holds the room ("waiting behind <ns>/<name> (priority N)").
  8. Not placed, and preemption on (`preemption_enabled`): the fewest, lowest whole
     lower-priority gangs and plain pods whose eviction makes it fit
-    (domain/preemption.py) -> PLANNED on the room they free, held by the plan until
-    `preemption_hold_seconds`, with an `EvictVictims` effect.
+    (domain/preemption.py, domain/gang_preemption.py) -> PLANNED on the room they
+    free, held by the plan until `preemption_hold_seconds`, with an `EvictVictims`
+    effect.
 
-Starvation (domain/reservations.py, `update_reservations`, run with every expiry
-pass): a held gang at the head of the queue (`gang_ahead_of` is None) that waited
-longer than its starvationSeconds reserves nodes; the GPUs free there, up to its
-need, are taken out of every other gang's planning (`free_for_planning`) and
-refused to plain pods (filter and bind), and it is planned once they hold its need.
-The reservation ends when it is planned or no longer held, or at its bound
-(`reservation_max_seconds`, then other nodes are chosen).
-While it holds GPUs, placeholder pods request them on the reserved nodes
+Starvation (domain/reservations.py; domain/gang_starvation.py,
+`update_reservations`, run with every expiry pass): a held gang at the head of the
+queue (`gang_ahead_of` is None) that waited longer than its starvationSeconds
+reserves nodes; the GPUs free there, up to its need, are taken out of every other
+gang's planning (`free_for_planning`) and refused to plain pods (filter and bind),
+and it is planned once they hold its need. The reservation ends when it is planned
+or no longer held, or at its bound (`reservation_max_seconds`, then other nodes are
+chosen). While it holds GPUs, placeholder pods request them on the reserved nodes
 (domain/placeholders.py, `_sync_placeholders`), so other schedulers see them taken;
 a group's own placeholders are its room (`free_for_planning`). Planned, its
 placeholders are deleted and its complete barrier releases only once the watch saw
@@ -56,9 +68,9 @@ so a forged request can neither join a quorum nor change free capacity. A member
 the watch has not delivered yet is held until it has (its arrival re-plans the
 group, `group_changed`); a plain pod is answered from the request, storing nothing.
 
-Before a bind (`bind_refusal`): the pod must be in the watch cache under that
-name, be of schedulerName gang-extender, not be bound yet, and the node must be
-one this service's last filter answer offered it.
+Before a bind (domain/gang_barrier.py, `bind_refusal`): the pod must be in the watch
+cache under that name, be of schedulerName gang-extender, not be bound yet, and the
+node must be one this service's last filter answer offered it.
 
 Bind (`arrive`): a planned member joins its plan's barrier; a member without a
 plan is refused; a plain pod is bound at once unless a gang reserved the room on

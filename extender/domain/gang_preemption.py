@@ -1,4 +1,4 @@
-"""Gang preemption as a part of `GangCore`: whole gangs evicted for a higher-priority gang, and by one.
+"""Gang preemption, a part of `GangCore`: whole gangs evicted for a higher-priority gang.
 
 Pure; a part of `GangCore` (domain/gang.py, filter step 8), over the choices of
 domain/preemption.py. With `preemption_enabled`, a gang that does not fit evicts the

@@ -1,4 +1,4 @@
-"""The queue of held gangs as `GangCore` sees it: which gangs go first, and whom a gang waits behind.
+"""Queue order, a part of `GangCore`: which held gangs go first, and whom a gang waits behind.
 
 Pure; a part of `GangCore` (domain/gang.py, filter step 6), over the order of
 domain/queue.py. Before a gang is planned, every held gang ahead of it that fits

@@ -1,4 +1,4 @@
-"""What the parts of `GangCore` share: its per-group records, and the declarations each part is typed against.
+"""The records `GangCore` keeps per group, and what one of its parts may use of another.
 
 Pure. `GangCore` (domain/gang.py) is one object composed of parts, one module a
 concern (domain/gang_*.py). Each part subclasses `GangParts`, which declares the

@@ -1,6 +1,6 @@
 """Gang preemption, whole gangs only: which running pods a gang that cannot fit may evict.
 
-Pure: the core (domain/gang.py) and the preempt verb (api/extender.py) ask here;
+Pure: the core (domain/gang_preemption.py) and the preempt verb (api/extender.py) ask here;
 the evictions go out as `EvictVictims` effects (domain/decisions.py) that the
 controller carries out through the Eviction API (controller/evictions.py), so
 PodDisruptionBudgets are the API server's to enforce.

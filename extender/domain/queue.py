@@ -1,9 +1,9 @@
 """The order held gangs are planned in: pod priority first, then age.
 
-Pure. `GangCore._try_plan` (domain/gang.py) asks `gangs_ahead` before it plans a
-gang and plans the held gangs ahead of it first, so a lower gang only gets what
-the gangs ahead cannot use now (backfill). Plain pods are not queued here: they
-keep kube-scheduler's own order.
+Pure. Before `GangCore._try_plan` (domain/gang.py) plans a gang, the core's queue
+part (domain/gang_queue.py) asks `gangs_ahead` and plans the held gangs ahead of
+it first, so a lower gang only gets what the gangs ahead cannot use now (backfill).
+Plain pods are not queued here: they keep kube-scheduler's own order.
 
 A gang's place (`QueueRank`):
  - priority: the highest `spec.priority` of its active members (set by
