@@ -116,7 +116,11 @@ from extender.domain.decisions import (
 from extender.domain.gang_barrier import BindBarrier
 from extender.domain.gang_failover import Failover
 from extender.domain.gang_preemption import GangPreemption
-from extender.domain.gang_starvation import PLACEHOLDER_RETRY_SECONDS, StarvationReservations
+from extender.domain.gang_starvation import (
+    PLACEHOLDER_RETRY_SECONDS,
+    STARVATION_CHECK_SECONDS,
+    StarvationReservations,
+)
 from extender.domain.gang_state import GroupState, Timeouts
 from extender.domain.held_queue import HeldEntry, HeldQueue
 from extender.domain.ledger import Ledger, Plan
@@ -135,8 +139,15 @@ from extender.domain.shortfalls import NodeChange, ShortfallMemo
 from extender.domain.snapshot import ClusterSnapshot, fits
 
 # GroupState and Timeouts (domain/gang_state.py) and the placeholder retry interval are
-# imported from here by the service, the controller and the tests.
-__all__ = ["PLACEHOLDER_RETRY_SECONDS", "GangCore", "GroupState", "Timeouts"]
+# imported from here by the service, the controller and the tests; the starvation
+# check's interval was defined here too, so it is still found here.
+__all__ = [
+    "PLACEHOLDER_RETRY_SECONDS",
+    "STARVATION_CHECK_SECONDS",
+    "GangCore",
+    "GroupState",
+    "Timeouts",
+]
 
 # Remember what kube-scheduler's filters said about a member only when it is this
 # many node names or fewer (allow- or deny-list), to bound memory on big clusters.
