@@ -9,7 +9,8 @@ Events), so every decision here is deterministic and testable without a cluster.
 `GangCore` is one object composed of parts, one module a concern; this module
 keeps its state, the filter's decision order below (steps 1-5 and 7, with the
 memo of held gangs), capacity, prioritize, the watch's observations and expiry:
- - domain/gang_queue.py: queue order, step 6, and whom a held gang waits behind;
+ - domain/gang_queue.py: queue order, step 6, whom a held gang waits behind, and
+   the view of the held gangs (domain/held_queue.py) the starvation check reads too;
  - domain/gang_starvation.py: starvation reservations and their placeholder pods;
  - domain/gang_preemption.py: gang preemption, step 8, made whole for kube-scheduler's;
  - domain/gang_barrier.py: the bind checks, the barrier and what follows its release;
