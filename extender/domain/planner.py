@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from math import gcd
 
-from extender.domain.model import NodeInfo, PodInfo, Resources
+from extender.domain.model import NodeInfo, PodInfo, Resources, Toleration
 from extender.domain.node_order import NodeOrder, static_key
 from extender.domain.policy import GroupTopology, Policy, Strategy, default_topology
 from extender.domain.quantity import CPU, GPU, MEMORY
@@ -62,14 +62,21 @@ class Shortfall:
 
 def node_accepts(node: NodeInfo, pod: PodInfo) -> bool:
     """Static eligibility: cordon, taints and nodeSelector (affinity is left to kube-scheduler)."""
+    return node_admits(node, pod.node_selector, pod.tolerations)
+
+
+def node_admits(
+    node: NodeInfo, node_selector: Mapping[str, str], tolerations: Sequence[Toleration]
+) -> bool:
+    """`node_accepts` for a pod with this nodeSelector and these tolerations."""
     if node.unschedulable:
         return False
     for taint in node.taints:
         if taint.effect not in ("NoSchedule", "NoExecute"):
             continue
-        if not any(t.tolerates(taint) for t in pod.tolerations):
+        if not any(t.tolerates(taint) for t in tolerations):
             return False
-    return all(node.labels.get(k) == v for k, v in pod.node_selector.items())
+    return all(node.labels.get(k) == v for k, v in node_selector.items())
 
 
 def _size_key(pod: PodInfo) -> tuple[int, int, int, str]:

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 from extender.domain.membership import GroupKey
 from extender.domain.model import NodeInfo, PodInfo, Resources, Toleration
-from extender.domain.planner import node_accepts
+from extender.domain.planner import node_admits
 from extender.domain.quantity import GPU
 from extender.domain.snapshot import fits
 
@@ -63,15 +63,7 @@ class MemberShape:
         """It could be placed on `node` with `room` free (cordon, taints, selector too)."""
         if node is None or not self.fits_room(room):
             return False
-        probe = PodInfo(
-            uid="",
-            namespace="",
-            name="",
-            requests={},
-            node_selector=dict(self.node_selector),
-            tolerations=self.tolerations,
-        )
-        return node_accepts(node, probe)
+        return node_admits(node, dict(self.node_selector), self.tolerations)
 
 
 @dataclass(frozen=True)
@@ -156,7 +148,7 @@ class ShortfallMemo:
         """
         ended: set[GroupKey] = set()
         for change in changes:
-            if self._topology and change.moves_domains:
+            if change.moves_domains:
                 ended |= self._topology
             for shape, keys in self._by_shape.items():
                 if shape.fits_room(change.room_before) or shape.usable_on(

@@ -267,6 +267,8 @@ def test_lower_priority_capacity_forgets_only_higher_gangs() -> None:
     memo.remember(low, [pod("l", gpus=9)], topology=False, priority=0)
     assert memo.absorb([], lowest_priority=5) == {high}
     assert low in memo
+    memo.remember(high, [pod("h", gpus=9)], topology=False, priority=5)
+    assert memo.absorb([], lowest_priority=5) == set()  # nothing below it to evict
 
 
 # ------------------------------------------------------------------ property
@@ -406,3 +408,26 @@ def test_a_gang_the_memo_holds_is_one_a_fresh_attempt_would_not_plan(
             )
             assert key not in fresh.ledger.plans, (step, op, group_state.message)
             checked += 1
+
+
+def test_a_node_outside_a_members_node_selector_does_not_wake_it() -> None:
+    memo = ShortfallMemo()
+    key = GroupKey("ns", "pinned")
+    obj = make_pod("p").gpus(1).obj()
+    obj["spec"]["nodeSelector"] = {RACK: "r1"}
+    pinned = PodInfo.from_api(obj)
+    memo.remember(key, [pinned], topology=False, priority=0)
+    elsewhere = NodeChange("n", room(0), room(8), node("n", 8, "r0"))
+    assert memo.absorb([elsewhere]) == set()
+    inside = NodeChange("m", room(0), room(8), node("m", 8, "r1"))
+    assert memo.absorb([inside]) == {key}
+
+
+def test_a_priority_drop_and_a_room_change_in_one_look_forget_both_gangs() -> None:
+    memo = ShortfallMemo()
+    high, small = GroupKey("ns", "high"), GroupKey("ns", "small")
+    memo.remember(high, [pod("h", gpus=9)], topology=False, priority=10)
+    memo.remember(small, [pod("s", gpus=1)], topology=False, priority=0)
+    freed = NodeChange("n", room(0), room(1), node("n", 8))
+    assert memo.absorb([freed], lowest_priority=5) == {high, small}
+    assert len(memo) == 0
