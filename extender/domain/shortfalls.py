@@ -88,7 +88,6 @@ class NodeChange:
 @dataclass
 class _Memo:
     shapes: frozenset[MemberShape]
-    topology: bool
     priority: int
 
 
@@ -111,7 +110,7 @@ class ShortfallMemo:
     ) -> None:
         """`key` did not fit now; `pending` are its members that a plan would place."""
         self.forget(key)
-        memo = _Memo(frozenset(MemberShape.of(p) for p in pending), topology, priority)
+        memo = _Memo(frozenset(MemberShape.of(p) for p in pending), priority)
         self._memos[key] = memo
         for shape in memo.shapes:
             self._by_shape.setdefault(shape, set()).add(key)

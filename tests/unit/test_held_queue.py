@@ -190,3 +190,45 @@ def test_a_podgroup_status_write_changes_nothing_a_plan_reads() -> None:
     assert (snapshot.planning_generation, snapshot.group_version(key)) == before
     assert snapshot.upsert_podgroup(GroupSpec(key=key, min_member=3, source="PodGroup"))
     assert snapshot.group_version(key) == before[1] + 1
+
+
+class CountingNodes(dict):  # type: ignore[type-arg]
+    """Nodes that count how often they are scanned."""
+
+    scans = 0
+
+    def items(self):  # type: ignore[no-untyped-def, override]
+        self.scans += 1
+        return super().items()
+
+
+def test_a_shape_is_scanned_once_and_a_gang_asked_once() -> None:
+    nodes = CountingNodes(nodes_of(5))
+    wanted = WantedNodes(nodes, {})
+    wanted.of_member(member(0, 0, 1, None, False), {})
+    wanted.of_member(member(1, 0, 1, None, False), {})
+    assert nodes.scans == 1
+    rank = QueueRank(GroupKey("default", "g0"), 0, 0.0)
+    queue = held_queue([(rank, [member(0, 0, 2, None, False)])], nodes, {}, wanted=wanted)
+    assert queue.wanted is wanted  # the shapes' cache carried over
+    asked: list[GroupKey] = []
+
+    class CountingWanted(WantedNodes):
+        def of_gang(self, members, allowed=None):  # type: ignore[no-untyped-def]
+            asked.append(members[0].group)
+            return super().of_gang(members, allowed)
+
+    queue.wanted = CountingWanted(nodes, {})
+    queue.wanted_by(rank.key, [member(0, 0, 2, None, False)])
+    queue.wanted_by(rank.key, [member(0, 0, 2, None, False)])
+    assert nodes.scans == 2  # one new shape
+    assert asked == [rank.key]  # and the gang's answer kept
+
+
+def test_a_gangs_wanted_nodes_follow_the_restrictions_it_is_given() -> None:
+    nodes = nodes_of(5)
+    pod = member(0, 0, 1, None, False)
+    wanted = WantedNodes(nodes, {})
+    only = {pod.uid: NodeRestriction(allowed=frozenset({"n3"}))}
+    assert wanted.of_gang([pod], only) == {"n3"}
+    assert wanted.of_gang([pod]) == {"n0", "n2", "n3"}

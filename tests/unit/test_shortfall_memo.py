@@ -431,3 +431,21 @@ def test_a_priority_drop_and_a_room_change_in_one_look_forget_both_gangs() -> No
     freed = NodeChange("n", room(0), room(1), node("n", 8))
     assert memo.absorb([freed], lowest_priority=5) == {high, small}
     assert len(memo) == 0
+
+
+def test_remembering_a_gang_again_replaces_its_shapes() -> None:
+    memo = ShortfallMemo()
+    key = GroupKey("ns", "g")
+    memo.remember(key, [pod("s", gpus=1)], topology=False, priority=0)
+    memo.remember(key, [pod("b", gpus=4)], topology=False, priority=0)  # its members changed
+    two_free = NodeChange("n", room(0), room(2), node("n", 8))
+    assert memo.absorb([two_free]) == set()  # fits the old 1-GPU shape only
+    assert key in memo
+
+
+def test_forgetting_a_gang_says_whether_it_was_memoised() -> None:
+    memo = ShortfallMemo()
+    key = GroupKey("ns", "g")
+    assert memo.forget(key) is False
+    memo.remember(key, [pod("s", gpus=1)], topology=False, priority=0)
+    assert memo.forget(key) is True and key not in memo
