@@ -13,16 +13,19 @@ from typing import Any
 from extender.controller.cluster_state import ClusterState
 from extender.domain.decisions import PlaceholderCreate
 from extender.domain.gang import GangCore, Timeouts
+from extender.domain.ledger import Ledger, Plan
 from extender.domain.membership import (
     CREATED_FROM_ANNOTATION,
     GROUP_LABEL,
     MIN_AVAILABLE_ANNOTATION,
     SCHEDULER_NAME,
     TASK_LABEL,
+    GroupKey,
 )
 from extender.domain.model import NodeInfo, PodInfo
 from extender.domain.planner import Placement, Shortfall
 from extender.domain.policy import Policy
+from extender.domain.quantity import GPU
 from extender.kube.cache import CacheSink
 from extender.kube.writers import placeholder_pod
 from extender.metrics import Metrics
@@ -336,3 +339,18 @@ class PageNamesSink(CacheSink):
 
     def on_event(self, kind: str, event_type: str, obj: dict[str, Any]) -> None:
         pass
+
+
+def reserve_gpus(ledger: Ledger, node: str, gpus: int, name: str = "g") -> None:
+    """A one-member plan of gang default/<name> that reserves `gpus` on `node`."""
+    ledger.reserve(
+        Plan(
+            group=GroupKey("default", name),
+            plan_id=ledger.new_plan_id(),
+            placements={f"{name}-0": node},
+            requests={f"{name}-0": {GPU: gpus}},
+            names={f"{name}-0": f"default/{name}-0"},
+            created_at=0.0,
+            deadline=60.0,
+        )
+    )

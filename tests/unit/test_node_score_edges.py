@@ -4,31 +4,17 @@ reader that keeps its own copy sees it."""
 
 from __future__ import annotations
 
-from extender.domain.ledger import Ledger, Plan
-from extender.domain.membership import GroupKey
+from extender.domain.ledger import Ledger
 from extender.domain.model import NodeInfo, PodInfo
 from extender.domain.policy import Policy, Strategy
 from extender.domain.quantity import GPU
 from extender.domain.scoring import MAX_SCORE, NodeScoreBoard, free_after_reservations, node_score
 from extender.domain.snapshot import ClusterSnapshot
 from tests.builders import make_node, make_pod
+from tests.builders import reserve_gpus as reserve
 
 BINPACK = Policy()
 SPREAD = Policy(name="spread", strategy=Strategy.SPREAD)
-
-
-def reserve(ledger: Ledger, node: str, gpus: int, name: str = "g") -> None:
-    ledger.reserve(
-        Plan(
-            group=GroupKey("default", name),
-            plan_id=ledger.new_plan_id(),
-            placements={f"{name}-0": node},
-            requests={f"{name}-0": {GPU: gpus}},
-            names={f"{name}-0": f"default/{name}-0"},
-            created_at=0.0,
-            deadline=60.0,
-        )
-    )
 
 
 def with_node(builder_gpus: int | None) -> ClusterSnapshot:
