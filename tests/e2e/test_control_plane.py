@@ -129,10 +129,16 @@ def test_pod_asking_for_more_gpus_than_any_node_has_stays_pending_with_failed_sc
     assert "default-scheduler" in (event.reporting_component, event.source.component)
     assert "Insufficient nvidia.com/gpu" in event.message
 
-    pod = core.read_namespaced_pod("too-big", namespace)
+    # kube-scheduler records the event and patches the pod's condition separately, in
+    # no set order: read the pod once its PodScheduled condition is there.
+    def scheduled_condition() -> tuple[k8s.V1Pod, k8s.V1PodCondition] | None:
+        pod = core.read_namespaced_pod("too-big", namespace)
+        found = [c for c in pod.status.conditions or [] if c.type == "PodScheduled"]
+        return (pod, found[0]) if found else None
+
+    pod, scheduled = eventually("the pod's PodScheduled condition", scheduled_condition)
     assert pod.status.phase == "Pending"
     assert pod.spec.node_name is None
-    scheduled = next(c for c in pod.status.conditions if c.type == "PodScheduled")
     assert (scheduled.status, scheduled.reason) == ("False", "Unschedulable")
 
 
