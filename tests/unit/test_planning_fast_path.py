@@ -113,3 +113,10 @@ def test_a_node_order_moves_only_the_node_that_changed() -> None:
     assert order.names == ["b", "cpu-only", "c"] and order.gpus == [0, 0, 2]
     fresh = NodeOrder.of(Strategy.SPREAD, {"x": {"cpu": 1}, "y": {GPU: 3}})
     assert fresh.names == ["y", "x"] and fresh.gpus == [3, 0]
+
+
+def test_a_node_missing_a_resource_has_none_of_it_in_the_order() -> None:
+    no_gpu = NodeOrder.of(Strategy.BINPACK, {"none": {"cpu": 9}, "one": {GPU: 1, "cpu": 0}})
+    assert no_gpu.names == ["none", "one"]  # 0 GPUs sorts before 1, whatever the cpu
+    no_cpu = NodeOrder.of(Strategy.BINPACK, {"a": {GPU: 2}, "b": {GPU: 2, "cpu": 0}})
+    assert no_cpu.names == ["a", "b"]  # equal: by name

@@ -449,3 +449,12 @@ def test_forgetting_a_gang_says_whether_it_was_memoised() -> None:
     assert memo.forget(key) is False
     memo.remember(key, [pod("s", gpus=1)], topology=False, priority=0)
     assert memo.forget(key) is True and key not in memo
+
+
+def test_a_forgotten_topology_gang_is_not_forgotten_again() -> None:
+    memo = ShortfallMemo()
+    key = GroupKey("ns", "racked")
+    memo.remember(key, [pod("r", gpus=9)], topology=True, priority=0)
+    memo.forget(key)
+    moved = NodeChange("n", room(1), room(0), node("n", 8))
+    assert memo.absorb([moved]) == set()
