@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, cast
 
 from extender.domain.gang_state import GangParts, GroupState
-from extender.domain.held_queue import HeldQueue, WantedNodes, held_queue
+from extender.domain.held_queue import HeldQueue, held_queue
 from extender.domain.membership import GroupKey
 from extender.domain.model import PodInfo, Resources
 from extender.domain.planner import NodeRestriction, Placement, plan_gang
@@ -172,11 +172,6 @@ class QueueOrder(GangParts):
             members, min_member=spec.min_member, task_minimums=spec.min_task_member
         )
         return not isinstance(choice, MembersMissing)
-
-    def _nodes_wanted(
-        self, members: Sequence[PodInfo], allowed: Mapping[str, NodeRestriction]
-    ) -> set[str]:
-        return WantedNodes(self.snapshot.nodes, self.restrictions).of_gang(members, allowed)
 
     def _fits_when_empty(
         self,

@@ -156,7 +156,8 @@ class StarvationReservations(QueueOrder):
         )
         need = sum(m.requests.get(GPU, 0) for m in pending)
         taken = {node for r in self.reservations.values() for node in r.nodes}
-        eligible = self._nodes_wanted(pending, self.restrictions) - taken
+        # The held view's wanted nodes: `_starving_heads` just computed this gang's shapes.
+        eligible = self._held_queue().wanted.of_gang(pending) - taken
         gpus = {
             node: NodeGpus(
                 capacity=self.snapshot.nodes[node].allocatable.get(GPU, 0),
