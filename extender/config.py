@@ -114,6 +114,11 @@ class Settings(BaseSettings):
     # nodes (domain/placeholders.py), so the default scheduler and the cluster
     # autoscaler see them taken too.
     reservation_placeholders: bool = True
+    # While a reservation holds nodes, they carry the NoSchedule taint
+    # gang-extender.io/reserved (domain/fences.py), which gang members tolerate (the
+    # webhook adds it): no other scheduler places a pod there, even one already
+    # pending when a GPU frees. Needs RBAC to patch nodes (deploy/rbac.yaml).
+    reservation_taints: bool = True
     # After a plan is dropped, wait before planning the same group again so
     # another gang gets its turn at the capacity.
     replan_backoff_seconds: float = Field(default=2.0, ge=0)

@@ -371,6 +371,7 @@ def create_service(settings: Settings, deps: Deps | None = None) -> GangService:
         ),
         preemption_enabled=settings.preemption,
         placeholders=settings.reservation_placeholders,
+        fences=settings.reservation_taints,
     )
     binder = (
         deps.binder

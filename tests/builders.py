@@ -117,6 +117,10 @@ class PodBuilder:
         )
         return self
 
+    def tolerate(self, toleration: dict[str, str]) -> PodBuilder:
+        self._pod["spec"].setdefault("tolerations", []).append(dict(toleration))
+        return self
+
     def priority(self, value: int) -> PodBuilder:
         """spec.priority, as the API server's admission sets it from a PriorityClass."""
         self._pod["spec"]["priority"] = value

@@ -40,6 +40,7 @@ from extender.domain.decisions import (
     PlanDropped,
     PlanEffect,
 )
+from extender.domain.fences import FenceNode, UnfenceNode
 from extender.domain.gang import GangCore
 from extender.domain.membership import SCHEDULER_NAME, GroupKey
 from extender.kube.rawapi import KubeError, RawApi
@@ -51,6 +52,7 @@ from extender.kube.writers import (
     emit_event,
     is_transient,
     placeholder_pod,
+    set_node_fence,
     set_planned_node,
 )
 from extender.metrics import Metrics
@@ -63,6 +65,7 @@ HTTP_NOT_FOUND = 404
 WRITE_PLANNED_NODE = "planned-node"
 WRITE_EVENT = "event"
 WRITE_PLACEHOLDER = "placeholder"
+WRITE_FENCE = "fence"
 
 
 def namespace_terminating(err: Exception) -> bool:
@@ -160,8 +163,30 @@ class EffectWriter:
                 self.queues.submit(effect.group, functools.partial(evict_victims, self, effect))
             elif isinstance(effect, PlaceholderCreate | PlaceholderDelete):
                 self.queues.submit(effect.group, functools.partial(self._placeholder, effect))
+            elif isinstance(effect, FenceNode | UnfenceNode):
+                # Per node, in order: a fence and its removal never overtake each other.
+                self.queues.submit(("node", effect.node), functools.partial(self._fence, effect))
             elif not isinstance(effect, BarrierReleased):  # wakes waiters only (coordinator)
                 self.queues.submit(effect.plan.group, functools.partial(self._carry_out, effect))
+
+    async def _fence(self, effect: FenceNode | UnfenceNode) -> None:
+        """Put a reservation's fence taint on a node, or take it off (domain/fences.py)."""
+        timeout = self.settings.api_write_timeout_seconds
+        if isinstance(effect, FenceNode):
+            log.info("gang %s: fencing node %s (taint %s)", effect.group, effect.node, effect.value)
+            owner: GroupKey | str = effect.group
+            value: str | None = effect.value
+            what = f"put the reservation taint {effect.value} on node {effect.node}"
+        else:
+            log.info("taking the reservation taint %s off node %s", effect.value, effect.node)
+            owner, value = f"of node {effect.node}", None
+            what = f"take the reservation taint {effect.value} off node {effect.node}"
+        await self._write(
+            WRITE_FENCE,
+            owner,
+            what,
+            lambda: set_node_fence(self.raw, effect.node, value, timeout=timeout),
+        )
 
     async def _placeholder(self, effect: PlaceholderCreate | PlaceholderDelete) -> None:
         """Create or delete a placeholder pod (domain/placeholders.py)."""
@@ -208,7 +233,9 @@ class EffectWriter:
         """An Event on every member, after the group's effects queued so far."""
         self.queues.submit(key, lambda: self._event_on_members(key, reason, message, event_type))
 
-    async def _write(self, kind: str, key: GroupKey, what: str, call: Callable[[], object]) -> bool:
+    async def _write(
+        self, kind: str, key: GroupKey | str, what: str, call: Callable[[], object]
+    ) -> bool:
         """One API write for group `key`, tried again on transient failures.
 
         True when done, or moot: a 404 (the pod or its namespace was deleted

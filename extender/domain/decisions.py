@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
+from extender.domain.fences import FenceChange
 from extender.domain.ledger import Plan
 from extender.domain.membership import GroupKey
 from extender.domain.model import PodInfo
@@ -154,4 +155,4 @@ class PlaceholderDelete:
 
 
 PlanEffect = PlanCreated | PlanDropped | GangBound | MemberBindFailed | GangBroken | BarrierReleased
-Effect = PlanEffect | EvictVictims | PlaceholderCreate | PlaceholderDelete
+Effect = PlanEffect | EvictVictims | PlaceholderCreate | PlaceholderDelete | FenceChange

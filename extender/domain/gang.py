@@ -189,6 +189,9 @@ class GangCore(StarvationReservations, GangPreemption, BindBarrier, Failover):
     # check: its wait, on this service's clock (not the pods' creation times, which a
     # gated or long-existing pod makes old, and another clock writes).
     held_since: dict[GroupKey, float] = field(default_factory=dict)
+    # Per unplanned group: (its version, held, its own starvationSeconds or None for the
+    # default) when last looked at.
+    starving_inputs: dict[GroupKey, tuple[int, bool, float | None]] = field(default_factory=dict)
     # Gang preemption (domain/preemption.py), Settings.preemption: off, no gang
     # preempts and kube-scheduler's own preemption is passed through unchanged.
     preemption_enabled: bool = False
@@ -203,6 +206,14 @@ class GangCore(StarvationReservations, GangPreemption, BindBarrier, Failover):
     # creates, by name: when asked and what (counted as there until seen or retried).
     placeholder_requests: dict[tuple[str, str], float] = field(default_factory=dict)
     placeholder_creating: dict[str, tuple[float, PlaceholderCreate]] = field(default_factory=dict)
+    # Fence taints (domain/fences.py) keep every other scheduler off reserved nodes; off:
+    # placeholders alone, which a pod of another scheduler already pending can race.
+    fences: bool = True
+    # Fence writes asked for and not seen done: (node, value, "" to remove) -> when asked.
+    fence_requests: dict[tuple[str, str], float] = field(default_factory=dict)
+    # Gangs planned from a fenced reservation: the plan and the nodes kept fenced
+    # until that plan is bound or dropped.
+    fenced_plans: dict[GroupKey, tuple[Plan, frozenset[str]]] = field(default_factory=dict)
     # Held gangs known not to fit, each until a change that could help it
     # (domain/shortfalls.py): a cluster event costs them the shapes of their members,
     # not a plan each. Gangs it does not cover (starving ones, ones that could preempt)
@@ -407,8 +418,9 @@ class GangCore(StarvationReservations, GangPreemption, BindBarrier, Failover):
         plan = self._new_plan(key, members, outcome, now, deadline=now + timeout)
         self.ledger.reserve(plan)
         self.shortfalls.forget(key)
+        self._keep_fence_for(plan)
         self._end_reservation(key)
-        self._sync_placeholders(now)
+        self._sync_holds(now)
         state.shortfall_generation = None
         state.waiting = False
         self._say(state, f"gang {key}: planned {len(plan.placements)} members, binding")

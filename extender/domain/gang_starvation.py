@@ -10,8 +10,11 @@ hold its need. The reservation ends when it is planned or no longer held, or at 
 bound (`reservation_max_seconds`, then other nodes are chosen).
 
 While it holds GPUs, placeholder pods request them on the reserved nodes
-(`_sync_placeholders`), so other schedulers see them taken. A placeholder create or
-delete the watch has not confirmed is asked again after PLACEHOLDER_RETRY_SECONDS.
+(`_sync_placeholders`), so other schedulers see them taken, and the nodes carry the
+fence taint (domain/fences.py, `_sync_fences`) when every pending member tolerates
+it, so no other scheduler places a pod there at all, until the gang planned on them
+is bound. A placeholder or fence write the watch has not confirmed is asked again
+after PLACEHOLDER_RETRY_SECONDS.
 """
 
 from __future__ import annotations
@@ -20,8 +23,11 @@ from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, cast
 
 from extender.domain.decisions import PlaceholderCreate
+from extender.domain.fences import FENCE_TAINT_KEY, FenceNode, changes, tolerates_fence
+from extender.domain.fences import desired as desired_fences
 from extender.domain.gang_queue import QueueOrder
 from extender.domain.gang_state import GroupState
+from extender.domain.ledger import Plan
 from extender.domain.membership import GroupKey
 from extender.domain.model import GroupSpec, PodInfo
 from extender.domain.placeholders import ObservedPlaceholder, desired, diff
@@ -46,6 +52,14 @@ STARVATION_CHECK_SECONDS = 1.0
 # A placeholder create or delete not seen by the watch after this long is asked again
 # (a repeated create is a 409 by its deterministic name, a repeated delete a 404).
 PLACEHOLDER_RETRY_SECONDS = 5.0
+
+
+def own_starvation_seconds(spec: GroupSpec, members: Sequence[PodInfo]) -> float | None:
+    """spec.starvationSeconds, else the members' annotation (the lowest), else None."""
+    if spec.starvation_seconds is not None:
+        return spec.starvation_seconds
+    said = [m.starvation_seconds for m in members if m.starvation_seconds is not None]
+    return min(said) if said else None
 
 
 class StarvationReservations(QueueOrder):
@@ -77,10 +91,8 @@ class StarvationReservations(QueueOrder):
 
     def starvation_seconds_of(self, spec: GroupSpec, members: Sequence[PodInfo]) -> float:
         """spec.starvationSeconds, else the members' annotation, else the cluster default."""
-        if spec.starvation_seconds is not None:
-            return spec.starvation_seconds
-        said = [m.starvation_seconds for m in members if m.starvation_seconds is not None]
-        return min(said) if said else self.timeouts.starvation_seconds
+        own = own_starvation_seconds(spec, members)
+        return self.timeouts.starvation_seconds if own is None else own
 
     def update_reservations(self, now: float) -> None:
         """End reservations whose gang is planned, no longer held or past its bound; start
@@ -109,7 +121,7 @@ class StarvationReservations(QueueOrder):
             before = state.message
             if self._say(state, self._reserving_message(key)) != before:
                 self.touched.add(key)
-        self._sync_placeholders(now)
+        self._sync_holds(now)
 
     def _starving_heads(self, now: float) -> list[GroupKey]:
         """Held gangs without a plan or reservation that waited past their
@@ -120,25 +132,42 @@ class StarvationReservations(QueueOrder):
             del self.held_since[key]
         for key in [k for k in self.given_up if k not in known]:
             del self.given_up[key]
+        for key in [k for k in self.starving_inputs if k not in known]:
+            del self.starving_inputs[key]
         for key in sorted(known - set(self.reservations)):
             if key in self.ledger.plans:
                 continue  # its wait goes on if the plan is dropped
-            members = self.snapshot.members(key)
-            spec = self.snapshot.group_spec(key)
-            if spec is None or not self._is_held(key, members):
+            held, limit = self._held_and_limit(key)
+            if not held:
                 self.held_since.pop(key, None)
                 continue
             since = self.held_since.setdefault(key, now)
             state = self.groups.get(key)
             if state is not None and now < state.retry_after:
                 continue
-            if starving(since, now, self.starvation_seconds_of(spec, members)):
+            if starving(since, now, limit):
                 found.add(key)
         if not found:
             return []
         # A starving gang that overlaps a gang ahead but would not fit even on empty
         # nodes is no head either: no reservation could hold it.
         return self._held_queue().heads(found, len(self.snapshot.nodes))
+
+    def _held_and_limit(self, key: GroupKey) -> tuple[bool, float]:
+        """Whether the unplanned group `key` is held, and its starvationSeconds. Both read
+        only its members and PodGroup (and the cluster default), so what they read is
+        kept until the group's version moves: the once-a-second look for starving gangs
+        then costs a lookup per held gang."""
+        version = self.snapshot.group_version(key)
+        cached = self.starving_inputs.get(key)
+        if cached is None or cached[0] != version:
+            members = self.snapshot.members(key)
+            spec = self.snapshot.group_spec(key)
+            held = spec is not None and self._is_held(key, members)
+            own = own_starvation_seconds(spec, members) if held and spec is not None else None
+            cached = self.starving_inputs[key] = (version, held, own)
+        _, held, own = cached
+        return held, self.timeouts.starvation_seconds if own is None else own
 
     def _start_reservation(self, key: GroupKey, now: float) -> None:
         spec = self.snapshot.group_spec(key)
@@ -200,10 +229,21 @@ class StarvationReservations(QueueOrder):
         spec = self.snapshot.group_spec(key)
         members = self.snapshot.members(key)
         seconds = self.starvation_seconds_of(spec, members) if spec is not None else 0.0
-        return (
+        message = (
             f"gang {key}: {reservation_message(reservation, self._held(reservation))}; "
             f"it has waited longer than its starvationSeconds ({seconds:g} s), so nothing "
             "else of this scheduler takes a GPU that frees there until it fits"
+        )
+        if not self.fences:
+            return message
+        if self._fence_tolerated(key):
+            return (
+                f"{message}; the nodes are tainted {FENCE_TAINT_KEY}:NoSchedule, so no "
+                "other scheduler places a pod there meanwhile"
+            )
+        return (
+            f"{message}; the nodes are not fenced: a pending member lacks the "
+            f"{FENCE_TAINT_KEY} toleration (the webhook adds it in labelled namespaces)"
         )
 
     def _starving_refusal(self, pod: PodInfo, node: str, held: tuple[GroupKey, int]) -> str:
@@ -219,7 +259,57 @@ class StarvationReservations(QueueOrder):
             "until it fits"
         )
 
-    # ------------------------------------------------------ placeholder pods
+    # ------------------------------------------------------ placeholder pods, fences
+
+    def _sync_holds(self, now: float) -> None:
+        """Make the placeholder pods and the fence taints match the reservations."""
+        self._sync_placeholders(now)
+        self._sync_fences(now)
+
+    def _fence_tolerated(self, key: GroupKey) -> bool:
+        """Every pending member of `key` tolerates its fence (else it would fence itself out)."""
+        pending = [m for m in self.snapshot.members(key) if not m.is_bound and not m.deleting]
+        return bool(pending) and all(tolerates_fence(m.tolerations, key) for m in pending)
+
+    def _keep_fence_for(self, plan: Plan) -> None:
+        """The gang is planned from its reservation: its fence stays on the planned nodes
+        it reserved until this plan is bound or dropped, so no other scheduler takes a
+        GPU between the placeholders' deletion and the binding."""
+        reservation = self.reservations.get(plan.group)
+        if not self.fences or reservation is None or not self._fence_tolerated(plan.group):
+            return
+        nodes = frozenset(reservation.nodes) & set(plan.placements.values())
+        if nodes:
+            self.fenced_plans[plan.group] = (plan, nodes)
+
+    def _sync_fences(self, now: float) -> None:
+        """Ask for the taint writes that make the fenced nodes match the reservations."""
+        if not self.fences and not self.snapshot.fences and not self.fence_requests:
+            return
+        for key, (plan, _) in list(self.fenced_plans.items()):
+            if self.ledger.plans.get(key) is not plan:
+                del self.fenced_plans[key]  # bound, or dropped
+        fenced: dict[GroupKey, Collection[str]] = {}
+        if self.fences:
+            fenced = {
+                key: reservation.nodes
+                for key, reservation in self.reservations.items()
+                if self._fence_tolerated(key)
+            }
+            for key, (_, nodes) in self.fenced_plans.items():
+                fenced.setdefault(key, nodes)
+        observed = self.snapshot.fences
+        # A write the watch shows done is forgotten; one not seen is asked again later.
+        for node, value in list(self.fence_requests):
+            if observed.get(node, "") == value:
+                del self.fence_requests[(node, value)]
+        for change in changes(desired_fences(fenced, self.snapshot.nodes), observed):
+            asked_for = (change.node, change.value if isinstance(change, FenceNode) else "")
+            asked = self.fence_requests.get(asked_for)
+            if asked is not None and now - asked < PLACEHOLDER_RETRY_SECONDS:
+                continue
+            self.fence_requests[asked_for] = now
+            self.effects.append(change)
 
     def _sync_placeholders(self, now: float) -> None:
         """Ask for the placeholder creates and deletes that make the pods match the holds."""

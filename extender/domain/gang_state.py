@@ -81,12 +81,16 @@ class GangParts:
     touched: set[GroupKey]
     starvation_checked: float
     held_since: dict[GroupKey, float]
+    starving_inputs: dict[GroupKey, tuple[int, bool, float | None]]
     preemption_enabled: bool
     refused_evictions: dict[str, float]
     evicting: set[str]
     placeholders: bool
     placeholder_requests: dict[tuple[str, str], float]
     placeholder_creating: dict[str, tuple[float, PlaceholderCreate]]
+    fences: bool
+    fence_requests: dict[tuple[str, str], float]
+    fenced_plans: dict[GroupKey, tuple[Plan, frozenset[str]]]
     shortfalls: ShortfallMemo
     restrictions_version: int
     held_view: HeldQueue | None

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 
+from extender.domain.fences import observed_fence
 from extender.domain.foreign_podgroups import PODGROUP_SOURCES, pick_podgroup
 from extender.domain.membership import MIN_AVAILABLE_ANNOTATION, SCHEDULER_NAME, GroupKey
 from extender.domain.model import GroupSpec, NodeInfo, PodInfo, Resources
@@ -49,6 +50,9 @@ class ClusterSnapshot:
         self._podgroups: dict[str, dict[GroupKey, GroupSpec]] = defaultdict(dict)
         # Placeholder pods (domain/placeholders.py) by uid: few, looked at per node.
         self.placeholders: dict[str, PodInfo] = {}
+        # Nodes carrying a reservation fence taint (domain/fences.py), node -> value:
+        # few, and the core compares them with what it wants on every upkeep pass.
+        self.fences: dict[str, str] = {}
         # Bumped on every change to what the snapshot holds.
         self.generation = 0
         # Bumped only on a change that can alter a gang's plan or why it waits: a node
@@ -79,6 +83,11 @@ class ClusterSnapshot:
     def upsert_node(self, node: NodeInfo) -> None:
         old = self.nodes.get(node.name)
         self.nodes[node.name] = node
+        fence = observed_fence(node.taints)
+        if fence is None:
+            self.fences.pop(node.name, None)
+        else:
+            self.fences[node.name] = fence
         if old == node:  # a status heartbeat: nothing the core reads changed
             return
         if old is not None and old.labels != node.labels:
@@ -89,6 +98,7 @@ class ClusterSnapshot:
         self.nodes_generation += 1
 
     def delete_node(self, name: str) -> None:
+        self.fences.pop(name, None)
         if self.nodes.pop(name, None) is not None:
             self.capacity_changed.add(name)
             self.generation += 1
@@ -180,6 +190,7 @@ class ClusterSnapshot:
             self._group_versions[key] += 1
         self._holding_priorities = Counter()
         self.placeholders = {}
+        self.fences = {}
         for node in nodes:
             self.upsert_node(node)
         for pod in pods:

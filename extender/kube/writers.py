@@ -14,6 +14,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from extender.domain.fences import FENCE_EFFECT, FENCE_TAINT_KEY
 from extender.domain.membership import (
     CREATED_FROM_ANNOTATION,
     PLANNED_NODE_ANNOTATION,
@@ -427,3 +428,42 @@ def delete_placeholder(
         body={"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0},
         timeout=timeout,
     )
+
+
+# A node's taints are one list in the API (no merge key): read, change, write with the
+# read's resourceVersion; a write another client made meanwhile is a 409, read again.
+FENCE_WRITE_ATTEMPTS = 5
+
+
+def set_node_fence(
+    raw: RawApi, node: str, value: str | None, *, timeout: float = WRITE_TIMEOUT_SECONDS
+) -> None:
+    """Put the fence taint (domain/fences.py) with `value` on `node`, or take it off
+    (`value` None), leaving every other taint as it is."""
+    path = path_of("api", "v1", "nodes", node)
+    for attempt in range(1, FENCE_WRITE_ATTEMPTS + 1):
+        obj = raw.call("GET", path, timeout=timeout)
+        taints = list((obj.get("spec") or {}).get("taints") or [])
+        kept = [t for t in taints if t.get("key") != FENCE_TAINT_KEY]
+        wanted = kept + ([fence_taint_object(value)] if value is not None else [])
+        if wanted == taints:
+            return
+        try:
+            raw.call(
+                "PATCH",
+                path,
+                body={
+                    "metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]},
+                    "spec": {"taints": wanted or None},
+                },
+                content_type="application/merge-patch+json",
+                timeout=timeout,
+            )
+            return
+        except KubeError as err:
+            if err.status != HTTP_CONFLICT or attempt == FENCE_WRITE_ATTEMPTS:
+                raise
+
+
+def fence_taint_object(value: str) -> dict[str, str]:
+    return {"key": FENCE_TAINT_KEY, "value": value, "effect": FENCE_EFFECT}

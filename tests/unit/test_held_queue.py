@@ -232,3 +232,43 @@ def test_a_gangs_wanted_nodes_follow_the_restrictions_it_is_given() -> None:
     only = {pod.uid: NodeRestriction(allowed=frozenset({"n3"}))}
     assert wanted.of_gang([pod], only) == {"n3"}
     assert wanted.of_gang([pod]) == {"n0", "n2", "n3"}
+
+
+def test_the_look_for_starving_gangs_rereads_only_groups_whose_version_moved(monkeypatch) -> None:
+    """Once a second every held gang is looked at for starvation; what it reads (held,
+    starvationSeconds) comes from the group's members and PodGroup only, so it is kept
+    per group version: 20 held gangs and one member event re-read one group."""
+    from extender.domain.gang import GangCore, Timeouts
+    from extender.domain.policy import Policy
+
+    def sized(gang: int, index: int) -> PodInfo:
+        pod = make_pod(f"g{gang}-{index}").group(f"g{gang}").min_available(2).gpus(1)
+        return PodInfo.from_api(pod.obj())
+
+    core = GangCore(policy=Policy(), timeouts=Timeouts(60, 30, 2, starvation_seconds=600))
+    core.snapshot.upsert_node(nodes_of(1)["n0"])
+    core.observe_pod(PodInfo.from_api(make_pod("busy").gpus(8).node("n0").obj()), 0.0)
+    for g in range(20):
+        for i in range(2):
+            core.observe_pod(sized(g, i), 0.0)
+        core.filter(core.snapshot.pods[sized(g, 0).uid], ["n0"], 1.0)
+    looked_at: list[GroupKey] = []
+    real = GangCore._is_held
+
+    def counted(self, key, members):
+        looked_at.append(key)
+        return real(self, key, members)
+
+    monkeypatch.setattr(GangCore, "_is_held", counted)
+    assert core._starving_heads(10.0) == []
+    assert len(core.held_since) == 20
+    looked_at.clear()
+    assert core._starving_heads(11.0) == []
+    assert looked_at == []  # nothing changed
+    core.snapshot.upsert_pod(sized(7, 2))  # a third member of g7
+    core.forget_pod(sized(3, 0).uid, 12.0)  # g3 is one short: no longer held
+    assert core._starving_heads(12.0) == []
+    assert sorted(k.name for k in looked_at) == ["g3", "g7"]
+    assert GroupKey("default", "g3") not in core.held_since
+    # Past starvationSeconds every held gang starves: the cached figures still count.
+    assert core._starving_heads(10.0 + 600.5) != []
