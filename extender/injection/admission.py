@@ -320,7 +320,8 @@ def render_pod_patch(
 
 def _assemble(pod: Mapping[str, Any], wants: Sequence[Injection]) -> list[JsonPatchOp]:
     """One patch for all `wants`: metadata maps, spec members, volumes, then per
-    container its mounts and env (the order the API server applies them in)."""
+    container its mounts and env, then init containers and tolerations (the order
+    the API server applies them in)."""
     meta: dict[str, Any] = dict(pod.get("metadata") or {})
     spec: dict[str, Any] = dict(pod["spec"])
     ops: list[JsonPatchOp] = []
@@ -345,6 +346,14 @@ def _assemble(pod: Mapping[str, Any], wants: Sequence[Injection]) -> list[JsonPa
     added = _new_init_containers(spec, [c for want in wants for c in want.init_containers])
     # Wired like every container (mounts and env), so a reinvocation finds nothing missing.
     ops += append_items(spec, "/spec", "initContainers", [_wired(c, volumes, env) for c in added])
+    present = list(spec.get("tolerations") or [])
+    wanted = [dict(t) for want in wants for t in want.tolerations]
+    ops += append_items(
+        spec,
+        "/spec",
+        "tolerations",
+        [t for i, t in enumerate(wanted) if t not in present + wanted[:i]],
+    )
     return ops
 
 

@@ -9,7 +9,10 @@ not patch ops:
 - `ssh_keys`: Secret `<group>-ssh` as volume gang-ssh, mounted at the pod's ssh path;
 - `vc_env`: the VC_* (and GANG_*) variables, prepended to every container's env;
 - `task_wait`: for a pod that declares `gang-extender.io/depends-on`, the last init
-  container `wait-for-tasks` (extender.injection.depends).
+  container `wait-for-tasks` (extender.injection.depends);
+- `fence_toleration`: the toleration of the reservation fence taint
+  (extender.domain.fences), so a starving gang can still be placed on the nodes it
+  fenced against every other scheduler.
 
 `extender.injection.admission.render_pod_patch` runs them in `INJECTORS` order and
 assembles their wants into one JSON patch, checking that the pod's own volumes and
@@ -22,6 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from extender.domain.fences import MEMBER_TOLERATION
 from extender.domain.membership import (
     GROUP_LABEL,
     JOB_COMPLETION_INDEX_ANNOTATION,
@@ -72,6 +76,8 @@ class Injection:
     # Appended to spec.initContainers, then given the group's mounts and env like
     # every container.
     init_containers: Sequence[Mapping[str, Any]] = ()
+    # Appended to spec.tolerations unless an equal one is there.
+    tolerations: Sequence[Mapping[str, str]] = ()
 
 
 Injector = Callable[[Mapping[str, Any], PodMembership, int], Injection]
@@ -160,8 +166,22 @@ def task_wait(pod: Mapping[str, Any], membership: PodMembership, index: int) -> 
     return Injection(init_containers=(wait_container(pod, membership.dependency),))
 
 
+def fence_toleration(pod: Mapping[str, Any], membership: PodMembership, index: int) -> Injection:
+    """Tolerate every reservation fence: which gang may use a fenced node is this
+    scheduler's reservation, checked at filter and bind; the taint keeps out the pods
+    that never ask it."""
+    return Injection(tolerations=(MEMBER_TOLERATION,))
+
+
 # The one registry: every concern the webhook injects, in the order it is assembled.
-INJECTORS: tuple[Injector, ...] = (identity, svc_files, ssh_keys, vc_env, task_wait)
+INJECTORS: tuple[Injector, ...] = (
+    identity,
+    svc_files,
+    ssh_keys,
+    vc_env,
+    task_wait,
+    fence_toleration,
+)
 
 
 def injections(pod: Mapping[str, Any], membership: PodMembership, index: int) -> list[Injection]:

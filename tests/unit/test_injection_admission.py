@@ -283,6 +283,16 @@ class TestWhatAMemberGets:
             {"name": "gang-ssh", "secret": {"secretName": "hvd-ssh", "defaultMode": 0o600}},
         ]
 
+    def test_the_reservation_fence_toleration_beside_the_users_own(self) -> None:
+        fence = {"key": "gang-extender.io/reserved", "operator": "Exists", "effect": "NoSchedule"}
+        gpu_nodes = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+        assert wire(make_pod("p").group("hvd").obj())["spec"]["tolerations"] == [fence]
+        pod = make_pod("p").group("hvd").obj()
+        pod["spec"]["tolerations"] = [gpu_nodes]
+        assert wire(pod)["spec"]["tolerations"] == [gpu_nodes, fence]
+        pod["spec"]["tolerations"] = [fence]
+        assert wire(pod)["spec"]["tolerations"] == [fence]  # not twice
+
     def test_mounts_and_env_in_every_container_and_init_container(self) -> None:
         pod = make_pod("p").group("hvd").obj()
         pod["spec"]["containers"].append({"name": "sidecar", "image": "busybox"})

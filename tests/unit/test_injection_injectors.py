@@ -19,6 +19,7 @@ from extender.injection.env import member_env
 from extender.injection.injectors import (
     INJECTORS,
     Injection,
+    fence_toleration,
     group_volumes,
     identity,
     ssh_keys,
@@ -43,8 +44,19 @@ def worker(**annotations: str) -> dict[str, Any]:
     return pod.obj()
 
 
-def test_the_registry_runs_identity_then_svc_then_ssh_then_env_then_the_wait() -> None:
-    assert (identity, svc_files, ssh_keys, vc_env, task_wait) == INJECTORS
+def test_the_registry_runs_identity_then_svc_then_ssh_then_env_then_the_wait_then_the_toleration() -> (
+    None
+):
+    assert (identity, svc_files, ssh_keys, vc_env, task_wait, fence_toleration) == INJECTORS
+
+
+def test_every_member_tolerates_every_reservation_fence() -> None:
+    pod = worker()
+    assert fence_toleration(pod, membership_of(pod), 0) == Injection(
+        tolerations=(
+            {"key": "gang-extender.io/reserved", "operator": "Exists", "effect": "NoSchedule"},
+        )
+    )
 
 
 class TestIdentity:
