@@ -9,8 +9,10 @@ ConfigMap is the file the e2e gang scheduler runs.
 from __future__ import annotations
 
 import copy
+import json
 import os
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,7 @@ import yaml
 
 from extender.devcluster.cluster import LocalCluster
 from extender.devcluster.stack import SCHEDULER_CONFIG, GangStack
+from tests.e2e.gang_fixtures import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
@@ -36,6 +39,8 @@ REALLY_APPLIED = {
     "ClusterRoleBinding",
     "Role",
     "RoleBinding",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
 }
 
 
@@ -234,6 +239,7 @@ def test_the_crd_is_served_with_its_printer_columns(cluster, applied) -> None:
         pytest.param(
             "create", "pods", ("--subresource=binding", "-n", "team-b"), id="binds anywhere"
         ),
+        pytest.param("patch", "nodes", (), id="fences reserved nodes (narrowed by a policy)"),
         pytest.param("delete", "pods", ("-n", "team-a"), id="restarts a gang where bound"),
         pytest.param("create", "pods", ("-n", "team-a"), id="recreates a bare member where bound"),
         # Gang preemption evicts whole lower-priority gangs anywhere, through the Eviction
@@ -258,7 +264,8 @@ def test_the_service_account_may_do_what_the_service_does(
         pytest.param("delete", "pods", ("-n", "team-b"), id="no pod deletes where not bound"),
         pytest.param("create", "pods", ("-n", "team-b"), id="no pod creates where not bound"),
         pytest.param("delete", "pods", ("-n", "kube-system"), id="no pod deletes in kube-system"),
-        pytest.param("update", "nodes", (), id="never changes nodes"),
+        pytest.param("update", "nodes", (), id="no node update (a patch, narrowed by a policy)"),
+        pytest.param("delete", "nodes", (), id="never deletes nodes"),
         pytest.param("list", "secrets", ("-A",), id="cannot list Secrets anywhere"),
         pytest.param("watch", "secrets", ("-n", "team-a"), id="cannot watch Secrets"),
         pytest.param("delete", "secrets", ("-n", "team-a"), id="never deletes Secrets"),
@@ -472,3 +479,94 @@ def test_the_pods_pass_the_restricted_pod_security_standard(
     )
     assert result.returncode == 0, result.stderr
     assert "violate" not in result.stderr, result.stderr
+
+
+FENCE_NODE = "e2e-fence-policy-node"
+
+
+def patch_node_as_service(
+    cluster: LocalCluster, patch: dict[str, Any]
+) -> subprocess.CompletedProcess[str]:
+    return kubectl(
+        cluster,
+        "patch",
+        "node",
+        FENCE_NODE,
+        f"--as={SERVICE_SA}",
+        "--type=merge",
+        "-p",
+        json.dumps(patch),
+        check=False,
+    )
+
+
+@pytest.fixture
+def fence_node(cluster: LocalCluster, applied) -> Iterator[None]:
+    """A Node object to patch (no kubelet or KWOK needs to run it), deleted afterwards."""
+    node = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": FENCE_NODE, "labels": {"pool": "e2e-fence"}},
+        "spec": {"taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]},
+    }
+    kubectl(cluster, "apply", "-f", "-", stdin=dump([node]))
+    yield
+    kubectl(cluster, "delete", "node", FENCE_NODE, "--wait=false", check=False)
+
+
+def test_the_service_account_may_put_and_take_the_fence_taint_and_nothing_else_on_a_node(
+    cluster, fence_node
+) -> None:
+    """ValidatingAdmissionPolicy gang-extender-node-fence narrows the node patch RBAC
+    grants to the reservation fence taint (docs/deploy.md#rbac)."""
+    fence = {"key": "gang-extender.io/reserved", "value": "team-a.big", "effect": "NoSchedule"}
+
+    def node() -> dict[str, Any]:
+        return json.loads(kubectl(cluster, "get", "node", FENCE_NODE, "-o", "json").stdout)
+
+    def others() -> list[dict[str, Any]]:
+        """The node's taints but the fence (the node controller may add its own)."""
+        taints = node()["spec"].get("taints") or []
+        return [t for t in taints if t["key"] != fence["key"]]
+
+    def label_denied() -> str:
+        result = patch_node_as_service(cluster, {"metadata": {"labels": {"pool": "stolen"}}})
+        if result.returncode == 0:  # the policy is not loaded yet: undo, ask again
+            kubectl(cluster, "label", "node", FENCE_NODE, "pool=e2e-fence", "--overwrite")
+            return ""
+        return result.stderr
+
+    # The policy takes effect once the API server has loaded it.
+    denied = wait_until(label_denied, what="the node fence policy to deny a label change")
+    assert "may not change a node's labels or annotations" in denied
+
+    put = patch_node_as_service(cluster, {"spec": {"taints": [*others(), fence]}})
+    assert put.returncode == 0, put.stderr
+    assert fence in node()["spec"]["taints"]
+    taken = patch_node_as_service(cluster, {"spec": {"taints": others()}})
+    assert taken.returncode == 0, taken.stderr
+    assert fence not in (node()["spec"].get("taints") or [])
+
+    for patch, message in [
+        (
+            {"spec": {"taints": [t for t in others() if t["key"] != "nvidia.com/gpu"]}},
+            "may change no taint of a node but gang-extender.io/reserved",
+        ),
+        (
+            {"spec": {"taints": [*others(), {**fence, "effect": "NoExecute"}]}},
+            "the gang-extender.io/reserved taint is NoSchedule only",
+        ),
+        ({"spec": {"unschedulable": True}}, "may not cordon a node"),
+        (
+            {"metadata": {"annotations": {"x": "y"}}},
+            "may not change a node's labels or annotations",
+        ),
+    ]:
+        result = patch_node_as_service(cluster, patch)
+        assert result.returncode != 0 and message in result.stderr, (patch, result.stderr)
+    after = node()
+    assert {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"} in after["spec"][
+        "taints"
+    ]
+    assert after["metadata"]["labels"]["pool"] == "e2e-fence"
+    assert not after["spec"].get("unschedulable")
