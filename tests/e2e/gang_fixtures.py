@@ -598,6 +598,21 @@ def starving_gang_bound(raw: RawApi, namespace: str) -> bool:
     return len(bound(list_pods(raw, namespace, f"{GROUP_LABEL}={STARVING_GANG}"))) == 4
 
 
+def default_scheduler_pods(role: str) -> Callable[[int, dict[str, str]], dict[str, Any]]:
+    """A maker of 1-GPU pods `small-<index>` of the DEFAULT scheduler, labelled
+    role=<role> and kept on a pool by its node selector (starve_until_reserved's
+    `small_pod`)."""
+
+    def make(index: int, selector: dict[str, str]) -> dict[str, Any]:
+        pod = gang_pod(
+            f"small-{index}", "", gpus=1, node_selector=selector, scheduler="default-scheduler"
+        )
+        pod["metadata"]["labels"]["role"] = role
+        return pod
+
+    return make
+
+
 def starve_until_reserved(
     raw: RawApi,
     namespace: str,

@@ -12,8 +12,6 @@ taint is gone once it is.
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from extender.domain.fences import FENCE_TAINT_KEY
@@ -23,6 +21,7 @@ from tests.e2e.gang_fixtures import (  # noqa: F401 (no_partial_gangs is a fixtu
     STARVING_GANG,
     bound_live_names,
     create,
+    default_scheduler_pods,
     delete_pod,
     gang_pod,
     get_pod,
@@ -42,12 +41,7 @@ SMALL = "e2e-default-pending"
 PENDING_REPLACEMENTS = 2
 
 
-def default_pod(index: int, selector: dict[str, str]) -> dict[str, Any]:
-    pod = gang_pod(
-        f"small-{index}", "", gpus=1, node_selector=selector, scheduler="default-scheduler"
-    )
-    pod["metadata"]["labels"]["role"] = SMALL
-    return pod
+default_pod = default_scheduler_pods(SMALL)
 
 
 def fence_of(raw: RawApi, node: str) -> str | None:

@@ -28,6 +28,7 @@ from tests.e2e.gang_fixtures import (  # noqa: F401 (no_partial_gangs is a fixtu
     bound,
     bound_live_names,
     create,
+    default_scheduler_pods,
     delete_pod,
     gang_pod,
     get_pod,
@@ -48,12 +49,7 @@ STARVATION_SECONDS = 5
 SMALL = "e2e-default-small"
 
 
-def default_pod(index: int, selector: dict[str, str]) -> dict[str, Any]:
-    pod = gang_pod(
-        f"small-{index}", "", gpus=1, node_selector=selector, scheduler="default-scheduler"
-    )
-    pod["metadata"]["labels"]["role"] = SMALL
-    return pod
+default_pod = default_scheduler_pods(SMALL)
 
 
 def bound_smalls(raw: RawApi, namespace: str) -> set[str]:

@@ -12,10 +12,12 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from extender.domain.gang import GangCore, Timeouts
 from extender.domain.held_queue import WantedNodes, held_queue
 from extender.domain.membership import GroupKey
 from extender.domain.model import NodeInfo, PodInfo
 from extender.domain.planner import NodeRestriction, node_accepts
+from extender.domain.policy import Policy
 from extender.domain.queue import QueueRank
 from extender.domain.snapshot import fits
 from tests.builders import make_node, make_pod
@@ -147,30 +149,10 @@ def test_heads_stop_once_the_gangs_ahead_want_every_node() -> None:
 
 
 def test_a_member_event_recomputes_only_its_groups_entry_in_the_queue_view(monkeypatch) -> None:
-    from extender.domain.gang import GangCore, Timeouts
-    from extender.domain.policy import Policy
-
-    def sized(gang: int, index: int) -> PodInfo:
-        pod = make_pod(f"g{gang}-{index}").group(f"g{gang}").min_available(2).gpus(1)
-        return PodInfo.from_api(pod.obj())
-
-    core = GangCore(policy=Policy(), timeouts=Timeouts(60, 30, 2))
-    core.snapshot.upsert_node(nodes_of(1)["n0"])
-    core.observe_pod(PodInfo.from_api(make_pod("busy").gpus(8).node("n0").obj()), 0.0)
-    for g in range(20):
-        for i in range(2):
-            core.observe_pod(sized(g, i), 0.0)
-        core.filter(core.snapshot.pods[sized(g, 0).uid], ["n0"], 1.0)
+    core, looked_at = twenty_held_gangs(monkeypatch)
     core._held_queue()
-    looked_at: list[GroupKey] = []
-    real = GangCore._is_held
-
-    def counted(self, key, members):
-        looked_at.append(key)
-        return real(self, key, members)
-
-    monkeypatch.setattr(GangCore, "_is_held", counted)
-    core.snapshot.upsert_pod(sized(7, 2))  # a third member of g7
+    looked_at.clear()
+    core.snapshot.upsert_pod(sized_member(7, 2))  # a third member of g7
     queue = core._held_queue()
     assert looked_at == [GroupKey("default", "g7")]
     assert [rank.key.name for rank, _ in queue.order][:3] == ["g0", "g1", "g10"]
@@ -237,38 +219,45 @@ def test_a_gangs_wanted_nodes_follow_the_restrictions_it_is_given() -> None:
 def test_the_look_for_starving_gangs_rereads_only_groups_whose_version_moved(monkeypatch) -> None:
     """Once a second every held gang is looked at for starvation; what it reads (held,
     starvationSeconds) comes from the group's members and PodGroup only, so it is kept
-    per group version: 20 held gangs and one member event re-read one group."""
-    from extender.domain.gang import GangCore, Timeouts
-    from extender.domain.policy import Policy
-
-    def sized(gang: int, index: int) -> PodInfo:
-        pod = make_pod(f"g{gang}-{index}").group(f"g{gang}").min_available(2).gpus(1)
-        return PodInfo.from_api(pod.obj())
-
-    core = GangCore(policy=Policy(), timeouts=Timeouts(60, 30, 2, starvation_seconds=600))
-    core.snapshot.upsert_node(nodes_of(1)["n0"])
-    core.observe_pod(PodInfo.from_api(make_pod("busy").gpus(8).node("n0").obj()), 0.0)
-    for g in range(20):
-        for i in range(2):
-            core.observe_pod(sized(g, i), 0.0)
-        core.filter(core.snapshot.pods[sized(g, 0).uid], ["n0"], 1.0)
-    looked_at: list[GroupKey] = []
-    real = GangCore._is_held
-
-    def counted(self, key, members):
-        looked_at.append(key)
-        return real(self, key, members)
-
-    monkeypatch.setattr(GangCore, "_is_held", counted)
+    per group version: 20 held gangs and two member events re-read two groups."""
+    core, looked_at = twenty_held_gangs(monkeypatch, starvation_seconds=600)
     assert core._starving_heads(10.0) == []
     assert len(core.held_since) == 20
     looked_at.clear()
     assert core._starving_heads(11.0) == []
     assert looked_at == []  # nothing changed
-    core.snapshot.upsert_pod(sized(7, 2))  # a third member of g7
-    core.forget_pod(sized(3, 0).uid, 12.0)  # g3 is one short: no longer held
+    core.snapshot.upsert_pod(sized_member(7, 2))  # a third member of g7
+    core.forget_pod(sized_member(3, 0).uid, 12.0)  # g3 is one short: no longer held
     assert core._starving_heads(12.0) == []
     assert sorted(k.name for k in looked_at) == ["g3", "g7"]
     assert GroupKey("default", "g3") not in core.held_since
-    # Past starvationSeconds every held gang starves: the cached figures still count.
+    # Past starvationSeconds every held gang starves: the kept figures still count.
     assert core._starving_heads(10.0 + 600.5) != []
+
+
+def sized_member(gang: int, index: int) -> PodInfo:
+    """Member `index` of gang g<gang>: two 1-GPU members make it whole."""
+    return PodInfo.from_api(
+        make_pod(f"g{gang}-{index}").group(f"g{gang}").min_available(2).gpus(1).obj()
+    )
+
+
+def twenty_held_gangs(monkeypatch, **timeouts: float) -> tuple[GangCore, list[GroupKey]]:
+    """A full 8-GPU node and 20 held gangs of two 1-GPU members, each asked about once;
+    the returned list collects the groups `_is_held` looks at from then on."""
+    core = GangCore(policy=Policy(), timeouts=Timeouts(60, 30, 2, **timeouts))
+    core.snapshot.upsert_node(nodes_of(1)["n0"])
+    core.observe_pod(PodInfo.from_api(make_pod("busy").gpus(8).node("n0").obj()), 0.0)
+    for g in range(20):
+        for i in range(2):
+            core.observe_pod(sized_member(g, i), 0.0)
+        core.filter(core.snapshot.pods[sized_member(g, 0).uid], ["n0"], 1.0)
+    looked_at: list[GroupKey] = []
+    real = GangCore._is_held
+
+    def counted(self, key, members):  # type: ignore[no-untyped-def]
+        looked_at.append(key)
+        return real(self, key, members)
+
+    monkeypatch.setattr(GangCore, "_is_held", counted)
+    return core, looked_at
