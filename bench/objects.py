@@ -124,6 +124,7 @@ def gang_member(
     *,
     gpus: int = 1,
     scheduler: str = SCHEDULER_NAME,
+    annotations: dict[str, str] | None = None,
     **kw: Any,
 ) -> dict[str, Any]:
     """A gang-extender member: scheduler gang-extender, group label, size annotation."""
@@ -133,7 +134,7 @@ def gang_member(
         scheduler=scheduler,
         gpus=gpus,
         labels={GROUP_LABEL: group},
-        annotations={MIN_AVAILABLE_ANNOTATION: str(size)},
+        annotations={MIN_AVAILABLE_ANNOTATION: str(size), **(annotations or {})},
         **kw,
     )
 

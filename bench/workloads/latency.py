@@ -34,11 +34,16 @@ from bench.workloads.common import (
     service_metric,
 )
 from extender.domain.membership import GROUP_LABEL, SCHEDULER_NAME
+from extender.domain.model import STARVATION_ANNOTATION
 
 log = logging.getLogger("bench.latency")
 
 WORKLOAD = "cache"
 GANG_SIZE = 8
+# The probe gangs outlive their plans (nobody binds them) and, past the default
+# starvationSeconds (60 s), one at the head would reserve a node, which is not the
+# verb cost measured here: the plain-pod filter then refuses that node.
+NEVER_STARVING = {STARVATION_ANNOTATION: "86400"}
 #: Requests before each measured loop (connection, caches, first-call costs).
 WARMUP_REQUESTS = 20
 #: After ready: let the service apply the last pages and settle its GC before timing.
@@ -132,7 +137,11 @@ class LatencyWorkload:
 
         probes = Probes(
             plain=make(pod_body(f"plain-{tag}", WORKLOAD, scheduler=UNSERVED_SCHEDULER)),
-            held=make(gang_member(f"held-{tag}-0", f"held-{tag}", GANG_SIZE, WORKLOAD)),
+            held=make(
+                gang_member(
+                    f"held-{tag}-0", f"held-{tag}", GANG_SIZE, WORKLOAD, annotations=NEVER_STARVING
+                )
+            ),
         )
         # The extender binds only pods of its own schedulerName (bind integrity); the
         # gang kube-scheduler is stopped, so nobody else acts on them. The direct ones
@@ -143,7 +152,13 @@ class LatencyWorkload:
             for k in range(cfg.binds)
         ]
         bodies += [
-            gang_member(f"plan-{tag}-{g:03d}-{m}", f"plan-{tag}-{g:03d}", GANG_SIZE, WORKLOAD)
+            gang_member(
+                f"plan-{tag}-{g:03d}-{m}",
+                f"plan-{tag}-{g:03d}",
+                GANG_SIZE,
+                WORKLOAD,
+                annotations=NEVER_STARVING,
+            )
             for g in range(cfg.plans)
             for m in range(GANG_SIZE)
         ]
