@@ -225,9 +225,21 @@ def markdown(results: dict[str, Any]) -> str:
         "",
         "Produced by `python -m bench` (see bench/README.md); analysis in docs/benchmarks.md.",
         "",
-        "## Targets",
-        "",
     ]
+    if meta.get("service_src"):
+        out += [
+            f"The service ran from the source tree `{meta['service_src']}` (`--service-src`).",
+            "",
+        ]
+    merged = meta.get("merged")
+    if merged:
+        out += [
+            f"Workload(s) {', '.join(merged['workloads'])} are from a second invocation "
+            f"(`--only`, started {merged['started']}) on the same machine and trees, merged "
+            "in with `python -m bench.merge` (the first invocation's run of them failed).",
+            "",
+        ]
+    out += ["## Targets", ""]
     values = headline(results)
     rows: list[list[Any]] = []
     for label, key, comparison, target in TARGETS:

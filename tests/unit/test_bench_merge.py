@@ -1,0 +1,43 @@
+"""bench.merge: a workload run again alone replaces the failed one of a full run, and
+the results say so."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bench.merge import merge
+from bench.report import markdown
+
+
+def run(started: str, **workloads: dict[str, Any]) -> dict[str, Any]:
+    meta = {
+        "started": started,
+        "mode": "full",
+        "duration_s": 10.0,
+        "commit": "abc",
+        "machine": {"cores": 2},
+    }
+    return {"meta": meta, **workloads}
+
+
+def test_only_the_workloads_the_second_run_ran_without_error_replace_the_firsts() -> None:
+    full = run("t1", plain={"ratio": 0.9}, latency={"error": "AssertionError()"})
+    again = run("t2", latency={"sizes": []}, churn={"error": "boom"})
+    merged = merge(full, again, "again/results.json")
+    assert merged["plain"] == {"ratio": 0.9}
+    assert merged["latency"] == {"sizes": []}
+    assert "churn" not in merged
+    assert merged["meta"]["merged"] == {
+        "workloads": ["latency"],
+        "from": "again/results.json",
+        "started": "t2",
+    }
+    assert merged["meta"]["started"] == "t1" and full["latency"] == {"error": "AssertionError()"}
+
+
+def test_the_report_names_the_merged_workloads_and_the_service_tree() -> None:
+    merged = merge(run("t1"), run("t2", latency={"sizes": []}), "x")
+    merged["meta"]["service_src"] = "extender/ of commit abc"
+    text = markdown(merged)
+    assert "Workload(s) latency are from a second invocation (`--only`, started t2)" in text
+    assert "The service ran from the source tree `extender/ of commit abc`" in text
