@@ -46,6 +46,16 @@ def toleration(**fields: str) -> Toleration:
 
 
 # ------------------------------------------------------------------ the pure module
+def test_a_value_of_exactly_63_characters_is_kept_and_a_cut_never_ends_in_punctuation() -> None:
+    exact = GroupKey("team", "b" * (63 - len("team.")))
+    assert fence_value(exact) == f"team.{'b' * 58}"
+    # The cut falls on the "-" after 51 characters: it is dropped, not kept before "-<hash>".
+    cut = fence_value(GroupKey("team", "c" * 46 + "-" + "d" * 30))
+    head, digest = cut.rsplit("-", 1)
+    assert head == "team." + "c" * 46 and len(digest) == 10
+    assert all(ch in "0123456789abcdef" for ch in digest)
+
+
 def test_the_value_names_the_gang_and_a_long_one_is_hashed_to_a_label_value() -> None:
     assert fence_value(BIG) == "default.big"
     long_a, long_b = GroupKey("team", "a" * 70), GroupKey("team", "a" * 69 + "b")
@@ -64,6 +74,10 @@ def test_the_value_names_the_gang_and_a_long_one_is_hashed_to_a_label_value() ->
         ((toleration(key=FENCE_TAINT_KEY, operator="Exists", effect="NoExecute"),), False),
         ((toleration(operator="Exists"),), True),  # tolerates everything
         ((toleration(key="nvidia.com/gpu", operator="Exists"),), False),
+        (
+            (toleration(key="nvidia.com/gpu", operator="Exists"), toleration(**MEMBER_TOLERATION)),
+            True,
+        ),
     ],
 )
 def test_which_tolerations_let_a_member_onto_its_fenced_node(
@@ -175,6 +189,38 @@ def test_members_without_the_toleration_are_not_fenced_out_and_are_told_why() ->
     assert "not fenced: a pending member lacks the gang-extender.io/reserved toleration" in (
         core.groups[BIG].message
     )
+
+
+def test_one_pending_member_without_the_toleration_keeps_the_fence_down() -> None:
+    core = core_with([make_node("n1").gpus(4).obj()])
+    for i in range(4):
+        bound_small(core, f"s{i}", "n1")
+    big = add_tolerating_gang(core, "big", 4)
+    untolerating = PodInfo.from_api(
+        make_pod("big-3").group("big").gpus(1).created(CREATED_AT_T0).obj()
+    )
+    core.observe_pod(untolerating, T0)  # replaces big-3: same name and uid, no toleration
+    core.filter(big[0], ["n1"], T0)
+    core.expire(T0 + 6)
+    assert BIG in core.reservations
+    assert fences(core.drain_effects()) == []
+    assert "not fenced" in core.groups[BIG].message
+
+
+def test_bound_members_need_not_tolerate_the_fence_only_pending_ones() -> None:
+    core = core_with([make_node("n1").gpus(4).obj(), make_node("n0").gpus(1).obj()])
+    for i in range(4):
+        bound_small(core, f"s{i}", "n1")
+    bound_small(core, "s-n0", "n0")
+    add_tolerating_gang(core, "big", 4)
+    # One member, without the toleration, is bound already (a gang re-planned for a
+    # lost member): only the three pending ones are placed on the fenced node.
+    bound_member = PodInfo.from_api(
+        make_pod("big-3").group("big").gpus(1).node("n0").created(CREATED_AT_T0).obj()
+    )
+    core.observe_pod(bound_member, T0)
+    assert core._fence_tolerated(BIG)
+    assert not core._fence_tolerated(GroupKey("default", "nobody"))  # no pending member
 
 
 def test_switched_off_no_fence_and_the_message_does_not_mention_one() -> None:
