@@ -224,6 +224,9 @@ class GangCore(StarvationReservations, GangPreemption, BindBarrier, Failover):
     lowest_priority_seen: int | None = None
     # Bumped when kube-scheduler's last word on a member (`restrictions`) changes.
     restrictions_version: int = 0
+    # Per group: whether it would fit on the empty nodes it wants (gang_ahead_of), with
+    # the inputs that was computed on (its version, nodes, kube-scheduler's last word).
+    fits_when_empty: dict[GroupKey, tuple[tuple[int, int, int], bool]] = field(default_factory=dict)
     # The held gangs in queue order (domain/held_queue.py), rebuilt when an entry, the
     # nodes or kube-scheduler's last word changed; each group's entry (its rank and
     # members if held, None if not) kept with the group version and plan state it

@@ -116,14 +116,31 @@ class QueueOrder(GangParts):
         its own. Also for a gang kube-scheduler never asked about (its own filters
         refuse every node): the PodGroup status names the gang ahead all the same.
         """
+        # What the status writer asks (the group's own members, kube-scheduler's last
+        # word) is kept per inputs: it asks for every held gang on each pass.
+        inputs = (
+            (
+                self.snapshot.group_version(key),
+                self.snapshot.nodes_generation,
+                self.restrictions_version,
+            )
+            if members is None and allowed is None
+            else None
+        )
         members = list(members) if members is not None else self.snapshot.members(key)
         queue = self._held_queue()
         wanted = queue.wanted.of_gang(members, allowed)
         ahead = queue.first_ahead_wanting(rank_of(key, members), wanted)
         if ahead is None:
             return None
+        kept = self.fits_when_empty.get(key) if inputs is not None else None
+        if kept is not None and kept[0] == inputs:
+            return ahead if kept[1] else None
         allowed = allowed if allowed is not None else self.restrictions
-        return ahead if self._fits_when_empty(key, members, wanted, allowed) else None
+        fits = self._fits_when_empty(key, members, wanted, allowed)
+        if inputs is not None:
+            self.fits_when_empty[key] = (inputs, fits)
+        return ahead if fits else None
 
     def _held_queue(self) -> HeldQueue:
         """The held gangs in queue order, recomputing only the groups that changed."""

@@ -132,8 +132,9 @@ class StarvationReservations(QueueOrder):
             del self.held_since[key]
         for key in [k for k in self.given_up if k not in known]:
             del self.given_up[key]
-        for key in [k for k in self.starving_inputs if k not in known]:
-            del self.starving_inputs[key]
+        for kept in (self.starving_inputs, self.fits_when_empty):
+            for key in [k for k in kept if k not in known]:
+                del kept[key]
         for key in sorted(known - set(self.reservations)):
             if key in self.ledger.plans:
                 continue  # its wait goes on if the plan is dropped

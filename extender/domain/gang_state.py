@@ -93,6 +93,7 @@ class GangParts:
     fenced_plans: dict[GroupKey, tuple[Plan, frozenset[str]]]
     shortfalls: ShortfallMemo
     restrictions_version: int
+    fits_when_empty: dict[GroupKey, tuple[tuple[int, int, int], bool]]
     held_view: HeldQueue | None
     held_view_inputs: tuple[int, int]
     held_entries: dict[GroupKey, tuple[tuple[int, int, bool], HeldEntry | None]]

@@ -343,3 +343,42 @@ def test_a_lower_gang_still_backfills_beside_a_held_gang_ahead() -> None:
     core.filter(member(core, "high-0"), ["n1"], T0)
     decision = core.filter(member(core, "low-0"), ["n1"], T0 + 1)
     assert decision.verdict is Verdict.PLANNED
+
+
+def test_the_status_writers_question_is_answered_once_per_inputs(monkeypatch) -> None:
+    """The status writer asks gang_ahead_of for every held gang on each pass; whether a
+    gang would fit on the empty nodes it wants (a plan over every wanted node) is kept
+    until its members, the nodes or kube-scheduler's last word change."""
+    nodes = [make_node("n1").gpus(2).obj()]
+    core = core_with(nodes, {"low": gang("low", 2, 1), "high": gang("high", 2, 1, priority=9)})
+    core.observe_pod(PodInfo.from_api(make_pod("holder").gpus(2).node("n1").obj()), T0)
+    computed: list[GroupKey] = []
+    real = GangCore._fits_when_empty
+
+    def counted(self, key, members, nodes, allowed):  # type: ignore[no-untyped-def]
+        computed.append(key)
+        return real(self, key, members, nodes, allowed)
+
+    monkeypatch.setattr(GangCore, "_fits_when_empty", counted)
+    high = QueueRank(key("high"), 9, core.gang_ahead_of(key("low")).created)  # type: ignore[union-attr]
+    for _ in range(3):
+        assert core.gang_ahead_of(key("low")) == high
+    assert computed == [key("low")]
+    core.snapshot.upsert_node(NodeInfo.from_api(make_node("n2").gpus(1).obj()))
+    assert core.gang_ahead_of(key("low")) == high
+    assert computed == [key("low")] * 2  # a node changed
+    core.observe_pod(PodInfo.from_api(gang("low", 3, 1)[2]), T0)  # a third member
+    assert core.gang_ahead_of(key("low")) == high
+    assert computed == [key("low")] * 3
+    core.restrictions_version += 1  # kube-scheduler's last word on some member changed
+    assert core.gang_ahead_of(key("low")) == high
+    assert computed == [key("low")] * 4
+    # Asked with other members or kube-scheduler's word (a filter's own): not kept.
+    core.gang_ahead_of(key("low"), core.snapshot.members(key("low")))
+    core.gang_ahead_of(key("low"), core.snapshot.members(key("low")))
+    assert computed == [key("low")] * 6
+    # Too big for the empty nodes it wants: no gang ahead, and that is kept too.
+    core.observe_pod(PodInfo.from_api(make_pod("big").group("low").gpus(8).obj()), T0)
+    assert core.gang_ahead_of(key("low")) is None
+    assert core.gang_ahead_of(key("low")) is None
+    assert computed == [key("low")] * 7
