@@ -164,6 +164,32 @@ def test_after_starvation_seconds_a_freed_gpu_is_held_for_the_gang() -> None:
     assert BIG in core.drain_touched()
 
 
+def test_a_pod_without_gpus_is_never_refused_by_a_reservation() -> None:
+    core, smalls = churned_core()
+    core.expire(T0 + 6)
+    finish(core, smalls[0], T0 + 7)
+    cpu_only = PodInfo.from_api(make_pod("cpu-only").cpu("100m").obj())
+    assert core.filter(cpu_only, ["n1"], T0 + 7).nodes == ["n1"]
+
+
+def test_gpus_free_beyond_what_a_reservation_holds_stay_open_to_plain_pods() -> None:
+    # A plain pod is refused only the GPUs the starving gang holds on the node: asked
+    # with a hold of 2 of the 3 free GPUs, one is left for it.
+    core = core_with([make_node("n1").gpus(8).obj()])
+    smalls = [bound_small(core, f"s{i}", "n1") for i in range(6)]
+    big = add_gang(core, "big", 4, 1)
+    core.filter(big[0], ["n1"], T0)
+    core.expire(T0 + 6)
+    assert core.reservations[BIG].need == 4
+    finish(core, smalls[0], T0 + 7)  # 3 free: all held for the gang (need 4)
+    assert core.filter(plain("p1"), ["n1"], T0 + 7).nodes == []
+    held = core.starving_holds()["n1"]
+    assert held == (BIG, 3)
+    # The refusal counts what the gang holds there, not what is free.
+    assert core._starving_refusal(plain("p2"), "n1", (BIG, 2)) == ""
+    assert core._starving_refusal(plain("p3"), "n1", (BIG, 3)).startswith("3 free GPU(s) on n1")
+
+
 def test_a_small_pod_that_passed_filter_before_the_reservation_is_refused_at_bind() -> None:
     core, smalls = churned_core()
     finish(core, smalls[0], T0 + 1)

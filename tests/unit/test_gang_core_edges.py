@@ -1,0 +1,102 @@
+"""Edges of the core's filter and prioritize that the mutation run of 2026-11-26 found
+untested: a plain pod beside a plan's reservation, a refusal naming every gang that
+reserved a node, a planned member's prioritize, a member the watch has not delivered,
+and which placeholders keep a planned member waiting."""
+
+from __future__ import annotations
+
+from extender.domain.decisions import PlaceholderCreate, Verdict
+from extender.domain.gang import GangCore
+from extender.domain.membership import GroupKey
+from extender.domain.scoring import MAX_SCORE
+from tests.builders import make_node, make_pod, placeholder_pod_info
+from tests.unit.test_gang_core import T0, core_with, pod_info
+
+
+def gang_pods(group: str, size: int, gpus: int) -> list[dict]:  # type: ignore[type-arg]
+    return [
+        make_pod(f"{group}-{i}").group(group).min_available(size).gpus(gpus).obj()
+        for i in range(size)
+    ]
+
+
+def test_a_plain_pod_that_fits_beside_a_plans_reservation_is_offered_the_node() -> None:
+    core = core_with([make_node("n1").gpus(4).obj()], [*gang_pods("g", 2, 1)])
+    assert core.filter(pod_info(core, "g-0"), ["n1"], T0).verdict is Verdict.PLANNED
+    plain = core.asked_about(make_pod("plain").gpus(2).obj())
+    assert core.filter(plain, ["n1"], T0).nodes == ["n1"]  # 4 - 2 reserved = 2 left
+    bigger = core.asked_about(make_pod("bigger").gpus(3).obj())
+    decision = core.filter(bigger, ["n1"], T0)
+    assert decision.nodes == []
+    assert decision.failed["n1"] == "capacity on n1 is reserved for gang default/g"
+
+
+def test_a_refusal_names_every_gang_that_reserved_the_node() -> None:
+    core = core_with(
+        [make_node("n1").gpus(4).obj()], [*gang_pods("a", 2, 1), *gang_pods("b", 2, 1)]
+    )
+    for group in ("a", "b"):
+        assert core.filter(pod_info(core, f"{group}-0"), ["n1"], T0).verdict is Verdict.PLANNED
+    plain = core.asked_about(make_pod("plain").gpus(1).obj())
+    decision = core.filter(plain, ["n1"], T0)
+    assert decision.failed["n1"] == "capacity on n1 is reserved for gang default/a, default/b"
+
+
+def test_a_planned_members_prioritize_names_its_planned_node_only() -> None:
+    nodes = [make_node("n1").gpus(4).obj(), make_node("n2").gpus(4).obj()]
+    core = core_with(nodes, gang_pods("g", 2, 4))
+    core.filter(pod_info(core, "g-0"), ["n1", "n2"], T0)
+    plan = core.ledger.plans[GroupKey("default", "g")]
+    member = pod_info(core, "g-1")
+    assert core.priorities(member).scores == {plan.placements[member.uid]: MAX_SCORE}
+
+
+def test_a_member_the_watch_has_not_delivered_notes_interest_only_in_a_group_it_has() -> None:
+    core = core_with([make_node("n1").gpus(4).obj()], [make_pod("w0").group("g").obj()])
+    known = core.asked_about(make_pod("w1").group("g").gpus(1).obj())
+    core.filter(known, ["n1"], T0 + 5)
+    assert core.groups[GroupKey("default", "g")].first_seen == T0 + 5
+    stranger = core.asked_about(make_pod("x0").group("nobody").gpus(1).obj())
+    assert core.filter(stranger, ["n1"], T0 + 6).verdict is Verdict.WAIT
+    assert GroupKey("default", "nobody") not in core.groups
+
+
+def test_a_released_member_whose_node_is_not_offered_keeps_its_reservation_and_says_so() -> None:
+    nodes = [make_node("n1").gpus(4).obj(), make_node("n2").gpus(4).obj()]
+    core = core_with(nodes, gang_pods("g", 2, 4))
+    core.filter(pod_info(core, "g-0"), ["n1", "n2"], T0)
+    plan = core.ledger.plans[GroupKey("default", "g")]
+    for name in ("g-0", "g-1"):
+        member = pod_info(core, name)
+        core.offered[member.uid] = frozenset({plan.placements[member.uid]})
+        core.arrive(member.uid, plan.placements[member.uid], T0 + 1)
+    assert plan.released
+    member = pod_info(core, "g-1")
+    node = plan.placements[member.uid]
+    other = "n1" if node == "n2" else "n2"
+    decision = core.filter(member, [other], T0 + 2)
+    assert decision.message == (
+        f"gang default/g: default/g-1 keeps its reservation on {node}, which "
+        "kube-scheduler does not offer now; waiting for it"
+    )
+
+
+def placeholder_on(core: GangCore, group: str, node: str) -> None:
+    create = PlaceholderCreate(GroupKey("default", group), f"{group}-hold-{node}-1", node, 1)
+    core.observe_pod(placeholder_pod_info(create), T0)
+
+
+def test_only_the_gangs_own_placeholders_on_its_planned_nodes_keep_a_member_waiting() -> None:
+    core = core_with([make_node("n1").gpus(8).obj(), make_node("n2").gpus(8).obj()])
+    key = GroupKey("default", "g")
+    placeholder_on(core, "other", "n1")  # another gang's, on the planned node
+    placeholder_on(core, "g", "n2")  # its own, on another node
+    assert not core._placeholders_on(key, {"n1"})
+    core.placeholder_creating["x"] = (
+        T0,
+        PlaceholderCreate(GroupKey("default", "other"), "x", "n1", 1),
+    )
+    core.placeholder_creating["y"] = (T0, PlaceholderCreate(key, "y", "n3", 1))
+    assert not core._placeholders_on(key, {"n1"})
+    core.placeholder_creating["z"] = (T0, PlaceholderCreate(key, "z", "n1", 1))
+    assert core._placeholders_on(key, {"n1"})
