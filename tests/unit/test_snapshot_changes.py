@@ -1,0 +1,145 @@
+"""The cluster snapshot's bookkeeping of changes: a re-list (`replace_all`) rebuilds
+everything and voids every memo, a PodGroup written or deleted moves its group's
+version and the planning generation, and free GPUs are allocatable less what bound
+pods hold."""
+
+from __future__ import annotations
+
+from extender.domain.decisions import PlaceholderCreate
+from extender.domain.fences import FENCE_TAINT_KEY
+from extender.domain.membership import GroupKey
+from extender.domain.model import GroupSpec, NodeInfo, PodInfo
+from extender.domain.snapshot import ClusterSnapshot
+from tests.builders import make_node, make_pod, make_podgroup, placeholder_pod_info
+
+G = GroupKey("default", "g")
+
+
+def node(name: str, gpus: int = 4) -> NodeInfo:
+    return NodeInfo.from_api(make_node(name).gpus(gpus).obj())
+
+
+def spec(min_member: int = 2) -> GroupSpec:
+    return GroupSpec.from_podgroup(make_podgroup("g", min_member), source="PodGroup")
+
+
+def filled() -> ClusterSnapshot:
+    snapshot = ClusterSnapshot()
+    snapshot.upsert_node(node("old"))
+    snapshot.upsert_node(
+        NodeInfo.from_api(make_node("fenced").gpus(4).taint(FENCE_TAINT_KEY, "x.y").obj())
+    )
+    snapshot.upsert_pod(PodInfo.from_api(make_pod("p").gpus(2).node("old").priority(7).obj()))
+    snapshot.upsert_pod(PodInfo.from_api(make_pod("m").group("g").gpus(1).obj()))
+    snapshot.upsert_pod(placeholder_pod_info(PlaceholderCreate(G, "g-hold-old-1", "old", 1)))
+    snapshot.upsert_podgroup(spec())
+    return snapshot
+
+
+def test_a_relist_replaces_everything_and_voids_every_memo() -> None:
+    snapshot = filled()
+    version, generations = (
+        snapshot.group_version(G),
+        (
+            snapshot.planning_generation,
+            snapshot.nodes_generation,
+        ),
+    )
+    snapshot.capacity_changed.clear()
+    snapshot.replaced = False
+    member = PodInfo.from_api(make_pod("m2").group("g").gpus(1).obj())
+    bound = PodInfo.from_api(make_pod("q").gpus(1).node("new").priority(3).obj())
+    snapshot.replace_all([node("new", 8)], [member, bound], [spec(3)])
+    assert set(snapshot.nodes) == {"new"}
+    assert set(p.name for p in snapshot.pods.values()) == {"m2", "q"}
+    assert [p.name for p in snapshot.members(G)] == ["m2"]
+    assert snapshot.group_spec(G) is not None and snapshot.group_spec(G).min_member == 3  # type: ignore[union-attr]
+    assert snapshot.placeholders == {} and snapshot.fences == {}
+    assert snapshot.free_gpus("new") == 7
+    assert snapshot.free("old") == {}
+    assert snapshot.lowest_holding_priority() == 3  # the old pod's 7 is gone, not kept
+    # Every memo keyed on these is void: the old nodes changed, every group moved.
+    assert {"old", "fenced", "new"} <= snapshot.capacity_changed
+    assert snapshot.replaced
+    assert snapshot.group_version(G) > version
+    assert snapshot.planning_generation > generations[0]
+    assert snapshot.nodes_generation > generations[1]
+
+
+def test_a_relist_keeps_fences_and_placeholders_it_lists() -> None:
+    snapshot = filled()
+    fenced = NodeInfo.from_api(make_node("fenced").gpus(4).taint(FENCE_TAINT_KEY, "a.b").obj())
+    placeholder = placeholder_pod_info(PlaceholderCreate(G, "g-hold-fenced-1", "fenced", 1))
+    snapshot.replace_all([fenced], [placeholder], [])
+    assert snapshot.fences == {"fenced": "a.b"}
+    assert [p.name for p in snapshot.placeholders.values()] == ["g-hold-fenced-1"]
+    assert snapshot.placeholder_gpus(G, "fenced") == 1
+
+
+def test_a_podgroup_written_or_deleted_moves_its_group_and_the_planning_generation() -> None:
+    snapshot = ClusterSnapshot()
+    assert snapshot.upsert_podgroup(spec())
+    version, planning, generation = (
+        snapshot.group_version(G),
+        snapshot.planning_generation,
+        snapshot.generation,
+    )
+    snapshot.groups_changed.clear()
+    assert not snapshot.upsert_podgroup(spec())  # the same spec: nothing moves
+    assert (snapshot.group_version(G), snapshot.planning_generation, snapshot.generation) == (
+        version,
+        planning,
+        generation,
+    )
+    assert snapshot.groups_changed == set()
+    snapshot.delete_podgroup("PodGroup", G)
+    assert snapshot.podgroup(G) is None
+    assert snapshot.group_version(G) == version + 1
+    assert snapshot.planning_generation == planning + 1
+    assert snapshot.generation == generation + 1
+    assert snapshot.groups_changed == {G}
+    snapshot.groups_changed.clear()
+    snapshot.delete_podgroup("PodGroup", G)  # gone already: nothing moves
+    snapshot.delete_podgroup("Volcano", G)
+    assert snapshot.group_version(G) == version + 1 and snapshot.groups_changed == set()
+    assert snapshot.planning_generation == planning + 1
+
+
+def test_free_gpus_are_allocatable_less_what_bound_pods_hold() -> None:
+    snapshot = ClusterSnapshot()
+    snapshot.upsert_node(node("n1", 8))
+    snapshot.upsert_node(NodeInfo.from_api(make_node("cpu").cpu_only().obj()))
+    snapshot.upsert_pod(PodInfo.from_api(make_pod("p").gpus(3).node("n1").obj()))
+    assert snapshot.free_gpus("n1") == 5
+    assert snapshot.free_gpus("cpu") == 0
+    assert snapshot.free_gpus("missing") == 0
+
+
+def test_each_change_moves_its_counters_by_exactly_one_so_no_value_comes_back() -> None:
+    # Memos compare these counters for equality: a counter that went back (or jumped
+    # onto a value seen before) would make a stale memo look current.
+    snapshot = filled()
+    planning, nodes, version = (
+        snapshot.planning_generation,
+        snapshot.nodes_generation,
+        snapshot.group_version(G),
+    )
+    snapshot.replace_all([], [], [])
+    assert snapshot.planning_generation == planning + 1
+    assert snapshot.nodes_generation == nodes + 1
+    assert snapshot.group_version(G) == version + 1
+    generation, planning = snapshot.generation, snapshot.planning_generation
+    assert snapshot.upsert_podgroup(spec(4))
+    assert (snapshot.generation, snapshot.planning_generation) == (generation + 1, planning + 1)
+
+
+def test_a_relist_keeps_track_of_members_with_a_task_layout() -> None:
+    snapshot = filled()
+    laid_out = make_pod("t").group("g").annotation("gang-extender.io/tasks", "worker=2").obj()
+    snapshot.replace_all([node("new")], [PodInfo.from_api(laid_out)], [spec()])
+    snapshot.upsert_pod(
+        PodInfo.from_api(
+            make_pod("t2").group("g").annotation("gang-extender.io/tasks", "worker=2").obj()
+        )
+    )
+    assert sorted(p.name for p in snapshot.members(G)) == ["t", "t2"]
