@@ -236,7 +236,7 @@ def markdown(results: dict[str, Any]) -> str:
         out += [
             f"Workload(s) {', '.join(merged['workloads'])} are from a second invocation "
             f"(`--only`, started {merged['started']}) on the same machine and trees, merged "
-            "in with `python -m bench.merge` (the first invocation's run of them failed).",
+            f"in with `python -m bench.merge`: {merged.get('why') or 'the first run of them failed'}.",
             "",
         ]
     out += ["## Targets", ""]

@@ -40,4 +40,11 @@ def test_the_report_names_the_merged_workloads_and_the_service_tree() -> None:
     merged["meta"]["service_src"] = "extender/ of commit abc"
     text = markdown(merged)
     assert "Workload(s) latency are from a second invocation (`--only`, started t2)" in text
+    assert text.count("the first run of them failed") == 1
     assert "The service ran from the source tree `extender/ of commit abc`" in text
+
+
+def test_the_reason_for_a_merge_is_said_in_the_report() -> None:
+    merged = merge(run("t1"), run("t2", plain={"ratio": 1.0}), "x", why="the machine was busy")
+    assert merged["meta"]["merged"]["why"] == "the machine was busy"
+    assert "`python -m bench.merge`: the machine was busy." in markdown(merged)

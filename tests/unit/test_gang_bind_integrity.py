@@ -247,3 +247,74 @@ def test_a_released_member_whose_planned_node_is_gone_breaks_the_gang() -> None:
     assert [(b.member, b.cause) for b in broken] == [
         ("default/w1", f"its planned node {node} is gone")
     ]
+
+
+def test_the_drop_says_which_node_is_short_of_what_and_by_how_much() -> None:
+    core = planned_pair()
+    core.arrive(pod_info(core, "w0").uid, "n1", T0 + 1)
+    default_scheduler_binds(core, "intruder", "n1", 1)
+    last = core.arrive(pod_info(core, "w1").uid, "n1", T0 + 2)
+    assert (
+        "node n1 has no room left for its reservations (nvidia.com/gpu short by 1): pods "
+        "bound outside the plan took it"
+    ) in last.message
+
+
+def released_apart() -> tuple[GangCore, Any]:
+    """Gang g of two 4-GPU members released on n1 and n2, both bindings failed."""
+    pods = [make_pod(f"w{i}").group("g").min_available(2).gpus(4).obj() for i in range(2)]
+    core = core_with([make_node("n1").gpus(4).obj(), make_node("n2").gpus(4).obj()], pods)
+    core.filter(pod_info(core, "w0"), ["n1", "n2"], T0)
+    plan = next(iter(core.ledger.plans.values()))
+    for name in ("w0", "w1"):
+        uid = pod_info(core, name).uid
+        core.arrive(uid, plan.placements[uid], T0 + 1)
+    assert plan.released
+    for name in ("w0", "w1"):
+        core.bind_failed(pod_info(core, name).uid, "500: etcd leader changed", T0 + 2)
+    core.drain_effects()
+    return core, plan
+
+
+def test_a_released_member_retried_at_another_node_is_told_where_it_is_reserved() -> None:
+    core, plan = released_apart()
+    w1 = pod_info(core, "w1")
+    planned = plan.placements[w1.uid]
+    other = "n1" if planned == "n2" else "n2"
+    decision = core.arrive(w1.uid, other, T0 + 3)
+    assert decision.verdict is BindVerdict.ERROR
+    assert (decision.plan_id, decision.group) == (plan.plan_id, plan.group)
+    assert decision.message == (
+        f"gang default/g: default/w1 is reserved on {planned}, not {other}; retrying"
+    )
+
+
+def test_a_released_members_retry_checks_its_own_node_only() -> None:
+    core, plan = released_apart()
+    w0, w1 = pod_info(core, "w0"), pod_info(core, "w1")
+    # Room on w1's node is taken by a pod outside the plan; w0's node is untouched.
+    default_scheduler_binds(core, "intruder", plan.placements[w1.uid], 1)
+    decision = core.arrive(w0.uid, plan.placements[w0.uid], T0 + 3)
+    assert decision.verdict is BindVerdict.RELEASE
+    assert plan.arrived[w0.uid] == plan.placements[w0.uid]
+    short = core.arrive(w1.uid, plan.placements[w1.uid], T0 + 3)
+    assert short.verdict is BindVerdict.ERROR
+    assert (short.plan_id, short.group) == (plan.plan_id, plan.group)
+    assert short.message == (
+        f"gang default/g: node {plan.placements[w1.uid]} has no room left for its "
+        "reservations (nvidia.com/gpu short by 1): pods bound outside the plan took it; "
+        "default/w1 keeps its reservation and waits for room"
+    )
+
+
+def test_every_resource_a_node_is_short_of_is_named_with_its_shortfall() -> None:
+    pods = [make_pod(f"w{i}").group("g").min_available(2).gpus(2).cpu("2").obj() for i in range(2)]
+    core = core_with([make_node("n1").gpus(4).cpu("4").obj()], pods)
+    core.filter(pod_info(core, "w0"), ["n1"], T0)
+    core.arrive(pod_info(core, "w0").uid, "n1", T0 + 1)
+    core.observe_pod(
+        PodInfo.from_api(make_pod("intruder").gpus(1).cpu("3").node("n1").obj()), T0 + 1
+    )
+    last = core.arrive(pod_info(core, "w1").uid, "n1", T0 + 2)
+    # cpu in millicores, as the core counts it
+    assert "(cpu, nvidia.com/gpu short by 3000, 1)" in last.message, last.message

@@ -73,8 +73,9 @@ def test_recovered_plans_reserve_in_the_core_and_a_plain_pod_is_kept_off() -> No
     assert core.ledger.plans[JOB].deadline == T0 + 60
     plain = PodInfo.from_api(make_pod("plain").gpus(3).obj())
     assert core.filter(plain, ["n1", "n2"], T0).nodes == []
-    # A second recovery (a later term) leaves the plan as it is.
-    assert core.recover(T0).plans == ()
+    # A second recovery (a later term) leaves the plan as it is: not refused, left alone.
+    again = core.recover(T0)
+    assert again.plans == () and again.refused == ()
 
 
 def test_members_already_bound_count_toward_the_quorum() -> None:
@@ -263,3 +264,59 @@ def test_a_group_that_lost_its_podgroup_is_refused_saying_so() -> None:
     assert found == Recovery(
         (), (Refused(JOB, "gang default/job: no PodGroup and no min-available"),)
     )
+
+
+def test_a_recovered_plan_is_a_fresh_plan_of_the_groups_timeout_and_its_status_says_so() -> None:
+    core = GangCore(Policy(), Timeouts(60, 30, 2))
+    core.snapshot = snapshot(
+        [member("w0", "n1").obj(), member("w1", "n1").obj(), member("w2", "n2").obj()]
+    )
+    core.snapshot.upsert_podgroup(
+        GroupSpec.from_podgroup(
+            make_podgroup("job", 3, scheduleTimeoutSeconds=15), source="PodGroup"
+        )
+    )
+    before = core.ledger.new_plan_id()
+    core.shortfalls.remember(JOB, core.snapshot.members(JOB), topology=False, priority=0)
+    core.recover(T0)
+    assert JOB not in core.shortfalls  # planned now: its "does not fit" is void
+    plan = core.ledger.plans[JOB]
+    assert plan.plan_id == before + 1
+    assert (plan.created_at, plan.deadline) == (T0, T0 + 15)
+    state = core.groups[JOB]
+    assert (state.first_seen, state.waiting, state.shortfall_generation) == (T0, False, None)
+    assert state.message == "gang default/job: plan of 3 members recovered, binding"
+    assert core.ledger.reserved("n1")["nvidia.com/gpu"] == 4
+
+
+def test_a_recovery_gives_no_node_twice_and_leaves_planned_groups_alone() -> None:
+    # The new leader planned "other" on n1 before the old plan of "job" was recovered:
+    # job's members annotated onto n1 cannot be given that room again.
+    core = GangCore(Policy(), Timeouts(60, 30, 2))
+    core.snapshot = snapshot(
+        [member("w0", "n1").obj(), member("w1", "n1").obj(), member("w2", "n2").obj()]
+    )
+    core.snapshot.upsert_podgroup(
+        GroupSpec.from_podgroup(make_podgroup("other", 1), source="PodGroup")
+    )
+    other = PodInfo.from_api(make_pod("o0").group("other").gpus(4).obj())
+    core.observe_pod(other, T0)
+    assert core.filter(other, ["n1"], T0).nodes == ["n1"]
+    found = core.recover(T0)
+    assert found.plans == () and [r.group for r in found.refused] == [JOB]
+    assert set(core.ledger.plans) == {GroupKey("default", "other")}
+    # And a group that has a plan already is not recovered over it.
+    planned_again = core.recover(T0)
+    assert GroupKey("default", "other") not in [r.group for r in planned_again.refused]
+
+
+def test_a_replica_that_stands_down_drops_every_plan_saying_why() -> None:
+    core = GangCore(Policy(), Timeouts(60, 30, 2))
+    core.snapshot = snapshot(
+        [member("w0", "n1").obj(), member("w1", "n1").obj(), member("w2", "n2").obj()]
+    )
+    core.recover(T0)
+    core.stand_down(T0 + 1)
+    assert core.ledger.plans == {}
+    (dropped,) = core.drain_effects()
+    assert dropped.reason == "this replica is no longer the leader"  # type: ignore[union-attr]
