@@ -5,9 +5,10 @@ and which placeholders keep a planned member waiting."""
 
 from __future__ import annotations
 
-from extender.domain.decisions import PlaceholderCreate, Verdict
+from extender.domain.decisions import BindDecision, BindVerdict, PlaceholderCreate, Verdict
 from extender.domain.gang import GangCore
 from extender.domain.membership import GroupKey
+from extender.domain.model import PodInfo
 from extender.domain.scoring import MAX_SCORE
 from tests.builders import make_node, make_pod, placeholder_pod_info
 from tests.unit.test_gang_core import T0, core_with, pod_info
@@ -100,3 +101,75 @@ def test_only_the_gangs_own_placeholders_on_its_planned_nodes_keep_a_member_wait
     assert not core._placeholders_on(key, {"n1"})
     core.placeholder_creating["z"] = (T0, PlaceholderCreate(key, "z", "n1", 1))
     assert core._placeholders_on(key, {"n1"})
+
+
+def test_a_member_without_a_plan_reaching_bind_is_refused_saying_why() -> None:
+    core = core_with([make_node("n1").gpus(4).obj()], gang_pods("g", 2, 4))
+    w0 = pod_info(core, "g-0")
+    never_asked = core.arrive(w0.uid, "n1", T0)
+    assert never_asked == BindDecision(
+        BindVerdict.ERROR,
+        group=GroupKey("default", "g"),
+        message="gang default/g has no plan for default/g-0 (no plan); retrying",
+    )
+    core.filter(w0, ["n1"], T0)  # held: 8 GPUs asked, 4 there
+    held = core.arrive(w0.uid, "n1", T0 + 1)
+    assert held.verdict is BindVerdict.ERROR and held.group == GroupKey("default", "g")
+    assert held.message == (
+        f"gang default/g has no plan for default/g-0 ({core.groups[held.group].message}); retrying"
+    )
+
+
+def test_a_plain_pod_whose_node_was_reserved_after_its_filter_is_refused_naming_the_gangs() -> None:
+    core = core_with(
+        [make_node("n1").gpus(4).obj()], [*gang_pods("a", 2, 1), *gang_pods("b", 1, 1)]
+    )
+    plain = make_pod("plain").gpus(2).obj()
+    core.observe_pod(core.asked_about(plain), T0)
+    for group in ("a", "b"):
+        core.filter(pod_info(core, f"{group}-0"), ["n1"], T0)
+    decision = core.arrive(pod_info(core, "plain").uid, "n1", T0)
+    assert decision == BindDecision(
+        BindVerdict.ERROR,
+        message="capacity on n1 was reserved for gang default/a, default/b after "
+        "default/plain passed filter; retrying",
+    )
+    room = make_pod("small").gpus(1).obj()
+    core.observe_pod(core.asked_about(room), T0)
+    assert core.arrive(pod_info(core, "small").uid, "n1", T0).verdict is BindVerdict.BIND_NOW
+
+
+def test_a_plain_pod_whose_node_a_starving_gang_holds_is_refused_at_bind() -> None:
+    from tests.unit.test_reservations import BIG, churned_core, finish
+
+    core, smalls = churned_core()
+    late = PodInfo.from_api(make_pod("late").gpus(1).obj())
+    core.observe_pod(late, T0)
+    core.expire(T0 + 6)
+    assert BIG in core.reservations
+    finish(core, smalls[0], T0 + 7)
+    decision = core.arrive(late.uid, "n1", T0 + 7)
+    assert decision == BindDecision(
+        BindVerdict.ERROR,
+        message="1 free GPU(s) on n1 are reserved for gang default/big, which has waited "
+        "longer than its starvationSeconds; nothing else is placed there until it fits "
+        "(reserved after default/late passed filter); retrying",
+    )
+    other = core.arrive(PodInfo.from_api(make_pod("x").gpus(1).obj()).uid, "n1", T0 + 7)
+    assert other.verdict is BindVerdict.BIND_NOW  # not in the cache: nothing to check
+
+
+def test_a_member_reaching_bind_on_another_node_drops_the_plan_and_is_told_so() -> None:
+    nodes = [make_node("n1").gpus(4).obj(), make_node("n2").gpus(4).obj()]
+    core = core_with(nodes, gang_pods("g", 2, 4))
+    core.filter(pod_info(core, "g-0"), ["n1", "n2"], T0)
+    plan = core.ledger.plans[GroupKey("default", "g")]
+    w0 = pod_info(core, "g-0")
+    planned = plan.placements[w0.uid]
+    other = "n1" if planned == "n2" else "n2"
+    decision = core.arrive(w0.uid, other, T0 + 1)
+    assert decision.verdict is BindVerdict.ERROR
+    assert (decision.plan_id, decision.group) == (plan.plan_id, plan.group)
+    assert decision.message == core.groups[plan.group].message
+    assert f"default/g-0 reached bind on {other}, planned {planned}" in decision.message
+    assert core.ledger.plans == {}
