@@ -318,3 +318,59 @@ def test_every_resource_a_node_is_short_of_is_named_with_its_shortfall() -> None
     last = core.arrive(pod_info(core, "w1").uid, "n1", T0 + 2)
     # cpu in millicores, as the core counts it
     assert "(cpu, nvidia.com/gpu short by 3000, 1)" in last.message, last.message
+
+
+def test_a_failed_binding_after_release_says_so_and_emits_exactly_what_failed() -> None:
+    core = released_pair()
+    core.groups.clear()  # a state the core lost (a leader that took over): made afresh
+    w1 = pod_info(core, "w1")
+    plan = core.ledger.plans[w1.group]  # type: ignore[index]
+    core.bind_failed(w1.uid, "500: etcd leader changed", T0 + 3)
+    assert w1.uid not in plan.arrived
+    assert core.groups[plan.group].message == (
+        "gang default/g: binding default/w1 failed (500: etcd leader changed); it keeps "
+        "its reservation on n1 and is retried"
+    )
+    assert core.drain_effects() == [
+        MemberBindFailed(plan, "default/w1", "500: etcd leader changed")
+    ]
+
+
+def test_a_member_gone_after_release_is_lost_with_its_cause() -> None:
+    core = released_pair()
+    bind(core, "w0", "n1")
+    core.groups.clear()
+    w1 = pod_info(core, "w1")
+    plan = core.ledger.plans[w1.group]  # type: ignore[index]
+    core.bind_failed(w1.uid, "404: pod deleted", T0 + 3, gone=True)
+    assert plan.lost == {w1.uid: "binding failed: 404: pod deleted"}
+    assert w1.uid not in plan.arrived
+    assert core.ledger.plan_of(w1.uid) is not plan  # its reservation there is given back
+    assert "gang default/g is partial: default/w1 cannot be bound (binding failed: 404" in (
+        "".join(e.message for e in core.drain_effects() if isinstance(e, GangBroken))
+    )
+
+
+def test_a_timed_out_barrier_names_every_member_it_waited_for() -> None:
+    pods = [make_pod(f"w{i}").group("g").min_available(3).gpus(1).obj() for i in range(3)]
+    core = core_with([make_node("n1").gpus(4).obj()], pods)
+    core.filter(pod_info(core, "w0"), ["n1"], T0)
+    plan = next(iter(core.ledger.plans.values()))
+    core.arrive(pod_info(core, "w0").uid, "n1", T0 + 1)
+    assert core.barrier_deadline(plan.plan_id, plan.group) == T0 + 1 + 30
+    assert core.barrier_deadline(plan.plan_id + 1, plan.group) is None
+    message = core.barrier_timed_out(plan.plan_id, plan.group, T0 + 40)
+    assert "bind barrier timed out waiting for default/w1, default/w2" in message
+    assert core.ledger.plans == {}
+    # Asked again (another waiter of the same plan): nothing more is dropped.
+    assert core.barrier_timed_out(plan.plan_id, plan.group, T0 + 41) == message
+    core.groups.clear()
+    assert core.barrier_timed_out(plan.plan_id, plan.group, T0 + 42) == "bind barrier timed out"
+
+
+def test_a_released_barrier_does_not_time_out() -> None:
+    core = released_pair()
+    plan = next(iter(core.ledger.plans.values()))
+    core.barrier_timed_out(plan.plan_id, plan.group, T0 + 100)
+    assert plan.group in core.ledger.plans
+    assert core.barrier_deadline(plan.plan_id, plan.group) is not None
