@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from extender.domain.decisions import BindDecision, BindVerdict, PlaceholderCreate, Verdict
 from extender.domain.gang import GangCore
+from extender.domain.ledger import Plan
 from extender.domain.membership import GroupKey
 from extender.domain.model import PodInfo
 from extender.domain.scoring import MAX_SCORE
@@ -19,6 +20,14 @@ def gang_pods(group: str, size: int, gpus: int) -> list[dict]:  # type: ignore[t
         make_pod(f"{group}-{i}").group(group).min_available(size).gpus(gpus).obj()
         for i in range(size)
     ]
+
+
+def planned_apart() -> tuple[GangCore, Plan]:
+    """Gang g of two 4-GPU members planned on n1 and n2 (4 GPUs each)."""
+    nodes = [make_node("n1").gpus(4).obj(), make_node("n2").gpus(4).obj()]
+    core = core_with(nodes, gang_pods("g", 2, 4))
+    core.filter(pod_info(core, "g-0"), ["n1", "n2"], T0)
+    return core, core.ledger.plans[GroupKey("default", "g")]
 
 
 def test_a_plain_pod_that_fits_beside_a_plans_reservation_is_offered_the_node() -> None:
@@ -44,10 +53,7 @@ def test_a_refusal_names_every_gang_that_reserved_the_node() -> None:
 
 
 def test_a_planned_members_prioritize_names_its_planned_node_only() -> None:
-    nodes = [make_node("n1").gpus(4).obj(), make_node("n2").gpus(4).obj()]
-    core = core_with(nodes, gang_pods("g", 2, 4))
-    core.filter(pod_info(core, "g-0"), ["n1", "n2"], T0)
-    plan = core.ledger.plans[GroupKey("default", "g")]
+    core, plan = planned_apart()
     member = pod_info(core, "g-1")
     assert core.priorities(member).scores == {plan.placements[member.uid]: MAX_SCORE}
 
@@ -63,10 +69,7 @@ def test_a_member_the_watch_has_not_delivered_notes_interest_only_in_a_group_it_
 
 
 def test_a_released_member_whose_node_is_not_offered_keeps_its_reservation_and_says_so() -> None:
-    nodes = [make_node("n1").gpus(4).obj(), make_node("n2").gpus(4).obj()]
-    core = core_with(nodes, gang_pods("g", 2, 4))
-    core.filter(pod_info(core, "g-0"), ["n1", "n2"], T0)
-    plan = core.ledger.plans[GroupKey("default", "g")]
+    core, plan = planned_apart()
     for name in ("g-0", "g-1"):
         member = pod_info(core, name)
         core.offered[member.uid] = frozenset({plan.placements[member.uid]})
@@ -160,10 +163,7 @@ def test_a_plain_pod_whose_node_a_starving_gang_holds_is_refused_at_bind() -> No
 
 
 def test_a_member_reaching_bind_on_another_node_drops_the_plan_and_is_told_so() -> None:
-    nodes = [make_node("n1").gpus(4).obj(), make_node("n2").gpus(4).obj()]
-    core = core_with(nodes, gang_pods("g", 2, 4))
-    core.filter(pod_info(core, "g-0"), ["n1", "n2"], T0)
-    plan = core.ledger.plans[GroupKey("default", "g")]
+    core, plan = planned_apart()
     w0 = pod_info(core, "g-0")
     planned = plan.placements[w0.uid]
     other = "n1" if planned == "n2" else "n2"
