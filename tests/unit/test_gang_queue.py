@@ -382,3 +382,58 @@ def test_the_status_writers_question_is_answered_once_per_inputs(monkeypatch) ->
     assert core.gang_ahead_of(key("low")) is None
     assert core.gang_ahead_of(key("low")) is None
     assert computed == [key("low")] * 7
+
+
+def held_core(pods: list[dict[str, Any]], **spec: Any) -> GangCore:
+    core = GangCore(policy=Policy(), timeouts=Timeouts(60, 30, 2))
+    core.snapshot.upsert_node(NodeInfo.from_api(make_node("n1").gpus(4).obj()))
+    core.snapshot.upsert_podgroup(
+        GroupSpec.from_podgroup(make_podgroup("g", 2, **spec), source="PodGroup")
+    )
+    for pod in pods:
+        core.observe_pod(PodInfo.from_api(pod), T0)
+    return core
+
+
+def test_which_groups_are_held() -> None:
+    two = [make_pod(f"g-{i}").group("g").gpus(1).obj() for i in range(2)]
+    core = held_core(two)
+    members = core.snapshot.members(key("g"))
+    assert core._is_held(key("g"), members)  # pending, with a quorum
+    core.filter(member(core, "g-0"), ["n1"], T0)
+    plan = core.ledger.plans[key("g")]
+    assert core._is_held(key("g"), members)  # planned, binding
+    plan.released = True
+    assert not core._is_held(key("g"), members)  # released: no longer waits for room
+    bound = held_core([make_pod(f"g-{i}").group("g").gpus(1).node("n1").obj() for i in range(2)])
+    assert not bound._is_held(key("g"), bound.snapshot.members(key("g")))  # nothing pending
+    bad = held_core(two, minTaskMember={"worker": "x"})
+    assert not bad._is_held(key("g"), bad.snapshot.members(key("g")))  # a spec error
+    # minTaskMember asks for a master none of the members is: short of members.
+    tasks = held_core(two, minTaskMember={"master": 1})
+    assert not tasks._is_held(key("g"), tasks.snapshot.members(key("g")))
+    assert not tasks._fits_when_empty(key("g"), tasks.snapshot.members(key("g")), {"n1"}, {})
+    assert not core._fits_when_empty(key("none"), [], {"n1"}, {})  # no PodGroup
+    assert held_core(two)._fits_when_empty(key("g"), members, {"n1"}, {})
+
+
+def test_a_gang_waits_behind_no_one_on_nodes_kube_scheduler_does_not_offer_it() -> None:
+    # Both gangs are held (a pod holds each node's GPUs). The high gang wants n1 only
+    # (its selector); kube-scheduler offered the low gang's member n2 only, so the low
+    # gang waits behind nobody, in the status writer's answer and in a filter's.
+    nodes = [
+        make_node("n1").gpus(2).label("pool", "a").obj(),
+        make_node("n2").gpus(2).label("pool", "b").obj(),
+    ]
+    high = gang("high", 2, 1, priority=9)
+    for pod in high:
+        pod["spec"]["nodeSelector"] = {"pool": "a"}
+    core = core_with(nodes, {"high": high, "low": gang("low", 2, 1)})
+    for holder, node in (("h1", "n1"), ("h2", "n2")):
+        core.observe_pod(PodInfo.from_api(make_pod(holder).gpus(2).node(node).obj()), T0)
+    assert core.gang_ahead_of(key("low")) is not None  # not asked yet: it could use n1
+    for name in ("low-0", "low-1"):
+        core.filter(member(core, name), ["n2"], T0)
+    assert core.gang_ahead_of(key("low")) is None
+    members = core.snapshot.members(key("low"))
+    assert core.gang_ahead_of(key("low"), members, core.restrictions) is None
