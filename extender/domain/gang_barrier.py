@@ -28,6 +28,7 @@ from extender.domain.gang_state import GangParts, GroupState
 from extender.domain.ledger import Plan
 from extender.domain.membership import SCHEDULER_NAME, GroupKey
 from extender.domain.model import PodInfo
+from extender.domain.quantity import shown_units
 from extender.domain.snapshot import fits
 
 
@@ -171,7 +172,7 @@ class BindBarrier(GangParts):
             if over:
                 return (
                     f"node {node} has no room left for its reservations ({', '.join(over)} "
-                    f"short by {', '.join(str(-free.get(n, 0)) for n in over)}): pods bound "
+                    f"short by {', '.join(shown_units(n, -free.get(n, 0)) for n in over)}): pods bound "
                     "outside the plan took it"
                 )
         return ""

@@ -20,7 +20,7 @@ from math import gcd
 from extender.domain.model import NodeInfo, PodInfo, Resources, Toleration
 from extender.domain.node_order import NodeOrder, static_key
 from extender.domain.policy import GroupTopology, Policy, Strategy, default_topology
-from extender.domain.quantity import CPU, GPU, MEMORY
+from extender.domain.quantity import CPU, GPU, MEMORY, shown_units
 from extender.domain.snapshot import add_into, fits
 
 # Domains that hold a gang are compared, tightest first, up to this many: the plan
@@ -563,9 +563,10 @@ def _shortfall_text(
         amount = misfit.requests.get(resource, 0)
         best = max((r.get(resource, 0) for r in free.values()), default=0)
         if amount > best:
-            shown = f"{amount}m" if resource == CPU else str(amount)
-            best_shown = f"{best}m" if resource == CPU else str(best)
-            return f"{head}: {misfit.name} needs {resource} {shown}, largest free node has {best_shown}"
+            return (
+                f"{head}: {misfit.name} needs {resource} {shown_units(resource, amount)}, "
+                f"largest free node has {shown_units(resource, best)}"
+            )
     return (
         f"{head}: no eligible node left for {misfit.name} (taints, nodeSelector or cordoned nodes)"
     )

@@ -120,6 +120,11 @@ def _units(resource: str, quantity: object) -> int:
     return integral
 
 
+def shown_units(resource: str, units: int) -> str:
+    """`units` of `resource` as a user reads it: cpu in millicores ("1500m"), others bare."""
+    return f"{units}m" if resource == CPU else str(units)
+
+
 # Pure, so safe to memoise; an invalid string raises again on every call (not cached).
 _units_of_text = functools.lru_cache(maxsize=UNITS_CACHE_SIZE)(_units)
 

@@ -317,7 +317,7 @@ def test_every_resource_a_node_is_short_of_is_named_with_its_shortfall() -> None
     )
     last = core.arrive(pod_info(core, "w1").uid, "n1", T0 + 2)
     # cpu in millicores, as the core counts it
-    assert "(cpu, nvidia.com/gpu short by 3000, 1)" in last.message, last.message
+    assert "(cpu, nvidia.com/gpu short by 3000m, 1)" in last.message, last.message
 
 
 def test_a_failed_binding_after_release_says_so_and_emits_exactly_what_failed() -> None:

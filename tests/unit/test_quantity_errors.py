@@ -7,7 +7,13 @@ from decimal import Decimal
 import pytest
 
 from extender.domain.model import NodeInfo, PodInfo
-from extender.domain.quantity import QuantityError, parse_quantity, pod_requests, to_units
+from extender.domain.quantity import (
+    QuantityError,
+    parse_quantity,
+    pod_requests,
+    shown_units,
+    to_units,
+)
 from tests.builders import make_node, make_pod
 
 
@@ -168,3 +174,18 @@ def test_a_pod_of_the_wrong_shape_is_held_saying_which_part(
     pod = make_pod("w0").group("job").obj()
     pod["spec"] = spec
     assert PodInfo.from_api(pod).group_error == message
+
+
+@pytest.mark.parametrize(
+    ("resource", "units", "shown"),
+    [
+        ("cpu", 3000, "3000m"),
+        ("cpu", 0, "0m"),
+        ("memory", 1024, "1024"),
+        ("nvidia.com/gpu", 2, "2"),
+    ],
+)
+def test_messages_show_cpu_in_millicores_and_others_bare(
+    resource: str, units: int, shown: str
+) -> None:
+    assert shown_units(resource, units) == shown
