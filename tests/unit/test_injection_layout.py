@@ -193,17 +193,18 @@ class TestSvcConfigMap:
         assert data["ps_server.host"] == "g-ps-server-0.g"
         assert data["VC_PS_SERVER_NUM"] == "1"
 
-    @given(counts=st.lists(st.tuples(st.integers(1, 8), st.integers(1, 8)), min_size=1, max_size=4))
-    def test_every_member_is_in_the_hostfile_once_and_slots_add_up(
-        self, counts: list[tuple[int, int]]
-    ) -> None:
-        tasks = tuple(TaskLayout(f"t{i}", count, slots) for i, (count, slots) in enumerate(counts))
-        layout = GroupLayout("g", tasks, LayoutSource.MEMBER_PODS)
-        data = render_svc_data(layout)
-        lines = data["hostfile"].splitlines()
-        assert len(lines) == len(set(lines)) == sum(count for count, _ in counts)
-        assert int(data["GANG_NUM_SLOTS"]) == sum(count * slots for count, slots in counts)
-        for task in tasks:
-            hosts = data[names.task_host_file(task.name)].split("\n")
-            assert data[names.task_hosts_env(task.name)] == ",".join(hosts)
-            assert int(data[names.task_num_env(task.name)]) == len(hosts) == task.count
+
+@given(counts=st.lists(st.tuples(st.integers(1, 8), st.integers(1, 8)), min_size=1, max_size=4))
+def test_every_member_is_in_the_hostfile_once_and_slots_add_up(
+    counts: list[tuple[int, int]],
+) -> None:
+    tasks = tuple(TaskLayout(f"t{i}", count, slots) for i, (count, slots) in enumerate(counts))
+    layout = GroupLayout("g", tasks, LayoutSource.MEMBER_PODS)
+    data = render_svc_data(layout)
+    lines = data["hostfile"].splitlines()
+    assert len(lines) == len(set(lines)) == sum(count for count, _ in counts)
+    assert int(data["GANG_NUM_SLOTS"]) == sum(count * slots for count, slots in counts)
+    for task in tasks:
+        hosts = data[names.task_host_file(task.name)].split("\n")
+        assert data[names.task_hosts_env(task.name)] == ",".join(hosts)
+        assert int(data[names.task_num_env(task.name)]) == len(hosts) == task.count

@@ -120,17 +120,18 @@ class TestApplyPatch:
         with pytest.raises(PatchError, match="failed"):
             apply_patch({"a": 1}, [{"op": "test", "path": "/a", "value": 2}])
 
-    @given(
-        st.dictionaries(st.text(min_size=1), st.text(), max_size=5),
-        st.text(min_size=1),
-        st.text(),
-    )
-    def test_set_map_entry_always_applies_and_sets_the_value(
-        self, existing: dict[str, str], key: str, value: str
-    ) -> None:
-        for owner in ({}, {"annotations": existing}):
-            ops = set_map_entry(owner, "", "annotations", key, value)
-            assert apply_patch(owner, ops)["annotations"][key] == value
+
+@given(
+    st.dictionaries(st.text(min_size=1), st.text(), max_size=5),
+    st.text(min_size=1),
+    st.text(),
+)
+def test_set_map_entry_always_applies_and_sets_the_value(
+    existing: dict[str, str], key: str, value: str
+) -> None:
+    for owner in ({}, {"annotations": existing}):
+        ops = set_map_entry(owner, "", "annotations", key, value)
+        assert apply_patch(owner, ops)["annotations"][key] == value
 
 
 def test_the_injection_package_stays_pure() -> None:
