@@ -2,7 +2,8 @@
 
 /healthz answers while the process serves; /readyz answers from the readiness
 check it is given (503 with the reason when not ready); /metrics is the
-Prometheus text of the service's registry. `time_admission` records the webhook's
+Prometheus text of the service's registry, after `before_scrape` (the gauges drawn
+from the core's state are computed then, not on a timer). `time_admission` records the webhook's
 latency and errors as verb "admit", since the webhook app itself knows no metrics.
 """
 
@@ -19,7 +20,16 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from extender.metrics import Metrics
 
 
-def create_health_app(ready: Callable[[], tuple[bool, str]], metrics: Metrics) -> FastAPI:
+def _nothing() -> None:
+    return None
+
+
+def create_health_app(
+    ready: Callable[[], tuple[bool, str]],
+    metrics: Metrics,
+    before_scrape: Callable[[], None] = _nothing,
+) -> FastAPI:
+    """`before_scrape` runs on the event loop, like every other reader of the core."""
     app = FastAPI(title="gang-extender health", docs_url=None, redoc_url=None)
 
     @app.get("/healthz")
@@ -33,6 +43,7 @@ def create_health_app(ready: Callable[[], tuple[bool, str]], metrics: Metrics) -
 
     @app.get("/metrics", name="metrics")  # route name and operation id as before the move
     async def metrics_text() -> Response:
+        before_scrape()
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     return app

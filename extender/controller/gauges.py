@@ -1,6 +1,7 @@
 """The gauges drawn from the core's state: groups per phase, GPUs per pool and state.
 
-Recomputed from scratch on every reconcile tick (`Gauges.update`); a pool whose
+Recomputed from scratch before each /metrics scrape (`Gauges.update`, called by
+`GangService.update_gauges`: O(groups + nodes), too much for every tick); a pool whose
 last GPU node is gone has its series removed rather than left at a stale value.
 """
 

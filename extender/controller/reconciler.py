@@ -26,7 +26,6 @@ from extender.config import Settings
 from extender.controller.cluster_state import ClusterState
 from extender.controller.effects import EffectWriter, namespace_terminating
 from extender.controller.foreign_status import ForeignStatusWriter
-from extender.controller.gauges import Gauges
 from extender.controller.lifecycle import LifecycleController
 from extender.domain.gang import GangCore
 from extender.domain.membership import (
@@ -104,7 +103,6 @@ class GroupReconciler:
         state: ClusterState,
         writer: EffectWriter,
         wiring: Wiring,
-        gauges: Gauges,
         tick: Callable[[], None],
         acting: Callable[[], bool] = lambda: True,
         schedules: bool = True,
@@ -117,7 +115,6 @@ class GroupReconciler:
         self.state = state
         self.writer = writer
         self.wiring = wiring
-        self.gauges = gauges
         self.tick = tick
         self.acting = acting  # one writer: controller.failover.Failover.acting
         # False in wiring-only mode: another scheduler places the groups and reports on
@@ -150,7 +147,6 @@ class GroupReconciler:
             # A starvation reservation started, moved or ended: its gang's status says so.
             self.state.dirty.update(self.core.drain_touched())
             dirty, self.state.dirty = self.state.dirty, set()
-            self.gauges.update()
             for key in sorted(dirty):
                 if not self.acting():  # deposed meanwhile: the new leader reconciles all
                     self.metrics.not_leader_refusals.labels(what="reconcile").inc()

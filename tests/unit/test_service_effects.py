@@ -14,7 +14,10 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
 
+from extender.api.health import create_health_app
 from extender.config import Settings
 from extender.domain.decisions import GangBound, PlanCreated, PlanDropped
 from extender.domain.ledger import Plan
@@ -285,6 +288,53 @@ def test_gpu_gauges_of_a_pool_that_is_gone_are_removed(service: GangService) -> 
         ("a100", "reserved"): 0.0,
         ("a100", "free"): 8.0,
     }
+
+
+class SyncedCache:
+    """The watch cache as the gauges ask it: synced."""
+
+    def synced(self) -> bool:
+        return True
+
+
+def scrape(svc: GangService) -> str:
+    with TestClient(create_health_app(svc.ready, svc.metrics, svc.update_gauges)) as client:
+        return client.get("/metrics").text
+
+
+def pending_groups(text: str) -> float | None:
+    """The Pending sample, None while the gauge was never drawn."""
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "gang_extender_groups" and sample.labels["phase"] == "Pending":
+                return sample.value
+    return None
+
+
+def test_a_scrape_draws_the_group_gauges_from_the_core_of_a_synced_leader(
+    service: GangService,
+) -> None:
+    observe(
+        service, "pods", *[make_pod(n).group("job").min_available(2).obj() for n in ("w0", "w1")]
+    )
+    service.cache = SyncedCache()  # type: ignore[assignment]
+    assert pending_groups(scrape(service)) == 1
+    observe(
+        service, "pods", *[make_pod(n).group("other").min_available(2).obj() for n in ("o0", "o1")]
+    )
+    assert pending_groups(scrape(service)) == 2  # drawn again at each scrape, not on a timer
+
+
+def test_a_scrape_before_the_cache_syncs_or_on_a_follower_leaves_the_gauges_alone(
+    service: GangService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    observe(
+        service, "pods", *[make_pod(n).group("job").min_available(2).obj() for n in ("w0", "w1")]
+    )
+    assert pending_groups(scrape(service)) is None  # no cache yet: nothing is drawn
+    service.cache = SyncedCache()  # type: ignore[assignment]
+    monkeypatch.setattr(service.failover, "acting", lambda: False)
+    assert pending_groups(scrape(service)) is None
 
 
 def injected_namespace() -> dict[str, Any]:
