@@ -94,13 +94,12 @@ def volcano_group_spec(obj: Mapping[str, Any]) -> GroupSpec:
             error = f"{where} spec.minMember={raw_min!r} must be a whole number >= 0"
         else:
             min_member = max(1, raw_min)
-    tasks: dict[str, int] | None = None
+    tasks: dict[str, int] = {}
     raw_tasks = spec.get("minTaskMember")
     if raw_tasks is not None:
         if not isinstance(raw_tasks, Mapping):
             error = error or f"{where} spec.minTaskMember must map task names to counts"
         else:
-            tasks = {}
             for task, count in raw_tasks.items():
                 if not isinstance(task, str) or not task:
                     error = error or f"{where} spec.minTaskMember: task {task!r} has no name"
@@ -116,7 +115,6 @@ def volcano_group_spec(obj: Mapping[str, Any]) -> GroupSpec:
         source=SOURCE_VOLCANO,
         min_task_member=tasks or None,
         error=error,
-        managed=False,
     )
 
 
@@ -128,7 +126,8 @@ def _describe(spec: GroupSpec) -> str:
         tasks = ",".join(f"{t}={n}" for t, n in sorted(spec.min_task_member.items()))
         said += f", minTaskMember {tasks}"
     kind = "Workload pod group" if spec.source == UPSTREAM_WORKLOAD_SOURCE else "PodGroup"
-    return f"{API_GROUP_OF_SOURCE.get(spec.source, spec.source)} {kind} {spec.key.name} ({said})"
+    # Every source pick_podgroup is given has an API group (PODGROUP_SOURCES).
+    return f"{API_GROUP_OF_SOURCE[spec.source]} {kind} {spec.key.name} ({said})"
 
 
 def pick_podgroup(specs: Sequence[GroupSpec]) -> GroupSpec | None:

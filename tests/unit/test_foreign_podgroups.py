@@ -120,12 +120,45 @@ def test_a_volcano_podgroup_gives_the_groups_size_and_task_minimums(
             "Volcano PodGroup train spec.minTaskMember[worker]=True must be a whole number >= 0",
             id="a task minimum that is a boolean",
         ),
+        pytest.param(
+            {"minMember": 2**31},
+            "Volcano PodGroup train spec.minMember=2147483648 must be a whole number >= 0",
+            id="a size past int32",
+        ),
+        pytest.param(
+            {"minMember": 2, "minTaskMember": {"worker": 2**31}},
+            "Volcano PodGroup train spec.minTaskMember[worker]=2147483648 must be a whole "
+            "number >= 0",
+            id="a task minimum past int32",
+        ),
+        pytest.param(
+            {"minMember": 2, "minTaskMember": {"": 2, "worker": "x"}},
+            "Volcano PodGroup train spec.minTaskMember: task '' has no name",
+            id="a task without a name, reported first",
+        ),
     ],
 )
 def test_a_malformed_volcano_podgroup_holds_the_group_with_what_to_fix(
     spec: dict[str, Any], error: str
 ) -> None:
     assert volcano_group_spec(volcano_podgroup(**spec)).error == error
+
+
+def test_the_largest_int32_size_and_task_minimum_are_read() -> None:
+    got = volcano_group_spec(
+        volcano_podgroup(minMember=2**31 - 1, minTaskMember={"worker": 2**31 - 1})
+    )
+    assert (got.error, got.min_member, got.min_task_member) == (
+        None,
+        2**31 - 1,
+        {"worker": 2**31 - 1},
+    )
+
+
+def test_a_volcano_podgroup_without_a_namespace_is_in_default() -> None:
+    obj = volcano_podgroup(minMember=2)
+    del obj["metadata"]["namespace"]
+    assert volcano_group_spec(obj).key == GroupKey("default", "train")
 
 
 def test_a_volcano_members_task_is_its_task_spec_annotation_unless_ours_is_set() -> None:

@@ -195,6 +195,12 @@ def test_the_gang_policy_gives_the_group_size(
     )
 
 
+def test_an_upstream_podgroup_without_a_namespace_is_in_default() -> None:
+    obj = upstream_podgroup("train", {"gang": {"minCount": 2}})
+    obj["metadata"].pop("namespace", None)
+    assert upstream_podgroup_spec(obj).key == m.GroupKey("default", "train")
+
+
 def test_a_podgroup_as_the_api_server_returns_it() -> None:
     spec = upstream_podgroup_spec(SERVED_PODGROUP)
     assert (spec.key, spec.min_member, spec.error) == (m.GroupKey("ml", "train"), 4, None)

@@ -245,6 +245,15 @@ REF = m.WorkloadRef("train", "workers")
         pytest.param(
             [{"name": "workers", "policy": {"basic": {}}}], REF, 1, None, id="basic is size 1"
         ),
+        pytest.param([gang("workers", 1)], REF, 1, None, id="minCount 1, the smallest"),
+        pytest.param(
+            [{"name": "workers", "policy": "gang"}],
+            REF,
+            1,
+            "upstream Workload train sets neither spec.podGroups[workers].policy.gang nor "
+            "spec.podGroups[workers].policy.basic",
+            id="policy not an object",
+        ),
         pytest.param(
             [gang("workers", 0)],
             REF,
@@ -309,6 +318,21 @@ def test_the_workloads_pod_group_entry_sizes_the_gang(
         source=UPSTREAM_WORKLOAD_SOURCE,
         error=error,
     )
+
+
+@pytest.mark.parametrize("pod_groups", [None, {"workers": {}}, "workers"], ids=repr)
+def test_a_workload_whose_pod_groups_are_not_a_list_has_no_entries(pod_groups: object) -> None:
+    obj = workload("train")
+    obj["spec"]["podGroups"] = pod_groups
+    spec = upstream_workload_spec(obj, REF)
+    assert spec.min_member == 1
+    assert spec.error is not None and "(it has none)" in spec.error
+
+
+def test_a_workload_without_a_namespace_is_in_default() -> None:
+    obj = workload("train", gang("workers", 2))
+    del obj["metadata"]["namespace"]
+    assert upstream_workload_spec(obj, REF).key == m.GroupKey("default", "train-workers")
 
 
 def test_a_podgroup_of_the_same_name_that_disagrees_holds_the_group() -> None:
