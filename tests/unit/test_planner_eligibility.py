@@ -98,6 +98,12 @@ def test_a_tainted_node_is_planned_only_for_a_member_that_tolerates_the_taint(
     assert node_accepts(tainted, pod) is tolerated
 
 
+def test_a_taint_without_a_value_is_tolerated_by_equal_without_a_value() -> None:
+    tainted = NodeInfo.from_api(make_node("tainted").taint("dedicated", "").obj())
+    pod = member("m0", 1, tolerations=[{"key": "dedicated", "operator": "Equal"}])
+    assert node_accepts(tainted, pod) is True
+
+
 def test_a_member_with_a_node_selector_goes_only_to_nodes_with_those_labels() -> None:
     nodes, free = nodes_and_free(
         make_node("plain").gpus(2).obj(),

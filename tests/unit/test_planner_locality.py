@@ -335,6 +335,8 @@ def test_a_shortfall_counts_the_members_it_could_place() -> None:
         ("example.com/" + "a" * 63, True),
         ("Example.com/rack", False),
         ("a" * 254 + "/rack", False),
+        (".".join(["a" * 63] * 3 + ["a" * 61]) + "/rack", True),  # a 253-character prefix
+        (".".join(["a" * 63] * 3 + ["a" * 62]) + "/rack", False),  # 254
         ("/rack", False),
         ("rack/", False),
         ("ra ck", False),
@@ -347,6 +349,21 @@ def test_label_keys_are_checked_as_kubernetes_does(key: str, ok: bool) -> None:
     from extender.domain.policy import is_label_key
 
     assert is_label_key(key) is ok
+
+
+@pytest.mark.parametrize(
+    ("topology", "described"),
+    [
+        (GroupTopology(required="zone"), "required zone"),
+        (GroupTopology(preferred=("block", "rack")), "preferred block, rack"),
+        (GroupTopology(required="zone", preferred=("rack",)), "required zone; preferred rack"),
+        (GroupTopology(), ""),
+    ],
+)
+def test_a_topology_is_described_as_the_podgroup_states_it(
+    topology: GroupTopology, described: str
+) -> None:
+    assert topology.describe() == described
 
 
 def test_bound_members_that_already_span_the_required_label_are_named() -> None:
