@@ -273,7 +273,7 @@ class GangCore(StarvationReservations, GangPreemption, BindBarrier, Failover):
         if pod.group is None and pod.group_error is None:
             return self._filter_plain(pod, candidates)
         if pod.group is not None and self.snapshot.members(pod.group):
-            self.groups.setdefault(pod.group, GroupState(first_seen=now))
+            self.groups.setdefault(pod.group, GroupState())
         return self._hold(
             candidates,
             Verdict.WAIT,
@@ -289,7 +289,7 @@ class GangCore(StarvationReservations, GangPreemption, BindBarrier, Failover):
         assert pod.group is not None
         key = pod.group
         self._remember_candidates(pod.uid, candidates)
-        state = self.groups.setdefault(key, GroupState(first_seen=now))
+        state = self.groups.setdefault(key, GroupState())
         spec = self.snapshot.group_spec(key)
         if spec is None:
             return self._hold(

@@ -42,7 +42,7 @@ class Failover(GangParts):
                     deadline=now + timeout,
                 )
             )
-            state = self.groups.setdefault(key, GroupState(first_seen=now))
+            state = self.groups.setdefault(key, GroupState())
             state.waiting = False
             state.shortfall_generation = None
             self.shortfalls.forget(key)

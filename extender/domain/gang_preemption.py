@@ -176,7 +176,7 @@ class GangPreemption(GangParts):
             return GangAwareAnswer(dict(proposed), {})
         known = self.snapshot.pods.get(pod.uid, pod)
         if known.group is not None and known.uid in self.snapshot.pods:
-            self.groups.setdefault(known.group, GroupState(first_seen=now))
+            self.groups.setdefault(known.group, GroupState())
             self.group_changed(known.group, now)
         return gang_aware_victims(
             known, proposed, self.snapshot.pods, self._group_pods, self.group_preemptible

@@ -44,7 +44,7 @@ class QueueOrder(GangParts):
             # Still pending: its members may have been bound since (gated ones never
             # enter `unasked`, `observe_pod`).
             if key not in self.groups and any(not m.is_bound for m in self.snapshot.members(key)):
-                self.groups[key] = GroupState(first_seen=now)
+                self.groups[key] = GroupState()
         self.unasked.clear()
         self._absorb_changes()
         ranks = []

@@ -109,7 +109,7 @@ class StarvationReservations(QueueOrder):
             for key in self._starving_heads(now):
                 self._start_reservation(key, now)
         for key, reservation in list(self.reservations.items()):
-            state = self.groups.setdefault(key, GroupState(first_seen=now))
+            state = self.groups.setdefault(key, GroupState())
             held = self._held(reservation)
             spec = self.snapshot.group_spec(key)
             if sum(held.values()) >= reservation.need and spec is not None:
@@ -211,7 +211,7 @@ class StarvationReservations(QueueOrder):
             started=now,
             deadline=now + self.timeouts.reservation_max_seconds,
         )
-        self.groups.setdefault(key, GroupState(first_seen=now))
+        self.groups.setdefault(key, GroupState())
         self._forget_shortfalls()
 
     def _end_reservation(self, key: GroupKey) -> None:

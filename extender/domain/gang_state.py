@@ -37,7 +37,6 @@ class GroupState:
     message: str = ""
     retry_after: float = 0.0
     shortfall_generation: tuple[int, int] | None = None
-    first_seen: float | None = None
     waiting: bool = True
     # Its place in the queue of held gangs (domain/queue.py), from its members the
     # last time it was tried; None before that.

@@ -284,7 +284,7 @@ def test_a_recovered_plan_is_a_fresh_plan_of_the_groups_timeout_and_its_status_s
     assert plan.plan_id == before + 1
     assert (plan.created_at, plan.deadline) == (T0, T0 + 15)
     state = core.groups[JOB]
-    assert (state.first_seen, state.waiting, state.shortfall_generation) == (T0, False, None)
+    assert (state.waiting, state.shortfall_generation) == (False, None)
     assert state.message == "gang default/job: plan of 3 members recovered, binding"
     assert core.ledger.reserved("n1")["nvidia.com/gpu"] == 4
 

@@ -172,6 +172,22 @@ def test_a_pod_without_gpus_is_never_refused_by_a_reservation() -> None:
     assert core.filter(cpu_only, ["n1"], T0 + 7).nodes == ["n1"]
 
 
+def test_a_failed_binding_on_a_reserved_node_gives_the_room_back_and_keeps_the_reservation() -> (
+    None
+):
+    core, smalls = churned_core()
+    core.expire(T0 + 6)
+    finish(core, smalls[0], T0 + 7)
+    cpu_only = PodInfo.from_api(make_pod("cpu-only").cpu("100m").obj())
+    core.observe_pod(cpu_only, T0 + 7)
+    assumption = core.assume_bound(cpu_only.uid, "n1", T0 + 7)
+    assert assumption is not None and core.snapshot.pods[cpu_only.uid].node_name == "n1"
+    assert core.undo_assumption(assumption, T0 + 8)  # the binding call failed
+    assert core.snapshot.pods[cpu_only.uid].node_name is None
+    assert core.reservations[BIG].nodes == ("n1",)
+    assert core.starving_holds()["n1"] == (BIG, 1)
+
+
 def test_gpus_free_beyond_what_a_reservation_holds_stay_open_to_plain_pods() -> None:
     # A plain pod is refused only the GPUs the starving gang holds on the node: asked
     # with a hold of 2 of the 3 free GPUs, one is left for it.
