@@ -625,4 +625,5 @@ def test_kube_schedulers_preemption_completion_says_who_and_which_gang() -> None
     assert eviction.group == GroupKey("default", "low")
     assert eviction.preemptor == "kube-scheduler's preemption of default/low-0"
     assert [v.unit for v in eviction.victims] == ["gang default/low"]
+    assert [(v.uid, v.ref) for v in eviction.victims] == [("uid-low-1", "default/low-1")]
     assert eviction.message == ""
