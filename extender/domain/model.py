@@ -273,6 +273,16 @@ def _timestamp(text: str | None) -> float:
         return 0.0
 
 
+def _whole_number(value: object) -> bool:
+    """An int of the JSON, not a bool (in Python `True` is an int too)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _number(value: object) -> bool:
+    """An int or a float of the JSON, not a bool."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
 @dataclass(frozen=True)
 class GroupSpec:
     """What a group asks for, from its PodGroup or its pods' annotations."""
@@ -299,19 +309,15 @@ class GroupSpec:
         key = GroupKey(meta.get("namespace") or "default", meta["name"])
         error = None
         min_member = spec.get("minMember", 1)
-        if not isinstance(min_member, int) or min_member < 1:
+        if not _whole_number(min_member) or min_member < 1:
             error = f"{source} spec.minMember={min_member!r} must be a whole number >= 1"
             min_member = 1
         timeout = spec.get("scheduleTimeoutSeconds")
-        if timeout is not None and (not isinstance(timeout, int | float) or timeout <= 0):
+        if timeout is not None and (not _number(timeout) or timeout <= 0):
             error = error or f"{source} spec.scheduleTimeoutSeconds={timeout!r} must be > 0"
             timeout = None
         starvation = spec.get("starvationSeconds")
-        if starvation is not None and (
-            not isinstance(starvation, int | float)
-            or isinstance(starvation, bool)
-            or starvation <= 0
-        ):
+        if starvation is not None and (not _number(starvation) or starvation <= 0):
             error = error or f"{source} spec.starvationSeconds={starvation!r} must be > 0"
             starvation = None
         tasks, tasks_error = read_task_minimums(
