@@ -128,7 +128,6 @@ class GangPreemption(GangParts):
             key, members, outcome, now, deadline=now + self.timeouts.preemption_hold_seconds
         )
         self.ledger.reserve(plan)
-        self.shortfalls.forget(key)
         self._end_reservation(key)
         state.shortfall_generation = None
         state.waiting = False

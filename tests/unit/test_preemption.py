@@ -627,3 +627,104 @@ def test_kube_schedulers_preemption_completion_says_who_and_which_gang() -> None
     assert [v.unit for v in eviction.victims] == ["gang default/low"]
     assert [(v.uid, v.ref) for v in eviction.victims] == [("uid-low-1", "default/low-1")]
     assert eviction.message == ""
+
+
+# ---- where the preemptor may go: kube-scheduler's word and the gang's bound members ----
+
+ZONE = "topology.kubernetes.io/zone"
+
+
+def labelled_core(nodes: dict[str, tuple[int, str]], pods: list[dict[str, Any]]) -> GangCore:
+    """`nodes`: name -> (GPUs, zone)."""
+    core = core_with({}, [], {})
+    for name, (gpus, zone) in nodes.items():
+        core.snapshot.upsert_node(
+            NodeInfo.from_api(make_node(name).gpus(gpus).label(ZONE, zone).obj())
+        )
+    for p in pods:
+        core.observe_pod(PodInfo.from_api(p), T0)
+    core.drain_effects()
+    return core
+
+
+def planned_nodes(core: GangCore) -> dict[str, str]:
+    plan = core.ledger.plans[GroupKey("default", "high")]
+    return {plan.names[uid]: node for uid, node in plan.placements.items()}
+
+
+def test_a_preemptor_evicts_only_on_the_nodes_kube_scheduler_allows_and_is_planned_there() -> None:
+    # n0's pod is the cheapest victim and n2 has a free GPU (binpack's choice once n1
+    # is freed), but kube-scheduler's own filters left only n1 for high-0 (say, its
+    # nodeSelector): the victim is n1's, and so is the plan.
+    core = labelled_core(
+        {"n0": (1, "a"), "n1": (2, "a"), "n2": (2, "a")},
+        [
+            pod("cheap", node="n0", priority=1),
+            pod("dear", gpus=2, node="n1", priority=5),
+            pod("keeper", node="n2", priority=5000),
+            pod("high-0", group="high", priority=1000),
+        ],
+    )
+    core.snapshot.upsert_podgroup(
+        GroupSpec.from_podgroup(make_podgroup("high", 1), source="PodGroup")
+    )
+    member = core.snapshot.pods["uid-high-0"]
+    assert core.filter(member, ["n1"], T0).verdict is Verdict.PLANNED
+    assert evicted_refs(core) == ["default/dear"]
+    assert planned_nodes(core) == {"default/high-0": "n1"}
+
+
+def test_a_preemptor_with_a_bound_member_evicts_and_is_planned_in_that_members_zone() -> None:
+    # high-0 is bound in zone a; the gang must stay in one zone. Zone b has the
+    # cheapest victim and a free GPU (binpack's choice once a1 is freed), so only zone
+    # a's victim (on a1) makes it fit, and the plan is there.
+    core = labelled_core(
+        {"a0": (1, "a"), "a1": (2, "a"), "b0": (1, "b"), "b1": (2, "b")},
+        [
+            pod("high-0", group="high", node="a0", priority=1000),
+            pod("in-a", gpus=2, node="a1", priority=5),
+            pod("in-b", node="b0", priority=1),
+            pod("keeper", node="b1", priority=5000),
+            pod("high-1", group="high", priority=1000),
+        ],
+    )
+    pg = make_podgroup("high", 2)
+    pg["spec"]["topology"] = {"required": ZONE}
+    core.snapshot.upsert_podgroup(GroupSpec.from_podgroup(pg, source="PodGroup"))
+    member = core.snapshot.pods["uid-high-1"]
+    assert core.filter(member, sorted(core.snapshot.nodes), T0).verdict is Verdict.PLANNED
+    assert evicted_refs(core) == ["default/in-a"]
+    assert planned_nodes(core) == {"default/high-1": "a1"}
+
+
+def test_when_evicting_cannot_fit_every_member_the_fewest_that_meet_min_member_preempt() -> None:
+    # minMember 1 of 2 members: no eviction makes room for both, evicting low makes
+    # room for one, so the plan takes one member.
+    core = core_with(
+        {"n0": 1},
+        [pod("low", node="n0", priority=1), *high_gang(2)],
+        {"high": {"minMember": 1}},
+    )
+    assert ask(core, "high-0") is Verdict.PLANNED
+    assert evicted_refs(core) == ["default/low"]
+    assert list(planned_nodes(core).values()) == ["n0"]
+
+
+def test_a_starving_gang_that_then_preempts_ends_its_reservation() -> None:
+    # Nothing lower ran while high starved, so it reserved n0; then a node joins with a
+    # low pod on it, which high evicts: the hold replaces the reservation.
+    core = core_with(
+        {"n0": 2},
+        [pod("busy", gpus=2, node="n0", priority=1000), *high_gang()],
+        {"high": {"minMember": 2, "starvationSeconds": 5}},
+    )
+    high = GroupKey("default", "high")
+    assert ask(core, "high-0") is Verdict.WAIT
+    core.expire(T0 + 6)
+    assert core.reservations[high].nodes == ("n0",)
+    core.snapshot.upsert_node(NodeInfo.from_api(make_node("n1").gpus(2).obj()))
+    core.observe_pod(PodInfo.from_api(pod("low", gpus=2, node="n1", priority=1)), T0 + 7)
+    member = core.snapshot.pods["uid-high-1"]
+    assert core.filter(member, ["n0", "n1"], T0 + 7).verdict is Verdict.PLANNED
+    assert evicted_refs(core) == ["default/low"]
+    assert high not in core.reservations
