@@ -109,7 +109,7 @@ class BindBarrier(GangParts):
             return BindDecision(
                 BindVerdict.ERROR, plan.plan_id, plan.group, self.groups[plan.group].message
             )
-        plan.arrived[uid] = node
+        plan.arrived.add(uid)
         if plan.barrier_started is None:
             plan.barrier_started = now
         if not plan.barrier_complete:
@@ -146,7 +146,7 @@ class BindBarrier(GangParts):
                 f"gang {plan.group}: {short}; {plan.names[uid]} keeps its reservation and "
                 "waits for room",
             )
-        plan.arrived[uid] = node
+        plan.arrived.add(uid)
         return BindDecision(BindVerdict.RELEASE, plan.plan_id, plan.group)
 
     def _short_nodes(self, plan: Plan, only: str | None = None) -> str:
@@ -288,7 +288,7 @@ class BindBarrier(GangParts):
         if gone:
             self._lose(plan, uid, f"binding failed: {reason}", now)
             return
-        plan.arrived.pop(uid, None)
+        plan.arrived.discard(uid)
         state = self.groups.setdefault(plan.group, GroupState())
         self._say(
             state,
@@ -301,7 +301,7 @@ class BindBarrier(GangParts):
         """A released member can never be bound: record the partial gang, free its room."""
         first = not plan.lost
         plan.lost[uid] = cause
-        plan.arrived.pop(uid, None)
+        plan.arrived.discard(uid)
         self.ledger.forget_member(uid)
         state = self.groups.setdefault(plan.group, GroupState())
         bound = len(plan.bound - set(plan.lost))

@@ -28,7 +28,8 @@ class Plan:
     created_at: float
     deadline: float
     bound: set[str] = field(default_factory=set)
-    arrived: dict[str, str] = field(default_factory=dict)  # pod uid -> node at bind
+    # Members at bind on their planned node (any other node is refused there).
+    arrived: set[str] = field(default_factory=set)
     barrier_started: float | None = None
     # Set once the barrier released (after the re-check of every planned node): from
     # then on the plan is never dropped; unbound members keep their reservations until
@@ -39,7 +40,7 @@ class Plan:
     @property
     def waiting_for(self) -> set[str]:
         """Planned members that have not reached bind yet."""
-        return set(self.placements) - self.bound - set(self.arrived) - set(self.lost)
+        return set(self.placements) - self.bound - self.arrived - set(self.lost)
 
     @property
     def unbound(self) -> set[str]:

@@ -249,11 +249,49 @@ def test_a_released_member_whose_planned_node_is_gone_breaks_the_gang() -> None:
     ]
 
 
+def test_one_gpu_members_are_checked_for_room_too() -> None:
+    core = planned_pair(gpus=1)  # 2 of n1's 4 GPUs reserved
+    core.arrive(pod_info(core, "w0").uid, "n1", T0 + 1)
+    default_scheduler_binds(core, "intruder", "n1", 3)
+    last = core.arrive(pod_info(core, "w1").uid, "n1", T0 + 2)
+    assert last.verdict is BindVerdict.ERROR
+    assert "(nvidia.com/gpu short by 1)" in last.message
+
+
+def test_a_resource_the_members_ask_none_of_being_short_does_not_stop_the_release() -> None:
+    pods = [make_pod(f"w{i}").group("g").min_available(2).gpus(1).cpu("0").obj() for i in range(2)]
+    core = core_with([make_node("n1").gpus(4).cpu("4").obj()], pods)
+    assert core.filter(pod_info(core, "w0"), ["n1"], T0).verdict is Verdict.PLANNED
+    core.arrive(pod_info(core, "w0").uid, "n1", T0 + 1)
+    # Bound outside the plan, past the node's cpu: the gang asks for no cpu.
+    core.observe_pod(PodInfo.from_api(make_pod("hog").cpu("6").node("n1").obj()), T0 + 1)
+    assert core.arrive(pod_info(core, "w1").uid, "n1", T0 + 2).verdict is BindVerdict.RELEASE
+
+
+def test_a_member_lost_after_release_gives_its_room_back_at_once() -> None:
+    # Three 1-GPU members released on n1 (4 GPUs): w0 bound, w1 deleted, w2 still
+    # binding. w1's GPU is free again now, not when w2 settles the plan.
+    pods = [make_pod(f"w{i}").group("g").min_available(3).gpus(1).obj() for i in range(3)]
+    core = core_with([make_node("n1").gpus(4).obj()], pods)
+    assert core.filter(pod_info(core, "w0"), ["n1"], T0).verdict is Verdict.PLANNED
+    for name in ("w0", "w1", "w2"):
+        core.arrive(pod_info(core, name).uid, "n1", T0 + 1)
+    assert core.binding_succeeded(pod_info(core, "w0").uid, "n1", T0 + 1)
+    gone = make_pod("w1").group("g").min_available(3).gpus(1).obj()
+    gone["metadata"]["deletionTimestamp"] = "2026-11-26T10:00:00Z"
+    core.observe_pod(PodInfo.from_api(gone), T0 + 2)
+    two_gpus = PodInfo.from_api(make_pod("plain").gpus(2).obj())
+    assert core.filter(two_gpus, ["n1"], T0 + 2).nodes == ["n1"]
+
+
 def test_the_drop_says_which_node_is_short_of_what_and_by_how_much() -> None:
     core = planned_pair()
     core.arrive(pod_info(core, "w0").uid, "n1", T0 + 1)
     default_scheduler_binds(core, "intruder", "n1", 1)
+    plan = core.ledger.plan_of(pod_info(core, "w1").uid)
+    assert plan is not None
     last = core.arrive(pod_info(core, "w1").uid, "n1", T0 + 2)
+    assert (last.verdict, last.plan_id, last.group) == (BindVerdict.ERROR, plan.plan_id, plan.group)
     assert (
         "node n1 has no room left for its reservations (nvidia.com/gpu short by 1): pods "
         "bound outside the plan took it"
@@ -296,7 +334,7 @@ def test_a_released_members_retry_checks_its_own_node_only() -> None:
     default_scheduler_binds(core, "intruder", plan.placements[w1.uid], 1)
     decision = core.arrive(w0.uid, plan.placements[w0.uid], T0 + 3)
     assert decision.verdict is BindVerdict.RELEASE
-    assert plan.arrived[w0.uid] == plan.placements[w0.uid]
+    assert w0.uid in plan.arrived
     short = core.arrive(w1.uid, plan.placements[w1.uid], T0 + 3)
     assert short.verdict is BindVerdict.ERROR
     assert (short.plan_id, short.group) == (plan.plan_id, plan.group)

@@ -155,12 +155,12 @@ def test_a_plans_barrier_waits_for_members_that_neither_arrived_bound_nor_were_l
     plan = plan_for(A, {"a0": "n0", "a1": "n0", "a2": "n1", "a3": "n1"})
     assert plan.waiting_for == {"a0", "a1", "a2", "a3"} and not plan.barrier_complete
     plan.bound.add("a0")
-    plan.arrived["a1"] = "n0"
+    plan.arrived.add("a1")
     plan.lost["a2"] = "deleted"
     assert plan.waiting_for == {"a3"}
     assert plan.unbound == {"a1", "a3"}
     assert not plan.barrier_complete and not plan.fully_bound
-    plan.arrived["a3"] = "n1"
+    plan.arrived.add("a3")
     assert plan.barrier_complete and not plan.fully_bound
     plan.bound |= {"a1", "a3"}
     assert plan.unbound == set() and plan.fully_bound

@@ -194,9 +194,16 @@ def test_podgroup_topology_is_read(raw: Any, expected: GroupTopology | None) -> 
             {"preferred": [RACK, "-bad"]},
             "spec.topology.preferred[1]='-bad' is not a node label key",
         ),
-        ({"preferred": [RACK, RACK]}, "spec.topology.preferred names a label twice"),
+        (
+            {"preferred": [RACK, ZONE, RACK]},
+            f"spec.topology.preferred names a label twice: {RACK}, {ZONE}, {RACK}",
+        ),
         ({"required": RACK, "preferred": [RACK]}, f"{RACK} is both required and preferred"),
         ({"requried": ZONE}, "unknown field(s) requried"),
+        (
+            {"requried": ZONE, "prefered": [RACK]},
+            "unknown field(s) prefered, requried; use required, preferred",
+        ),
         ({"preferred": ["Bad_Prefix.io/rack"]}, "is not a node label key"),
     ],
 )

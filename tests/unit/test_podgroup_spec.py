@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from extender.domain.membership import GroupKey
-from extender.domain.model import GroupSpec
+from extender.domain.model import HELD_PHASE, GroupSpec
 from tests.builders import make_podgroup
 
 
@@ -88,3 +88,48 @@ def test_a_podgroup_without_a_namespace_is_in_default() -> None:
     obj = make_podgroup("train", 2)
     del obj["metadata"]["namespace"]
     assert GroupSpec.from_podgroup(obj, source="PodGroup").key == GroupKey("default", "train")
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds", "error"),
+    [
+        pytest.param(1, 1.0, None, id="1 s"),
+        pytest.param(0.5, 0.5, None, id="under 1 s"),
+        pytest.param(0, None, "PodGroup spec.starvationSeconds=0 must be > 0", id="0"),
+        pytest.param(True, None, "PodGroup spec.starvationSeconds=True must be > 0", id="a bool"),
+    ],
+)
+def test_starvation_seconds_is_a_positive_number(
+    value: object, seconds: float | None, error: str | None
+) -> None:
+    spec = spec_of(minMember=2, starvationSeconds=value)
+    assert (spec.starvation_seconds, spec.error) == (seconds, error)
+
+
+@pytest.mark.parametrize(
+    ("fields", "preemptible", "error"),
+    [
+        pytest.param({}, True, None, id="preemptible unless it says not"),
+        pytest.param({"preemptible": False}, False, None, id="opted out"),
+        pytest.param(
+            {"preemptible": "no"},
+            True,
+            "PodGroup spec.preemptible='no' must be true or false",
+            id="a string: preemptible, and held saying why",
+        ),
+    ],
+)
+def test_preemptible_is_true_or_false(
+    fields: dict[str, Any], preemptible: bool, error: str | None
+) -> None:
+    spec = spec_of(minMember=2, **fields)
+    assert (spec.preemptible, spec.error) == (preemptible, error)
+
+
+def test_a_podgroup_its_lifecycle_policy_held_says_how_to_run_it_again() -> None:
+    obj = make_podgroup("train", 2, "team-a")
+    obj["status"] = {"phase": HELD_PHASE}
+    assert GroupSpec.from_podgroup(obj, source="PodGroup").error == (
+        f"PodGroup train is {HELD_PHASE} by its lifecycle policy; change or delete the "
+        "PodGroup to run the gang again"
+    )
