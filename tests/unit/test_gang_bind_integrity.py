@@ -168,8 +168,16 @@ def test_a_binding_that_finds_the_member_gone_breaks_the_gang() -> None:
 def test_a_member_deleted_before_release_drops_the_plan_and_breaks_nothing() -> None:
     core = planned_pair()
     core.arrive(pod_info(core, "w0").uid, "n1", T0 + 1)
+    plan = core.ledger.plan_of(pod_info(core, "w0").uid)
+    assert plan is not None
     core.forget_pod(pod_info(core, "w1").uid, T0 + 2)
-    assert [type(e) for e in core.drain_effects()] == [PlanDropped]
+    assert core.drain_effects() == [
+        PlanDropped(plan, "member default/w1 was deleted", timed_out=False)
+    ]
+    assert (
+        core.groups[plan.group].message
+        == "gang default/g: plan dropped: member default/w1 was deleted"
+    )
 
 
 def test_a_failed_binding_before_release_still_drops_the_plan() -> None:

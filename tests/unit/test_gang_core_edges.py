@@ -173,3 +173,22 @@ def test_a_member_reaching_bind_on_another_node_drops_the_plan_and_is_told_so() 
     assert decision.message == core.groups[plan.group].message
     assert f"default/g-0 reached bind on {other}, planned {planned}" in decision.message
     assert core.ledger.plans == {}
+
+
+def test_a_deleted_pod_takes_what_kube_scheduler_said_of_it_along() -> None:
+    # A held member filtered with fewer than all nodes leaves a restriction (which
+    # nodes kube-scheduler offered it); once the pod is gone, so is that, and the
+    # restrictions' version moves by one so memos keyed on it are void.
+    nodes = [make_node("n1").gpus(1).obj(), make_node("n2").gpus(1).obj()]
+    core = core_with(nodes, gang_pods("g", 3, 1))
+    held = pod_info(core, "g-0")
+    assert core.filter(held, ["n1"], T0).nodes == []
+    core.offered[held.uid] = frozenset({"n1"})
+    assert held.uid in core.restrictions
+    version = core.restrictions_version
+    core.forget_pod(held.uid, T0 + 1)
+    assert held.uid not in core.restrictions
+    assert held.uid not in core.offered
+    assert core.restrictions_version == version + 1
+    core.forget_pod(pod_info(core, "g-1").uid, T0 + 1)  # never restricted: nothing moves
+    assert core.restrictions_version == version + 1

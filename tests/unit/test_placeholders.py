@@ -238,8 +238,29 @@ def test_the_barrier_releases_only_after_the_placeholders_are_seen_gone() -> Non
     core.drain_effects()
     core.forget_pod(placeholders[-1].uid, T0 + 8)
     assert plan.released
-    assert [type(e) for e in core.drain_effects()] == [BarrierReleased]
+    assert core.drain_effects() == [BarrierReleased(plan)]
     assert core.barrier_state(plan.plan_id, BIG) is BindVerdict.RELEASE
+
+
+def test_a_node_short_when_the_placeholders_go_drops_the_plan_instead_of_releasing() -> None:
+    core, big, placeholders = planned_with_placeholders()
+    for member in big:
+        core.offered[member.uid] = frozenset({"n1"})
+        core.arrive(member.uid, "n1", T0 + 8)
+    plan = core.ledger.plans[BIG]
+    for p in placeholders[:-1]:
+        core.forget_pod(p.uid, T0 + 8)
+    # Another scheduler bound a pod into the gang's room before the last one went.
+    core.observe_pod(PodInfo.from_api(make_pod("intruder").gpus(1).node("n1").obj()), T0 + 8)
+    core.forget_pod(placeholders[-1].uid, T0 + 9)
+    assert not plan.released
+    assert BIG not in core.ledger.plans
+    assert core.groups[BIG].message == (
+        "gang default/big: plan dropped: node n1 has no room left for its reservations "
+        "(nvidia.com/gpu short by 1): pods bound outside the plan took it before the gang "
+        "was bound; re-planning"
+    )
+    assert core.groups[BIG].retry_after == T0 + 9 + core.timeouts.replan_backoff_seconds
 
 
 def test_a_barrier_still_missing_members_is_not_released_by_the_placeholders_going() -> None:

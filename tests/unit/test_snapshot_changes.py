@@ -133,6 +133,17 @@ def test_each_change_moves_its_counters_by_exactly_one_so_no_value_comes_back() 
     assert (snapshot.generation, snapshot.planning_generation) == (generation + 1, planning + 1)
 
 
+def test_a_deleted_node_moves_every_node_counter_by_exactly_one() -> None:
+    snapshot = filled()
+    before = (snapshot.generation, snapshot.planning_generation, snapshot.nodes_generation)
+    snapshot.delete_node("old")
+    after = (snapshot.generation, snapshot.planning_generation, snapshot.nodes_generation)
+    assert after == tuple(value + 1 for value in before)
+    assert "old" in snapshot.capacity_changed
+    snapshot.delete_node("old")  # already gone: nothing moves
+    assert (snapshot.generation, snapshot.planning_generation, snapshot.nodes_generation) == after
+
+
 def test_a_relist_keeps_track_of_members_with_a_task_layout() -> None:
     snapshot = filled()
     laid_out = make_pod("t").group("g").annotation("gang-extender.io/tasks", "worker=2").obj()
