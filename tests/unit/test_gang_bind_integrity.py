@@ -194,6 +194,7 @@ def test_a_bound_member_deleted_while_the_others_still_bind_breaks_the_gang() ->
     [broken] = core.drain_effects()
     assert isinstance(broken, GangBroken)
     assert (broken.member, broken.bound) == ("default/w0", 0)
+    assert broken.cause == "member default/w0 was deleted"
 
 
 def test_a_bound_member_that_completes_while_the_others_still_bind_is_not_a_partial_gang() -> None:

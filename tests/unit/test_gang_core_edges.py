@@ -11,7 +11,7 @@ from extender.domain.ledger import Plan
 from extender.domain.membership import GroupKey
 from extender.domain.model import PodInfo
 from extender.domain.scoring import MAX_SCORE
-from tests.builders import make_node, make_pod, placeholder_pod_info
+from tests.builders import make_node, make_pod, make_podgroup, placeholder_pod_info
 from tests.unit.test_gang_core import T0, core_with, pod_info
 
 
@@ -192,3 +192,46 @@ def test_a_deleted_pod_takes_what_kube_scheduler_said_of_it_along() -> None:
     assert core.restrictions_version == version + 1
     core.forget_pod(pod_info(core, "g-1").uid, T0 + 1)  # never restricted: nothing moves
     assert core.restrictions_version == version + 1
+
+
+def test_a_pod_the_core_never_saw_deleted_changes_nothing() -> None:
+    core, plan = planned_apart()
+    core.drain_effects()
+    core.forget_pod("no-such-uid", T0 + 1)
+    assert core.ledger.plans[plan.group] is plan
+    assert core.drain_effects() == []
+
+
+def test_a_gang_without_a_podgroup_is_forgotten_with_its_last_member_one_with_is_kept() -> None:
+    nodes = [make_node("n1").gpus(1).obj()]
+    annotated = [make_pod(f"a-{i}").group("a").min_available(2).gpus(1).obj() for i in range(2)]
+    with_pg = [make_pod(f"b-{i}").group("b").gpus(1).obj() for i in range(2)]
+    core = core_with(nodes, [*annotated, *with_pg], [make_podgroup("b", 2)])
+    for name in ("a-0", "b-0"):
+        assert core.filter(pod_info(core, name), ["n1"], T0).nodes == []  # held: 2 GPUs, 1 node
+    a, b = GroupKey("default", "a"), GroupKey("default", "b")
+    assert a in core.groups and a in core.shortfalls and b in core.groups
+    core.forget_pod(pod_info(core, "a-0").uid, T0 + 1)
+    assert a in core.groups  # a-1 is left
+    core.forget_pod(pod_info(core, "a-1").uid, T0 + 1)
+    assert a not in core.groups and a not in core.shortfalls
+    for name in ("b-0", "b-1"):
+        core.forget_pod(pod_info(core, name).uid, T0 + 1)
+    assert b in core.groups  # its PodGroup still says it exists
+
+
+def test_a_freed_gpu_off_any_reservation_does_not_start_one_before_the_tick() -> None:
+    # big (4 GPUs) has waited past starvationSeconds, but only the reconcile tick
+    # (expire) starts its reservation; a pod finishing on some node does not.
+    from tests.unit.test_reservations import BIG, add_gang, bound_small, core_with, finish
+
+    core = core_with([make_node("n1").gpus(4).obj(), make_node("n2").gpus(1).obj()])
+    smalls = [bound_small(core, f"s{i}", "n1") for i in range(4)]
+    elsewhere = bound_small(core, "e0", "n2")
+    big = add_gang(core, "big", 4, 1)
+    core.filter(big[0], ["n1", "n2"], T0)
+    finish(core, elsewhere, T0 + 6)
+    assert BIG not in core.reservations
+    core.expire(T0 + 6)
+    assert core.reservations[BIG].nodes == ("n1",)
+    assert smalls  # still bound on n1

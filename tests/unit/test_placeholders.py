@@ -290,6 +290,21 @@ def test_an_ended_reservation_deletes_its_placeholders() -> None:
     core.expire(T0 + 8)
     assert BIG not in core.reservations
     assert deletes(core.drain_effects()) == [PlaceholderDelete(BIG, "big-hold-n1-1")]
+    assert ("delete", "big-hold-n1-1") in core.placeholder_requests
+    placeholder = next(iter(core.snapshot.placeholders.values()))
+    core.forget_pod(placeholder.uid, T0 + 9)  # the watch saw it go: no delete is pending
+    assert ("delete", "big-hold-n1-1") not in core.placeholder_requests
+
+
+def test_a_placeholder_someone_else_deleted_is_just_gone() -> None:
+    core, smalls = reserving_core()
+    finish(core, smalls[0], T0 + 7)
+    core.expire(T0 + 7)
+    core.observe_pod(placeholder_pod_info(creates(core.drain_effects())[0]), T0 + 7)
+    placeholder = next(iter(core.snapshot.placeholders.values()))
+    core.forget_pod(placeholder.uid, T0 + 8)  # kubectl delete: no request of ours pending
+    assert core.snapshot.placeholders == {}
+    assert BIG in core.reservations
 
 
 def test_switched_off_no_placeholder_is_made() -> None:

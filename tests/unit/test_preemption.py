@@ -728,3 +728,17 @@ def test_a_starving_gang_that_then_preempts_ends_its_reservation() -> None:
     assert core.filter(member, ["n0", "n1"], T0 + 7).verdict is Verdict.PLANNED
     assert evicted_refs(core) == ["default/low"]
     assert high not in core.reservations
+
+
+def test_victims_once_gone_are_not_remembered_as_being_evicted() -> None:
+    # `evicting` grows with every eviction; a victim the watch saw deleted leaves it,
+    # so a long-running service does not keep every uid it ever evicted.
+    low, low_spec = low_gang_running()
+    core = core_with(
+        {"n0": 1, "n1": 1}, [*low, *high_gang()], {"low": low_spec, "high": {"minMember": 2}}
+    )
+    assert ask(core, "high-0") is Verdict.PLANNED
+    assert core.evicting == {"uid-low-0", "uid-low-1"}
+    for uid in ("uid-low-0", "uid-low-1"):
+        core.forget_pod(uid, T0 + 1)
+    assert core.evicting == set()

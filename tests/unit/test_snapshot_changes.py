@@ -144,6 +144,17 @@ def test_a_deleted_node_moves_every_node_counter_by_exactly_one() -> None:
     assert (snapshot.generation, snapshot.planning_generation, snapshot.nodes_generation) == after
 
 
+def test_a_deleted_pod_moves_the_counters_by_exactly_one_and_an_unknown_one_nothing() -> None:
+    snapshot = filled()
+    bound = next(p for p in snapshot.pods.values() if p.name == "p")
+    before = (snapshot.generation, snapshot.planning_generation)
+    assert snapshot.delete_pod(bound.uid) == bound
+    after = (snapshot.generation, snapshot.planning_generation)
+    assert after == (before[0] + 1, before[1] + 1)
+    assert snapshot.delete_pod("no-such-uid") is None
+    assert (snapshot.generation, snapshot.planning_generation) == after
+
+
 def test_a_relist_keeps_track_of_members_with_a_task_layout() -> None:
     snapshot = filled()
     laid_out = make_pod("t").group("g").annotation("gang-extender.io/tasks", "worker=2").obj()
