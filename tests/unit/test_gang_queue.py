@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from extender.domain.decisions import PlanCreated, Verdict
+from extender.domain.decisions import BindDecision, BindVerdict, PlanCreated, Verdict
 from extender.domain.gang import GangCore, Timeouts
 from extender.domain.membership import GroupKey
 from extender.domain.model import GroupSpec, NodeInfo, PodInfo
@@ -187,6 +187,21 @@ def test_a_gang_ahead_already_planned_is_named_when_its_plan_holds_the_room() ->
     core = core_with(nodes, {"high": gang("high", 2, 1, priority=7), "low": gang("low", 2, 1)})
     assert core.filter(member(core, "high-0"), ["n1"], T0).verdict is Verdict.PLANNED
     decision = core.filter(member(core, "low-0"), ["n1"], T0 + 1)
+    assert decision.verdict is Verdict.WAIT
+    assert decision.message.endswith("; waiting behind default/high (priority 7)")
+
+
+def test_a_gang_ahead_whose_released_plan_still_binds_is_named() -> None:
+    # high's barrier released (both members at bind, neither bound yet): it is no
+    # longer a held gang, but its reservations hold the room low lacks.
+    nodes = [make_node("n1").gpus(2).obj()]
+    core = core_with(nodes, {"high": gang("high", 2, 1, priority=7), "low": gang("low", 2, 1)})
+    assert core.filter(member(core, "high-0"), ["n1"], T0).verdict is Verdict.PLANNED
+    plan = core.ledger.plans[key("high")]
+    decisions = [core.arrive(member(core, f"high-{i}").uid, "n1", T0 + 1) for i in range(2)]
+    assert [d.verdict for d in decisions] == [BindVerdict.WAIT, BindVerdict.RELEASE]
+    assert decisions[0] == BindDecision(BindVerdict.WAIT, plan.plan_id, plan.group)
+    decision = core.filter(member(core, "low-0"), ["n1"], T0 + 2)
     assert decision.verdict is Verdict.WAIT
     assert decision.message.endswith("; waiting behind default/high (priority 7)")
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from extender.domain.decisions import (
     BarrierReleased,
+    BindDecision,
     BindVerdict,
     Effect,
     PlaceholderCreate,
@@ -229,9 +230,10 @@ def test_the_barrier_releases_only_after_the_placeholders_are_seen_gone() -> Non
     core, big, placeholders = planned_with_placeholders()
     for member in big:
         core.offered[member.uid] = frozenset({"n1"})
-    verdicts = [core.arrive(m.uid, "n1", T0 + 8).verdict for m in big]
-    assert verdicts == [BindVerdict.WAIT] * 4  # complete, but the placeholders are there
+    decisions = [core.arrive(m.uid, "n1", T0 + 8) for m in big]
     plan = core.ledger.plans[BIG]
+    # complete, but the placeholders are there: the last waits on the same barrier
+    assert decisions == [BindDecision(BindVerdict.WAIT, plan.plan_id, BIG)] * 4
     for p in placeholders[:-1]:
         core.forget_pod(p.uid, T0 + 8)
         assert not plan.released

@@ -165,3 +165,28 @@ def test_a_relist_keeps_track_of_members_with_a_task_layout() -> None:
         )
     )
     assert sorted(p.name for p in snapshot.members(G)) == ["t", "t2"]
+
+
+def test_the_lowest_priority_holding_capacity_follows_binds_and_deletes() -> None:
+    snapshot = ClusterSnapshot()
+    snapshot.upsert_node(node("n1", gpus=8))
+
+    def bound(name: str, priority: int, phase: str = "Running") -> PodInfo:
+        pod = PodInfo.from_api(
+            make_pod(name).gpus(1).node("n1").priority(priority).phase(phase).obj()
+        )
+        snapshot.upsert_pod(pod)
+        return pod
+
+    high, low_a, low_b = bound("high", 7), bound("low-a", 3), bound("low-b", 3)
+    done = bound("done", 1, phase="Succeeded")  # ran: holds nothing any more
+    assert snapshot.lowest_holding_priority() == 3
+    used = snapshot.used("n1")
+    snapshot.delete_pod(done.uid)
+    assert (snapshot.lowest_holding_priority(), snapshot.used("n1")) == (3, used)
+    snapshot.delete_pod(low_a.uid)
+    assert snapshot.lowest_holding_priority() == 3  # low-b still holds
+    snapshot.delete_pod(low_b.uid)
+    assert snapshot.lowest_holding_priority() == 7
+    snapshot.delete_pod(high.uid)
+    assert snapshot.lowest_holding_priority() is None
