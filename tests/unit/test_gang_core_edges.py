@@ -5,11 +5,15 @@ and which placeholders keep a planned member waiting."""
 
 from __future__ import annotations
 
+import pytest
+
+import extender.domain.gang as gang_module
 from extender.domain.decisions import BindDecision, BindVerdict, PlaceholderCreate, Verdict
 from extender.domain.gang import GangCore
 from extender.domain.ledger import Plan
 from extender.domain.membership import GroupKey
 from extender.domain.model import PodInfo
+from extender.domain.planner import NodeRestriction
 from extender.domain.scoring import MAX_SCORE
 from tests.builders import make_node, make_pod, make_podgroup, placeholder_pod_info
 from tests.unit.test_gang_core import T0, core_with, pod_info
@@ -235,3 +239,51 @@ def test_a_freed_gpu_off_any_reservation_does_not_start_one_before_the_tick() ->
     core.expire(T0 + 6)
     assert core.reservations[BIG].nodes == ("n1",)
     assert smalls  # still bound on n1
+
+
+# ---- what kube-scheduler offered a held member: the smaller of allow- and deny-list ----
+
+
+def offered_to(core: GangCore, member: PodInfo, nodes: list[str]) -> NodeRestriction | None:
+    core.filter(member, nodes, T0)
+    return core.restrictions.get(member.uid)
+
+
+def test_what_kube_scheduler_offers_a_member_is_kept_as_the_smaller_list(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(gang_module, "RESTRICTION_MEMORY_LIMIT", 2)
+    names = [f"n{i}" for i in range(6)]
+    core = core_with([make_node(n).gpus(1).obj() for n in names], gang_pods("g", 8, 1))
+    member = pod_info(core, "g-0")
+    version = core.restrictions_version
+
+    assert offered_to(core, member, names[:2]) == NodeRestriction(allowed=frozenset(names[:2]))
+    assert core.restrictions_version == version + 1
+    assert offered_to(core, member, names[:2]) == NodeRestriction(allowed=frozenset(names[:2]))
+    assert core.restrictions_version == version + 1  # the same word: nothing moves
+    assert offered_to(core, member, names[:4]) == NodeRestriction(denied=frozenset(names[4:]))
+    assert core.restrictions_version == version + 2
+    assert offered_to(core, member, names[:3]) is None  # 3 offered, 3 not: neither kept
+    assert core.restrictions_version == version + 3
+    assert offered_to(core, member, names[:1]) == NodeRestriction(allowed=frozenset(names[:1]))
+    assert offered_to(core, member, names) is None  # every node: no restriction
+    assert core.restrictions_version == version + 5
+    other = pod_info(core, "g-1")
+    assert offered_to(core, other, names[:3]) is None  # never restricted: nothing moves
+    assert core.restrictions_version == version + 5
+
+
+def test_a_planned_member_is_told_its_node_and_one_left_out_why_it_waits() -> None:
+    nodes = [make_node("n1").gpus(1).obj(), make_node("n2").gpus(1).obj()]
+    pods = [make_pod(f"g-{i}").group("g").min_available(2).gpus(1).obj() for i in range(3)]
+    core = core_with(nodes, pods)
+    first = core.filter(pod_info(core, "g-0"), ["n1", "n2"], T0)
+    plan = core.ledger.plans[GroupKey("default", "g")]
+    assert first.message == f"planned on {plan.placements[pod_info(core, 'g-0').uid]}"
+    left_out = next(n for n in ("g-1", "g-2") if pod_info(core, n).uid not in plan.placements)
+    decision = core.filter(pod_info(core, left_out), ["n1", "n2"], T0)
+    assert (decision.verdict, decision.message) == (
+        Verdict.WAIT,
+        "gang default/g: being placed without this member; it is scheduled after",
+    )
