@@ -287,3 +287,48 @@ def test_a_planned_member_is_told_its_node_and_one_left_out_why_it_waits() -> No
         Verdict.WAIT,
         "gang default/g: being placed without this member; it is scheduled after",
     )
+
+
+def test_a_member_of_a_group_nothing_declares_is_told_what_to_create() -> None:
+    core = core_with([make_node("n1").gpus(1).obj()], [make_pod("w0").group("ghost").obj()])
+    decision = core.filter(pod_info(core, "w0"), ["n1"], T0)
+    assert (decision.verdict, decision.message) == (
+        Verdict.WAIT,
+        "gang default/ghost: no PodGroup ghost and no gang-extender.io/min-available "
+        "annotation; create the PodGroup or annotate the pods",
+    )
+
+
+def test_the_member_asking_left_out_of_its_own_plan_is_told_it_waits() -> None:
+    # minMember 2 of 3, room for 2: the youngest asks first, the two oldest are planned.
+    nodes = [make_node("n1").gpus(2).obj()]
+    pods = [
+        make_pod(f"g-{i}").group("g").min_available(2).gpus(1).created(f"2026-01-01T00:00:0{i}Z")
+        for i in range(3)
+    ]
+    core = core_with(nodes, [p.obj() for p in pods])
+    decision = core.filter(pod_info(core, "g-2"), ["n1"], T0)
+    assert (decision.verdict, decision.failed) == (Verdict.WAIT, {})
+    assert decision.unresolvable == {
+        "n1": "gang default/g: being placed without this member; it is scheduled after"
+    }
+
+
+def test_the_asking_member_is_planned_only_on_nodes_kube_scheduler_offered(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Offered 3 of 6 nodes with a memory limit of 2, kube-scheduler's word is not kept
+    # for later; this filter still plans within it, though n5 is binpack's choice.
+    monkeypatch.setattr(gang_module, "RESTRICTION_MEMORY_LIMIT", 2)
+    names = [f"n{i}" for i in range(5)]
+    nodes = [make_node(n).gpus(2).obj() for n in names] + [make_node("n5").gpus(4).obj()]
+    core = core_with(
+        nodes,
+        [
+            make_pod("w0").group("g").min_available(1).gpus(1).obj(),
+            make_pod("busy").gpus(3).node("n5").obj(),
+        ],
+    )
+    decision = core.filter(pod_info(core, "w0"), names[:3], T0)
+    assert decision.verdict is Verdict.PLANNED
+    assert decision.nodes[0] in names[:3]
