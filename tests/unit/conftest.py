@@ -35,6 +35,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     duration_by_test: dict[str, float] = json.loads(stats.read_text()).get("duration_by_test", {})
     items.sort(key=lambda item: duration_by_test.get(item.nodeid, float("inf")))
+    if "MUTATION_FULL_EXAMPLES" in os.environ:  # checking a survivor at full strength
+        return
     for item in items:
         _fewer_examples(getattr(item, "obj", None))
 

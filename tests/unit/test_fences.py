@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from extender.domain.decisions import Effect, PlanCreated
+from extender.domain.decisions import Effect, PlanCreated, Verdict
 from extender.domain.fences import (
     FENCE_TAINT_KEY,
     MEMBER_TOLERATION,
@@ -321,3 +321,21 @@ def test_a_fenced_node_is_closed_to_pods_that_do_not_tolerate_it() -> None:
     pair = add_tolerating_gang(core, "pair", 1, tolerate=False)
     decision = core.filter(pair[0], ["n1", "n2"], T0 + 8)
     assert decision.nodes == ["n2"]
+
+
+def test_a_tolerating_gang_planned_without_a_reservation_puts_up_no_fence() -> None:
+    core = core_with([make_node("n1").gpus(4).obj()])
+    big = add_tolerating_gang(core, "big", 4)
+    assert core.filter(big[0], ["n1"], T0).verdict is Verdict.PLANNED
+    assert fences(core.drain_effects()) == []
+    assert BIG not in core.fenced_plans
+
+
+def test_a_reservation_ended_by_its_plan_has_the_gangs_status_written_again() -> None:
+    core, smalls, _ = starving_core()
+    core.drain_touched()
+    for small in smalls:
+        finish(core, small, T0 + 8)
+    core.expire(T0 + 8)
+    assert BIG in core.ledger.plans and BIG not in core.reservations
+    assert BIG in core.drain_touched()

@@ -24,10 +24,10 @@ import extender.domain.gang_queue as gang_queue_module
 import extender.domain.gang_starvation as gang_starvation_module
 from extender.domain.gang import GangCore, Timeouts
 from extender.domain.membership import GroupKey
-from extender.domain.model import NodeInfo, PodInfo
+from extender.domain.model import GroupSpec, NodeInfo, PodInfo
 from extender.domain.policy import KUEUE_PREFERRED_TOPOLOGY, Policy
 from extender.domain.shortfalls import MemberShape, NodeChange, ShortfallMemo
-from tests.builders import make_node, make_pod
+from tests.builders import make_node, make_pod, make_podgroup
 
 RACK = "example.com/rack"
 # The modules of the core that call the planner (GangCore's parts: the queue asks it
@@ -458,3 +458,56 @@ def test_a_forgotten_topology_gang_is_not_forgotten_again() -> None:
     memo.forget(key)
     moved = NodeChange("n", room(1), room(0), node("n", 8))
     assert memo.absorb([moved]) == set()
+
+
+# ---- how the core reads what changed: a relist, an overflowed journal, two changes ----
+
+
+def test_after_a_relist_every_memoised_gang_is_tried_again() -> None:
+    core = held_cluster(3)
+    snapshot = core.snapshot
+    snapshot.replace_all(list(snapshot.nodes.values()), list(snapshot.pods.values()), [])
+    core._absorb_changes()
+    assert len(core.shortfalls) == 0
+    assert all(
+        core.groups[GroupKey("default", f"g{g}")].shortfall_generation is None for g in range(3)
+    )
+
+
+def test_after_the_room_journal_overflowed_every_memoised_gang_is_tried_again() -> None:
+    core = held_cluster(3)
+    core.score_board.rooms_overflowed = True
+    core._absorb_changes()
+    assert len(core.shortfalls) == 0
+
+
+def test_a_node_whose_room_changed_twice_since_the_last_look_wakes_by_its_first_and_last() -> None:
+    # n1 goes from 0 free GPUs to 2 and back to 1 between two looks: 0 -> 1 fits a
+    # 1-GPU member, so its gangs are tried; read as 2 -> 1 (the later change alone) it
+    # would look like room going away.
+    core = held_cluster(2)
+    core.observe_pod(pod("busy1", gpus=8, node="n1", phase="Succeeded"), 2.0)
+    core.score_board.refresh(core.snapshot, core.ledger, core.policy)  # first change: 0 -> 8
+    core.observe_pod(pod("back", gpus=7, node="n1"), 2.0)  # second: 8 -> 1
+    core._absorb_changes()
+    assert len(core.shortfalls) == 0
+
+
+def test_a_node_relabelled_into_a_rack_wakes_a_gang_that_needs_one_rack() -> None:
+    # Each rack has 2 free GPUs; the gang needs 4 in one rack. b moves to rack r0.
+    core = GangCore(policy=Policy(), timeouts=Timeouts(60, 30, 2))
+    core.snapshot.upsert_node(node("a", 4, "r0"))
+    core.snapshot.upsert_node(node("b", 4, "r1"))
+    core.observe_pod(pod("busy-a", gpus=2, node="a"), 0.0)
+    core.observe_pod(pod("busy-b", gpus=2, node="b"), 0.0)
+    pg = make_podgroup("t", 2)
+    pg["spec"]["topology"] = {"required": RACK}
+    core.snapshot.upsert_podgroup(GroupSpec.from_podgroup(pg, source="PodGroup"))
+    for m in range(2):
+        core.observe_pod(pod(f"t-{m}", group="t", gpus=2), 0.0)
+    key = GroupKey("default", "t")
+    assert core.filter(core.snapshot.pods[pod("t-0", group="t").uid], ["a", "b"], 1.0).nodes == []
+    assert key in core.shortfalls
+    core.snapshot.upsert_node(node("b", 4, "r0"))
+    core._absorb_changes()
+    assert key not in core.shortfalls
