@@ -65,6 +65,16 @@ def test_an_expired_plan_says_who_did_not_reach_bind_and_counts_as_a_timeout() -
     assert core.groups[GROUP].message == f"gang {GROUP}: plan dropped: {reason}"
 
 
+def test_an_expired_plan_names_every_member_that_did_not_reach_bind() -> None:
+    core = two_member_gang()
+    plan_it(core)
+    core.expire(T0 + SCHEDULE_TIMEOUT)
+    assert core.groups[GROUP].message == (
+        f"gang {GROUP}: plan dropped: schedule timeout: default/w0, default/w1 did not "
+        "reach bind in time"
+    )
+
+
 def test_a_released_plan_never_expires() -> None:
     core = two_member_gang()
     plan_it(core)

@@ -190,3 +190,10 @@ def test_the_lowest_priority_holding_capacity_follows_binds_and_deletes() -> Non
     assert snapshot.lowest_holding_priority() == 7
     snapshot.delete_pod(high.uid)
     assert snapshot.lowest_holding_priority() is None
+
+
+def test_a_groups_version_moves_with_its_first_member_too() -> None:
+    snapshot = ClusterSnapshot()
+    unknown = snapshot.group_version(G)
+    snapshot.upsert_pod(PodInfo.from_api(make_pod("m").group("g").gpus(1).obj()))
+    assert snapshot.group_version(G) != unknown
