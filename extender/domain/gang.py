@@ -357,9 +357,10 @@ class GangCore(StarvationReservations, GangPreemption, BindBarrier, Failover):
         """
         if now < state.retry_after:
             return state.message
+        # The snapshot's members only: a pod it leaves out (another schedulerName,
+        # deleting, finished) is neither counted toward the quorum nor planned, even
+        # when it is the one asked about (its bind would be refused anyway).
         members = self.snapshot.members(key)
-        if asking is not None and asking.uid not in {m.uid for m in members}:
-            members = sorted([*members, asking], key=lambda p: (p.created, p.name))
         state.rank = rank_of(key, members)
         choice = choose_members(
             members, min_member=spec.min_member, task_minimums=spec.min_task_member

@@ -332,3 +332,17 @@ def test_the_asking_member_is_planned_only_on_nodes_kube_scheduler_offered(
     decision = core.filter(pod_info(core, "w0"), names[:3], T0)
     assert decision.verdict is Verdict.PLANNED
     assert decision.nodes[0] in names[:3]
+
+
+def test_a_member_of_another_scheduler_asked_about_is_neither_counted_nor_planned() -> None:
+    # Two of a 2-member gang exist, but one names the default scheduler: the gang is
+    # short of a member, whichever pod kube-scheduler asks about.
+    nodes = [make_node("n1").gpus(2).obj()]
+    pods = gang_pods("g", 2, 1)
+    pods[1]["spec"]["schedulerName"] = "default-scheduler"
+    core = core_with(nodes, pods)
+    stray = core.asked_about(pods[1])
+    decision = core.filter(stray, ["n1"], T0)
+    assert decision.verdict is Verdict.WAIT
+    assert core.ledger.plans == {}
+    assert "1/2 members exist" in core.groups[GroupKey("default", "g")].message

@@ -84,3 +84,35 @@ def test_the_journal_starts_over_only_past_twice_the_nodes_that_score() -> None:
     # Positions only grow: a start-over keeps counting from the changes journaled.
     assert board.position == start + 3
     assert board.changed_since(board.position) == []
+
+
+def test_the_board_scores_a_full_one_gpu_node_as_full() -> None:
+    snapshot, ledger = with_node(1), Ledger()
+    board = NodeScoreBoard()
+    assert board.refresh(snapshot, ledger, BINPACK) == {}
+    snapshot.upsert_pod(PodInfo.from_api(make_pod("busy").gpus(1).node("n0").obj()))
+    assert board.refresh(snapshot, ledger, BINPACK) == {"n0": MAX_SCORE}
+
+
+def test_the_room_journal_overflows_only_past_twice_the_nodes() -> None:
+    # One node, so the limit is max(2, 2 * 1) = 2 room changes between drains.
+    snapshot, ledger = with_node(8), Ledger()
+    board = NodeScoreBoard(journal_min_limit=2)
+    board.refresh(snapshot, ledger, BINPACK)
+    board.drain_room_changes()
+    for name in ("g1", "g2"):
+        reserve(ledger, "n0", 1, name)
+        board.refresh(snapshot, ledger, BINPACK)
+    assert board.rooms_overflowed is False
+    reserve(ledger, "n0", 1, "g3")
+    board.refresh(snapshot, ledger, BINPACK)
+    assert board.drain_room_changes() is None  # past it: every node may have changed
+
+
+def test_a_new_strategy_orders_the_nodes_afresh() -> None:
+    snapshot, ledger = with_node(8), Ledger()
+    board = NodeScoreBoard()
+    board.refresh(snapshot, ledger, BINPACK)
+    assert board.order is not None and board.order.strategy is Strategy.BINPACK
+    board.refresh(snapshot, ledger, SPREAD)
+    assert board.order is not None and board.order.strategy is Strategy.SPREAD

@@ -197,3 +197,29 @@ def test_a_groups_version_moves_with_its_first_member_too() -> None:
     unknown = snapshot.group_version(G)
     snapshot.upsert_pod(PodInfo.from_api(make_pod("m").group("g").gpus(1).obj()))
     assert snapshot.group_version(G) != unknown
+
+
+def test_members_annotating_the_size_give_the_groups_spec_or_say_they_disagree() -> None:
+    snapshot = ClusterSnapshot()
+    for name, size in (("a", 2), ("b", 2), ("c", None)):
+        built = make_pod(name).group("g").gpus(1)
+        snapshot.upsert_pod(PodInfo.from_api((built.min_available(size) if size else built).obj()))
+    assert snapshot.group_spec(G) == GroupSpec(key=G, min_member=2, source="annotation")
+    snapshot.upsert_pod(PodInfo.from_api(make_pod("d").group("g").min_available(3).obj()))
+    assert snapshot.group_spec(G) == GroupSpec(
+        key=G,
+        min_member=3,
+        source="annotation",
+        error="members disagree on gang-extender.io/min-available (a=2, b=2, d=3); give "
+        "every member the same value",
+    )
+
+
+def test_a_groups_members_are_its_active_pods_of_this_scheduler() -> None:
+    snapshot = ClusterSnapshot()
+    snapshot.upsert_pod(PodInfo.from_api(make_pod("live").group("g").obj()))
+    snapshot.upsert_pod(PodInfo.from_api(make_pod("done").group("g").phase("Succeeded").obj()))
+    elsewhere = make_pod("elsewhere").group("g").obj()
+    elsewhere["spec"]["schedulerName"] = "default-scheduler"
+    snapshot.upsert_pod(PodInfo.from_api(elsewhere))
+    assert [p.name for p in snapshot.members(G)] == ["live"]
