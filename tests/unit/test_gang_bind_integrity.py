@@ -421,3 +421,37 @@ def test_a_released_barrier_does_not_time_out() -> None:
     core.barrier_timed_out(plan.plan_id, plan.group, T0 + 100)
     assert plan.group in core.ledger.plans
     assert core.barrier_deadline(plan.plan_id, plan.group) is not None
+
+
+def test_the_watch_seeing_a_planned_member_again_keeps_the_plan() -> None:
+    # The planned-node annotation the service writes comes back as a pod update.
+    core = planned_pair()
+    plan = core.ledger.plan_of(pod_info(core, "w0").uid)
+    assert plan is not None
+    again = make_pod("w1").group("g").min_available(2).gpus(2).obj()
+    again["metadata"]["annotations"] = {"example.com/seen": "again"}
+    core.observe_pod(PodInfo.from_api(again), T0 + 1)
+    assert core.ledger.plans[plan.group] is plan
+
+
+def test_a_planned_member_the_watch_sees_terminating_drops_the_plan_saying_so() -> None:
+    core = planned_pair()
+    plan = core.ledger.plan_of(pod_info(core, "w0").uid)
+    assert plan is not None
+    going = make_pod("w1").group("g").min_available(2).gpus(2).obj()
+    going["metadata"]["deletionTimestamp"] = "2026-11-26T10:00:00Z"
+    core.observe_pod(PodInfo.from_api(going), T0 + 1)
+    assert core.drain_effects() == [PlanDropped(plan, "member default/w1 is gone")]
+    assert core.groups[plan.group].retry_after == T0 + 1 + core.timeouts.replan_backoff_seconds
+
+
+def test_a_bound_member_the_watch_sees_terminating_while_others_bind_breaks_the_gang() -> None:
+    core = released_pair()
+    bind(core, "w0", "n1")
+    core.drain_effects()
+    going = make_pod("w0").group("g").min_available(2).gpus(2).node("n1").obj()
+    going["metadata"]["deletionTimestamp"] = "2026-11-26T10:00:00Z"
+    core.observe_pod(PodInfo.from_api(going), T0 + 3)
+    [broken] = core.drain_effects()
+    assert isinstance(broken, GangBroken)
+    assert (broken.member, broken.cause) == ("default/w0", "member default/w0 is gone")

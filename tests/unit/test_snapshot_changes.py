@@ -223,3 +223,38 @@ def test_a_groups_members_are_its_active_pods_of_this_scheduler() -> None:
     elsewhere["spec"]["schedulerName"] = "default-scheduler"
     snapshot.upsert_pod(PodInfo.from_api(elsewhere))
     assert [p.name for p in snapshot.members(G)] == ["live"]
+
+
+def test_a_changed_node_moves_every_node_counter_by_one_and_a_relabel_is_noted() -> None:
+    snapshot = filled()
+
+    def counters() -> tuple[int, int, int]:
+        return (snapshot.generation, snapshot.planning_generation, snapshot.nodes_generation)
+
+    before = counters()
+    snapshot.upsert_node(node("old", gpus=8))  # more GPUs, same labels
+    assert counters() == tuple(v + 1 for v in before)
+    assert snapshot.relabelled == set()
+    relabelled = NodeInfo.from_api(make_node("old").gpus(8).label("rack", "r9").obj())
+    snapshot.upsert_node(relabelled)
+    assert counters() == tuple(v + 2 for v in before)
+    assert snapshot.relabelled == {"old"}
+    assert "fenced" in snapshot.fences
+    snapshot.upsert_node(node("fenced"))  # its fence taint is gone
+    assert "fenced" not in snapshot.fences
+
+
+def test_a_bound_pod_moves_the_counters_by_one_and_counts_its_priority_once() -> None:
+    snapshot = ClusterSnapshot()
+    snapshot.upsert_node(node("n1", gpus=8))
+    before = (snapshot.generation, snapshot.planning_generation)
+    first = PodInfo.from_api(make_pod("a").gpus(1).node("n1").priority(3).obj())
+    snapshot.upsert_pod(first)
+    assert (snapshot.generation, snapshot.planning_generation) == (before[0] + 1, before[1] + 1)
+    second = PodInfo.from_api(make_pod("b").gpus(1).node("n1").priority(3).obj())
+    snapshot.upsert_pod(second)
+    snapshot.upsert_pod(first)  # the same pod seen again: still counted once
+    snapshot.delete_pod(first.uid)
+    assert snapshot.lowest_holding_priority() == 3  # b still holds
+    snapshot.delete_pod(second.uid)
+    assert snapshot.lowest_holding_priority() is None
