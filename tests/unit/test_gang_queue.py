@@ -454,26 +454,6 @@ def test_a_gang_waits_behind_no_one_on_nodes_kube_scheduler_does_not_offer_it() 
     assert core.gang_ahead_of(key("low"), members, core.restrictions) is None
 
 
-def test_a_gang_ahead_that_stops_being_held_is_no_longer_the_one_ahead() -> None:
-    # n1 has 1 of its 2 GPUs taken: neither 2-GPU gang fits. high is ahead of low
-    # until high's PodGroup turns invalid (a group held by its spec error waits for a
-    # fix, not for room).
-    core = core_with(
-        [make_node("n1").gpus(2).obj()],
-        {"high": gang("high", 2, 1, priority=1000), "low": gang("low", 2, 1)},
-    )
-    core.observe_pod(PodInfo.from_api(make_pod("busy").gpus(1).node("n1").obj()), T0)
-    core.filter(member(core, "high-0"), ["n1"], T0)
-    first = core.filter(member(core, "low-0"), ["n1"], T0 + 1)
-    assert first.message.endswith("waiting behind default/high (priority 1000)")
-    ahead = core.gang_ahead_of(key("low"))
-    assert ahead is not None and ahead.key == key("high")
-    core.snapshot.upsert_podgroup(
-        GroupSpec.from_podgroup(make_podgroup("high", 2, preemptible="no"), source="PodGroup")
-    )
-    assert core.gang_ahead_of(key("low")) is None
-
-
 def high_ahead_of_low() -> GangCore:
     """n1 has 1 of its 2 GPUs taken: neither 2-GPU gang fits; high is ahead of low."""
     core = core_with(
@@ -486,6 +466,16 @@ def high_ahead_of_low() -> GangCore:
     ahead = core.gang_ahead_of(key("low"))
     assert ahead is not None and ahead.key == key("high")
     return core
+
+
+def test_a_gang_ahead_that_stops_being_held_is_no_longer_the_one_ahead() -> None:
+    # A group held by its spec error waits for a fix, not for room.
+    core = high_ahead_of_low()
+    assert core.groups[key("low")].message.endswith("waiting behind default/high (priority 1000)")
+    core.snapshot.upsert_podgroup(
+        GroupSpec.from_podgroup(make_podgroup("high", 2, preemptible="no"), source="PodGroup")
+    )
+    assert core.gang_ahead_of(key("low")) is None
 
 
 def test_a_deleted_gang_is_no_longer_the_one_ahead() -> None:

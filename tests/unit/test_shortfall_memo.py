@@ -142,12 +142,17 @@ def test_a_gang_whose_own_member_changes_is_planned_again_and_only_it() -> None:
     assert "1/2 members placeable" in core.groups[GroupKey("default", "g1")].message
 
 
-def test_a_topology_gang_is_woken_by_free_gpus_moving_between_racks() -> None:
+def two_racks(*, used: int) -> GangCore:
+    """Node a in rack r0 and b in r1, 4 GPUs each, `used` of them taken on each."""
     core = GangCore(policy=Policy(), timeouts=Timeouts(60, 30, 2))
-    core.snapshot.upsert_node(node("a", 4, "r0"))
-    core.snapshot.upsert_node(node("b", 4, "r1"))
-    core.observe_pod(pod("busy-a", gpus=3, node="a"), 0.0)
-    core.observe_pod(pod("busy-b", gpus=3, node="b"), 0.0)
+    for name, rack in (("a", "r0"), ("b", "r1")):
+        core.snapshot.upsert_node(node(name, 4, rack))
+        core.observe_pod(pod(f"busy-{name}", gpus=used, node=name), 0.0)
+    return core
+
+
+def test_a_topology_gang_is_woken_by_free_gpus_moving_between_racks() -> None:
+    core = two_racks(used=3)
     for m in range(2):
         core.observe_pod(pod(f"t-{m}", group="t", gpus=2, rack_topology=True), 0.0)
     key = GroupKey("default", "t")
@@ -495,11 +500,7 @@ def test_a_node_whose_room_changed_twice_since_the_last_look_wakes_by_its_first_
 
 def test_a_node_relabelled_into_a_rack_wakes_a_gang_that_needs_one_rack() -> None:
     # Each rack has 2 free GPUs; the gang needs 4 in one rack. b moves to rack r0.
-    core = GangCore(policy=Policy(), timeouts=Timeouts(60, 30, 2))
-    core.snapshot.upsert_node(node("a", 4, "r0"))
-    core.snapshot.upsert_node(node("b", 4, "r1"))
-    core.observe_pod(pod("busy-a", gpus=2, node="a"), 0.0)
-    core.observe_pod(pod("busy-b", gpus=2, node="b"), 0.0)
+    core = two_racks(used=2)
     pg = make_podgroup("t", 2)
     pg["spec"]["topology"] = {"required": RACK}
     core.snapshot.upsert_podgroup(GroupSpec.from_podgroup(pg, source="PodGroup"))
