@@ -247,6 +247,7 @@ class ClusterState(CacheSink):
             if deleted:
                 store.pop(spec.key, None)
                 self.core.snapshot.delete_podgroup(spec.source, spec.key)
+                self.core.forget_group_if_gone(spec.key)
             else:
                 store[spec.key] = obj
                 if self.core.snapshot.upsert_podgroup(spec):

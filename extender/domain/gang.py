@@ -726,14 +726,21 @@ class GangCore(StarvationReservations, GangPreemption, BindBarrier, Failover):
             self._member_gone(plan, uid, f"member {plan.names[uid]} was deleted", now)
         elif pod is not None:
             self._bound_member_gone(pod, f"member {pod.ref} was deleted", now)
-        if (
-            pod is not None
-            and pod.group is not None
-            and not self.snapshot.members(pod.group)
-            and self.snapshot.podgroup(pod.group) is None
-        ):
-            self.groups.pop(pod.group, None)
-            self.shortfalls.forget(pod.group)
+        if pod is not None and pod.group is not None:
+            self.forget_group_if_gone(pod.group)
+
+    def forget_group_if_gone(self, key: GroupKey) -> None:
+        """A group with no members left and no PodGroup is forgotten, and its starvation
+        reservation and clock with it: a gang re-created under the same name starts
+        afresh instead of inheriting the old one's reservation (the watch can deliver
+        the new objects before the next reservation pass)."""
+        if self.snapshot.members(key) or self.snapshot.podgroup(key) is not None:
+            return
+        self.groups.pop(key, None)
+        self.shortfalls.forget(key)
+        self.held_since.pop(key, None)
+        self.given_up.pop(key, None)
+        self._end_reservation(key)
 
     # --------------------------------------------------------------- expiry
     def expire(self, now: float) -> None:

@@ -379,3 +379,33 @@ def test_a_dropped_plan_does_not_restart_the_wait() -> None:
         bound_small(core, f"again{i}", "n1")
     core.expire(T0 + 12)  # past the replan backoff: reserving again at once
     assert BIG in core.reservations
+
+
+@pytest.mark.parametrize("podgroup_last", [False, True], ids=["podgroup first", "podgroup last"])
+def test_a_reserving_gang_deleted_and_recreated_under_its_name_starts_afresh(
+    podgroup_last: bool,
+) -> None:
+    # `kubectl replace` of a job: everything of big goes, a new big comes before the
+    # next reservation pass. The new gang neither inherits the reservation nor the
+    # old one's starvation clock.
+    core, _ = churned_core()
+    core.expire(T0 + 6)
+    assert BIG in core.reservations
+
+    def drop_podgroup() -> None:
+        core.snapshot.delete_podgroup("PodGroup", BIG)
+        core.forget_group_if_gone(BIG)  # what the watch's PodGroup deletion does
+
+    if not podgroup_last:
+        drop_podgroup()
+    for member in core.snapshot.members(BIG):
+        core.forget_pod(member.uid, T0 + 7)
+    if podgroup_last:
+        drop_podgroup()
+    assert BIG not in core.reservations and BIG not in core.groups
+    new = add_gang(core, "big", 4, 1)
+    core.filter(new[0], ["n1"], T0 + 8)
+    core.expire(T0 + 8)
+    assert BIG not in core.reservations  # its clock starts now, not at T0
+    core.expire(T0 + 14)
+    assert core.reservations[BIG].started == T0 + 14
