@@ -5,7 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from extender.domain.model import STARVATION_ANNOTATION, NodeInfo, PodInfo, Taint
+import pytest
+
+from extender.domain.membership import GroupKey
+from extender.domain.model import PLACEHOLDER_LABEL, STARVATION_ANNOTATION, NodeInfo, PodInfo, Taint
+from extender.domain.policy import (
+    KUEUE_PREFERRED_TOPOLOGY,
+    KUEUE_REQUIRED_TOPOLOGY,
+    topology_from_annotations,
+)
 from extender.domain.snapshot import fits
 from tests.builders import make_node, make_pod
 
@@ -52,3 +60,90 @@ def test_a_request_fits_only_where_the_node_lists_the_resource() -> None:
     assert not fits({"nvidia.com/gpu": 1}, {"cpu": 4000})
     # A zero request is no request, even of a resource the node is short of.
     assert fits({"nvidia.com/gpu": 1, "memory": 0}, {"nvidia.com/gpu": 1, "memory": -5})
+
+
+def test_fields_a_pod_object_may_leave_out_take_kubernetes_defaults() -> None:
+    obj = make_pod("p").obj()
+    obj["metadata"].pop("namespace", None)
+    obj.pop("status", None)
+    obj["spec"].pop("preemptionPolicy", None)
+    obj["metadata"].pop("creationTimestamp", None)
+    pod = PodInfo.from_api(obj)
+    assert (pod.namespace, pod.phase, pod.preemption_policy) == (
+        "default",
+        "Pending",
+        "PreemptLowerPriority",
+    )
+    assert pod.created == 0.0  # no creationTimestamp: oldest of all
+
+
+def test_an_unreadable_creation_time_sorts_as_oldest() -> None:
+    obj = make_pod("p").obj()
+    obj["metadata"]["creationTimestamp"] = "yesterday"
+    assert PodInfo.from_api(obj).created == 0.0
+
+
+def test_a_placeholder_pod_names_its_gang_in_its_namespace() -> None:
+    obj = make_pod("hold").label(PLACEHOLDER_LABEL, "big").obj()
+    obj["metadata"].pop("namespace", None)
+    assert PodInfo.from_api(obj).placeholder_for == GroupKey("default", "big")
+    obj["metadata"]["labels"][PLACEHOLDER_LABEL] = ""
+    assert PodInfo.from_api(obj).placeholder_for is None
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [("0.5", 0.5), ("30", 30.0), ("0", None), ("-3", None), ("inf", None), ("soon", None)],
+)
+def test_the_starvation_annotation_is_a_positive_finite_number(
+    value: str, seconds: float | None
+) -> None:
+    pod = PodInfo.from_api(make_pod("m").group("g").annotation(STARVATION_ANNOTATION, value).obj())
+    assert pod.starvation_seconds == seconds
+    if seconds is None:
+        assert pod.group_error == (
+            f"annotation {STARVATION_ANNOTATION}={value!r} must be a number of seconds > 0"
+        )
+
+
+def with_conditions(*conditions: dict[str, Any]) -> PodInfo:
+    obj = make_pod("p").obj()
+    obj["status"] = {"phase": "Pending", "conditions": list(conditions)}
+    return PodInfo.from_api(obj)
+
+
+def test_a_pod_is_disrupted_only_by_a_true_disruption_target_condition() -> None:
+    target = {"type": "DisruptionTarget", "status": "True"}
+    assert with_conditions({**target, "reason": "PreemptionByScheduler"}).disruption == (
+        "PreemptionByScheduler"
+    )
+    assert with_conditions(target).disruption == "DisruptionTarget"
+    assert with_conditions({**target, "status": "False"}).disruption is None
+    assert with_conditions({"type": "Ready", "status": "True"}).disruption is None
+
+
+def test_only_a_false_pod_scheduled_condition_gives_the_unschedulable_message() -> None:
+    unscheduled = {"type": "PodScheduled", "status": "False"}
+    assert with_conditions({**unscheduled, "message": "0/3 nodes"}).unschedulable_message == (
+        "0/3 nodes"
+    )
+    assert with_conditions(unscheduled).unschedulable_message is None
+    assert (
+        with_conditions({"type": "Ready", "status": "False", "message": "x"}).unschedulable_message
+        is None
+    )
+    assert (
+        with_conditions(
+            {"type": "PodScheduled", "status": "True", "message": "x"}
+        ).unschedulable_message
+        is None
+    )
+
+
+def test_both_kueue_topology_annotations_on_a_pod_say_to_set_one() -> None:
+    annotations = {KUEUE_REQUIRED_TOPOLOGY: "zone", KUEUE_PREFERRED_TOPOLOGY: "rack"}
+    assert topology_from_annotations(annotations) == (
+        None,
+        f"annotations {KUEUE_REQUIRED_TOPOLOGY} and {KUEUE_PREFERRED_TOPOLOGY} are both set; "
+        "Kueue allows one of them, set only one",
+    )
