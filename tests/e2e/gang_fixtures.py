@@ -547,16 +547,24 @@ def labelled_generation(raw: RawApi, namespace: str, group: str, generation: int
     )
 
 
-def held_in_phase(raw: RawApi, namespace: str, group: str, phase: str) -> dict[str, Any]:
-    """Wait for the PodGroup's `phase` with its Lifecycle condition; the condition."""
-    condition: dict[str, Any] = wait_until(
-        lambda: (
-            podgroup_status(raw, namespace, group).get("phase") == phase
-            and lifecycle_condition(raw, namespace, group)
-        ),
-        what=f"phase {phase} with the Lifecycle condition",
+def held_in_phase(
+    raw: RawApi, namespace: str, group: str, phase: str, reason: str
+) -> dict[str, Any]:
+    """Wait for the PodGroup's `phase` with a Lifecycle condition of `reason`; the condition.
+
+    Both, not the phase alone: the status writer and the lifecycle controller patch the
+    status separately, so the phase can show before the condition that explains it."""
+
+    def held() -> dict[str, Any] | None:
+        condition = lifecycle_condition(raw, namespace, group)
+        if podgroup_status(raw, namespace, group).get("phase") != phase:
+            return None
+        return condition if condition.get("reason") == reason else None
+
+    found: dict[str, Any] = wait_until(
+        held, what=f"phase {phase} with the Lifecycle condition {reason}"
     )
-    return condition
+    return found
 
 
 # ---- priority (test_gang_queue.py, test_gang_preemption.py) ----
