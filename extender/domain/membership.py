@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 SCHEDULER_NAME = "gang-extender"
 # What the API server puts in a pod's empty spec.schedulerName: kube-scheduler's
@@ -60,8 +60,11 @@ class MembershipError(ValueError):
     """Pod metadata that names a group, size or layout inconsistently; says what to fix."""
 
 
-@dataclass(frozen=True, order=True)
-class GroupKey:
+class GroupKey(NamedTuple):
+    """A group's namespace and name. A NamedTuple, not a dataclass: it keys most of
+    the core's maps, and a tuple's hash and ordering run in C (the once-a-second look
+    for starving gangs hashed and sorted it ~12,000 times a tick at 1,000 held gangs)."""
+
     namespace: str
     name: str
 
