@@ -170,6 +170,11 @@ class Settings(BaseSettings):
     # read in pages of this many objects, so one answer's memory stays bounded on a
     # large cluster.
     list_page_size: int = Field(default=1000, gt=0)
+    # Read a list as a watch that starts with the current state (Kubernetes' WatchList:
+    # on by default from 1.34, and in 1.27-1.32 where its gate is on), still handed over
+    # in pages of list_page_size: no round trip per page. An API server that refuses it
+    # is read in pages, as with false.
+    watch_list: bool = True
     # The API server closes a watch after this long; it is reopened from the last
     # resourceVersion, so nothing is missed, and reconnects are spread out.
     watch_timeout_seconds: int = Field(default=300, gt=0)

@@ -14,6 +14,7 @@ from extender.kube.rawapi import KubeError
 from extender.kube.webhook_config import WebhookConfigError
 from extender.metrics import Metrics
 from extender.service import Deps, create_service
+from tests.watch_fakes import PAGED
 
 PODS = Resource("pods", "/api/v1/pods")
 
@@ -64,7 +65,7 @@ class TwoPagesThenQuiet:
 
 def test_synced_only_once_the_last_page_is_applied_on_the_loop() -> None:
     api, sink, loop = TwoPagesThenQuiet(), CountingSink(), DeferredLoop()
-    cache = WatchCache(api, sink, loop, Metrics(), resources=(PODS,))  # type: ignore[arg-type]
+    cache = WatchCache(api, sink, loop, Metrics(), resources=(PODS,), tuning=PAGED)  # type: ignore[arg-type]
     [watcher] = cache.watchers
     watcher.start()
     assert api.watching.wait(5)  # the watch thread is done listing ...
@@ -86,7 +87,7 @@ def test_an_absent_optional_api_is_synced_through_the_loop() -> None:
 
     loop = DeferredLoop()
     optional = Resource("coscheduling-podgroups", "/apis/x/v1/podgroups", optional=True)
-    watcher = Watcher(Missing(), optional, CountingSink(), loop, Metrics())  # type: ignore[arg-type]
+    watcher = Watcher(Missing(), optional, CountingSink(), loop, Metrics(), PAGED)  # type: ignore[arg-type]
     watcher.start()
     for _ in range(500):
         if loop.pending:

@@ -34,6 +34,7 @@ from tests.builders import (
     make_podgroup,
     spec_member,
 )
+from tests.watch_fakes import PAGED
 
 # kube-apiserver v1.37.2's answer to creating this PodGroup (managedFields left out).
 SERVED_PODGROUP: dict[str, Any] = {
@@ -289,7 +290,7 @@ def test_the_cache_lists_and_watches_the_first_served_version() -> None:
     v1alpha2 = "/apis/scheduling.k8s.io/v1alpha2/podgroups"
     api = VersionedApi(served=(v1alpha2,))
     sink = PageNamesSink()
-    watcher = Watcher(api, UPSTREAM_PODGROUPS, sink, ImmediateLoop(), Metrics())  # type: ignore[arg-type]
+    watcher = Watcher(api, UPSTREAM_PODGROUPS, sink, ImmediateLoop(), Metrics(), PAGED)  # type: ignore[arg-type]
     watcher.start()
     assert api.watching.wait(10)
     watcher.stop()
@@ -303,7 +304,7 @@ def test_the_cache_lists_and_watches_the_first_served_version() -> None:
 def test_a_cluster_without_the_api_is_synced_with_nothing_read(status: int) -> None:
     api = VersionedApi(served=(), refuse=status)
     sink = PageNamesSink()
-    watcher = Watcher(api, UPSTREAM_PODGROUPS, sink, ImmediateLoop(), Metrics())  # type: ignore[arg-type]
+    watcher = Watcher(api, UPSTREAM_PODGROUPS, sink, ImmediateLoop(), Metrics(), PAGED)  # type: ignore[arg-type]
     watcher.start()
     assert watcher.synced.wait(10)
     watcher.stop()
@@ -353,7 +354,7 @@ def test_listed_items_get_the_apiversion_and_kind_of_their_list() -> None:
             }
 
     api = ListApi(served=())
-    watcher = Watcher(api, UPSTREAM_PODGROUPS, PageNamesSink(), ImmediateLoop(), Metrics())  # type: ignore[arg-type]
+    watcher = Watcher(api, UPSTREAM_PODGROUPS, PageNamesSink(), ImmediateLoop(), Metrics(), PAGED)  # type: ignore[arg-type]
     watcher.start()
     assert api.watching.wait(10)
     watcher.stop()

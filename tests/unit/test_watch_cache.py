@@ -1,4 +1,5 @@
-"""The watch cache: paged lists, watch events, 410 Gone relists, errors that never kill it."""
+"""The watch cache: paged and streamed lists, watch events, 410 Gone relists, errors that
+never kill it."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 from extender.kube.cache import CacheSink, Resource, Watcher
 from extender.kube.rawapi import KubeError
 from extender.metrics import Metrics
+from tests.watch_fakes import PAGED
 
 PODS = Resource("pods", "/api/v1/pods")
 
@@ -75,7 +77,7 @@ def test_paged_list_then_watch_then_relist_after_410_and_retry_after_error() -> 
     sink = RecordingSink()
     api = ScriptedApi(sink)
     metrics = Metrics()
-    watcher = Watcher(api, PODS, sink, ImmediateLoop(), metrics)  # type: ignore[arg-type]
+    watcher = Watcher(api, PODS, sink, ImmediateLoop(), metrics, PAGED)  # type: ignore[arg-type]
     watcher.start()
     assert sink.done.wait(10)
     watcher.stop()
@@ -120,7 +122,7 @@ def test_an_optional_api_that_is_not_installed_counts_as_synced() -> None:
     optional = Resource(
         "coscheduling-podgroups", "/apis/scheduling.x-k8s.io/v1alpha1/podgroups", optional=True
     )
-    watcher = Watcher(api, optional, sink, ImmediateLoop(), Metrics())  # type: ignore[arg-type]
+    watcher = Watcher(api, optional, sink, ImmediateLoop(), Metrics(), PAGED)  # type: ignore[arg-type]
     watcher.start()
     assert watcher.synced.wait(5)
     assert watcher.absent
@@ -133,7 +135,7 @@ def test_the_configured_page_size_and_watch_timeout_reach_the_api_server() -> No
     from extender.config import Settings
     from extender.kube.cache import CacheTuning
 
-    settings = Settings(list_page_size=7, watch_timeout_seconds=42)
+    settings = Settings(list_page_size=7, watch_timeout_seconds=42, watch_list=False)
     sink = RecordingSink()
     api = ScriptedApi(sink)
     listed: list[dict[str, Any]] = []
@@ -180,7 +182,7 @@ def test_watching_holds_from_a_complete_list_until_the_watch_fails_and_again_aft
     """What the webhook's index allocator reads: never set over a view with a gap."""
     sink = WatchingRecorder()
     api = ScriptedApi(sink)
-    watcher = Watcher(api, PODS, sink, ImmediateLoop(), Metrics())  # type: ignore[arg-type]
+    watcher = Watcher(api, PODS, sink, ImmediateLoop(), Metrics(), PAGED)  # type: ignore[arg-type]
     sink.watcher = watcher
     assert not watcher.watching  # nothing listed yet
     watcher.start()
@@ -195,3 +197,168 @@ def test_watching_holds_from_a_complete_list_until_the_watch_fails_and_again_aft
     # the 410 cleared it: the relists after the 410 and after the error ran without it
     assert [call[-1] for call in sink.calls[3:]] == [False] * len(sink.calls[3:])
     assert watcher.watching  # the last relist is in and its watch is open
+
+
+# ---- streamed lists (WatchList: a watch that starts with the current state) ----
+
+END = {"k8s.io/initial-events-end": "true"}
+
+
+def bookmark(rv: str, annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    return {
+        "type": "BOOKMARK",
+        "object": {"metadata": {"resourceVersion": rv, "annotations": annotations or {}}},
+    }
+
+
+def added(name: str, rv: str) -> dict[str, Any]:
+    return {"type": "ADDED", "object": pod(name, rv)}
+
+
+class StreamingApi:
+    """Answers each watch from `script` in order: a list of events (then blocks, once
+    the script is used up) or an exception; paged lists answer one page."""
+
+    def __init__(self, script: list[Any], done: threading.Event) -> None:
+        self.script = script
+        self.done = done
+        self.watches: list[tuple[str, dict[str, Any]]] = []
+        self.lists: list[dict[str, Any]] = []
+
+    def call(
+        self, method: str, path: str, *, query: dict[str, Any], timeout: float
+    ) -> dict[str, Any]:
+        self.lists.append(dict(query))
+        return {"metadata": {"resourceVersion": "30"}, "items": [pod("paged", "29")]}
+
+    def stream(
+        self, path: str, *, query: dict[str, Any], read_timeout: float
+    ) -> Iterator[dict[str, Any]]:
+        self.watches.append((path, dict(query)))
+        step = self.script.pop(0) if self.script else None
+        if isinstance(step, Exception):
+            raise step
+        yield from step or []
+        if step is None or not self.script:
+            self.done.set()
+            threading.Event().wait(3600)
+
+
+def run_watcher(api: StreamingApi, sink: RecordingSink, resource: Resource = PODS) -> Watcher:
+    import dataclasses
+
+    from extender.kube.cache import DEFAULT_TUNING
+
+    tuning = dataclasses.replace(DEFAULT_TUNING, list_page_size=2, retry_min_seconds=0.01)
+    watcher = Watcher(api, resource, sink, ImmediateLoop(), Metrics(), tuning)  # type: ignore[arg-type]
+    watcher.start()
+    assert api.done.wait(10)
+    watcher.stop()
+    return watcher
+
+
+def test_a_streamed_list_reaches_the_sink_in_pages_and_its_stream_goes_on_as_the_watch() -> None:
+    sink = RecordingSink()
+    events = [
+        added("a", "5"),
+        added("b", "6"),
+        bookmark("7"),  # an ordinary bookmark inside the initial events: not the end
+        added("c", "8"),
+        bookmark("9", END),
+        added("d", "10"),
+    ]
+    api = StreamingApi([events], sink.done)
+    watcher = run_watcher(api, sink)
+    assert sink.calls == [
+        ("page", ["a", "b"], True, False),
+        ("page", ["c"], False, True),
+        ("event", "ADDED", "d"),
+    ]
+    assert watcher.synced.is_set() and watcher.watching
+    assert api.lists == []  # no paged list
+    [(path, query)] = api.watches
+    assert path == "/api/v1/pods"
+    assert query["sendInitialEvents"] == "true"
+    assert query["resourceVersionMatch"] == "NotOlderThan"
+    assert query["allowWatchBookmarks"] == "true"
+    assert "resourceVersion" not in query  # a consistent read: the state as of now
+
+
+def test_after_a_streamed_list_the_next_watch_starts_from_the_stream_s_last_version() -> None:
+    sink = RecordingSink()
+    api = StreamingApi(
+        [[added("a", "5"), bookmark("9", END), added("d", "10"), bookmark("12")], []], sink.done
+    )
+    run_watcher(api, sink)
+    assert api.watches[1][1]["resourceVersion"] == "12"
+    assert "sendInitialEvents" not in api.watches[1][1]
+
+
+def test_an_api_server_that_refuses_streamed_lists_is_listed_in_pages_from_then_on() -> None:
+    """WatchList off (1.33's default) answers 422; the relist after a 410 is paged too."""
+    sink = RecordingSink()
+    refused = KubeError(
+        422, "sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled"
+    )
+    gone = [{"type": "ERROR", "object": {"code": 410, "message": "too old resource version"}}]
+    api = StreamingApi([refused, gone, []], sink.done)
+    watcher = run_watcher(api, sink)
+    assert [q.get("sendInitialEvents") for _, q in api.watches] == ["true", None, None]
+    assert len(api.lists) == 2  # the first list, then the relist after the 410: both paged
+    assert sink.calls == [("page", ["paged"], True, True), ("page", ["paged"], True, True)]
+    assert watcher.synced.is_set()
+
+
+def test_a_stream_that_ends_before_its_end_bookmark_is_relisted_in_pages() -> None:
+    """A server that takes the parameters but never ends the initial events: nothing it
+    sent is applied as a complete list, and the relist is paged."""
+    sink = RecordingSink()
+    api = StreamingApi([[added("a", "5")], []], sink.done)
+    watcher = run_watcher(api, sink)
+    assert sink.calls == [("page", ["paged"], True, True)]
+    assert [q.get("sendInitialEvents") for _, q in api.watches] == ["true", None]
+    assert watcher.synced.is_set()
+
+
+def test_an_expired_streamed_list_is_streamed_again() -> None:
+    """A 410 inside the initial events is routine expiry, not a refusal: stream again."""
+    sink = RecordingSink()
+    gone = {"type": "ERROR", "object": {"code": 410, "message": "too old resource version"}}
+    api = StreamingApi(
+        [[added("a", "5"), added("b", "6"), gone], [added("a", "5"), bookmark("9", END)]], sink.done
+    )
+    run_watcher(api, sink)
+    assert [q.get("sendInitialEvents") for _, q in api.watches] == ["true", "true"]
+    assert sink.calls == [
+        ("page", ["a", "b"], True, False),  # the expired attempt's first page ...
+        ("page", ["a"], True, True),  # ... and the complete list, which starts over
+    ]
+    assert api.lists == []
+
+
+def test_a_streamed_list_finds_the_first_served_version_and_watches_it() -> None:
+    from extender.kube.cache import UPSTREAM_PODGROUPS
+
+    sink = RecordingSink()
+    missing = KubeError(404, "404 page not found")
+    api = StreamingApi([missing, [bookmark("3", END)], []], sink.done)
+    watcher = run_watcher(api, sink, UPSTREAM_PODGROUPS)
+    assert [p for p, _ in api.watches[:2]] == list(UPSTREAM_PODGROUPS.paths[:2])
+    assert watcher.path == UPSTREAM_PODGROUPS.paths[1]
+    assert api.watches[2][0] == UPSTREAM_PODGROUPS.paths[1]  # the watch after it
+    assert sink.calls == [("page", [], True, True)]
+    assert watcher.synced.is_set() and not watcher.absent
+
+
+def test_an_optional_api_served_nowhere_is_absent_and_synced_when_streamed() -> None:
+    optional = Resource(
+        "coscheduling-podgroups", "/apis/scheduling.x-k8s.io/v1alpha1/podgroups", optional=True
+    )
+    sink = RecordingSink()
+    api = StreamingApi([KubeError(404, "404 page not found")], sink.done)
+    watcher = Watcher(api, optional, sink, ImmediateLoop(), Metrics())  # type: ignore[arg-type]
+    watcher.start()
+    assert watcher.synced.wait(5)
+    watcher.stop()
+    assert watcher.absent
+    assert sink.calls == []

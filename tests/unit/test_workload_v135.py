@@ -31,6 +31,7 @@ from extender.kube.cache import UPSTREAM_WORKLOADS, Watcher
 from extender.kube.rawapi import KubeError
 from extender.metrics import Metrics
 from tests.builders import ImmediateLoop, PageNamesSink, make_cluster_state, spec_member
+from tests.watch_fakes import PAGED
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -486,7 +487,7 @@ class WorkloadApi:
 def test_the_cache_reads_workloads_only_where_served(served: bool) -> None:
     api = WorkloadApi(served)
     sink = PageNamesSink()
-    watcher = Watcher(api, UPSTREAM_WORKLOADS, sink, ImmediateLoop(), Metrics())  # type: ignore[arg-type]
+    watcher = Watcher(api, UPSTREAM_WORKLOADS, sink, ImmediateLoop(), Metrics(), PAGED)  # type: ignore[arg-type]
     watcher.start()
     assert watcher.synced.wait(10)
     watcher.stop()
