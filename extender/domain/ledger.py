@@ -62,6 +62,9 @@ class Ledger:
         self.plans: dict[GroupKey, Plan] = {}
         self._reserved: dict[str, Resources] = defaultdict(dict)
         self._plan_of: dict[str, GroupKey] = {}
+        # node -> group -> its members reserved there (bound or lost ones leave): who
+        # holds a node, for the refusal message of every plain pod that does not fit it.
+        self._holders: dict[str, dict[GroupKey, int]] = {}
         self._next_id = 1
         self.generation = 0
         # Nodes whose reservations changed since the core last drained this set.
@@ -81,6 +84,8 @@ class Ledger:
             add_into(self._reserved[node], plan.requests[uid])
             self.capacity_changed.add(node)
             self._plan_of[uid] = plan.group
+            holders = self._holders.setdefault(node, {})
+            holders[plan.group] = holders.get(plan.group, 0) + 1
         self.generation += 1
 
     def plan_of(self, uid: str) -> Plan | None:
@@ -94,7 +99,7 @@ class Ledger:
             return None
         plan = self.plans[key]
         plan.bound.add(uid)
-        self._release(plan.placements[uid], plan.requests[uid])
+        self._release(plan.placements[uid], plan.requests[uid], key)
         self.generation += 1
         return plan
 
@@ -104,7 +109,7 @@ class Ledger:
         if key is None:
             return None
         plan = self.plans[key]
-        self._release(plan.placements[uid], plan.requests[uid])
+        self._release(plan.placements[uid], plan.requests[uid], key)
         self.generation += 1
         return plan
 
@@ -115,11 +120,11 @@ class Ledger:
         for uid, node in plan.placements.items():
             if self._plan_of.get(uid) == group:
                 del self._plan_of[uid]
-                self._release(node, plan.requests[uid])
+                self._release(node, plan.requests[uid], group)
         self.generation += 1
         return plan
 
-    def _release(self, node: str, requests: Mapping[str, int]) -> None:
+    def _release(self, node: str, requests: Mapping[str, int], group: GroupKey) -> None:
         """Give a reservation back; a node with nothing left reserved leaves the index,
         so `reserved_nodes()` costs the reservations held, not every node ever reserved."""
         reserved = self._reserved[node]
@@ -127,6 +132,12 @@ class Ledger:
         self.capacity_changed.add(node)
         if not any(reserved.values()):
             del self._reserved[node]
+        holders = self._holders[node]
+        holders[group] -= 1
+        if not holders[group]:
+            del holders[group]
+            if not holders:
+                del self._holders[node]
 
     def reserved(self, node: str) -> Mapping[str, int]:
         return self._reserved.get(node, {})
@@ -135,11 +146,9 @@ class Ledger:
         return [node for node, res in self._reserved.items() if any(res.values())]
 
     def owners(self, node: str) -> list[GroupKey]:
-        return sorted(
-            {
-                plan.group
-                for plan in self.plans.values()
-                for uid, n in plan.placements.items()
-                if n == node and uid in plan.unbound
-            }
-        )
+        """The gangs with a member reserved on `node` (planned, not bound, not lost).
+
+        From an index kept by every reservation change: a plain pod's filter asks it
+        for each node it does not fit, and scanning every plan per node was
+        O(plans x members) each (6-14 ms per filter at 100 planned gangs)."""
+        return sorted(self._holders.get(node, ()))

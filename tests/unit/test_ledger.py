@@ -10,6 +10,8 @@ holding something there.
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from extender.domain.ledger import Ledger, Plan
 from extender.domain.membership import GroupKey
@@ -17,6 +19,7 @@ from extender.domain.quantity import CPU, GPU
 
 A = GroupKey("team-a", "big")
 B = GroupKey("team-b", "small")
+C = GroupKey("team-a", "mid")
 
 
 def plan_for(
@@ -146,9 +149,49 @@ def test_a_nodes_owners_are_the_gangs_that_still_hold_something_there() -> None:
     assert ledger.owners("n0") == [A, B]  # sorted, each once
     ledger.mark_bound("a0")
     assert ledger.owners("n0") == [B]
-    ledger.plans[B].lost["b1"] = "deleted"
+    ledger.plans[B].lost["b1"] = "deleted"  # as the barrier loses a member: marked, then
+    ledger.forget_member("b1")  # its reservation given back
     assert ledger.owners("n1") == [A]
     assert ledger.owners("n9") == []
+    ledger.drop(A)
+    assert ledger.owners("n1") == [] and ledger.owners("n0") == [B]
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["reserve", "bind", "lose", "drop"]),
+            st.sampled_from([A, B, C]),
+            st.integers(min_value=0, max_value=3),
+        ),
+        max_size=30,
+    )
+)
+@settings(max_examples=300, deadline=None)
+def test_owners_from_the_index_are_the_gangs_scanned_from_every_plan(ops) -> None:
+    """The kept per-node index answers what scanning every plan's unbound members did."""
+    ledger = Ledger()
+    for op, group, i in ops:
+        plan = ledger.plans.get(group)
+        uid = f"{group.name}-{i}"
+        if op == "reserve" and plan is None:
+            placements = {f"{group.name}-{k}": f"n{(k + len(group.name)) % 3}" for k in range(4)}
+            ledger.reserve(plan_for(group, placements, bound={uid}))
+        elif op == "bind":
+            ledger.mark_bound(uid)
+        elif op == "lose" and plan is not None and uid in plan.unbound:
+            plan.lost[uid] = "deleted"
+            ledger.forget_member(uid)
+        elif op == "drop":
+            ledger.drop(group)
+        for node in ("n0", "n1", "n2", "n9"):
+            scanned = {
+                p.group
+                for p in ledger.plans.values()
+                for member, n in p.placements.items()
+                if n == node and member in p.unbound
+            }
+            assert ledger.owners(node) == sorted(scanned), (ops, node)
 
 
 def test_a_plans_barrier_waits_for_members_that_neither_arrived_bound_nor_were_lost() -> None:
