@@ -38,13 +38,15 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from extender.config import Settings
 from extender.kube.rawapi import KubeError, RawApi
 from extender.metrics import Metrics
 
 log = logging.getLogger(__name__)
+
+_Answer = TypeVar("_Answer")
 
 
 @dataclass(frozen=True)
@@ -308,41 +310,37 @@ class Watcher:
 
     def _open_stream(self, query: dict[str, Any]) -> Iterator[dict[str, Any]]:
         """The first served version's event stream (like `_get_page` for a first page)."""
-        missing: KubeError | None = None
-        for path in self.resource.paths:
+
+        def opened(path: str) -> Iterator[dict[str, Any]]:
             events = self.raw.stream(
                 path, query=query, read_timeout=self.tuning.watch_seconds + WATCH_READ_SLACK_SECONDS
             )
-            try:
-                head = next(events)
-            except StopIteration:
-                self.path = path
-                return iter(())
-            except KubeError as err:
-                if err.status != 404:
-                    raise
-                missing = missing or err
-                continue
-            self.path = path
-            return itertools.chain((head,), events)
-        assert missing is not None
-        raise missing
+            # A refusal (404: not this version) comes with the first event.
+            head = next(events, None)
+            return events if head is None else itertools.chain((head,), events)
+
+        return self._first_served(opened)
 
     def _get_page(self, query: dict[str, Any], first: bool) -> dict[str, Any]:
         """One list page; the first page of a relist finds which version is served."""
         if not first:
             return self.raw.call("GET", self.path, query=query, timeout=60)
+        return self._first_served(lambda path: self.raw.call("GET", path, query=query, timeout=60))
+
+    def _first_served(self, ask: Callable[[str], _Answer]) -> _Answer:
+        """`ask` of the first of the resource's versions that is served (not a 404);
+        that version's path is kept for the watches and pages after it."""
         missing: KubeError | None = None
         for path in self.resource.paths:
             try:
-                page = self.raw.call("GET", path, query=query, timeout=60)
+                answer = ask(path)
             except KubeError as err:
                 if err.status != 404:
                     raise
                 missing = missing or err
                 continue
             self.path = path
-            return page
+            return answer
         assert missing is not None
         raise missing
 
