@@ -227,6 +227,11 @@ class GangCore(StarvationReservations, GangPreemption, BindBarrier, Failover):
     # Per group: whether it would fit on the empty nodes it wants (gang_ahead_of), with
     # the inputs that was computed on (its version, nodes, kube-scheduler's last word).
     fits_when_empty: dict[GroupKey, tuple[tuple[int, int, int], bool]] = field(default_factory=dict)
+    # The same answer per demand shape (gang_queue.demand_shape), for the nodes as of
+    # `fits_by_shape_nodes`: after a node change every held gang asks again, and gangs
+    # of one template (the common case) share one plan on the empty nodes.
+    fits_by_shape: dict[object, bool] = field(default_factory=dict)
+    fits_by_shape_nodes: int = -1
     # The held gangs in queue order (domain/held_queue.py), rebuilt when an entry, the
     # nodes or kube-scheduler's last word changed; each group's entry (its rank and
     # members if held, None if not) kept with the group version and plan state it
@@ -236,6 +241,8 @@ class GangCore(StarvationReservations, GangPreemption, BindBarrier, Failover):
     held_entries: dict[GroupKey, tuple[tuple[int, int, bool], HeldEntry | None]] = field(
         default_factory=dict
     )
+    # The groups whose kept entry was computed with a plan: its plan may have gone since.
+    held_planned: set[GroupKey] = field(default_factory=set)
 
     # ------------------------------------------------------------- requests
     def asked_about(self, pod: Mapping[str, Any]) -> PodInfo:

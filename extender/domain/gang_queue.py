@@ -17,10 +17,10 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, cast
 
 from extender.domain.gang_state import GangParts, GroupState
-from extender.domain.held_queue import HeldQueue, held_queue
+from extender.domain.held_queue import HeldQueue, WantedNodes, held_queue
 from extender.domain.membership import GroupKey
 from extender.domain.model import PodInfo, Resources
-from extender.domain.planner import NodeRestriction, Placement, plan_gang
+from extender.domain.planner import NodeRestriction, Placement, member_order, plan_gang
 from extender.domain.queue import QueueRank, gangs_ahead, rank_of
 from extender.domain.selection import MembersMissing, choose_members
 
@@ -144,19 +144,29 @@ class QueueOrder(GangParts):
 
     def _held_queue(self) -> HeldQueue:
         """The held gangs in queue order, recomputing only the groups that changed."""
-        entries = self.held_entries
-        known = {*self.groups, *self.unasked}
+        entries, planned = self.held_entries, self.held_planned
+        known = self.groups.keys() | self.unasked
         changed = False
-        for key in [k for k in entries if k not in known]:
+        for key in entries.keys() - known:
             del entries[key]
+            planned.discard(key)
             changed = True
-        for key in known:
+        # An entry moves with its group's version or its plan (made, released, dropped):
+        # look at the groups the snapshot says moved, every plan's and the new ones (set
+        # operations in C), not at every group's stamp: a resync asks once per group.
+        moved, self.snapshot.held_changed = self.snapshot.held_changed, set()
+        looked = (moved | self.ledger.plans.keys() | planned | (known - entries.keys())) & known
+        for key in looked:
             plan = self.ledger.plans.get(key)
             stamp = (
                 self.snapshot.group_version(key),
                 plan.plan_id if plan is not None else 0,
                 plan is not None and plan.released,
             )
+            if plan is None:
+                planned.discard(key)
+            else:
+                planned.add(key)
             cached = entries.get(key)
             if cached is not None and cached[0] == stamp:
                 continue
@@ -166,7 +176,15 @@ class QueueOrder(GangParts):
             changed = changed or cached is None or cached[1] != entry
         inputs = (self.snapshot.nodes_generation, self.restrictions_version)
         view = self.held_view
-        if view is None or changed or inputs != self.held_view_inputs:
+        if view is not None and not changed and inputs != self.held_view_inputs:
+            # Only the nodes or kube-scheduler's word moved (every node event does): the
+            # queue order stands; only the nodes each gang wants are asked afresh. Sorting
+            # the held gangs again made each node event O(held gangs log held gangs).
+            self.held_view = view = HeldQueue(
+                order=view.order, wanted=WantedNodes(self.snapshot.nodes, self.restrictions)
+            )
+            self.held_view_inputs = inputs
+        elif view is None or changed:
             wanted = view.wanted if view is not None and inputs == self.held_view_inputs else None
             held = [entry for _, entry in entries.values() if entry is not None]
             self.held_view = view = held_queue(
@@ -205,12 +223,47 @@ class QueueOrder(GangParts):
         )
         if isinstance(choice, MembersMissing):
             return False
-        empty = {name: dict(self.snapshot.nodes[name].allocatable) for name in nodes}
         pending = [[m for m in chosen if not m.is_bound] for chosen in choice.attempts]
-        return any(
+        if self.fits_by_shape_nodes != self.snapshot.nodes_generation:
+            self.fits_by_shape.clear()
+            self.fits_by_shape_nodes = self.snapshot.nodes_generation
+        shape = (frozenset(nodes), tuple(demand_shape(chosen, allowed) for chosen in pending))
+        kept = self.fits_by_shape.get(shape)
+        if kept is not None:
+            return kept
+        empty = {name: dict(self.snapshot.nodes[name].allocatable) for name in nodes}
+        fits = any(
             isinstance(
                 plan_gang(chosen, empty, self.snapshot.nodes, self.policy, allowed=allowed),
                 Placement,
             )
             for chosen in pending
         )
+        self.fits_by_shape[shape] = fits
+        return fits
+
+
+def demand_shape(members: Sequence[PodInfo], allowed: Mapping[str, NodeRestriction]) -> object:
+    """What `plan_gang` reads of `members` (without bound ones, topology or order), as
+    a hashable value: two gangs of one shape get the same answer on the same nodes.
+
+    Per member, in the planner's order (`member_order`): requests, nodeSelector,
+    tolerations, Kueue topology, planned node and kube-scheduler's last word; uids and
+    names only key the answer and break ties, which that order settles. Members with a
+    planned node are also tried first in the order given, so that order is kept too.
+    """
+    shapes = {
+        m.uid: (
+            tuple(sorted(m.requests.items())),
+            tuple(sorted(m.node_selector.items())),
+            m.tolerations,
+            m.topology,
+            m.planned_node,
+            allowed.get(m.uid),
+        )
+        for m in members
+    }
+    return (
+        tuple(shapes[m.uid] for m in member_order(members)),
+        tuple(shapes[m.uid] for m in members if m.planned_node),
+    )

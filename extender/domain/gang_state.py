@@ -96,6 +96,9 @@ class GangParts:
     held_view: HeldQueue | None
     held_view_inputs: tuple[int, int]
     held_entries: dict[GroupKey, tuple[tuple[int, int, bool], HeldEntry | None]]
+    held_planned: set[GroupKey]
+    fits_by_shape: dict[object, bool]
+    fits_by_shape_nodes: int
 
     if TYPE_CHECKING:
         # The filter, capacity and observations (domain/gang.py).

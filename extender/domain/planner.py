@@ -84,6 +84,11 @@ def _size_key(pod: PodInfo) -> tuple[int, int, int, str]:
     return (-r.get(GPU, 0), -r.get(CPU, 0), -r.get(MEMORY, 0), pod.name)
 
 
+def member_order(members: Iterable[PodInfo]) -> list[PodInfo]:
+    """The order the planner places members in: largest first, then by name."""
+    return sorted(members, key=_size_key)
+
+
 def _rank(strategy: Strategy, pod: PodInfo, node: str, free: Resources, on_node: int):  # type: ignore[no-untyped-def]
     gpu_left = free.get(GPU, 0) - pod.requests.get(GPU, 0)
     cpu_left = free.get(CPU, 0) - pod.requests.get(CPU, 0)
@@ -147,7 +152,7 @@ def _place(
         order_gpus = [
             free[n].get(GPU, 0) for n in names
         ]  # ascending (binpack), descending (spread)
-    for pod in sorted((p for p in members if p.uid not in placed), key=_size_key):
+    for pod in member_order(p for p in members if p.uid not in placed):
         choices = allowed.get(pod.uid)
         gpus = pod.requests.get(GPU, 0)
         best_node: str | None = None
@@ -251,7 +256,7 @@ def _place_together(
     # 5-GPU members use 5 of 8 free GPUs, not 8): a tighter bound, so fewer fallbacks.
     step = gcd(*(_gpus(p) for p in members)) or 1
     lower_bound = _min_nodes_for(demand, (g // step * step for g in reversed(order_gpus)))
-    to_place = sorted((p for p in members if p.uid not in placed), key=_size_key)
+    to_place = member_order(p for p in members if p.uid not in placed)
     outstanding = sum(_gpus(p) for p in to_place)
     for pod in to_place:
         choices = allowed.get(pod.uid)

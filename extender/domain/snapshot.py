@@ -75,6 +75,9 @@ class ClusterSnapshot:
         self.nodes_generation = 0
         self.relabelled: set[str] = set()
         self.replaced = False
+        # Groups whose version moved since the held-gang queue view last looked
+        # (drained by GangCore._held_queue): it reads these, not every group's version.
+        self.held_changed: set[GroupKey] = set()
         # Priorities of the pods that hold capacity, counted: the lowest one says
         # whether a gang of some priority has anything to preempt.
         self._holding_priorities: Counter[int] = Counter()
@@ -146,6 +149,7 @@ class ClusterSnapshot:
 
     def _touch_group(self, key: GroupKey) -> None:
         self.groups_changed.add(key)
+        self.held_changed.add(key)
         self._group_versions[key] += 1
 
     def group_version(self, key: GroupKey) -> int:
@@ -188,6 +192,7 @@ class ClusterSnapshot:
         self.replaced = True
         for key in self._group_versions:
             self._group_versions[key] += 1
+        self.held_changed.update(self._group_versions)
         self._holding_priorities = Counter()
         self.placeholders = {}
         self.fences = {}

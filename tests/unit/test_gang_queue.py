@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from extender.domain.decisions import BindDecision, BindVerdict, PlanCreated, Verdict
 from extender.domain.gang import GangCore, Timeouts
 from extender.domain.membership import GroupKey
@@ -496,3 +500,270 @@ def test_a_gang_whose_plan_released_is_no_longer_the_one_ahead() -> None:
         core.arrive(member(core, name).uid, "n1", T0 + 3)
     assert plan.released
     assert core.gang_ahead_of(key("low")) is None
+
+
+# ------------------------------------------- the empty-nodes answer, kept per demand shape
+def one_gpu_gang(name: str, *, pool: str | None = None, gpus: int = 1) -> list[dict[str, Any]]:
+    pods = gang(name, 2, gpus)
+    for pod in pods:
+        if pool is not None:
+            pod["spec"]["nodeSelector"] = {"pool": pool}
+    return pods
+
+
+def test_held_gangs_of_one_template_share_one_plan_on_the_empty_nodes(monkeypatch) -> None:
+    """After a node changes every held gang's empty-nodes answer is asked again (the
+    status writer's pass): gangs of one template cost one plan, not one each."""
+    import extender.domain.gang_queue as gang_queue
+
+    nodes = [make_node(f"n{i}").gpus(2).label("pool", "a").obj() for i in range(3)]
+    gangs = {f"g{i}": one_gpu_gang(f"g{i}") for i in range(6)}
+    gangs["other"] = one_gpu_gang("other", pool="a")
+    core = core_with(nodes, gangs)
+    for i in range(3):  # every GPU taken: every gang is held
+        core.observe_pod(PodInfo.from_api(make_pod(f"busy{i}").gpus(2).node(f"n{i}").obj()), T0)
+    planned: list[tuple[str, ...]] = []
+    real = gang_queue.plan_gang
+
+    def counted(members, *args, **kwargs):  # type: ignore[no-untyped-def]
+        planned.append(tuple(m.name for m in members))
+        return real(members, *args, **kwargs)
+
+    monkeypatch.setattr(gang_queue, "plan_gang", counted)
+    first = [core.gang_ahead_of(key(name)) for name in gangs]
+    assert first[0] is None and all(a is not None for a in first[1:])  # g0 heads the queue
+    assert len(planned) == 2  # one template, and "other" with its nodeSelector
+    core.snapshot.upsert_node(NodeInfo.from_api(make_node("n0").gpus(2).label("pool", "b").obj()))
+    planned.clear()
+    assert [core.gang_ahead_of(key(name)) for name in gangs] == first
+    assert len(planned) == 2
+    assert [core.gang_ahead_of(key(name)) for name in gangs] == first
+    assert len(planned) == 2  # nothing changed since: each gang's own answer is kept
+
+
+def shape_of(pods: list[dict[str, Any]], allowed: dict[str, Any] | None = None) -> object:
+    from extender.domain.gang_queue import demand_shape
+
+    infos = [PodInfo.from_api(p) for p in pods]
+    restrictions = {infos[0].uid: allowed["restriction"]} if allowed else {}
+    return demand_shape(infos, restrictions)
+
+
+def test_a_demand_shape_names_what_the_planner_reads_and_nothing_else() -> None:
+    from extender.domain.planner import NodeRestriction
+    from extender.domain.policy import GroupTopology
+
+    base = shape_of(one_gpu_gang("a"))
+    assert shape_of(one_gpu_gang("b")) == base  # another gang of the same template
+    assert shape_of(gang("c", 2, 1, priority=7, created="11:00:00")) == base
+    with_pool = one_gpu_gang("d", pool="a")
+    tolerating = make_pod("e-0").group("e").gpus(1).obj()
+    tolerating["spec"]["tolerations"] = [{"key": "k", "operator": "Exists"}]
+    cpu = make_pod("f-0").group("f").gpus(1).obj()
+    cpu["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "2"
+    planned = make_pod("g-0").group("g").gpus(1).obj()
+    planned["metadata"]["annotations"] = {"gang-extender.io/planned-node": "n1"}
+    topology = make_pod("h-0").group("h").gpus(1).obj()
+    topology["metadata"]["annotations"] = {
+        "kueue.x-k8s.io/podset-required-topology": "topology.kubernetes.io/zone"
+    }
+    restricted = {"restriction": NodeRestriction(allowed=frozenset({"n1"}))}
+    differing = [
+        shape_of(one_gpu_gang("c", gpus=2)),
+        shape_of(with_pool),
+        shape_of(gang("d", 3, 1)),
+        shape_of([tolerating, one_gpu_gang("e")[1]]),
+        shape_of([cpu, one_gpu_gang("f")[1]]),
+        shape_of(one_gpu_gang("x"), restricted),
+    ]
+    assert all(shape != base for shape in differing)
+    assert len(set(differing)) == len(differing)
+    planned_info = PodInfo.from_api(planned)
+    topology_info = PodInfo.from_api(topology)
+    assert planned_info.planned_node == "n1", "the builder's annotation is the planner's"
+    assert topology_info.topology == GroupTopology(required="topology.kubernetes.io/zone")
+    assert shape_of([planned, one_gpu_gang("g")[1]]) != base
+    assert shape_of([topology, one_gpu_gang("h")[1]]) != base
+
+
+def test_a_demand_shape_keeps_the_planners_member_order() -> None:
+    def pair(name: str, pools: tuple[str, str]) -> list[dict[str, Any]]:
+        pods = gang(name, 2, 1)
+        for pod, pool in zip(pods, pools, strict=True):
+            pod["spec"]["nodeSelector"] = {"pool": pool}
+        return pods
+
+    # By name the planner places a's pool-a member first, b's pool-b member first.
+    assert shape_of(pair("a", ("a", "b"))) != shape_of(pair("b", ("b", "a")))
+    assert shape_of(pair("a", ("a", "b"))) == shape_of(pair("c", ("a", "b")))
+
+
+@st.composite
+def held_cluster(draw: st.DrawFn) -> GangCore:
+    """Random nodes (GPUs, pool, some tainted), some GPUs taken, and gangs of random
+    templates, some members restricted by kube-scheduler's last word."""
+    node_count = draw(st.integers(min_value=1, max_value=5))
+    nodes = []
+    for i in range(node_count):
+        built = make_node(f"n{i}").gpus(draw(st.sampled_from([2, 4, 8])))
+        built = built.label("pool", draw(st.sampled_from(["a", "b"])))
+        if draw(st.integers(0, 3)) == 0:
+            built = built.taint("dedicated", "x")
+        nodes.append(built.obj())
+    gangs: dict[str, list[dict[str, Any]]] = {}
+    for g in range(draw(st.integers(min_value=1, max_value=6))):
+        template = draw(
+            st.lists(
+                st.tuples(
+                    st.sampled_from([1, 2, 4]),
+                    st.sampled_from([None, None, "a"]),
+                    st.booleans(),
+                ),
+                min_size=1,
+                max_size=3,
+            )
+        )
+        pods = []
+        for i, (gpus, pool, tolerant) in enumerate(template):
+            pod = make_pod(f"g{g}-{i}").group(f"g{g}").gpus(gpus)
+            pod = pod.priority(draw(st.integers(0, 2)))
+            obj = pod.obj()
+            if pool is not None:
+                obj["spec"]["nodeSelector"] = {"pool": pool}
+            if tolerant:
+                obj["spec"]["tolerations"] = [{"key": "dedicated", "operator": "Exists"}]
+            pods.append(obj)
+        gangs[f"g{g}"] = pods
+    core = core_with(nodes, gangs)
+    for i in range(node_count):
+        taken = draw(st.sampled_from([0, 2, 4]))
+        if taken:
+            busy = make_pod(f"busy{i}").gpus(taken).node(f"n{i}").obj()
+            core.observe_pod(PodInfo.from_api(busy), T0)
+    from extender.domain.planner import NodeRestriction
+
+    for pod in list(core.snapshot.pods.values()):
+        if pod.group is not None and draw(st.booleans()):
+            allowed = frozenset(f"n{draw(st.integers(0, node_count - 1))}" for _ in range(2))
+            core.restrictions[pod.uid] = NodeRestriction(allowed=allowed)
+    core.restrictions_version += 1
+    return core
+
+
+@given(held_cluster(), st.integers(min_value=0, max_value=4))
+@settings(max_examples=300, deadline=None)
+def test_kept_empty_nodes_answers_are_the_answers_asked_afresh(
+    core: GangCore, relabel: int
+) -> None:
+    """Whom each held gang waits behind, with the answers kept per group and per demand
+    shape, is what asking with no memo at all says; also after a node changes."""
+    keys = sorted(
+        core.groups.keys()
+        | core.unasked
+        | {p.group for p in core.snapshot.pods.values() if p.group}
+    )
+    for step in range(2):
+        kept = {k: core.gang_ahead_of(k) for k in keys}
+        kept_again = {k: core.gang_ahead_of(k) for k in keys}
+        for k in keys:
+            core.fits_when_empty.clear()
+            core.fits_by_shape.clear()
+            assert core.gang_ahead_of(k) == kept[k] == kept_again[k], k
+        if step == 0 and f"n{relabel}" in core.snapshot.nodes:
+            node = core.snapshot.nodes[f"n{relabel}"]
+            changed = make_node(node.name).gpus(node.allocatable.get("nvidia.com/gpu", 0) + 2)
+            core.snapshot.upsert_node(NodeInfo.from_api(changed.label("pool", "a").obj()))
+
+
+TAINTED = {"key": "dedicated", "operator": "Exists"}
+
+
+@pytest.mark.parametrize(
+    ("nodes", "fitting", "not_fitting"),
+    [
+        pytest.param(
+            [("n0", 4, "a", False), ("n1", 2, "b", False)],
+            [{"pool": "a"}, {"pool": "a"}, {}],
+            [{"pool": "b"}, {"pool": "b"}, {}],
+            id="nodeSelector",
+        ),
+        pytest.param(
+            [("n0", 4, "a", False), ("n1", 2, "a", False)],
+            [{}, {}, {}],
+            [{"allowed": "n1"}, {"allowed": "n1"}, {}],
+            id="kube-scheduler's last word",
+        ),
+        pytest.param(
+            [("n0", 2, "a", False), ("n1", 4, "a", True)],
+            [{"tolerates": True}, {"tolerates": True}, {}],
+            [{"tolerates": True}, {}, {}],
+            id="tolerations",
+        ),
+    ],
+)
+def test_gangs_that_want_the_same_nodes_but_place_differently_get_their_own_answer(
+    nodes: list[tuple[str, int, str, bool]],
+    fitting: list[dict[str, Any]],
+    not_fitting: list[dict[str, Any]],
+) -> None:
+    """Three 2-GPU members each, wanting both nodes: one gang fits the empty nodes (it
+    waits behind the gang ahead), the other never does (it waits behind no one)."""
+    from extender.domain.planner import NodeRestriction
+
+    built = []
+    for name, gpus, pool, tainted in nodes:
+        node = make_node(name).gpus(gpus).label("pool", pool)
+        built.append((node.taint("dedicated", "x") if tainted else node).obj())
+    ahead = gang("ahead", 1, 2, priority=9)
+    ahead[0]["spec"]["tolerations"] = [TAINTED]
+
+    def three(name: str, members: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        pods = gang(name, 3, 2)
+        for pod, how in zip(pods, members, strict=True):
+            if "pool" in how:
+                pod["spec"]["nodeSelector"] = {"pool": how["pool"]}
+            if how.get("tolerates"):
+                pod["spec"]["tolerations"] = [TAINTED]
+        return pods
+
+    core = core_with(
+        built,
+        {"ahead": ahead, "fits": three("fits", fitting), "never": three("never", not_fitting)},
+    )
+    for name, gpus, _, _ in nodes:
+        busy = make_pod(f"busy-{name}").gpus(gpus).node(name).obj()
+        core.observe_pod(PodInfo.from_api(busy), T0)
+    for name, members in (("fits", fitting), ("never", not_fitting)):
+        for i, how in enumerate(members):
+            if "allowed" in how:
+                uid = member(core, f"{name}-{i}").uid
+                core.restrictions[uid] = NodeRestriction(allowed=frozenset({how["allowed"]}))
+    core.restrictions_version += 1
+    queue = core._held_queue()
+    wanted = {k: queue.wanted.of_gang(core.snapshot.members(key(k))) for k in ("fits", "never")}
+    assert wanted["fits"] == wanted["never"] == {"n0", "n1"}
+    ahead_rank = core.gang_ahead_of(key("fits"))
+    assert ahead_rank is not None and ahead_rank.key == key("ahead")
+    assert core.gang_ahead_of(key("never")) is None
+
+
+def test_a_gated_member_leaves_its_nodes_out_of_the_empty_nodes_its_gang_is_planned_on() -> None:
+    """Same members but one gated: kube-scheduler does not queue it, so its gang wants
+    only the other members' nodes, and on those alone the gang never fits."""
+    built = [
+        make_node("n0").gpus(4).label("pool", "a").obj(),
+        make_node("n1").gpus(2).label("pool", "b").obj(),
+    ]
+    gangs = {"ahead": gang("ahead", 1, 2, priority=9)}
+    for name in ("open", "gated"):
+        pods = gang(name, 3, 2)
+        for pod, pool in zip(pods, ("a", "a", "b"), strict=True):
+            pod["spec"]["nodeSelector"] = {"pool": pool}
+        gangs[name] = pods
+    gangs["gated"][2]["spec"]["schedulingGates"] = [{"name": "example.com/wait"}]
+    core = core_with(built, gangs)
+    for name, gpus in (("n0", 4), ("n1", 2)):
+        core.observe_pod(PodInfo.from_api(make_pod(f"busy-{name}").gpus(gpus).node(name).obj()), T0)
+    ahead = core.gang_ahead_of(key("open"))
+    assert ahead is not None and ahead.key == key("ahead")
+    assert core.gang_ahead_of(key("gated")) is None

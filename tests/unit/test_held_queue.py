@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from extender.domain.gang import GangCore, Timeouts
@@ -261,3 +261,85 @@ def twenty_held_gangs(monkeypatch, **timeouts: float) -> tuple[GangCore, list[Gr
 
     monkeypatch.setattr(GangCore, "_is_held", counted)
     return core, looked_at
+
+
+def view_of(core: GangCore) -> list[tuple[QueueRank, tuple[str, ...]]]:
+    return [(rank, tuple(m.uid for m in members)) for rank, members in core._held_queue().order]
+
+
+def view_afresh(core: GangCore) -> list[tuple[QueueRank, tuple[str, ...]]]:
+    """The view from no kept entry at all; the core's own kept state is put back."""
+    kept = (dict(core.held_entries), set(core.held_planned), core.held_view, core.held_view_inputs)
+    core.held_entries.clear()
+    core.held_planned.clear()
+    core.held_view = None
+    try:
+        return view_of(core)
+    finally:
+        entries, planned, core.held_view, core.held_view_inputs = kept
+        core.held_entries.clear()
+        core.held_entries.update(entries)
+        core.held_planned.clear()
+        core.held_planned.update(planned)
+
+
+events = st.lists(
+    st.tuples(
+        st.sampled_from(["join", "leave", "bind", "ask", "arrive", "node", "podgroup", "drop"]),
+        st.integers(min_value=0, max_value=2),  # gang
+        st.integers(min_value=0, max_value=2),  # member / node / size
+    ),
+    min_size=1,
+    max_size=25,
+)
+
+
+@given(events)
+@example(  # a released plan dropped, nothing else moved: the gang is held again
+    [("join", 0, 0), ("join", 0, 1), ("ask", 0, 0), ("arrive", 0, 0), ("drop", 0, 0)]
+)
+@settings(max_examples=300, deadline=None)
+def test_the_kept_queue_view_is_the_view_built_afresh_after_any_events(steps) -> None:
+    """The view recomputes only groups the snapshot says moved and those with a plan;
+    after any sequence of member, node, PodGroup and plan events (made, released at
+    the barrier, dropped) it is the view built from nothing."""
+    from extender.domain.model import GroupSpec
+    from tests.builders import make_podgroup
+
+    core = GangCore(policy=Policy(), timeouts=Timeouts(60, 30, 2))
+    for node in nodes_of(4).values():
+        core.snapshot.upsert_node(node)
+    now = 1.0
+    for kind, g, i in steps:
+        now += 1.0
+        pod = PodInfo.from_api(
+            make_pod(f"g{g}-{i}").group(f"g{g}").min_available(2).gpus(1 + i % 2).obj()
+        )
+        if kind == "join":
+            core.observe_pod(pod, now)
+        elif kind == "leave":
+            core.forget_pod(pod.uid, now)
+        elif kind == "bind" and pod.uid in core.snapshot.pods:
+            bound = make_pod(f"g{g}-{i}").group(f"g{g}").min_available(2).gpus(1 + i % 2)
+            core.observe_pod(PodInfo.from_api(bound.node(f"n{i}").obj()), now)
+        elif kind == "ask" and pod.uid in core.snapshot.pods:
+            core.filter(core.snapshot.pods[pod.uid], list(core.snapshot.nodes), now)
+        elif kind == "node":
+            core.snapshot.upsert_node(
+                NodeInfo.from_api(make_node(f"n{i}").gpus(2 * g).label("pool", "a").obj())
+            )
+        elif kind == "podgroup":
+            spec = GroupSpec.from_podgroup(make_podgroup(f"g{g}", 1 + i), source="PodGroup")
+            core.snapshot.upsert_podgroup(spec)
+            core.group_changed(spec.key, now)
+        elif kind == "arrive":  # every planned member at bind: the barrier releases the plan
+            plan = core.ledger.plans.get(GroupKey("default", f"g{g}"))
+            for uid, node in (plan.placements if plan is not None else {}).items():
+                core.arrive(uid, node, now)
+        elif kind == "drop":
+            plan = core.ledger.plans.get(GroupKey("default", f"g{g}"))
+            if plan is not None:
+                core._drop(plan, "test: dropped", now)
+        assert view_of(core) == view_afresh(core), (kind, g, i)
+        # What it looks at each time besides moved groups: the groups it knows with a plan.
+        assert core.held_planned == core.ledger.plans.keys() & core.held_entries.keys()
