@@ -48,9 +48,10 @@ class QueueOrder(GangParts):
         self.unasked.clear()
         self._absorb_changes()
         ranks = []
-        for key, state in self.groups.items():
-            if key in self.shortfalls:
-                continue  # does not fit, and nothing since could change that: O(1)
+        # Memoised gangs do not fit, and nothing since could change that: left out by a
+        # set difference, not looked at one by one (most held gangs are memoised).
+        for key in self.groups.keys() - self.shortfalls.keys():
+            state = self.groups[key]
             if state.rank is None:
                 state.rank = rank_of(key, self.snapshot.members(key))
             ranks.append(state.rank)

@@ -38,22 +38,24 @@ class WantedNodes:
     _by_shape: dict[MemberShape, frozenset[str]] = field(default_factory=dict)
 
     def of_member(self, member: PodInfo, allowed: Mapping[str, NodeRestriction]) -> set[str]:
+        shape = MemberShape.of(member)
+        found = self._by_shape.get(shape)
+        if found is None:
+            found = self._by_shape[shape] = frozenset(self._scan(member))
         restriction = allowed.get(member.uid)
         if restriction is None:
-            shape = MemberShape.of(member)
-            found = self._by_shape.get(shape)
-            if found is None:
-                found = self._by_shape[shape] = frozenset(self._scan(member, None))
             return set(found)
-        return self._scan(member, restriction)
+        # kube-scheduler's last word narrows the shape's nodes: a set operation, not a
+        # scan of every node per question (a filter asks it for its own member).
+        if restriction.allowed is not None:
+            return set(found & restriction.allowed)
+        return set(found - restriction.denied)
 
-    def _scan(self, member: PodInfo, restriction: NodeRestriction | None) -> set[str]:
+    def _scan(self, member: PodInfo) -> set[str]:
         return {
             name
             for name, node in self.nodes.items()
-            if (restriction is None or restriction.permits(name))
-            and node_accepts(node, member)
-            and fits(member.requests, node.allocatable)
+            if node_accepts(node, member) and fits(member.requests, node.allocatable)
         }
 
     def of_gang(

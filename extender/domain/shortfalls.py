@@ -28,7 +28,7 @@ The cost per cluster change is the number of distinct member shapes memoised
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, KeysView, Mapping
 from dataclasses import dataclass, field
 
 from extender.domain.membership import GroupKey
@@ -104,6 +104,10 @@ class ShortfallMemo:
 
     def __len__(self) -> int:
         return len(self._memos)
+
+    def keys(self) -> KeysView[GroupKey]:
+        """The gangs memoised as not fitting (a view: set operations run in C)."""
+        return self._memos.keys()
 
     def remember(
         self, key: GroupKey, pending: Iterable[PodInfo], *, topology: bool, priority: int

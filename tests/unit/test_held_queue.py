@@ -85,7 +85,10 @@ gangs = st.lists(
     gangs,
     st.integers(min_value=1, max_value=7),
     st.sets(st.integers(min_value=0, max_value=6)),
-    st.lists(st.tuples(st.integers(0, 6), st.integers(0, 2), st.integers(0, 6)), max_size=4),
+    st.lists(
+        st.tuples(st.integers(0, 6), st.integers(0, 2), st.integers(0, 6), st.booleans()),
+        max_size=4,
+    ),
 )
 @settings(max_examples=400, deadline=None)
 def test_queue_view_answers_as_asking_afresh(spec, node_count, starving, restricted) -> None:
@@ -95,9 +98,11 @@ def test_queue_view_answers_as_asking_afresh(spec, node_count, starving, restric
         pods = [member(g, i, gpus, pool, bound) for i, (gpus, pool, bound) in enumerate(members)]
         held.append((QueueRank(GroupKey("default", f"g{g}"), priority, float(age)), pods))
     restrictions = {}
-    for g, i, n in restricted:
+    for g, i, n, deny in restricted:
         if g < len(held) and i < len(held[g][1]):
-            restrictions[held[g][1][i].uid] = NodeRestriction(allowed=frozenset({f"n{n}"}))
+            one = frozenset({f"n{n}"})
+            restriction = NodeRestriction(denied=one) if deny else NodeRestriction(allowed=one)
+            restrictions[held[g][1][i].uid] = restriction
     queue = held_queue(held, nodes, restrictions)
     wanted = {rank.key: oracle_wanted(pods, nodes, restrictions) for rank, pods in held}
     ordered = sorted(held, key=lambda h: h[0].order)
@@ -131,10 +136,13 @@ def test_wanted_nodes_are_computed_once_per_member_shape() -> None:
     assert len(wanted._by_shape) == 1
     wanted.of_member(member(1, 0, 1, None, False), {})  # same template, another gang
     assert len(wanted._by_shape) == 1
-    # A restricted member is scanned with its restriction, not cached under its shape.
-    only = NodeRestriction(allowed=frozenset({"n2"}))
+    # A restricted member gets its shape's nodes narrowed by the restriction.
     pod = member(2, 0, 1, None, False)
-    assert wanted.of_member(pod, {pod.uid: only}) == {"n2"}
+    assert wanted.of_member(pod, {pod.uid: NodeRestriction(allowed=frozenset({"n2"}))}) == {"n2"}
+    assert wanted.of_member(pod, {pod.uid: NodeRestriction(denied=frozenset({"n2"}))}) == {
+        "n0",
+        "n3",
+    }
     assert len(wanted._by_shape) == 1
 
 
