@@ -145,22 +145,34 @@ def group_name(meta: Mapping[str, Any], spec: Mapping[str, Any] | None = None) -
     `spec.workloadRef`, 1.35); without it only metadata is read.
     """
     labels, annotations = _labels(meta), _annotations(meta)
-    sources = {
-        f"label {GROUP_LABEL}": labels.get(GROUP_LABEL),
-        f"label {COSCHEDULING_GROUP_LABEL}": labels.get(COSCHEDULING_GROUP_LABEL),
-        f"annotation {VOLCANO_GROUP_ANNOTATION}": annotations.get(VOLCANO_GROUP_ANNOTATION),
-        f"annotation {VOLCANO_OWN_GROUP_ANNOTATION}": annotations.get(VOLCANO_OWN_GROUP_ANNOTATION),
-        f"field {UPSTREAM_GROUP_FIELD}": upstream_group_name(spec),
-        f"field {WORKLOAD_REF_FIELD}": ref.group if (ref := workload_ref(spec)) else None,
-    }
-    named = {where: value for where, value in sources.items() if value}
-    distinct = set(named.values())
+    values = (
+        labels.get(GROUP_LABEL),
+        labels.get(COSCHEDULING_GROUP_LABEL),
+        annotations.get(VOLCANO_GROUP_ANNOTATION),
+        annotations.get(VOLCANO_OWN_GROUP_ANNOTATION),
+        upstream_group_name(spec),
+        ref.group if (ref := workload_ref(spec)) else None,
+    )
+    distinct = {value for value in values if value}
     if len(distinct) > 1:
-        claims = ", ".join(f"{where}={value!r}" for where, value in named.items())
+        claims = ", ".join(
+            f"{where}={value!r}" for where, value in zip(_GROUP_SOURCES, values, strict=True) if value
+        )
         raise MembershipError(
             f"pod claims two groups ({claims}); set one group name in all of them"
         )
     return distinct.pop() if distinct else None
+
+
+# Where group_name reads a group name, in its order (named only in the two-groups error).
+_GROUP_SOURCES = (
+    f"label {GROUP_LABEL}",
+    f"label {COSCHEDULING_GROUP_LABEL}",
+    f"annotation {VOLCANO_GROUP_ANNOTATION}",
+    f"annotation {VOLCANO_OWN_GROUP_ANNOTATION}",
+    f"field {UPSTREAM_GROUP_FIELD}",
+    f"field {WORKLOAD_REF_FIELD}",
+)
 
 
 def group_key(meta: Mapping[str, Any], spec: Mapping[str, Any] | None = None) -> GroupKey | None:

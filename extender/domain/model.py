@@ -7,6 +7,7 @@ the HTTP edge and the watch cache produce identical objects.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -163,10 +164,11 @@ class PodInfo:
         task_layout = None
         with contextlib.suppress(MembershipError):
             task_layout = membership.task_layout(meta)
-        topology, topology_error = topology_from_annotations(meta.get("annotations") or {})
+        annotations = meta.get("annotations") or {}
+        topology, topology_error = topology_from_annotations(annotations)
         if group is not None and topology_error is not None:
             group_error = group_error or topology_error
-        starvation, starvation_error = _starvation_annotation(meta.get("annotations") or {})
+        starvation, starvation_error = _starvation_annotation(annotations)
         if group is not None and starvation_error is not None:
             group_error = group_error or starvation_error
         tolerations = tuple(
@@ -178,6 +180,7 @@ class PodInfo:
             )
             for t in spec.get("tolerations") or []
         )
+        unschedulable_message, disruption = _conditions(status)
         return cls(
             uid=meta.get("uid") or f"{meta.get('namespace')}/{meta['name']}",
             namespace=meta.get("namespace") or "default",
@@ -192,18 +195,18 @@ class PodInfo:
             task=membership.task_name(meta),
             min_available=min_avail,
             task_layout=task_layout,
-            planned_node=(meta.get("annotations") or {}).get(membership.PLANNED_NODE_ANNOTATION),
+            planned_node=annotations.get(membership.PLANNED_NODE_ANNOTATION),
             node_selector=dict(spec.get("nodeSelector") or {}),
             tolerations=tolerations,
             created=_timestamp(meta.get("creationTimestamp")),
             priority=_priority(spec.get("priority")),
             gated=bool(spec.get("schedulingGates")),
-            unschedulable_message=_unschedulable_message(status),
+            unschedulable_message=unschedulable_message,
             topology=topology,
             starvation_seconds=starvation,
             preemption_policy=str(spec.get("preemptionPolicy") or "PreemptLowerPriority"),
-            preemptible=_preemptible_annotation(meta.get("annotations") or {}),
-            disruption=_disruption_reason(status),
+            preemptible=_preemptible_annotation(annotations),
+            disruption=disruption,
             placeholder_for=_placeholder_for(meta),
         )
 
@@ -237,26 +240,24 @@ def _preemptible_annotation(annotations: Mapping[str, Any]) -> bool | None:
     return str(value).strip().lower() != "false"
 
 
-def _disruption_reason(status: Mapping[str, Any]) -> str | None:
+def _conditions(status: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    """From the pod's conditions, in one pass: the PodScheduled=False message (why
+    kube-scheduler last refused it) and the DisruptionTarget=True reason; None when
+    absent. The first condition of each type counts."""
+    unschedulable: str | None = None
+    disruption: str | None = None
+    seen_scheduled = seen_disruption = False
     for condition in status.get("conditions") or []:
-        if (
-            isinstance(condition, Mapping)
-            and condition.get("type") == "DisruptionTarget"
-            and condition.get("status") == "True"
-        ):
-            return str(condition.get("reason") or "DisruptionTarget")
-    return None
-
-
-def _unschedulable_message(status: Mapping[str, Any]) -> str | None:
-    for condition in status.get("conditions") or []:
-        if (
-            isinstance(condition, Mapping)
-            and condition.get("type") == "PodScheduled"
-            and condition.get("status") == "False"
-        ):
-            return str(condition.get("message") or "") or None
-    return None
+        if not isinstance(condition, Mapping):
+            continue
+        kind, state = condition.get("type"), condition.get("status")
+        if kind == "PodScheduled" and state == "False" and not seen_scheduled:
+            seen_scheduled = True
+            unschedulable = str(condition.get("message") or "") or None
+        elif kind == "DisruptionTarget" and state == "True" and not seen_disruption:
+            seen_disruption = True
+            disruption = str(condition.get("reason") or "DisruptionTarget")
+    return unschedulable, disruption
 
 
 def _priority(value: Any) -> int:
@@ -265,8 +266,15 @@ def _priority(value: Any) -> int:
 
 
 def _timestamp(text: str | None) -> float:
-    if not text:
+    if not text or not isinstance(text, str):
         return 0.0
+    return _seconds_of(text)
+
+
+# Pods of one Job are created within seconds of each other: their creationTimestamps
+# repeat, and parsing one was a sizeable part of reading a pod at start-up.
+@functools.lru_cache(maxsize=4096)
+def _seconds_of(text: str) -> float:
     try:
         return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
     except ValueError:

@@ -79,8 +79,13 @@ def test_fields_a_pod_object_may_leave_out_take_kubernetes_defaults() -> None:
 
 def test_an_unreadable_creation_time_sorts_as_oldest() -> None:
     obj = make_pod("p").obj()
-    obj["metadata"]["creationTimestamp"] = "yesterday"
-    assert PodInfo.from_api(obj).created == 0.0
+    for unreadable in ("yesterday", "yesterday", 1795341600, ["2026-11-22T10:00:00Z"]):
+        obj["metadata"]["creationTimestamp"] = unreadable
+        assert PodInfo.from_api(obj).created == 0.0
+    obj["metadata"]["creationTimestamp"] = "2026-11-22T10:00:00Z"
+    assert PodInfo.from_api(obj).created == 1795341600.0
+    obj["metadata"]["creationTimestamp"] = "2026-11-22T10:00:01+00:00"
+    assert PodInfo.from_api(obj).created == 1795341601.0
 
 
 def test_a_placeholder_pod_names_its_gang_in_its_namespace() -> None:
@@ -120,6 +125,23 @@ def test_a_pod_is_disrupted_only_by_a_true_disruption_target_condition() -> None
     assert with_conditions(target).disruption == "DisruptionTarget"
     assert with_conditions({**target, "status": "False"}).disruption is None
     assert with_conditions({"type": "Ready", "status": "True"}).disruption is None
+
+
+def test_a_pod_read_in_one_pass_of_its_conditions_gets_the_first_of_each_kind() -> None:
+    pod = with_conditions(
+        {"type": "Ready", "status": "False", "message": "not this"},
+        "not a condition",  # type: ignore[arg-type]
+        {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"},
+        {"type": "PodScheduled", "status": "False", "message": "0/3 nodes"},
+        {"type": "PodScheduled", "status": "False", "message": "a later one"},
+        {"type": "DisruptionTarget", "status": "True", "reason": "a later one"},
+    )
+    assert (pod.unschedulable_message, pod.disruption) == ("0/3 nodes", "EvictionByEvictionAPI")
+    scheduled_first = with_conditions(
+        {"type": "PodScheduled", "status": "True"},
+        {"type": "PodScheduled", "status": "False", "message": "0/3 nodes"},
+    )
+    assert scheduled_first.unschedulable_message == "0/3 nodes"
 
 
 def test_only_a_false_pod_scheduled_condition_gives_the_unschedulable_message() -> None:
