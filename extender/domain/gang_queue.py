@@ -23,6 +23,7 @@ from extender.domain.model import PodInfo, Resources
 from extender.domain.planner import NodeRestriction, Placement, member_order, plan_gang
 from extender.domain.queue import QueueRank, gangs_ahead, rank_of
 from extender.domain.selection import MembersMissing, choose_members
+from extender.domain.shortfalls import MemberShape
 
 if TYPE_CHECKING:
     from extender.domain.gang import GangCore
@@ -248,21 +249,14 @@ def demand_shape(members: Sequence[PodInfo], allowed: Mapping[str, NodeRestricti
     """What `plan_gang` reads of `members` (without bound ones, topology or order), as
     a hashable value: two gangs of one shape get the same answer on the same nodes.
 
-    Per member, in the planner's order (`member_order`): requests, nodeSelector,
-    tolerations, Kueue topology, planned node and kube-scheduler's last word; uids and
-    names only key the answer and break ties, which that order settles. Members with a
-    planned node are also tried first in the order given, so that order is kept too.
+    Per member, in the planner's order (`member_order`): what a node must offer it
+    (`MemberShape`: requests, nodeSelector, tolerations), its Kueue topology, planned
+    node and kube-scheduler's last word; uids and names only key the answer and break
+    ties, which that order settles. Members with a planned node are also tried first
+    in the order given, so that order is kept too.
     """
     shapes = {
-        m.uid: (
-            tuple(sorted(m.requests.items())),
-            tuple(sorted(m.node_selector.items())),
-            m.tolerations,
-            m.topology,
-            m.planned_node,
-            allowed.get(m.uid),
-        )
-        for m in members
+        m.uid: (MemberShape.of(m), m.topology, m.planned_node, allowed.get(m.uid)) for m in members
     }
     return (
         tuple(shapes[m.uid] for m in member_order(members)),

@@ -583,6 +583,9 @@ def test_a_demand_shape_names_what_the_planner_reads_and_nothing_else() -> None:
     assert planned_info.planned_node == "n1", "the builder's annotation is the planner's"
     assert topology_info.topology == GroupTopology(required="topology.kubernetes.io/zone")
     assert shape_of([planned, one_gpu_gang("g")[1]]) != base
+    elsewhere = make_pod("g-0").group("g").gpus(1).obj()
+    elsewhere["metadata"]["annotations"] = {"gang-extender.io/planned-node": "n2"}
+    assert shape_of([planned, one_gpu_gang("g")[1]]) != shape_of([elsewhere, one_gpu_gang("g")[1]])
     assert shape_of([topology, one_gpu_gang("h")[1]]) != base
 
 
