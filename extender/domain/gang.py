@@ -402,6 +402,7 @@ class GangCore(StarvationReservations, GangPreemption, BindBarrier, Failover):
             )
             if isinstance(outcome, Placement):
                 break
+        state.behind = None
         if not isinstance(outcome, Placement):
             state.shortfall_generation = generation
             if self.preemption_enabled:
@@ -415,6 +416,7 @@ class GangCore(StarvationReservations, GangPreemption, BindBarrier, Failover):
             if behind is None and queue:
                 behind = self.gang_ahead_of(key, members, allowed)
             if behind is not None:
+                state.behind = behind.key
                 return self._say(
                     state,
                     f"gang {key}: {outcome.message}; "
@@ -445,9 +447,12 @@ class GangCore(StarvationReservations, GangPreemption, BindBarrier, Failover):
         return (self.snapshot.planning_generation, self.ledger.generation)
 
     def _shortfall_holds(self, key: GroupKey, state: GroupState) -> bool:
-        """The gang did not fit, and nothing that could change that happened since."""
+        """The gang did not fit, and nothing that could change that happened since; nor
+        did the gang its message names as ahead of it stop holding a place."""
         self._absorb_changes()
-        return key in self.shortfalls or state.shortfall_generation == self._planning_inputs()
+        if key not in self.shortfalls and state.shortfall_generation != self._planning_inputs():
+            return False
+        return state.behind is None or self.holds_a_place(state.behind)
 
     def _remember_shortfall(
         self, key: GroupKey, spec: GroupSpec, members: Sequence[PodInfo], priority: int

@@ -144,6 +144,14 @@ class QueueOrder(GangParts):
             self.fits_when_empty[key] = (inputs, fits)
         return ahead if fits else None
 
+    def holds_a_place(self, key: GroupKey) -> bool:
+        """Others may wait behind `key`: its plan holds room, or it is a held gang."""
+        if key in self.ledger.plans:
+            return True
+        self._held_queue()
+        kept = self.held_entries.get(key)
+        return kept is not None and kept[1] is not None
+
     def _held_queue(self) -> HeldQueue:
         """The held gangs in queue order, recomputing only the groups that changed."""
         entries, planned = self.held_entries, self.held_planned

@@ -41,6 +41,9 @@ class GroupState:
     # Its place in the queue of held gangs (domain/queue.py), from its members the
     # last time it was tried; None before that.
     rank: QueueRank | None = None
+    # The gang its message says it waits behind, if any: the kept "does not fit" is
+    # not answered once that gang stops holding a place (its message would be stale).
+    behind: GroupKey | None = None
 
 
 @dataclass
@@ -119,6 +122,8 @@ class GangParts:
         def observe_pod(self, pod: PodInfo, now: float) -> None: ...
         @abstractmethod
         def group_changed(self, key: GroupKey, now: float) -> None: ...
+        @abstractmethod
+        def holds_a_place(self, key: GroupKey) -> bool: ...
 
         # Starvation reservations and placeholder pods (domain/gang_starvation.py).
         @abstractmethod

@@ -770,3 +770,36 @@ def test_a_gated_member_leaves_its_nodes_out_of_the_empty_nodes_its_gang_is_plan
     ahead = core.gang_ahead_of(key("open"))
     assert ahead is not None and ahead.key == key("ahead")
     assert core.gang_ahead_of(key("gated")) is None
+
+
+def test_a_held_gang_stops_naming_a_gang_ahead_once_that_gang_is_gone() -> None:
+    """Its "does not fit" is kept (nothing since could give it room), but the gang it
+    said it waits behind was deleted: its next answer names no one."""
+    nodes = [make_node("n1").gpus(2).obj()]
+    core = core_with(nodes, {"high": gang("high", 2, 1, priority=7), "low": gang("low", 2, 1)})
+    core.observe_pod(PodInfo.from_api(make_pod("busy").gpus(2).node("n1").obj()), T0)
+    assert core.filter(member(core, "high-0"), ["n1"], T0).verdict is Verdict.WAIT
+    decision = core.filter(member(core, "low-0"), ["n1"], T0 + 1)
+    assert decision.message.endswith("; waiting behind default/high (priority 7)")
+    for i in range(2):
+        core.forget_pod(member(core, f"high-{i}").uid, T0 + 2)
+    decision = core.filter(member(core, "low-0"), ["n1"], T0 + 3)
+    assert decision.verdict is Verdict.WAIT
+    assert "waiting behind" not in decision.message, decision.message
+
+
+def test_a_held_gang_stops_naming_a_gang_ahead_once_that_gang_is_bound() -> None:
+    nodes = [make_node("n1").gpus(2).obj()]
+    core = core_with(nodes, {"high": gang("high", 2, 1, priority=7), "low": gang("low", 2, 1)})
+    assert core.filter(member(core, "high-0"), ["n1"], T0).verdict is Verdict.PLANNED
+    decision = core.filter(member(core, "low-0"), ["n1"], T0 + 1)
+    assert decision.message.endswith("; waiting behind default/high (priority 7)")
+    for i in range(2):
+        bound = gang("high", 2, 1, priority=7)[i]
+        bound["spec"]["nodeName"] = "n1"
+        bound["status"] = {"phase": "Running"}
+        core.observe_pod(PodInfo.from_api(bound), T0 + 2)
+    assert key("high") not in core.ledger.plans
+    decision = core.filter(member(core, "low-0"), ["n1"], T0 + 3)
+    assert decision.verdict is Verdict.WAIT
+    assert "waiting behind" not in decision.message, decision.message

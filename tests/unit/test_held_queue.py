@@ -293,7 +293,9 @@ def view_afresh(core: GangCore) -> list[tuple[QueueRank, tuple[str, ...]]]:
 
 events = st.lists(
     st.tuples(
-        st.sampled_from(["join", "leave", "bind", "ask", "arrive", "node", "podgroup", "drop"]),
+        st.sampled_from(
+            ["join", "leave", "vanish", "bind", "ask", "arrive", "node", "podgroup", "drop"]
+        ),
         st.integers(min_value=0, max_value=2),  # gang
         st.integers(min_value=0, max_value=2),  # member / node / size
     ),
@@ -306,11 +308,15 @@ events = st.lists(
 @example(  # a released plan dropped, nothing else moved: the gang is held again
     [("join", 0, 0), ("join", 0, 1), ("ask", 0, 0), ("arrive", 0, 0), ("drop", 0, 0)]
 )
+@example(  # a planned gang gone at once: neither kept nor looked at again
+    [("join", 0, 0), ("join", 0, 1), ("ask", 0, 0), ("vanish", 0, 0)]
+)
 @settings(max_examples=300, deadline=None)
 def test_the_kept_queue_view_is_the_view_built_afresh_after_any_events(steps) -> None:
     """The view recomputes only groups the snapshot says moved and those with a plan;
     after any sequence of member, node, PodGroup and plan events (made, released at
-    the barrier, dropped) it is the view built from nothing."""
+    the barrier, dropped; a whole gang deleted at once) it is the view built from
+    nothing."""
     from extender.domain.model import GroupSpec
     from tests.builders import make_podgroup
 
@@ -327,6 +333,9 @@ def test_the_kept_queue_view_is_the_view_built_afresh_after_any_events(steps) ->
             core.observe_pod(pod, now)
         elif kind == "leave":
             core.forget_pod(pod.uid, now)
+        elif kind == "vanish":  # every member deleted between two looks at the view
+            for uid in [m.uid for m in core.snapshot.members(GroupKey("default", f"g{g}"))]:
+                core.forget_pod(uid, now)
         elif kind == "bind" and pod.uid in core.snapshot.pods:
             bound = make_pod(f"g{g}-{i}").group(f"g{g}").min_available(2).gpus(1 + i % 2)
             core.observe_pod(PodInfo.from_api(bound.node(f"n{i}").obj()), now)
