@@ -166,7 +166,7 @@ class QueueOrder(GangParts):
         # operations in C), not at every group's stamp: a resync asks once per group.
         moved, self.snapshot.held_changed = self.snapshot.held_changed, set()
         looked = (moved | self.ledger.plans.keys() | planned | (known - entries.keys())) & known
-        for key in looked:
+        for key in sorted(looked):  # sorted: the same order in every process
             plan = self.ledger.plans.get(key)
             stamp = (
                 self.snapshot.group_version(key),

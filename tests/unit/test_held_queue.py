@@ -168,6 +168,24 @@ def test_a_member_event_recomputes_only_its_groups_entry_in_the_queue_view(monke
     assert core._held_queue() is queue and looked_at == []  # nothing changed: same view
 
 
+def test_the_view_looks_at_every_group_that_moved_past_the_planned_ones(monkeypatch) -> None:
+    """Groups with a plan are looked at on every ask and are mostly unchanged; the
+    groups after them (in name order) that moved are recomputed all the same."""
+    core, looked_at = twenty_held_gangs(monkeypatch)
+    core.snapshot.upsert_node(NodeInfo.from_api(make_node("n1").gpus(8).obj()))
+    for g in (0, 1):  # room for two gangs: planned
+        core.filter(core.snapshot.pods[sized_member(g, 0).uid], ["n1"], 2.0)
+    assert {GroupKey("default", "g0"), GroupKey("default", "g1")} <= core.ledger.plans.keys()
+    core._held_queue()
+    looked_at.clear()
+    core.snapshot.upsert_pod(sized_member(7, 2))  # g7 sorts after g0 and g1
+    queue = core._held_queue()
+    assert looked_at == [GroupKey("default", "g7")]
+    assert [m.uid for rank, members in queue.order if rank.key.name == "g7" for m in members] == [
+        sized_member(7, i).uid for i in range(3)
+    ]
+
+
 def test_a_podgroup_status_write_changes_nothing_a_plan_reads() -> None:
     from extender.domain.model import GroupSpec
     from extender.domain.snapshot import ClusterSnapshot
