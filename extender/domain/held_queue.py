@@ -37,19 +37,21 @@ class WantedNodes:
     restrictions: Mapping[str, NodeRestriction]
     _by_shape: dict[MemberShape, frozenset[str]] = field(default_factory=dict)
 
-    def of_member(self, member: PodInfo, allowed: Mapping[str, NodeRestriction]) -> set[str]:
+    def of_member(self, member: PodInfo, allowed: Mapping[str, NodeRestriction]) -> frozenset[str]:
+        """The shape's cached nodes (immutable, so handed out without a copy), narrowed
+        by kube-scheduler's last word on this member when there is one."""
         shape = MemberShape.of(member)
         found = self._by_shape.get(shape)
         if found is None:
             found = self._by_shape[shape] = frozenset(self._scan(member))
         restriction = allowed.get(member.uid)
         if restriction is None:
-            return set(found)
+            return found
         # kube-scheduler's last word narrows the shape's nodes: a set operation, not a
         # scan of every node per question (a filter asks it for its own member).
         if restriction.allowed is not None:
-            return set(found & restriction.allowed)
-        return set(found - restriction.denied)
+            return found & restriction.allowed
+        return found - restriction.denied
 
     def _scan(self, member: PodInfo) -> set[str]:
         return {
