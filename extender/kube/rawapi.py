@@ -119,6 +119,29 @@ class RawApi:
             raise KubeError(response.status, str(message), str(reason), phrase=phrase)
         return data if isinstance(data, dict) else {"items": data}
 
+    def pieces(
+        self, path: str, *, query: Mapping[str, Any], read_timeout: float
+    ) -> Iterator[bytes]:
+        """A GET's answer in pieces as they arrive (a list read whole: kube/list_split.py).
+        KubeError on a non-2xx answer, raised here, before any piece."""
+        response = self._send("GET", path, query=query, timeout=(10.0, read_timeout))
+        raw = response.response
+        if not 200 <= response.status < 300:
+            try:
+                body = raw.read()
+            finally:
+                raw.release_conn()
+            try:
+                data = orjson.loads(body)
+            except orjson.JSONDecodeError:
+                data = None
+            phrase = str(response.reason or "")
+            if isinstance(data, dict):
+                message, reason = str(data.get("message", "")), str(data.get("reason", ""))
+                raise KubeError(response.status, message, reason, phrase=phrase)
+            raise KubeError(response.status, body[:300].decode(errors="replace"), phrase=phrase)
+        return _pieces(raw)
+
     def stream(
         self, path: str, *, query: Mapping[str, Any], read_timeout: float
     ) -> Iterator[dict[str, Any]]:
@@ -144,3 +167,12 @@ class RawApi:
                 yield orjson.loads(pending)
         finally:
             raw.release_conn()
+
+
+def _pieces(raw: Any) -> Iterator[bytes]:
+    try:
+        yield from raw.stream(256 * 1024, decode_content=True)
+    except (OSError, urllib3.exceptions.HTTPError) as err:  # cut off mid-answer
+        raise KubeError(0, f"API server unreachable: {err}") from None
+    finally:
+        raw.release_conn()

@@ -1,12 +1,15 @@
-"""The watch cache on an API server that does not stream lists.
+"""The watch cache's ways of listing, on a real API server.
 
-Every other e2e module runs on an API server that streams lists (a watch with
-`sendInitialEvents`, Kubernetes' WatchList, on by default from 1.34), which is how
-the cache reads them first. This module runs a control plane of its own with
-kube-apiserver's WatchList gate off, as 1.33 ships: the API server refuses the
-streamed list, and the service must fall back to paged lists, sync, and schedule a
-gang whose members were created before it started (so they reach it in a list, not
-in a watch event) whole.
+The cache reads a list whole first (one answer from the API server's cache, cut into
+items as it arrives: extender/kube/list_split.py); with that off (`whole_list:
+false`) it streams the list as a watch (`sendInitialEvents`, Kubernetes' WatchList,
+on by default from 1.34); where that is refused, it reads pages. This module runs a
+control plane of its own with kube-apiserver's WatchList gate off, as 1.33 ships:
+with whole lists on, every kind (built-in and custom resources, whose lists come
+with sorted keys) must be read whole with no fallback; with them off, the API server
+refuses the streamed list and the service must fall back to pages. Either way it
+must sync and schedule a gang whose members were created before it started (so they
+reach it in a list, not in a watch event) whole.
 """
 
 from __future__ import annotations
@@ -45,19 +48,19 @@ def paged_cluster(
     )
 
 
-def test_an_api_server_without_streamed_lists_is_listed_in_pages_and_a_gang_binds_whole(
+def test_lists_read_whole_with_no_fallback_and_a_gang_created_before_the_start_binds_whole(
     paged_cluster: LocalCluster, request: pytest.FixtureRequest
 ) -> None:
     with paged_cluster.api_client() as api:
         raw = RawApi(api)
         pool = gpu_pool_for(api, request, gpus=2, label=POOL_LABEL)
-        namespace = new_namespace(api, "paged")
+        namespace = new_namespace(api, "whole")
         stack = GangStack(paged_cluster)
         stack.install_crds()
-        # Before the service starts: the gang reaches it in the first (paged) list.
         create(raw, namespace, podgroup("train", 2))
         for i in range(2):
             create(raw, namespace, gang_pod(f"train-{i}", "train", gpus=2, node_selector=pool))
+        log_start = _log_size(paged_cluster)
         stack.start()  # returns once the service is Ready: its caches synced
         try:
             pods = wait_until(
@@ -65,13 +68,56 @@ def test_an_api_server_without_streamed_lists_is_listed_in_pages_and_a_gang_bind
                 what="both members bound",
             )
             assert {p["spec"]["nodeName"] for p in pods} == set(_pool_nodes(api, pool))
-            log = (paged_cluster.log_dir / "gang-extender.log").read_text()
+            log = _log_since(paged_cluster, log_start)
+            # No kind (nodes, pods, our PodGroup CRD, namespaces) fell back to a stream or pages.
+            assert "cannot read the list whole" not in log
+            assert "does not stream lists" not in log
+            assert "watch pods failed" not in log and "watch pods broke" not in log
+        finally:
+            stack.stop()
+
+
+def test_an_api_server_without_streamed_lists_is_listed_in_pages_and_a_gang_binds_whole(
+    paged_cluster: LocalCluster, request: pytest.FixtureRequest
+) -> None:
+    with paged_cluster.api_client() as api:
+        raw = RawApi(api)
+        pool = gpu_pool_for(api, request, gpus=2, label=POOL_LABEL)
+        namespace = new_namespace(api, "paged")
+        # Whole lists off: the streamed list is tried, refused, and pages are read.
+        stack = GangStack(paged_cluster, env={"GANG_WHOLE_LIST": "false"})
+        stack.install_crds()
+        # Before the service starts: the gang reaches it in the first (paged) list.
+        create(raw, namespace, podgroup("train", 2))
+        for i in range(2):
+            create(raw, namespace, gang_pod(f"train-{i}", "train", gpus=2, node_selector=pool))
+        log_start = _log_size(paged_cluster)
+        stack.start()  # returns once the service is Ready: its caches synced
+        try:
+            pods = wait_until(
+                lambda: len(bound(list_pods(raw, namespace))) == 2 and list_pods(raw, namespace),
+                what="both members bound",
+            )
+            assert {p["spec"]["nodeName"] for p in pods} == set(_pool_nodes(api, pool))
+            log = _log_since(paged_cluster, log_start)
             # Every kind fell back, once each, and nothing else went wrong on the way.
             assert "pods: the API server does not stream lists" in log
             assert "nodes: the API server does not stream lists" in log
             assert "watch pods failed" not in log and "watch pods broke" not in log
         finally:
             stack.stop()
+
+
+def _log_size(cluster: LocalCluster) -> int:
+    path = cluster.log_dir / "gang-extender.log"
+    return path.stat().st_size if path.exists() else 0
+
+
+def _log_since(cluster: LocalCluster, start: int) -> str:
+    """This test's service log (the module's services append to one file)."""
+    with (cluster.log_dir / "gang-extender.log").open("rb") as log:
+        log.seek(start)
+        return log.read().decode(errors="replace")
 
 
 def _pool_nodes(api: k8s.ApiClient, selector: dict[str, str]) -> list[str]:

@@ -10,7 +10,7 @@ from typing import Any
 from extender.kube.cache import CacheSink, Resource, Watcher
 from extender.kube.rawapi import KubeError
 from extender.metrics import Metrics
-from tests.watch_fakes import PAGED
+from tests.watch_fakes import PAGED, STREAMED
 
 PODS = Resource("pods", "/api/v1/pods")
 
@@ -135,7 +135,9 @@ def test_the_configured_page_size_and_watch_timeout_reach_the_api_server() -> No
     from extender.config import Settings
     from extender.kube.cache import CacheTuning
 
-    settings = Settings(list_page_size=7, watch_timeout_seconds=42, watch_list=False)
+    settings = Settings(
+        list_page_size=7, watch_timeout_seconds=42, watch_list=False, whole_list=False
+    )
     sink = RecordingSink()
     api = ScriptedApi(sink)
     listed: list[dict[str, Any]] = []
@@ -249,7 +251,9 @@ def run_watcher(api: StreamingApi, sink: RecordingSink, resource: Resource = POD
 
     from extender.kube.cache import DEFAULT_TUNING
 
-    tuning = dataclasses.replace(DEFAULT_TUNING, list_page_size=2, retry_min_seconds=0.01)
+    tuning = dataclasses.replace(
+        DEFAULT_TUNING, list_page_size=2, retry_min_seconds=0.01, whole_list=False
+    )
     watcher = Watcher(api, resource, sink, ImmediateLoop(), Metrics(), tuning)  # type: ignore[arg-type]
     watcher.start()
     assert api.done.wait(10)
@@ -356,7 +360,7 @@ def test_an_optional_api_served_nowhere_is_absent_and_synced_when_streamed() -> 
     )
     sink = RecordingSink()
     api = StreamingApi([KubeError(404, "404 page not found")], sink.done)
-    watcher = Watcher(api, optional, sink, ImmediateLoop(), Metrics())  # type: ignore[arg-type]
+    watcher = Watcher(api, optional, sink, ImmediateLoop(), Metrics(), STREAMED)  # type: ignore[arg-type]
     watcher.start()
     assert watcher.synced.wait(5)
     watcher.stop()
