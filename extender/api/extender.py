@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, TypeVar
 
 import orjson
@@ -33,6 +33,7 @@ from fastapi.responses import Response
 from pydantic import BaseModel, ValidationError
 
 from extender.api.body import BodyError, read_json_body
+from extender.api.priority_wire import HostPriorityEncoder
 from extender.api.wire import (
     ExtenderArgs,
     ExtenderBindingArgs,
@@ -41,7 +42,7 @@ from extender.api.wire import (
 )
 from extender.domain.decisions import FilterDecision, Verdict
 from extender.domain.preemption import GangAwareAnswer, NodeVictims
-from extender.domain.scoring import NodeScoreBoard, Priorities
+from extender.domain.scoring import Priorities
 from extender.metrics import Metrics
 
 Model = TypeVar("Model", bound=BaseModel)
@@ -129,55 +130,6 @@ def filter_result(args: ExtenderArgs, decision: FilterDecision) -> dict[str, Any
         "FailedAndUnresolvableNodes": decision.unresolvable,
         "Error": "",
     }
-
-
-class HostPriorityEncoder:
-    """Encodes prioritize answers (a JSON list of `{"Host", "Score"}`) from wire bytes
-    kept per node.
-
-    Why: the answer lists every node that scores, up to every node of the cluster
-    (5,000) for every pod; building and dumping that many dicts per request cost more
-    than the scores. The bytes of each scoring node are kept, updated from the score
-    board's journal (only nodes whose score changed), and an answer is a join of the
-    candidates' bytes, done in C (`map`, `filter`, `bytes.join`). Nodes that score 0
-    are left out (kube-scheduler adds nothing for them). Byte-for-byte the same JSON as
-    `orjson.dumps([{"Host": h, "Score": s} for each candidate h scoring s > 0])`.
-    The table holds one entry per scoring node, ~40 bytes each.
-    """
-
-    def __init__(self) -> None:
-        self._board: NodeScoreBoard | None = None
-        self._position = 0
-        self._wire: dict[str, bytes] = {}
-
-    def encode(self, priorities: Priorities, candidates: Iterable[str]) -> bytes:
-        if priorities.board is None:  # a one-off answer (a planned member): one entry
-            wire = {host: _entry(host, score) for host, score in priorities.scores.items() if score}
-        else:
-            wire = self._caught_up(priorities.board)
-        # kube-scheduler names each node once; a name sent twice is answered twice.
-        parts = filter(None, map(wire.get, candidates))
-        return b"[" + b",".join(parts) + b"]"
-
-    def _caught_up(self, board: NodeScoreBoard) -> dict[str, bytes]:
-        changed = board.changed_since(self._position) if board is self._board else None
-        scores = board.scores
-        if changed is None:
-            self._wire = {host: _entry(host, score) for host, score in scores.items()}
-        else:
-            wire = self._wire
-            for host in set(changed):
-                score = scores.get(host, 0)
-                if score:
-                    wire[host] = _entry(host, score)
-                else:
-                    wire.pop(host, None)
-        self._board, self._position = board, board.position
-        return self._wire
-
-
-def _entry(host: str, score: int) -> bytes:
-    return orjson.dumps({"Host": host, "Score": score})
 
 
 def _always() -> bool:

@@ -17,7 +17,7 @@ from extender.api.extender import HostPriorityEncoder
 from extender.domain.gang import GangCore, Timeouts
 from extender.domain.model import NodeInfo, PodInfo
 from extender.domain.policy import Policy, Strategy
-from extender.domain.scoring import NodeScoreBoard
+from extender.domain.scoring import NodeScoreBoard, Priorities
 from tests.builders import make_node, make_pod
 from tests.strategies import NODE_NAMES, apply_change, snapshot_changes
 
@@ -84,3 +84,140 @@ def test_the_journal_names_every_node_whose_score_changed(rescored, limit) -> No
             copy = {n: s for n, s in copy.items() if s}
         position = board.position
         assert copy == board.scores
+
+
+def plain_answer_in_order(core: GangCore, pod: PodInfo, candidates: list[str]) -> bytes:
+    """The plain answer, a candidate named twice answered twice (as the encoder does)."""
+    scores = core.prioritize(pod, candidates)
+    return orjson.dumps([{"Host": h, "Score": scores[h]} for h in candidates if scores[h] > 0])
+
+
+# A few candidate lists asked again and again, as kube-scheduler asks pod after pod;
+# one names a node twice (answered twice), one names a node no board has.
+REPEATED_CANDIDATES = (
+    list(NODE_NAMES),
+    ["n3", "n0", "unknown", "n5"],
+    ["n1", "n2", "n1"],
+    [],
+)
+
+
+@given(
+    st.lists(
+        st.tuples(
+            snapshot_changes(max_size=4),
+            # Mostly the first list: the same candidates across changes, patched.
+            st.lists(st.sampled_from([0, 0, 0, 1, 2, 2, 3]), min_size=1, max_size=3),
+        ),
+        min_size=1,
+        max_size=12,
+    ),
+    # Mostly a journal long enough to patch from; sometimes one that starts over.
+    st.sampled_from([1000, 1000, 1000, 2, 0]),
+)
+@settings(max_examples=600, deadline=None)
+def test_the_same_candidates_asked_again_get_the_plain_answer_after_any_changes(
+    rounds, journal_limit
+) -> None:
+    # The encoder keeps its last answer and patches it: after no change, a few, or a
+    # journal that started over, and with other candidates asked in between.
+    core = GangCore(policy=Policy(), timeouts=Timeouts(60, 30, 2))
+    core.score_board = NodeScoreBoard(journal_min_limit=journal_limit)
+    encoder = HostPriorityEncoder()
+    plain = PodInfo.from_api(make_pod("probe").gpus(1).obj())
+    step = 0
+    for ops, asks in rounds:
+        for op, i, gpus in ops:
+            step += 1
+            apply_change(core, op, i, gpus, step)
+        for ask in asks:
+            # A fresh list each time, as each request parses its own.
+            candidates = list(REPEATED_CANDIDATES[ask])
+            fast = encoder.encode(core.priorities(plain), candidates)
+            assert fast == plain_answer_in_order(core, plain, candidates), (ops, candidates)
+
+
+def test_a_second_board_is_answered_from_its_own_scores() -> None:
+    # A new core (a replica that became leader again rebuilds it) brings a new board:
+    # the last answer, kept for the old one, is not reused even for the same names.
+    encoder = HostPriorityEncoder()
+    candidates = list(NODE_NAMES)
+    answers = []
+    for gpus in (2, 4):
+        core = GangCore(policy=Policy(), timeouts=Timeouts(60, 30, 2))
+        for name in NODE_NAMES[:2]:
+            core.snapshot.upsert_node(NodeInfo.from_api(make_node(name).gpus(8).obj()))
+            pod = make_pod(f"{name}-used").gpus(gpus).node(name).obj()
+            core.observe_pod(PodInfo.from_api(pod), 1.0)
+        probe = PodInfo.from_api(make_pod("probe").gpus(1).obj())
+        answers.append(encoder.encode(core.priorities(probe), list(candidates)))
+        assert answers[-1] == plain_answer(core, probe, candidates)
+    assert answers[0] != answers[1]
+
+
+def rescore(board: NodeScoreBoard, **scores: int) -> None:
+    """Scores changed as the board's refresh records them: a journal entry per node."""
+    for node, score in scores.items():
+        if score:
+            board.scores[node] = score
+        else:
+            board.scores.pop(node, None)
+        board.journal.append(node)
+
+
+def wire_answer(board: NodeScoreBoard, candidates: list[str]) -> bytes:
+    return orjson.dumps(
+        [{"Host": h, "Score": board.scores[h]} for h in candidates if board.scores.get(h)]
+    )
+
+
+def test_asked_again_the_last_answer_follows_each_change_of_score() -> None:
+    board = NodeScoreBoard(scores={"a": 3, "b": 5, "c": 7})
+    encoder = HostPriorityEncoder()
+    names = ["c", "a", "b", "d"]
+    steps: list[dict[str, int]] = [
+        {},  # nothing changed: the same answer
+        {"a": 9},  # the first change: the kept entries are built
+        {"b": 0},  # a node that stops scoring leaves the answer ...
+        {"b": 2, "d": 4},  # ... and comes back; a node that starts scoring joins it
+        {"z": 6},  # a node that is not a candidate changes nothing
+    ]
+    for change in steps:
+        rescore(board, **change)
+        assert encoder.encode(Priorities(board.scores, board), list(names)) == wire_answer(
+            board, names
+        )
+
+
+def test_a_name_asked_twice_has_both_its_entries_follow_a_change() -> None:
+    board = NodeScoreBoard(scores={"a": 3, "b": 5})
+    encoder = HostPriorityEncoder()
+    names = ["a", "b", "a"]
+    for change in ({}, {"a": 4}, {"a": 8}, {"a": 0}):
+        rescore(board, **change)
+        assert encoder.encode(Priorities(board.scores, board), list(names)) == wire_answer(
+            board, names
+        )
+
+
+def test_a_journal_that_started_over_rebuilds_the_kept_entries() -> None:
+    board = NodeScoreBoard(scores={"a": 3, "b": 5})
+    encoder = HostPriorityEncoder()
+    names = ["a", "b"]
+    encoder.encode(Priorities(board.scores, board), list(names))
+    rescore(board, a=4)
+    encoder.encode(Priorities(board.scores, board), list(names))  # entries kept from here
+    rescore(board, b=1)
+    board.journal_start += len(board.journal)  # the journal starts over (too long)
+    board.journal = []
+    assert encoder.encode(Priorities(board.scores, board), list(names)) == wire_answer(board, names)
+
+
+def test_other_candidates_asked_in_between_are_answered_from_the_table() -> None:
+    board = NodeScoreBoard(scores={"a": 3, "b": 5, "c": 1})
+    encoder = HostPriorityEncoder()
+    for names in (["a", "b"], ["b", "c"], ["a", "b"], ["b", "c"]):
+        rescore(board, b=board.scores["b"] + 1)
+        assert encoder.encode(Priorities(board.scores, board), list(names)) == wire_answer(
+            board, names
+        )
