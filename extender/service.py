@@ -195,6 +195,9 @@ class GangService:
             loop,
             self.metrics,
             tuning=CacheTuning.from_settings(self.settings),
+            # Recover (and so become Ready) as soon as the lists are in, not at the
+            # failover loop's next round (up to failover_check_seconds later).
+            on_synced=self.failover.step,
         )
         self.allocator.answer_from_watch(lambda: cache.watching("pods"))
         cache.start()

@@ -43,7 +43,11 @@ async def read_limited_body(request: Request, max_bytes: int) -> bytes:
 
 async def read_json_body(request: Request, max_bytes: int) -> Any:
     """The body parsed as JSON (any JSON value), or BodyError naming the problem."""
-    body = await read_limited_body(request, max_bytes)
+    return parse_json(await read_limited_body(request, max_bytes))
+
+
+def parse_json(body: bytes) -> Any:
+    """`body` parsed as JSON (any JSON value), or BodyError saying where it is not."""
     try:
         return orjson.loads(body)
     except orjson.JSONDecodeError as error:

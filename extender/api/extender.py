@@ -32,7 +32,8 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, ValidationError
 
-from extender.api.body import BodyError, read_json_body
+from extender.api.body import BodyError, parse_json, read_json_body, read_limited_body
+from extender.api.candidates import CandidateMemo
 from extender.api.priority_wire import HostPriorityEncoder
 from extender.api.wire import (
     ExtenderArgs,
@@ -98,6 +99,10 @@ async def read_model(request: Request, model: type[Model], max_bytes: int) -> Mo
         raw = await read_json_body(request, max_bytes)
     except BodyError as err:
         raise BadRequest(err.message) from None
+    return validated(model, raw)
+
+
+def validated(model: type[Model], raw: Any) -> Model:
     if not isinstance(raw, dict):
         raise BadRequest(f"expected a JSON object for {model.__name__}")
     try:
@@ -108,6 +113,25 @@ async def read_model(request: Request, model: type[Model], max_bytes: int) -> Mo
             for e in err.errors()
         )
         raise BadRequest(f"invalid {model.__name__}: {problems}") from None
+
+
+async def read_extender_args(request: Request, memo: CandidateMemo, max_bytes: int) -> ExtenderArgs:
+    """`read_model(request, ExtenderArgs, ...)`, with the candidates' names parsed only
+    when they differ from the last request's (extender/api/candidates.py)."""
+    try:
+        body = await read_limited_body(request, max_bytes)
+        recalled = memo.recall(body)
+        if recalled is not None:
+            head, names = recalled
+            args = validated(ExtenderArgs, head)
+            args.NodeNames = names
+            return args
+        raw = parse_json(body)
+    except BodyError as err:
+        raise BadRequest(err.message) from None
+    args = validated(ExtenderArgs, raw)
+    memo.remember(body, args.NodeNames)
+    return args
 
 
 def filter_result(args: ExtenderArgs, decision: FilterDecision) -> dict[str, Any]:
@@ -146,6 +170,9 @@ def create_extender_app(
     """`acting`: may this replica plan and bind now (controller.failover.Failover.acting)."""
     app = FastAPI(title="gang-extender scheduler extender", docs_url=None, redoc_url=None)
     priorities = HostPriorityEncoder()
+    # One per verb: kube-scheduler sends filter and prioritize the same candidates,
+    # but a plain pod's filter is not followed by a prioritize of the same list.
+    filter_candidates, prioritize_candidates = CandidateMemo(), CandidateMemo()
 
     async def timed(
         verb: str, work: Callable[[], Awaitable[Response]], failed: Callable[[str], Response]
@@ -175,7 +202,7 @@ def create_extender_app(
     @app.post("/filter")
     async def filter_route(request: Request) -> Response:
         async def work() -> Response:
-            args = await read_model(request, ExtenderArgs, max_request_bytes)
+            args = await read_extender_args(request, filter_candidates, max_request_bytes)
             candidates = args.candidate_names()
             if not acting():
                 not_leader("filter")
@@ -191,7 +218,7 @@ def create_extender_app(
     @app.post("/prioritize")
     async def prioritize_route(request: Request) -> Response:
         async def work() -> Response:
-            args = await read_model(request, ExtenderArgs, max_request_bytes)
+            args = await read_extender_args(request, prioritize_candidates, max_request_bytes)
             if not acting():
                 not_leader("prioritize")
                 return json_response([])

@@ -169,6 +169,8 @@ class Watcher:
         # a reader there never sees it set over a view with a gap (the task-index
         # allocator answers from the watch only then).
         self.watching = False
+        # Called on the event loop after each list is applied (WatchCache sets it).
+        self.on_synced: Callable[[], None] | None = None
         # The API server refused a streamed list once: pages from then on.
         self._paged_only = False
         # A list read whole could not be cut into items once: streamed or paged from then on.
@@ -406,6 +408,8 @@ class Watcher:
         """On the event loop, after everything handed over before it was applied."""
         self.synced.set()
         self.metrics.cache_synced.labels(resource=self.resource.kind).set(1)
+        if self.on_synced is not None:
+            self.on_synced()
 
     def _watch(self, version: str) -> str:
         query: dict[str, Any] = {
@@ -457,10 +461,21 @@ class WatchCache:
             NAMESPACES,
         ),
         tuning: CacheTuning = DEFAULT_TUNING,
+        on_synced: Callable[[], None] | None = None,
     ) -> None:
+        """`on_synced`: called on the event loop once every resource's first list is
+        applied (and after later relists: it must be idempotent), so what waits for
+        a synced cache (a new leader's recovery, hence readiness) need not poll."""
         self.watchers = [Watcher(raw, r, sink, loop, metrics, tuning) for r in resources]
         self.loop = loop
         self.tuning = tuning
+        self.on_synced = on_synced
+        for watcher in self.watchers:
+            watcher.on_synced = self._one_synced
+
+    def _one_synced(self) -> None:
+        if self.on_synced is not None and self.synced():
+            self.on_synced()
 
     def start(self) -> None:
         """Start every watcher, with the cyclic GC paused until the first lists are applied.

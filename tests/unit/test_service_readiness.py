@@ -237,3 +237,37 @@ def test_with_leader_election_a_replica_that_never_won_neither_is_ready_nor_acts
         assert not svc.failover.acting()
     finally:
         svc.binder.close()
+
+
+def test_the_cache_says_when_every_first_list_is_in_so_recovery_need_not_wait_for_a_poll() -> None:
+    api, sink, loop = TwoPagesThenQuiet(), CountingSink(), DeferredLoop()
+    told: list[bool] = []
+    nodes = Resource("nodes", "/api/v1/nodes")
+    cache = WatchCache(
+        api,  # type: ignore[arg-type]
+        sink,
+        loop,  # type: ignore[arg-type]
+        Metrics(),
+        resources=(PODS, nodes),
+        tuning=PAGED,
+        on_synced=lambda: told.append(cache.synced()),
+    )
+    pods_watcher, nodes_watcher = cache.watchers
+    pods_watcher.start()
+    assert api.watching.wait(5)
+    loop.run_pending()  # the pods are in; the nodes are not listed yet
+    assert pods_watcher.synced.is_set()
+    assert told == []
+    api.watching.clear()
+    nodes_watcher.start()
+    for _ in range(500):
+        if loop.pending:
+            break
+        threading.Event().wait(0.01)
+    for _ in range(500):  # both pages of the nodes' list handed over
+        if len(loop.pending) >= 2:
+            break
+        threading.Event().wait(0.01)
+    loop.run_pending()
+    assert told == [True]  # once, on the loop, with everything synced
+    cache.stop()
