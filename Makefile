@@ -60,10 +60,11 @@ bench: $(BIN)/gang-extender control-plane
 	$(BIN)/pip install --quiet -e '.[dev,bench]'   # matplotlib (plot), py-spy (profile)
 	$(BIN)/python -m bench
 
-# Mutation testing of the pure core (extender/domain): a surviving mutant is a
-# missing test. Narrow it to what you changed, e.g.
-#   make mutate MUTANTS='extender.domain.scoring* extender.domain.ledger*'
-MUTANTS ?= extender.domain.*
+# Mutation testing of the pure core (extender/domain, and the pure byte work at the
+# edges listed in pyproject.toml's [tool.mutmut]): a surviving mutant is a missing
+# test. Narrow it to what you changed, e.g.
+#   make mutate MUTANTS='extender.domain.scoring* extender.kube.list_split*'
+MUTANTS ?= extender.domain.* extender.kube.list_split.* extender.api.priority_wire.* extender.api.candidates.*
 mutate: $(BIN)/gang-extender
 	$(BIN)/pip install --quiet -e '.[dev,mutate]'
 	rm -rf mutants
