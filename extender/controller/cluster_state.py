@@ -45,7 +45,8 @@ from extender.domain.model import (
     upstream_podgroup_spec,
     upstream_workload_spec,
 )
-from extender.kube.cache import UPSTREAM_PODGROUPS, UPSTREAM_WORKLOADS, CacheSink
+from extender.kube.cache import CacheSink
+from extender.kube.resources import UPSTREAM_PODGROUPS, UPSTREAM_WORKLOADS
 from extender.metrics import Metrics
 
 log = logging.getLogger(__name__)

@@ -1,22 +1,20 @@
-"""Watch cache: list-then-watch of Nodes, Pods, PodGroups (ours, scheduler-plugins', Volcano's)
-and Namespaces, as raw JSON.
+"""Watch cache: list-then-watch of the resources in kube/resources.py (Nodes, Pods,
+PodGroups: ours, scheduler-plugins', Volcano's, Kubernetes'; Namespaces), as raw JSON.
 
-Optional APIs (scheduler-plugins' PodGroup CRD; Kubernetes' own scheduling.k8s.io
-PodGroups, and 1.35's Workloads, served only where the GenericWorkload gate and their
-API version are on)
-are found by listing them: a 404 on every version the resource names means "not
-served", which is not an error, and they are looked for again every
+An optional API is found by listing it: a 404 on every version the resource names
+means "not served", not an error, and it is looked for again every
 `optional_api_recheck_seconds`. A 403 on one counts the same, with a warning: a
 replica whose RBAC lacks an optional kind must not stay unready for it.
 
 One thread per resource lists, then watches from the list's resourceVersion with
-bookmarks. The list is streamed where the API server can (a watch with
+bookmarks. The list is read whole where its items can be cut apart as it arrives
+(kube/list_split.py), else streamed where the API server can (a watch with
 `sendInitialEvents`, ended by the `k8s.io/initial-events-end` bookmark, whose
-stream then goes on as the watch), else read in pages; either way it reaches the
-sink in pages of `list_page_size` (bounded memory at 100,000 pods). A 410 Gone (expired
-resourceVersion) or any stream error relists; every restart is counted. Events
-go to a sink on the event loop thread (`loop.call_soon_threadsafe`), which keeps
-the core single-threaded.
+stream then goes on as the watch), else read in pages; every way it reaches the
+sink in pages of `list_page_size` (bounded memory at 100,000 pods). A 410 Gone
+(expired resourceVersion) or any stream error relists; every restart is counted.
+Events go to a sink on the event loop thread (`loop.call_soon_threadsafe`), which
+keeps the core single-threaded.
 
 `synced` means what client-go's HasSynced means: the first complete list has been
 applied to the sink. It is set on the event loop right after the last page was
@@ -43,6 +41,17 @@ from typing import Any, TypeVar
 from extender.config import Settings
 from extender.kube.list_split import ListSplitError, ListSplitter
 from extender.kube.rawapi import KubeError, RawApi
+from extender.kube.resources import (
+    COSCHEDULING_PODGROUPS,
+    NAMESPACES,
+    NODES,
+    PODGROUPS,
+    PODS,
+    UPSTREAM_PODGROUPS,
+    UPSTREAM_WORKLOADS,
+    VOLCANO_PODGROUPS,
+    Resource,
+)
 from extender.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -84,55 +93,6 @@ INITIAL_EVENTS_END = "k8s.io/initial-events-end"
 WATCH_READ_SLACK_SECONDS = 30
 # Settings' defaults, without reading the environment.
 DEFAULT_TUNING = CacheTuning.from_settings(Settings.model_construct())
-
-
-@dataclass(frozen=True)
-class Resource:
-    kind: str  # short name used in metrics and by the sink
-    path: str
-    field_selector: str | None = None
-    optional: bool = False  # a missing API (404) is not an error: the CRD is not installed
-    # Other versions of the same kind, tried in order when `path` is not served (404);
-    # the objects' fields the sink reads must be the same in all of them.
-    alternatives: tuple[str, ...] = ()
-
-    @property
-    def paths(self) -> tuple[str, ...]:
-        return (self.path, *self.alternatives)
-
-
-NODES = Resource("nodes", "/api/v1/nodes")
-# Finished pods are kept: they hold no capacity but PodGroup status counts them.
-PODS = Resource("pods", "/api/v1/pods")
-PODGROUPS = Resource("podgroups", "/apis/scheduling.gang-extender.io/v1alpha1/podgroups")
-COSCHEDULING_PODGROUPS = Resource(
-    "coscheduling-podgroups", "/apis/scheduling.x-k8s.io/v1alpha1/podgroups", optional=True
-)
-# Volcano's PodGroup (docs/podgroup.md#migrating-from-volcano-or-scheduler-plugins).
-# Optional like coscheduling's: where the CRD is not served the list answers 404,
-# the watcher counts as synced and asks again every optional_api_recheck_seconds,
-# so a CRD installed after start is read from then on without a restart.
-VOLCANO_PODGROUPS = Resource(
-    "volcano-podgroups", "/apis/scheduling.volcano.sh/v1beta1/podgroups", optional=True
-)
-# Kubernetes' Workload API runtime groups: v1beta1 from 1.37, v1alpha3 in 1.37 and
-# v1alpha2 in 1.36 keep spec.schedulingPolicy.gang.minCount where we read it.
-UPSTREAM_PODGROUPS = Resource(
-    "upstream-podgroups",
-    "/apis/scheduling.k8s.io/v1beta1/podgroups",
-    optional=True,
-    alternatives=(
-        "/apis/scheduling.k8s.io/v1alpha3/podgroups",
-        "/apis/scheduling.k8s.io/v1alpha2/podgroups",
-    ),
-)
-# Kubernetes 1.35's shape of the same API: a scheduling.k8s.io/v1alpha1 Workload lists
-# pod groups (spec.podGroups[].policy.gang.minCount) that pods name in spec.workloadRef.
-# Served only with the GenericWorkload gate and that API version on; 1.36 replaced it.
-UPSTREAM_WORKLOADS = Resource(
-    "upstream-workloads", "/apis/scheduling.k8s.io/v1alpha1/workloads", optional=True
-)
-NAMESPACES = Resource("namespaces", "/api/v1/namespaces")
 
 
 class CacheSink:

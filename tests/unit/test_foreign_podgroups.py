@@ -511,7 +511,8 @@ async def test_a_recreated_podgroup_is_written_afresh() -> None:
 
 
 def test_the_watch_cache_reads_volcano_podgroups_when_served_and_forgets_them_when_gone() -> None:
-    from extender.kube.cache import VOLCANO_PODGROUPS, WatchCache
+    from extender.kube.cache import WatchCache
+    from extender.kube.resources import VOLCANO_PODGROUPS
 
     assert VOLCANO_PODGROUPS.optional, "a cluster without Volcano's CRD must still sync"
     assert VOLCANO_PODGROUPS.path == "/apis/scheduling.volcano.sh/v1beta1/podgroups"

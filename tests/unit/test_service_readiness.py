@@ -9,8 +9,9 @@ from typing import Any
 
 from extender.bootstrap import CaBundle, readiness
 from extender.config import Settings
-from extender.kube.cache import CacheSink, Resource, WatchCache, Watcher
+from extender.kube.cache import CacheSink, WatchCache, Watcher
 from extender.kube.rawapi import KubeError
+from extender.kube.resources import Resource
 from extender.kube.webhook_config import WebhookConfigError
 from extender.metrics import Metrics
 from extender.service import Deps, create_service

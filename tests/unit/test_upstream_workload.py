@@ -23,8 +23,9 @@ from extender.domain.model import (
     upstream_podgroup_spec,
 )
 from extender.injection.admission import AdmissionDenied, pod_group
-from extender.kube.cache import UPSTREAM_PODGROUPS, Watcher
+from extender.kube.cache import Watcher
 from extender.kube.rawapi import KubeError
+from extender.kube.resources import UPSTREAM_PODGROUPS
 from extender.metrics import Metrics
 from extender.service import EXTENDER, METRICS, WEBHOOK, listeners
 from tests.builders import (

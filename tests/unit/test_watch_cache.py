@@ -7,8 +7,9 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from extender.kube.cache import CacheSink, Resource, Watcher
+from extender.kube.cache import CacheSink, Watcher
 from extender.kube.rawapi import KubeError
+from extender.kube.resources import Resource
 from extender.metrics import Metrics
 from tests.watch_fakes import PAGED, STREAMED
 
@@ -341,7 +342,7 @@ def test_an_expired_streamed_list_is_streamed_again() -> None:
 
 
 def test_a_streamed_list_finds_the_first_served_version_and_watches_it() -> None:
-    from extender.kube.cache import UPSTREAM_PODGROUPS
+    from extender.kube.resources import UPSTREAM_PODGROUPS
 
     sink = RecordingSink()
     missing = KubeError(404, "404 page not found")

@@ -11,8 +11,9 @@ from typing import Any
 
 import orjson
 
-from extender.kube.cache import DEFAULT_TUNING, Resource, Watcher
+from extender.kube.cache import DEFAULT_TUNING, Watcher
 from extender.kube.rawapi import KubeError
+from extender.kube.resources import Resource
 from extender.metrics import Metrics
 from tests.unit.test_watch_cache import ImmediateLoop, RecordingSink, bookmark, pod
 

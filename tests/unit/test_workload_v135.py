@@ -27,8 +27,9 @@ from extender.domain.model import (
 )
 from extender.domain.status import _waiting_message
 from extender.injection.admission import AdmissionDenied, pod_group
-from extender.kube.cache import UPSTREAM_WORKLOADS, Watcher
+from extender.kube.cache import Watcher
 from extender.kube.rawapi import KubeError
+from extender.kube.resources import UPSTREAM_WORKLOADS
 from extender.metrics import Metrics
 from tests.builders import ImmediateLoop, PageNamesSink, make_cluster_state, spec_member
 from tests.watch_fakes import PAGED
