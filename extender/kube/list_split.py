@@ -106,8 +106,8 @@ def _envelope(head: bytes) -> dict[str, Any]:
         envelope = orjson.loads(head + b'"items":[]}')
     except orjson.JSONDecodeError:
         raise ListSplitError("the answer does not begin like a list") from None
-    if not isinstance(envelope, dict):
-        raise ListSplitError("the answer does not begin like a list")
+    # Valid only as the object that holds the appended member: always a dict.
+    assert isinstance(envelope, dict)
     del envelope["items"]
     return envelope
 

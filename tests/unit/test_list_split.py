@@ -105,27 +105,51 @@ def test_the_fields_after_the_items_complete_the_envelope_at_the_end() -> None:
     assert splitter.envelope == ENVELOPE
 
 
+NO_ITEMS = "the answer has no items array"
+NOT_OBJECTS = "the list's items are not objects written compactly"
+NOT_CUT = "the answer's items could not be cut apart"
+BAD_END = "the answer does not end like a list"
+BAD_START = "the answer does not begin like a list"
+
+
 @pytest.mark.parametrize(
-    ("answer", "why"),
+    ("answer", "message"),
     [
-        (b'{"kind":"Status","status":"Failure"}', "no items array"),
-        (b'{"kind":"PodList","items":null}', "no items array"),
-        (b'{"kind":"PodList","items":["a","b"]}', "not objects"),
-        (b'{"kind":"PodList","items":[ {"metadata":{}}]}', "not objects"),
-        (b'{"kind":"PodList","items":[{"metadata":{}},{"metadata":{}}', "could not be cut"),
-        (b'{"kind":"PodList","items":[{"metadata":{}}]', "does not end like a list"),
-        (b'{"kind":"PodList","items":[{"metadata":{}},{"metadata":', "could not be cut"),
-        (b'{"kind":"PodList","items":[{"metadata":{}}],"x"}', "does not end like a list"),
-        (b'{"kind":"PodList","items":[{"metadata":{}}]]', "does not end like a list"),
-        (b'{"kind":"PodList" "items":[{"metadata":{}}]}', "does not begin like a list"),
-        (b'["items":[{"metadata":{}}]}', "does not begin like a list"),
+        (b'{"kind":"Status","status":"Failure"}', NO_ITEMS),
+        (b'{"kind":"PodList","items":null}', NO_ITEMS),
+        (b'{"kind":"PodList","items":["a","b"]}', NOT_OBJECTS),
+        (b'{"kind":"PodList","items":[ {"metadata":{}}]}', NOT_OBJECTS),
+        (b'{"kind":"PodList","items":[{"metadata":{}},{"metadata":{}}', NOT_CUT),
+        (b'{"kind":"PodList","items":[{"metadata":{}}]', BAD_END),
+        (b'{"kind":"PodList","items":[{"metadata":{}},{"metadata":', NOT_CUT),
+        (b'{"kind":"PodList","items":[{"metadata":{}}],"x"}', BAD_END),
+        (b'{"kind":"PodList","items":[{"metadata":{}}]]', BAD_END),
+        (b'{"kind":"PodList","items":[{"metadata":{}}]x}', BAD_END),
+        (b'{"kind":"PodList" "items":[{"metadata":{}}]}', BAD_START),
+        (b'["items":[{"metadata":{}}]}', BAD_START),
+        (b'"a","items":[{"metadata":{}}]}', BAD_START),
     ],
 )
-def test_an_answer_that_is_not_such_a_list_is_a_split_error(answer: bytes, why: str) -> None:
+def test_an_answer_that_is_not_such_a_list_is_a_split_error(answer: bytes, message: str) -> None:
     splitter = ListSplitter()
-    with pytest.raises(ListSplitError, match=why):
+    with pytest.raises(ListSplitError) as caught:
         splitter.feed(answer)
         splitter.finish()
+    assert str(caught.value) == message
+
+
+@pytest.mark.parametrize("ending", [b"\n", b" \r\n"])
+def test_an_answer_may_end_in_white_space(ending: bytes) -> None:
+    items = [pod("a"), pod("b")]
+    assert split(list_answer(items) + ending, 5)[1] == items
+
+
+def test_an_item_may_reach_the_bound_but_not_pass_it() -> None:
+    head = b'{"kind":"PodList","items":['
+    partial = b'{"a":"123456"'  # an item begun, its end not yet come
+    ListSplitter(max_item_bytes=len(partial)).feed(head + partial)
+    with pytest.raises(ListSplitError):
+        ListSplitter(max_item_bytes=len(partial) - 1).feed(head + partial)
 
 
 def test_an_item_larger_than_the_bound_gives_up_instead_of_holding_the_answer() -> None:

@@ -221,3 +221,15 @@ def test_other_candidates_asked_in_between_are_answered_from_the_table() -> None
         assert encoder.encode(Priorities(board.scores, board), list(names)) == wire_answer(
             board, names
         )
+
+
+def test_asked_again_with_no_score_changed_the_kept_answer_is_the_answer() -> None:
+    # The reuse itself (no join, no lookups): the very bytes of the last answer.
+    board = NodeScoreBoard(scores={"a": 3, "b": 5})
+    encoder = HostPriorityEncoder()
+    first = encoder.encode(Priorities(board.scores, board), ["a", "b"])
+    assert encoder.encode(Priorities(board.scores, board), ["a", "b"]) is first
+    rescore(board, b=6)
+    second = encoder.encode(Priorities(board.scores, board), ["a", "b"])
+    assert second == wire_answer(board, ["a", "b"])
+    assert encoder.encode(Priorities(board.scores, board), ["a", "b"]) is second
