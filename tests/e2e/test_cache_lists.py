@@ -51,47 +51,43 @@ def paged_cluster(
 def test_lists_read_whole_with_no_fallback_and_a_gang_created_before_the_start_binds_whole(
     paged_cluster: LocalCluster, request: pytest.FixtureRequest
 ) -> None:
-    with paged_cluster.api_client() as api:
-        raw = RawApi(api)
-        pool = gpu_pool_for(api, request, gpus=2, label=POOL_LABEL)
-        namespace = new_namespace(api, "whole")
-        stack = GangStack(paged_cluster)
-        stack.install_crds()
-        create(raw, namespace, podgroup("train", 2))
-        for i in range(2):
-            create(raw, namespace, gang_pod(f"train-{i}", "train", gpus=2, node_selector=pool))
-        log_start = _log_size(paged_cluster)
-        stack.start()  # returns once the service is Ready: its caches synced
-        try:
-            pods = wait_until(
-                lambda: len(bound(list_pods(raw, namespace))) == 2 and list_pods(raw, namespace),
-                what="both members bound",
-            )
-            assert {p["spec"]["nodeName"] for p in pods} == set(_pool_nodes(api, pool))
-            log = _log_since(paged_cluster, log_start)
-            # No kind (nodes, pods, our PodGroup CRD, namespaces) fell back to a stream or pages.
-            assert "cannot read the list whole" not in log
-            assert "does not stream lists" not in log
-            assert "watch pods failed" not in log and "watch pods broke" not in log
-        finally:
-            stack.stop()
+    log = _start_with_a_listed_gang(paged_cluster, request, "whole")
+    # No kind (nodes, pods, our PodGroup CRD, namespaces) fell back to a stream or pages.
+    assert "cannot read the list whole" not in log
+    assert "does not stream lists" not in log
+    assert "watch pods failed" not in log and "watch pods broke" not in log
 
 
 def test_an_api_server_without_streamed_lists_is_listed_in_pages_and_a_gang_binds_whole(
     paged_cluster: LocalCluster, request: pytest.FixtureRequest
 ) -> None:
-    with paged_cluster.api_client() as api:
+    # Whole lists off: the streamed list is tried, refused, and pages are read.
+    log = _start_with_a_listed_gang(paged_cluster, request, "paged", {"GANG_WHOLE_LIST": "false"})
+    # Every kind fell back, once each, and nothing else went wrong on the way.
+    assert "pods: the API server does not stream lists" in log
+    assert "nodes: the API server does not stream lists" in log
+    assert "watch pods failed" not in log and "watch pods broke" not in log
+
+
+def _start_with_a_listed_gang(
+    cluster: LocalCluster,
+    request: pytest.FixtureRequest,
+    prefix: str,
+    env: dict[str, str] | None = None,
+) -> str:
+    """Create a gang, then start the service (so the gang reaches it in the first list,
+    not in a watch event), see both members bound to the pool; the service's log of
+    this start."""
+    with cluster.api_client() as api:
         raw = RawApi(api)
         pool = gpu_pool_for(api, request, gpus=2, label=POOL_LABEL)
-        namespace = new_namespace(api, "paged")
-        # Whole lists off: the streamed list is tried, refused, and pages are read.
-        stack = GangStack(paged_cluster, env={"GANG_WHOLE_LIST": "false"})
+        namespace = new_namespace(api, prefix)
+        stack = GangStack(cluster, env=env)
         stack.install_crds()
-        # Before the service starts: the gang reaches it in the first (paged) list.
         create(raw, namespace, podgroup("train", 2))
         for i in range(2):
             create(raw, namespace, gang_pod(f"train-{i}", "train", gpus=2, node_selector=pool))
-        log_start = _log_size(paged_cluster)
+        log_start = _log_size(cluster)
         stack.start()  # returns once the service is Ready: its caches synced
         try:
             pods = wait_until(
@@ -99,11 +95,7 @@ def test_an_api_server_without_streamed_lists_is_listed_in_pages_and_a_gang_bind
                 what="both members bound",
             )
             assert {p["spec"]["nodeName"] for p in pods} == set(_pool_nodes(api, pool))
-            log = _log_since(paged_cluster, log_start)
-            # Every kind fell back, once each, and nothing else went wrong on the way.
-            assert "pods: the API server does not stream lists" in log
-            assert "nodes: the API server does not stream lists" in log
-            assert "watch pods failed" not in log and "watch pods broke" not in log
+            return _log_since(cluster, log_start)
         finally:
             stack.stop()
 

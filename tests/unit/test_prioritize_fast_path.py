@@ -10,6 +10,7 @@ must be the plain answer without its zeros, byte for byte, after any changes.
 from __future__ import annotations
 
 import orjson
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -23,6 +24,23 @@ from tests.strategies import NODE_NAMES, apply_change, snapshot_changes
 
 changes = snapshot_changes(max_size=30)
 candidate_lists = st.lists(st.sampled_from([*NODE_NAMES, "unknown"]), unique=True, max_size=7)
+
+
+def scoring_core(
+    policy: Policy, journal_limit: int
+) -> tuple[GangCore, HostPriorityEncoder, PodInfo]:
+    """A core whose board keeps a journal of `journal_limit`, an encoder, a plain pod."""
+    core = GangCore(policy=policy, timeouts=Timeouts(60, 30, 2))
+    core.score_board = NodeScoreBoard(journal_min_limit=journal_limit)
+    return core, HostPriorityEncoder(), PodInfo.from_api(make_pod("probe").gpus(1).obj())
+
+
+def apply_changes(core: GangCore, ops: list[tuple[str, int, int]], step: int) -> int:
+    """snapshot_changes' ops applied in order; the step (time, pod names) reached."""
+    for op, i, gpus in ops:
+        step += 1
+        apply_change(core, op, i, gpus, step)
+    return step
 
 
 def plain_answer(core: GangCore, pod: PodInfo, candidates: list[str]) -> bytes:
@@ -40,15 +58,10 @@ def test_fast_prioritize_is_the_plain_answer_without_zeros(rounds, policy, journ
     # One core and one encoder across rounds of changes, as in the service: the
     # encoder's per-node bytes must follow every change, also when the journal
     # started over (a small limit) before the encoder caught up.
-    core = GangCore(policy=policy, timeouts=Timeouts(60, 30, 2))
-    core.score_board = NodeScoreBoard(journal_min_limit=journal_limit)
-    encoder = HostPriorityEncoder()
-    plain = PodInfo.from_api(make_pod("probe").gpus(1).obj())
+    core, encoder, plain = scoring_core(policy, journal_limit)
     step = 0
     for ops, candidates in rounds:
-        for op, i, gpus in ops:
-            step += 1
-            apply_change(core, op, i, gpus, step)
+        step = apply_changes(core, ops, step)
         fast = encoder.encode(core.priorities(plain), candidates)
         assert fast == plain_answer(core, plain, candidates), (ops, candidates)
         # A planned member: its node only, whatever the board holds.
@@ -121,15 +134,10 @@ def test_the_same_candidates_asked_again_get_the_plain_answer_after_any_changes(
 ) -> None:
     # The encoder keeps its last answer and patches it: after no change, a few, or a
     # journal that started over, and with other candidates asked in between.
-    core = GangCore(policy=Policy(), timeouts=Timeouts(60, 30, 2))
-    core.score_board = NodeScoreBoard(journal_min_limit=journal_limit)
-    encoder = HostPriorityEncoder()
-    plain = PodInfo.from_api(make_pod("probe").gpus(1).obj())
+    core, encoder, plain = scoring_core(Policy(), journal_limit)
     step = 0
     for ops, asks in rounds:
-        for op, i, gpus in ops:
-            step += 1
-            apply_change(core, op, i, gpus, step)
+        step = apply_changes(core, ops, step)
         for ask in asks:
             # A fresh list each time, as each request parses its own.
             candidates = list(REPEATED_CANDIDATES[ask])
@@ -171,33 +179,38 @@ def wire_answer(board: NodeScoreBoard, candidates: list[str]) -> bytes:
     )
 
 
-def test_asked_again_the_last_answer_follows_each_change_of_score() -> None:
-    board = NodeScoreBoard(scores={"a": 3, "b": 5, "c": 7})
+@pytest.mark.parametrize(
+    ("case", "scores", "names", "changes"),
+    [
+        (
+            "each kind of change",
+            {"a": 3, "b": 5, "c": 7},
+            ["c", "a", "b", "d"],
+            [
+                {},  # nothing changed: the same answer
+                {"a": 9},  # the first change: the kept entries are built
+                {"b": 0},  # a node that stops scoring leaves the answer ...
+                {"b": 2, "d": 4},  # ... and comes back; a node that starts scoring joins it
+                {"z": 6},  # a node that is not a candidate changes nothing
+            ],
+        ),
+        (
+            "a name asked twice: both its entries follow",
+            {"a": 3, "b": 5},
+            ["a", "b", "a"],
+            [{}, {"a": 4}, {"a": 8}, {"a": 0}],
+        ),
+    ],
+)
+def test_asked_again_the_last_answer_follows_each_change_of_score(
+    case: str, scores: dict[str, int], names: list[str], changes: list[dict[str, int]]
+) -> None:
+    board = NodeScoreBoard(scores=dict(scores))
     encoder = HostPriorityEncoder()
-    names = ["c", "a", "b", "d"]
-    steps: list[dict[str, int]] = [
-        {},  # nothing changed: the same answer
-        {"a": 9},  # the first change: the kept entries are built
-        {"b": 0},  # a node that stops scoring leaves the answer ...
-        {"b": 2, "d": 4},  # ... and comes back; a node that starts scoring joins it
-        {"z": 6},  # a node that is not a candidate changes nothing
-    ]
-    for change in steps:
+    for change in changes:
         rescore(board, **change)
-        assert encoder.encode(Priorities(board.scores, board), list(names)) == wire_answer(
-            board, names
-        )
-
-
-def test_a_name_asked_twice_has_both_its_entries_follow_a_change() -> None:
-    board = NodeScoreBoard(scores={"a": 3, "b": 5})
-    encoder = HostPriorityEncoder()
-    names = ["a", "b", "a"]
-    for change in ({}, {"a": 4}, {"a": 8}, {"a": 0}):
-        rescore(board, **change)
-        assert encoder.encode(Priorities(board.scores, board), list(names)) == wire_answer(
-            board, names
-        )
+        answer = encoder.encode(Priorities(board.scores, board), list(names))
+        assert answer == wire_answer(board, names), (case, change)
 
 
 def test_a_journal_that_started_over_rebuilds_the_kept_entries() -> None:
