@@ -103,20 +103,12 @@ class RawApi:
             raw = response.read()
         except (OSError, urllib3.exceptions.HTTPError) as err:  # cut off mid-answer
             raise KubeError(0, f"API server unreachable: {err}") from None
-        phrase = str(response.reason or "")
+        if not 200 <= response.status < 300:
+            raise _refusal(response.status, raw, str(response.reason or ""))
         try:
             data: Any = orjson.loads(raw) if raw else {}
         except orjson.JSONDecodeError:
-            # Errors outside the API machinery (e.g. "404 page not found") are plain text.
-            if 200 <= response.status < 300:
-                raise KubeError(response.status, f"answer is not JSON: {raw[:200]!r}") from None
-            raise KubeError(
-                response.status, raw[:300].decode(errors="replace"), phrase=phrase
-            ) from None
-        if not 200 <= response.status < 300:
-            message = data.get("message", raw[:300]) if isinstance(data, dict) else raw[:300]
-            reason = data.get("reason", "") if isinstance(data, dict) else ""
-            raise KubeError(response.status, str(message), str(reason), phrase=phrase)
+            raise KubeError(response.status, f"answer is not JSON: {raw[:200]!r}") from None
         return data if isinstance(data, dict) else {"items": data}
 
     def pieces(
@@ -128,18 +120,9 @@ class RawApi:
         raw = response.response
         if not 200 <= response.status < 300:
             try:
-                body = raw.read()
+                raise _refusal(response.status, raw.read(), str(response.reason or ""))
             finally:
                 raw.release_conn()
-            try:
-                data = orjson.loads(body)
-            except orjson.JSONDecodeError:
-                data = None
-            phrase = str(response.reason or "")
-            if isinstance(data, dict):
-                message, reason = str(data.get("message", "")), str(data.get("reason", ""))
-                raise KubeError(response.status, message, reason, phrase=phrase)
-            raise KubeError(response.status, body[:300].decode(errors="replace"), phrase=phrase)
         return _pieces(raw)
 
     def stream(
@@ -150,12 +133,7 @@ class RawApi:
         raw = response.response
         try:
             if not 200 <= response.status < 300:
-                body = raw.read()
-                try:
-                    message = orjson.loads(body).get("message", body[:300])
-                except orjson.JSONDecodeError:
-                    message = body[:300]
-                raise KubeError(response.status, str(message))
+                raise _refusal(response.status, raw.read(), str(response.reason or ""))
             pending = b""
             for chunk in raw.stream(64 * 1024, decode_content=True):
                 pending += chunk
@@ -167,6 +145,20 @@ class RawApi:
                 yield orjson.loads(pending)
         finally:
             raw.release_conn()
+
+
+def _refusal(status: int, body: bytes, phrase: str) -> KubeError:
+    """The KubeError of a non-2xx answer: its Status object's message and reason, else
+    the start of its text (errors outside the API machinery: "404 page not found")."""
+    try:
+        data = orjson.loads(body) if body else None
+    except orjson.JSONDecodeError:
+        data = None
+    text = body[:300].decode(errors="replace")
+    if isinstance(data, dict):
+        message, reason = str(data.get("message", text)), str(data.get("reason", ""))
+        return KubeError(status, message, reason, phrase=phrase)
+    return KubeError(status, text, phrase=phrase)
 
 
 def _pieces(raw: Any) -> Iterator[bytes]:
