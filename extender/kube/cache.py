@@ -207,7 +207,9 @@ class Watcher:
             except ListSplitError as err:
                 self._whole_refused = True
                 log.info(
-                    "%s: cannot read the list whole (%s); streaming it", self.resource.kind, err
+                    "%s: cannot read the list whole (%s); listing it another way from now on",
+                    self.resource.kind,
+                    err,
                 )
         if self.tuning.watch_list and not self._paged_only:
             try:
