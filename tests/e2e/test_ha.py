@@ -37,6 +37,7 @@ from tests.e2e.gang_fixtures import (
     list_pods,
     podgroup,
     ungate,
+    unschedulable_message,
     wait_until,
 )
 
@@ -308,13 +309,15 @@ def _metric(text: str, name: str, labels: str = "") -> float:
     return 0.0
 
 
-def _scheduling_failures(raw: RawApi, namespace: str, name: str) -> list[str]:
-    events = raw.call(
-        "GET",
-        path_of("api", "v1", "namespaces", namespace, "events"),
-        query={"fieldSelector": f"involvedObject.name={name},reason=FailedScheduling"},
-    )
-    return [str(e.get("message", "")) for e in events.get("items") or []]
+def _latest_scheduling_failure(raw: RawApi, namespace: str, name: str) -> str:
+    """Why kube-scheduler last failed to place the pod: its PodScheduled=False message.
+
+    Not the FailedScheduling Events: kube-scheduler's recorder counts a repeat into the
+    first Event of the series (its key leaves the message out), so an early failure
+    with another reason (the proxy still pointing at no replica) would hide the rest.
+    """
+    pods = [p for p in list_pods(raw, namespace) if p["metadata"]["name"] == name]
+    return unschedulable_message(pods[0] if pods else None)
 
 
 def test_a_gang_planned_before_the_leader_is_killed_keeps_its_reservation_and_binds_whole(
@@ -377,13 +380,22 @@ def test_a_gang_planned_before_the_leader_is_killed_keeps_its_reservation_and_bi
 
     # A plain pod of the gang scheduler cannot take the reserved GPUs.
     create(raw, namespace, gang_pod("plain", "", gpus=1, node_selector=FAILOVER_POOL))
-    failures = wait_until(
-        lambda: [
-            m for m in _scheduling_failures(raw, namespace, "plain") if "reserved for gang" in m
-        ],
-        what="the plain pod refused the GPUs reserved for gang fo",
-    )
-    print(f"\nplain pod refused: {failures[0]}")
+    seen: list[str] = []
+
+    def refused_for_the_gang() -> str | None:
+        message = _latest_scheduling_failure(raw, namespace, "plain")
+        if message and message not in seen:
+            seen.append(message)
+        return message if "reserved for gang" in message else None
+
+    try:
+        refusal = wait_until(
+            refused_for_the_gang, what="the plain pod refused the GPUs reserved for gang fo"
+        )
+    except pytest.fail.Exception:
+        print(f"\nthe plain pod's scheduling failures, in order: {seen}")
+        raise
+    print(f"\nplain pod refused: {refusal}")
     assert not bound([p for p in list_pods(raw, namespace) if p["metadata"]["name"] == "plain"])
 
     ungate(raw, namespace, "fo-1")
