@@ -169,6 +169,13 @@ def _fmt(value: Any, digits: int = 2) -> str:
     return str(value)
 
 
+def _contents(counted: dict[str, int] | None) -> str:
+    """What the cluster held when a size's starts were timed (older results: not counted)."""
+    if not counted:
+        return "not counted"
+    return f"{counted['nodes']} / {counted['pods']} / {counted['podgroups']}"
+
+
 def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(_fmt(c) for c in row) + " |" for row in rows]
@@ -299,6 +306,7 @@ def markdown(results: dict[str, Any]) -> str:
             [
                 "nodes",
                 "pods",
+                "cluster at start: nodes / pods / PodGroups",
                 "start -> /healthz (s)",
                 "start -> /readyz (s)",
                 "RSS ready (MB)",
@@ -309,6 +317,7 @@ def markdown(results: dict[str, Any]) -> str:
                 [
                     s["nodes"],
                     s["bound_pods"],
+                    _contents(s.get("cluster_at_start")),
                     s["healthz_s"],
                     s["ready_s"],
                     s["rss_ready_mb"],

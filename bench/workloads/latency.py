@@ -22,8 +22,8 @@ from typing import Any
 import orjson
 
 from bench.env import CREATE_WORKERS, BenchEnv
-from bench.kubeclient import bulk, pods_path
-from bench.objects import UNSERVED_SCHEDULER, gang_member, pod_body
+from bench.kubeclient import bulk, count, pods_path
+from bench.objects import GANG_PODGROUP_API, UNSERVED_SCHEDULER, gang_member, pod_body
 from bench.profile import as_text, summarize
 from bench.service import ExtenderClient, PySpy, binding_args, extender_args, restart_service
 from bench.stats import summary_ms
@@ -184,6 +184,13 @@ class LatencyWorkload:
         self._grow(nodes, pods)
         tag = f"s{index}"
         probes = self._probes(tag)
+        # What each start lists, counted, not assumed: the size's pods and nodes plus
+        # its probes, and whatever an earlier workload left behind.
+        contents = {
+            "nodes": count(env.api, "/api/v1/nodes"),
+            "pods": count(env.api, "/api/v1/pods"),
+            "podgroups": count(env.api, f"/apis/{GANG_PODGROUP_API}/podgroups"),
+        }
         quiet_wait = env.wait_nodes_settled() + env.wait_quiet()
         starts = [
             restart_service(env, f"gang-extender-{tag}-{attempt}", service_src=cfg.service_src)
@@ -298,6 +305,7 @@ class LatencyWorkload:
         result: dict[str, Any] = {
             "nodes": nodes,
             "bound_pods": pods,
+            "cluster_at_start": contents,
             # median of the restarts (each one under "ready_all_s")
             "healthz_s": round(healthz[len(healthz) // 2], 2),
             "ready_s": round(ready[len(ready) // 2], 2),

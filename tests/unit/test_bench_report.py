@@ -1,0 +1,32 @@
+"""bench.report: the latency table says what the cluster held when each size's starts
+were timed, counted by the run (older results say they were not counted)."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import orjson
+
+from bench.report import markdown
+
+RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results" / "results.json"
+
+
+def test_each_size_row_shows_the_counted_cluster_or_says_it_was_not_counted() -> None:
+    results = orjson.loads(RESULTS.read_bytes())
+    sizes = copy.deepcopy(results["latency"]["sizes"][:2])
+    for size in sizes:
+        size.pop("cluster_at_start", None)
+    sizes[0]["cluster_at_start"] = {"nodes": 1003, "pods": 11207, "podgroups": 101}
+    results["latency"]["sizes"] = sizes
+    rows = [
+        line
+        for line in markdown(results).splitlines()
+        if line.startswith(f"| {sizes[0]['nodes']} | {sizes[0]['bound_pods']} |")
+        or line.startswith(f"| {sizes[1]['nodes']} | {sizes[1]['bound_pods']} |")
+    ]
+    process_rows = [r for r in rows if "1003 / 11207 / 101" in r or "not counted" in r]
+    assert len(process_rows) == 2, rows
+    assert "1003 / 11207 / 101" in process_rows[0]
+    assert "not counted" in process_rows[1]
