@@ -145,18 +145,25 @@ def group_name(meta: Mapping[str, Any], spec: Mapping[str, Any] | None = None) -
     `spec.workloadRef`, 1.35); without it only metadata is read.
     """
     labels, annotations = _labels(meta), _annotations(meta)
+    # Most pods set neither field: skip their readers (the same None they would give).
+    upstream = upstream_group_name(spec) if spec and "schedulingGroup" in spec else None
+    ref = workload_ref(spec) if spec and "workloadRef" in spec else None
     values = (
         labels.get(GROUP_LABEL),
         labels.get(COSCHEDULING_GROUP_LABEL),
         annotations.get(VOLCANO_GROUP_ANNOTATION),
         annotations.get(VOLCANO_OWN_GROUP_ANNOTATION),
-        upstream_group_name(spec),
-        ref.group if (ref := workload_ref(spec)) else None,
+        upstream,
+        ref.group if ref else None,
     )
+    if not any(values):
+        return None
     distinct = {value for value in values if value}
     if len(distinct) > 1:
         claims = ", ".join(
-            f"{where}={value!r}" for where, value in zip(_GROUP_SOURCES, values, strict=True) if value
+            f"{where}={value!r}"
+            for where, value in zip(_GROUP_SOURCES, values, strict=True)
+            if value
         )
         raise MembershipError(
             f"pod claims two groups ({claims}); set one group name in all of them"

@@ -10,6 +10,7 @@ import contextlib
 import functools
 from collections.abc import Mapping
 from decimal import Decimal, InvalidOperation
+from types import MappingProxyType
 from typing import Any
 
 GPU = "nvidia.com/gpu"
@@ -160,33 +161,78 @@ def pod_requests(spec: Mapping[str, Any]) -> dict[str, int]:
     total: dict[str, int] = {}
     for container in spec.get("containers") or []:
         _add_sum(total, _container_requests(container))
-    sidecars: dict[str, int] = {}
-    init_peak: dict[str, int] = {}
-    for init in spec.get("initContainers") or []:
-        requests = _container_requests(init)
-        if init.get("restartPolicy") == "Always":
-            _add_sum(total, requests)
-            _add_sum(sidecars, requests)
-            _add_max(init_peak, sidecars)
-        else:
-            running = dict(requests)
-            _add_sum(running, sidecars)
-            _add_max(init_peak, running)
-    _add_max(total, init_peak)
-    _add_sum(total, resource_list(spec.get("overhead")))
+    inits, overhead = spec.get("initContainers"), spec.get("overhead")
+    if inits:  # most pods have none: their total is the containers' sum
+        sidecars: dict[str, int] = {}
+        init_peak: dict[str, int] = {}
+        for init in inits:
+            requests = _container_requests(init)
+            if init.get("restartPolicy") == "Always":
+                _add_sum(total, requests)
+                _add_sum(sidecars, requests)
+                _add_max(init_peak, sidecars)
+            else:
+                running = dict(requests)
+                _add_sum(running, sidecars)
+                _add_max(init_peak, running)
+        _add_max(total, init_peak)
+    if overhead:
+        _add_sum(total, resource_list(overhead))
     total[PODS] = 1
     return total
 
 
-def _container_requests(container: Mapping[str, Any]) -> dict[str, int]:
+# Distinct (limits, requests) pairs remembered by `_container_requests`. The replicas
+# of a workload repeat their containers' resources, and converting them was the
+# largest part of reading a pod from a start-up list (5 of 14 us per pod).
+RESOURCES_CACHE_SIZE = 4096
+
+
+def _container_requests(container: Mapping[str, Any]) -> Mapping[str, int]:
+    """One container's requests, a limit standing in for a missing request.
+
+    Read-only: the same mapping is returned for every container whose limits and
+    requests are the same items in the same order.
+    """
     if not isinstance(container, Mapping):
         raise QuantityError(f"expected a container object, not {type(container).__name__}")
     resources = container.get("resources") or {}
     if not isinstance(resources, Mapping):
         raise QuantityError(f"expected resources to be an object, not {type(resources).__name__}")
-    merged = resource_list(resources.get("limits"))
-    merged.update(resource_list(resources.get("requests")))
+    limits, requests = resources.get("limits"), resources.get("requests")
+    limit_items, request_items = _text_items(limits), _text_items(requests)
+    if limit_items is not None and request_items is not None:
+        return _merged_of_items(limit_items, request_items)
+    return _merged_requests(limits, requests)
+
+
+def _text_items(mapping: object) -> tuple[tuple[str, str], ...] | None:
+    """The items of a quantities map as a memo key: only text names and quantities (as
+    the API server sends them), since 1, 1.0 and True are one key and not one quantity;
+    None for anything else, which is converted (or refused) without the memo."""
+    if not mapping:
+        return ()
+    if not isinstance(mapping, Mapping):
+        return None
+    items = tuple(mapping.items())
+    for name, value in items:
+        if type(name) is not str or type(value) is not str:
+            return None
+    return items
+
+
+def _merged_requests(limits: Any, requests: Any) -> dict[str, int]:
+    merged = resource_list(limits)
+    merged.update(resource_list(requests))
     return merged
+
+
+# Pure, so safe to memoise; a pair that does not convert raises again on every call.
+@functools.lru_cache(maxsize=RESOURCES_CACHE_SIZE)
+def _merged_of_items(
+    limits: tuple[tuple[str, str], ...], requests: tuple[tuple[str, str], ...]
+) -> Mapping[str, int]:
+    return MappingProxyType(_merged_requests(dict(limits), dict(requests)))  # shared: read-only
 
 
 def pod_gpus(spec: Mapping[str, Any]) -> int:
