@@ -7,8 +7,12 @@ passed in (`now`), side effects go out as `Effect` records the service drains
 Events), so every decision here is deterministic and testable without a cluster.
 
 `GangCore` is one object composed of parts, one module a concern; this module
-keeps its state, the filter's decision order below (steps 1-5 and 7, with the
-memo of held gangs), capacity, prioritize, the watch's observations and expiry:
+keeps its state, the filter's decision order below (steps 1-4 and 7), prioritize
+and expiry:
+ - domain/gang_room.py: capacity for planning, and step 5, the memo of held gangs
+   known not to fit;
+ - domain/gang_watch.py: the watch's observations (a pod or group that changed or
+   went away), which settle plans and plan the held gangs they complete;
  - domain/gang_queue.py: queue order, step 6, whom a held gang waits behind, and
    the view of the held gangs (domain/held_queue.py) the starvation check reads too;
  - domain/gang_starvation.py: starvation reservations and their placeholder pods;
@@ -117,26 +121,26 @@ from extender.domain.decisions import (
 from extender.domain.gang_barrier import BindBarrier
 from extender.domain.gang_failover import Failover
 from extender.domain.gang_preemption import GangPreemption
+from extender.domain.gang_room import GangRoom
 from extender.domain.gang_starvation import (
     PLACEHOLDER_RETRY_SECONDS,
     STARVATION_CHECK_SECONDS,
     StarvationReservations,
 )
 from extender.domain.gang_state import GroupState, Timeouts
+from extender.domain.gang_watch import GangWatch
 from extender.domain.held_queue import HeldEntry, HeldQueue
 from extender.domain.ledger import Ledger, Plan
-from extender.domain.membership import SCHEDULER_NAME, GroupKey
-from extender.domain.model import GroupSpec, PodInfo, Resources
-from extender.domain.node_order import NodeOrder
+from extender.domain.membership import GroupKey
+from extender.domain.model import GroupSpec, PodInfo
 from extender.domain.planner import NodeRestriction, Placement, plan_gang
-from extender.domain.policy import Policy, default_topology
-from extender.domain.preemption import SCHEDULER_PREEMPTION_REASON
+from extender.domain.policy import Policy
 from extender.domain.quantity import GPU
 from extender.domain.queue import rank_of
 from extender.domain.reservations import Reservation
 from extender.domain.scoring import MAX_SCORE, NodeScoreBoard, Priorities
 from extender.domain.selection import MembersMissing, choose_members, tasks_left_out
-from extender.domain.shortfalls import NodeChange, ShortfallMemo
+from extender.domain.shortfalls import ShortfallMemo
 from extender.domain.snapshot import ClusterSnapshot, fits
 
 # GroupState and Timeouts (domain/gang_state.py) and the placeholder retry interval are
@@ -156,7 +160,7 @@ RESTRICTION_MEMORY_LIMIT = 256
 
 
 @dataclass
-class GangCore(StarvationReservations, GangPreemption, BindBarrier, Failover):
+class GangCore(GangRoom, GangWatch, StarvationReservations, GangPreemption, BindBarrier, Failover):
     policy: Policy
     timeouts: Timeouts
     snapshot: ClusterSnapshot = field(default_factory=ClusterSnapshot)
@@ -440,83 +444,6 @@ class GangCore(StarvationReservations, GangPreemption, BindBarrier, Failover):
         self.effects.append(PlanCreated(plan))
         return plan
 
-    def _planning_inputs(self) -> tuple[int, int]:
-        """What a held gang's "does not fit" is memoised on when `shortfalls` does not
-        cover it: changes to nodes, capacity, group members and PodGroups
-        (snapshot.planning_generation), and to plans."""
-        return (self.snapshot.planning_generation, self.ledger.generation)
-
-    def _shortfall_holds(self, key: GroupKey, state: GroupState) -> bool:
-        """The gang did not fit, and nothing that could change that happened since; nor
-        did the gang its message names as ahead of it stop holding a place."""
-        self._absorb_changes()
-        if key not in self.shortfalls and state.shortfall_generation != self._planning_inputs():
-            return False
-        return state.behind is None or self.holds_a_place(state.behind)
-
-    def _remember_shortfall(
-        self, key: GroupKey, spec: GroupSpec, members: Sequence[PodInfo], priority: int
-    ) -> None:
-        """Memoise `key`'s "does not fit" per gang (domain/shortfalls.py), unless it is
-        starving (its placeholders are its own room) or could preempt something."""
-        if key in self.reservations:
-            return
-        lowest = self.snapshot.lowest_holding_priority()
-        if self.preemption_enabled and lowest is not None and lowest < priority:
-            return
-        topology = spec.topology or next(
-            (m.topology for m in members if m.topology is not None), None
-        )
-        if topology is None:
-            topology = default_topology(self.policy)
-        self.shortfalls.remember(
-            key,
-            (m for m in members if not m.is_bound),
-            topology=bool(topology.required or topology.preferred),
-            priority=priority,
-        )
-
-    def _absorb_changes(self) -> None:
-        """Forget the memoised shortfalls that what changed since the last look could end.
-
-        Drains the snapshot's changed groups and relabelled nodes, and the score
-        board's room changes, whether or not anything is memoised (they are only
-        ever read here).
-        """
-        snapshot = self.snapshot
-        board = self.score_board
-        board.refresh(snapshot, self.ledger, self.policy)
-        rooms = board.drain_room_changes()
-        groups, snapshot.groups_changed = snapshot.groups_changed, set()
-        relabelled, snapshot.relabelled = snapshot.relabelled, set()
-        replaced, snapshot.replaced = snapshot.replaced, False
-        lowest = snapshot.lowest_holding_priority() if self.preemption_enabled else None
-        dropped = lowest is not None and (
-            self.lowest_priority_seen is None or lowest < self.lowest_priority_seen
-        )
-        self.lowest_priority_seen = lowest
-        if not self.shortfalls:
-            return
-        if rooms is None or replaced:
-            forgotten = self.shortfalls.forget_all()
-        else:
-            forgotten = {key for key in groups if self.shortfalls.forget(key)}
-            merged: dict[str, tuple[Resources | None, Resources | None]] = {}
-            for name, before, after in rooms:
-                first = merged.get(name)
-                merged[name] = (first[0] if first is not None else before, after)
-            changes = [
-                NodeChange(name, before, after, snapshot.nodes.get(name), name in relabelled)
-                for name, (before, after) in merged.items()
-            ]
-            forgotten |= self.shortfalls.absorb(
-                changes, lowest_priority=lowest if dropped else None
-            )
-        for key in forgotten:
-            state = self.groups.get(key)
-            if state is not None:
-                state.shortfall_generation = None
-
     def _new_plan(
         self,
         key: GroupKey,
@@ -615,45 +542,6 @@ class GangCore(StarvationReservations, GangPreemption, BindBarrier, Failover):
         state.message = message
         return message
 
-    # -------------------------------------------------------------- capacity
-    def free_after_reservations(self, node: str) -> Resources:
-        free = self.snapshot.free(node)
-        for name, value in self.ledger.reserved(node).items():
-            free[name] = free.get(name, 0) - value
-        return free
-
-    def free_for_planning(self, group: GroupKey | None = None) -> dict[str, Resources]:
-        """Every node's free capacity for planning `group`: after the plans' reservations
-        (kept by the board where it changed), and without the GPUs other starving gangs hold.
-
-        Read-only per node: the planner copies a node's room before placing on it, and a
-        node whose room a hold lessens gets a room of its own here.
-        """
-        return self.planning_room(group)[0]
-
-    def planning_room(
-        self, group: GroupKey | None = None
-    ) -> tuple[dict[str, Resources], NodeOrder]:
-        """`free_for_planning`, and its nodes in the planner's order (domain/node_order.py):
-        the board's, with the few nodes whose room a hold or a placeholder changes moved."""
-        board = self.score_board
-        free = board.free_capacity(self.snapshot, self.ledger, self.policy)
-        changed: dict[str, Resources] = {}
-        for node, (owner, gpus) in self.starving_holds().items():
-            if owner != group and node in free:
-                room = dict(free[node])
-                room[GPU] = room.get(GPU, 0) - gpus
-                free[node] = changed[node] = room
-        # The group's own placeholder pods hold its room: free for it, for nobody else.
-        for placeholder in self.snapshot.placeholders.values():
-            at = placeholder.node_name
-            if placeholder.placeholder_for == group and placeholder.holds_capacity and at in free:
-                room = dict(free[at])
-                room[GPU] = room.get(GPU, 0) + placeholder.requests.get(GPU, 0)
-                free[at] = changed[at] = room
-        order = board.planning_order(self.snapshot, self.ledger, self.policy)
-        return free, order.with_rooms(changed.items())
-
     # ------------------------------------------------------------ prioritize
     def prioritize(self, pod: PodInfo, candidates: Collection[str]) -> dict[str, int]:
         """Every candidate's score, zeros included (the plain form of `priorities`)."""
@@ -666,93 +554,6 @@ class GangCore(StarvationReservations, GangPreemption, BindBarrier, Failover):
         if plan is not None:
             return Priorities({plan.placements[pod.uid]: MAX_SCORE})
         return self.score_board.priorities(self.snapshot, self.ledger, self.policy)
-
-    # --------------------------------------------------------- observations
-    def observe_pod(self, pod: PodInfo, now: float) -> None:
-        """The watch saw a pod: update the snapshot and settle plans it completes."""
-        old = self.snapshot.upsert_pod(pod)
-        if pod.placeholder_for is not None:
-            self.placeholder_creating.pop(pod.name, None)
-            return
-        if (
-            self.preemption_enabled
-            and pod.disruption == SCHEDULER_PREEMPTION_REASON
-            and pod.group is not None
-        ):
-            self._complete_preempted_gang(pod, pod.group)
-        if old is not None and old.holds_capacity and not pod.holds_capacity:
-            self._freed_on(old.node_name, now)
-        plan = self.ledger.plan_of(pod.uid)
-        if plan is None:
-            # A bound member that Succeeded ran: it was bound, not lost (a Job's pod can
-            # finish before the last of its gang is bound). One deleted or Failed was.
-            if pod.deleting or pod.phase == "Failed":
-                self._bound_member_gone(pod, f"member {pod.ref} is gone", now)
-            if pod.group is not None and pod.is_active_member:
-                if (
-                    not pod.is_bound
-                    and not pod.gated
-                    and pod.scheduler_name == SCHEDULER_NAME
-                    and pod.group not in self.groups
-                ):
-                    self.unasked.add(pod.group)
-                self.group_changed(pod.group, now)
-            return
-        if pod.is_bound:
-            self.ledger.mark_bound(pod.uid)
-            self._settle(plan, now)
-            return
-        if pod.deleting or pod.phase in ("Succeeded", "Failed"):
-            self._member_gone(plan, pod.uid, f"member {pod.ref} is gone", now)
-
-    def group_changed(self, key: GroupKey, now: float) -> None:
-        """A member or the PodGroup of `key` changed: plan now if that completes a held gang.
-
-        Why not wait for filter: kube-scheduler parks held members until some event,
-        and a member it never filters (created with a scheduling gate, as Kueue does)
-        sends none. The plan's annotations on the members are that event. Only groups
-        kube-scheduler has asked about are planned here.
-        """
-        state = self.groups.get(key)
-        if state is None or not state.waiting or key in self.ledger.plans:
-            return
-        spec = self.snapshot.group_spec(key)
-        if spec is None or spec.error is not None:
-            return
-        self._try_plan(key, state, spec, now, asking=None, candidates=None)
-
-    def forget_pod(self, uid: str, now: float) -> None:
-        pod = self.snapshot.delete_pod(uid)
-        if self.restrictions.pop(uid, None) is not None:
-            self.restrictions_version += 1
-        self.offered.pop(uid, None)
-        self.evicting.discard(uid)
-        if pod is not None and pod.placeholder_for is not None:
-            self.placeholder_requests.pop(("delete", pod.name), None)
-            self._placeholder_gone(pod.placeholder_for, now)
-            return
-        if pod is not None and pod.holds_capacity:
-            self._freed_on(pod.node_name, now)
-        plan = self.ledger.plan_of(uid)
-        if plan is not None:
-            self._member_gone(plan, uid, f"member {plan.names[uid]} was deleted", now)
-        elif pod is not None:
-            self._bound_member_gone(pod, f"member {pod.ref} was deleted", now)
-        if pod is not None and pod.group is not None:
-            self.forget_group_if_gone(pod.group)
-
-    def forget_group_if_gone(self, key: GroupKey) -> None:
-        """A group with no members left and no PodGroup is forgotten, and its starvation
-        reservation and clock with it: a gang re-created under the same name starts
-        afresh instead of inheriting the old one's reservation (the watch can deliver
-        the new objects before the next reservation pass)."""
-        if self.snapshot.members(key) or self.snapshot.podgroup(key) is not None:
-            return
-        self.groups.pop(key, None)
-        self.shortfalls.forget(key)
-        self.held_since.pop(key, None)
-        self.given_up.pop(key, None)
-        self._end_reservation(key)
 
     # --------------------------------------------------------------- expiry
     def expire(self, now: float) -> None:

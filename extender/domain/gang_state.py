@@ -8,8 +8,8 @@ part against them; `GangCore` is the one class that has them all.
 Two verbs are not declared here (a declaration would repeat their long signatures):
 their callers reach them on `GangCore` itself, a `cast` that always holds. They are
 the filter's steps 4-7 (`GangCore._try_plan`), which the queue runs for the gangs
-ahead and a starving gang runs once its GPUs are free, and `_new_plan`, which a
-preemptor's hold shares with a plain plan.
+ahead, a starving gang once its GPUs are free and the watch for a held group a
+change completes, and `_new_plan`, which a preemptor's hold shares with a plain plan.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from extender.domain.planner import NodeRestriction
 from extender.domain.policy import Policy
 from extender.domain.queue import QueueRank
 from extender.domain.reservations import Reservation
+from extender.domain.scoring import NodeScoreBoard
 from extender.domain.shortfalls import ShortfallMemo
 from extender.domain.snapshot import ClusterSnapshot
 
@@ -102,16 +103,14 @@ class GangParts:
     held_planned: set[GroupKey]
     fits_by_shape: dict[object, bool]
     fits_by_shape_nodes: int
+    score_board: NodeScoreBoard
+    lowest_priority_seen: int | None
 
     if TYPE_CHECKING:
-        # The filter, capacity and observations (domain/gang.py).
+        # The filter and expiry (domain/gang.py).
         @staticmethod
         @abstractmethod
         def _say(state: GroupState, message: str) -> str: ...
-        @abstractmethod
-        def _absorb_changes(self) -> None: ...
-        @abstractmethod
-        def free_after_reservations(self, node: str) -> Resources: ...
         @abstractmethod
         def _drop(
             self, plan: Plan, reason: str, now: float, *, timed_out: bool = False
@@ -119,11 +118,19 @@ class GangParts:
         @abstractmethod
         def expire(self, now: float) -> None: ...
         @abstractmethod
+        def holds_a_place(self, key: GroupKey) -> bool: ...
+
+        # Capacity and the memo of shortfalls (domain/gang_room.py).
+        @abstractmethod
+        def _absorb_changes(self) -> None: ...
+        @abstractmethod
+        def free_after_reservations(self, node: str) -> Resources: ...
+
+        # The watch's observations (domain/gang_watch.py).
+        @abstractmethod
         def observe_pod(self, pod: PodInfo, now: float) -> None: ...
         @abstractmethod
         def group_changed(self, key: GroupKey, now: float) -> None: ...
-        @abstractmethod
-        def holds_a_place(self, key: GroupKey) -> bool: ...
 
         # Starvation reservations and placeholder pods (domain/gang_starvation.py).
         @abstractmethod
@@ -135,6 +142,19 @@ class GangParts:
         @abstractmethod
         def _placeholders_on(self, group: GroupKey, nodes: Collection[str]) -> bool: ...
 
+        @abstractmethod
+        def _freed_on(self, node: str | None, now: float) -> None: ...
+
         # The bind barrier (domain/gang_barrier.py).
         @abstractmethod
         def _placeholder_gone(self, group: GroupKey, now: float) -> None: ...
+        @abstractmethod
+        def _settle(self, plan: Plan, now: float) -> None: ...
+        @abstractmethod
+        def _member_gone(self, plan: Plan, uid: str, reason: str, now: float) -> None: ...
+        @abstractmethod
+        def _bound_member_gone(self, pod: PodInfo, reason: str, now: float) -> None: ...
+
+        # Gang preemption (domain/gang_preemption.py).
+        @abstractmethod
+        def _complete_preempted_gang(self, pod: PodInfo, group: GroupKey) -> None: ...

@@ -1,0 +1,140 @@
+"""The room a gang is planned on, and the memo of the held gangs that do not fit it.
+
+Pure. A part of `GangCore` (domain/gang.py), like the other domain/gang_*.py
+modules: every node's free capacity for planning a group (after the plans'
+reservations, without the GPUs other starving gangs hold, with the group's own
+placeholder pods counted as its room), and step 5 of the filter: a held gang
+known not to fit stays held, without a plan, until something that could help it
+changes (domain/shortfalls.py per gang, else the global planning generation).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from extender.domain.gang_state import GangParts, GroupState
+from extender.domain.membership import GroupKey
+from extender.domain.model import GroupSpec, PodInfo, Resources
+from extender.domain.node_order import NodeOrder
+from extender.domain.policy import default_topology
+from extender.domain.quantity import GPU
+from extender.domain.shortfalls import NodeChange
+
+
+class GangRoom(GangParts):
+    # -------------------------------------------------------------- capacity
+    def free_after_reservations(self, node: str) -> Resources:
+        free = self.snapshot.free(node)
+        for name, value in self.ledger.reserved(node).items():
+            free[name] = free.get(name, 0) - value
+        return free
+
+    def free_for_planning(self, group: GroupKey | None = None) -> dict[str, Resources]:
+        """Every node's free capacity for planning `group`: after the plans' reservations
+        (kept by the board where it changed), and without the GPUs other starving gangs hold.
+
+        Read-only per node: the planner copies a node's room before placing on it, and a
+        node whose room a hold lessens gets a room of its own here.
+        """
+        return self.planning_room(group)[0]
+
+    def planning_room(
+        self, group: GroupKey | None = None
+    ) -> tuple[dict[str, Resources], NodeOrder]:
+        """`free_for_planning`, and its nodes in the planner's order (domain/node_order.py):
+        the board's, with the few nodes whose room a hold or a placeholder changes moved."""
+        board = self.score_board
+        free = board.free_capacity(self.snapshot, self.ledger, self.policy)
+        changed: dict[str, Resources] = {}
+        for node, (owner, gpus) in self.starving_holds().items():
+            if owner != group and node in free:
+                room = dict(free[node])
+                room[GPU] = room.get(GPU, 0) - gpus
+                free[node] = changed[node] = room
+        # The group's own placeholder pods hold its room: free for it, for nobody else.
+        for placeholder in self.snapshot.placeholders.values():
+            at = placeholder.node_name
+            if placeholder.placeholder_for == group and placeholder.holds_capacity and at in free:
+                room = dict(free[at])
+                room[GPU] = room.get(GPU, 0) + placeholder.requests.get(GPU, 0)
+                free[at] = changed[at] = room
+        order = board.planning_order(self.snapshot, self.ledger, self.policy)
+        return free, order.with_rooms(changed.items())
+
+    # ------------------------------------------------- the memo of shortfalls
+    def _planning_inputs(self) -> tuple[int, int]:
+        """What a held gang's "does not fit" is memoised on when `shortfalls` does not
+        cover it: changes to nodes, capacity, group members and PodGroups
+        (snapshot.planning_generation), and to plans."""
+        return (self.snapshot.planning_generation, self.ledger.generation)
+
+    def _shortfall_holds(self, key: GroupKey, state: GroupState) -> bool:
+        """The gang did not fit, and nothing that could change that happened since; nor
+        did the gang its message names as ahead of it stop holding a place."""
+        self._absorb_changes()
+        if key not in self.shortfalls and state.shortfall_generation != self._planning_inputs():
+            return False
+        return state.behind is None or self.holds_a_place(state.behind)
+
+    def _remember_shortfall(
+        self, key: GroupKey, spec: GroupSpec, members: Sequence[PodInfo], priority: int
+    ) -> None:
+        """Memoise `key`'s "does not fit" per gang (domain/shortfalls.py), unless it is
+        starving (its placeholders are its own room) or could preempt something."""
+        if key in self.reservations:
+            return
+        lowest = self.snapshot.lowest_holding_priority()
+        if self.preemption_enabled and lowest is not None and lowest < priority:
+            return
+        topology = spec.topology or next(
+            (m.topology for m in members if m.topology is not None), None
+        )
+        if topology is None:
+            topology = default_topology(self.policy)
+        self.shortfalls.remember(
+            key,
+            (m for m in members if not m.is_bound),
+            topology=bool(topology.required or topology.preferred),
+            priority=priority,
+        )
+
+    def _absorb_changes(self) -> None:
+        """Forget the memoised shortfalls that what changed since the last look could end.
+
+        Drains the snapshot's changed groups and relabelled nodes, and the score
+        board's room changes, whether or not anything is memoised (they are only
+        ever read here).
+        """
+        snapshot = self.snapshot
+        board = self.score_board
+        board.refresh(snapshot, self.ledger, self.policy)
+        rooms = board.drain_room_changes()
+        groups, snapshot.groups_changed = snapshot.groups_changed, set()
+        relabelled, snapshot.relabelled = snapshot.relabelled, set()
+        replaced, snapshot.replaced = snapshot.replaced, False
+        lowest = snapshot.lowest_holding_priority() if self.preemption_enabled else None
+        dropped = lowest is not None and (
+            self.lowest_priority_seen is None or lowest < self.lowest_priority_seen
+        )
+        self.lowest_priority_seen = lowest
+        if not self.shortfalls:
+            return
+        if rooms is None or replaced:
+            forgotten = self.shortfalls.forget_all()
+        else:
+            forgotten = {key for key in groups if self.shortfalls.forget(key)}
+            merged: dict[str, tuple[Resources | None, Resources | None]] = {}
+            for name, before, after in rooms:
+                first = merged.get(name)
+                merged[name] = (first[0] if first is not None else before, after)
+            changes = [
+                NodeChange(name, before, after, snapshot.nodes.get(name), name in relabelled)
+                for name, (before, after) in merged.items()
+            ]
+            forgotten |= self.shortfalls.absorb(
+                changes, lowest_priority=lowest if dropped else None
+            )
+        for key in forgotten:
+            state = self.groups.get(key)
+            if state is not None:
+                state.shortfall_generation = None
