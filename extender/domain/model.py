@@ -262,7 +262,7 @@ def _conditions(status: Mapping[str, Any]) -> tuple[str | None, str | None]:
     disruption: str | None = None
     seen_scheduled = seen_disruption = False
     for condition in status.get("conditions") or []:
-        if not isinstance(condition, Mapping):
+        if not isinstance(condition, (dict, Mapping)):  # a dict first: the fast check
             continue
         kind, state = condition.get("type"), condition.get("status")
         if kind == "PodScheduled" and state == "False" and not seen_scheduled:
