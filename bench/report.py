@@ -169,6 +169,36 @@ def _fmt(value: Any, digits: int = 2) -> str:
     return str(value)
 
 
+def _profiled_pass(sizes: list[dict[str, Any]]) -> list[str]:
+    """The profiled size's second pass, under py-spy, beside its timed figures."""
+    out: list[str] = []
+    for s in sizes:
+        profiled = s.get("verbs_under_profiler")
+        if not profiled:
+            continue
+        out += [
+            f"Under py-spy ({s['nodes']} nodes, {s['bound_pods']} pods): the loops run again "
+            "after the timed pass, for the profile only (no target reads them):",
+            "",
+        ]
+        out += _table(
+            ["verb / case", "timed pass: p50 / p99", "under py-spy: p50 / p99"],
+            [
+                [
+                    label,
+                    _pair(s["verbs"].get(label)),
+                    _pair(v),
+                ]
+                for label, v in profiled.items()
+            ],
+        )
+    return out
+
+
+def _pair(v: dict[str, Any] | None) -> str:
+    return f"{_fmt(v.get('p50_ms'))} / {_fmt(v.get('p99_ms'))}" if v else "-"
+
+
 def _contents(counted: dict[str, int] | None) -> str:
     """What the cluster held when a size's starts were timed (older results: not counted)."""
     if not counted:
@@ -327,6 +357,7 @@ def markdown(results: dict[str, Any]) -> str:
                 for s in sizes
             ],
         )
+        out += _profiled_pass(sizes)
     elif lat:
         out += ["## 1. Extender latency", "", f"failed: {lat.get('error')}", ""]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.client
 import os
+import signal
 import subprocess
 import time
 import urllib.error
@@ -177,6 +178,14 @@ class PySpy:
     @property
     def available(self) -> bool:
         return self.proc is not None
+
+    def stop(self, timeout: float = 30) -> bool:
+        """End the recording now (py-spy writes what it has on SIGINT); True when written."""
+        if self.proc is None:
+            return False
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+        return self.wait(timeout)
 
     def wait(self, timeout: float) -> bool:
         if self.proc is None:

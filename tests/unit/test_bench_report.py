@@ -30,3 +30,18 @@ def test_each_size_row_shows_the_counted_cluster_or_says_it_was_not_counted() ->
     assert len(process_rows) == 2, rows
     assert "1003 / 11207 / 101" in process_rows[0]
     assert "not counted" in process_rows[1]
+
+
+def test_the_profiled_pass_is_shown_beside_the_timed_figures_it_did_not_replace() -> None:
+    results = orjson.loads(RESULTS.read_bytes())
+    size = copy.deepcopy(results["latency"]["sizes"][-1])
+    label = "filter plain pod, gangs reserved"
+    timed = size["verbs"][label]
+    size["verbs_under_profiler"] = {label: {**timed, "p50_ms": 9.5, "p99_ms": 19.25}}
+    results["latency"]["sizes"] = [size]
+    lines = markdown(results).splitlines()
+    timed_pair = f"{timed['p50_ms']:.2f} / {timed['p99_ms']:.2f}"
+    assert f"| {label} | {timed_pair} | 9.50 / 19.25 |" in lines
+    # the timed table keeps the timed figures: the profiled ones are only beside them
+    timed_rows = [line for line in lines if line.startswith(f"| {label} | ")]
+    assert len(timed_rows) == 2 and "19.25" not in timed_rows[0], timed_rows
