@@ -158,7 +158,7 @@ def group_name(meta: Mapping[str, Any], spec: Mapping[str, Any] | None = None) -
     )
     if not any(values):
         return None
-    distinct = {value for value in values if value}
+    distinct = {value for value in values if value}  # not empty: one value is set
     if len(distinct) > 1:
         claims = ", ".join(
             f"{where}={value!r}"
@@ -168,7 +168,7 @@ def group_name(meta: Mapping[str, Any], spec: Mapping[str, Any] | None = None) -
         raise MembershipError(
             f"pod claims two groups ({claims}); set one group name in all of them"
         )
-    return distinct.pop() if distinct else None
+    return distinct.pop()
 
 
 # Where group_name reads a group name, in its order (named only in the two-groups error).

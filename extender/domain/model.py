@@ -215,12 +215,18 @@ def _toleration(key: Any, operator: Any, value: Any, effect: Any) -> Toleration:
     """One Toleration per distinct toleration: most pods carry the same few (the API
     server adds not-ready and unreachable to every pod), and building one was 2 of
     the 11 us of reading a pod."""
-    try:
+    scalars = _JSON_SCALARS
+    if (
+        type(key) in scalars
+        and type(operator) in scalars
+        and type(value) in scalars
+        and type(effect) in scalars
+    ):
         return _shared_toleration(key, operator, value, effect)
-    except TypeError:  # a value JSON makes unhashable (a list, an object): not shared
-        return Toleration(key, operator, value, effect)
+    return Toleration(key, operator, value, effect)  # a list or an object: not hashable
 
 
+_JSON_SCALARS = frozenset({str, int, float, bool, type(None)})
 # `typed`: 1 and True are one key otherwise. Frozen, so one instance can be shared.
 _shared_toleration = functools.lru_cache(maxsize=1024, typed=True)(Toleration)
 

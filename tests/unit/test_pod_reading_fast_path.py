@@ -236,3 +236,32 @@ def test_one_true_and_one_point_zero_stay_what_the_pod_said(value: object) -> No
         PodInfo.from_api({**pod, "spec": {"tolerations": [{"key": "k", "value": other}]}})
     (toleration,) = PodInfo.from_api(pod).tolerations
     assert type(toleration.value) is type(value)
+
+
+@pytest.mark.parametrize(
+    ("first", "then"),
+    [(1, True), (True, 1), (1, 1.0), (1.0, True), ("1", 1)],
+)
+def test_one_true_and_one_point_zero_in_a_request_are_read_each_as_itself(
+    first: object, then: object
+) -> None:
+    # The second is read after the first, whatever the first left in the memo.
+    for value in (first, then):
+        spec = {"containers": [{"resources": {"requests": {"cpu": value}}}]}
+        assert outcome(pod_requests, spec) == outcome(plain_pod_requests, spec), value
+
+
+def test_a_pod_claiming_two_groups_has_no_minimum_of_its_own() -> None:
+    pod = {
+        "metadata": {
+            "name": "p",
+            "namespace": "ns",
+            "uid": "u",
+            "labels": {membership.GROUP_LABEL: "a", membership.COSCHEDULING_GROUP_LABEL: "b"},
+            "annotations": {membership.MIN_AVAILABLE_ANNOTATION: "2"},
+        },
+        "spec": {},
+    }
+    info = PodInfo.from_api(pod)
+    assert info.group is None and info.group_error is not None
+    assert info.min_available is None
