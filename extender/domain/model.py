@@ -16,7 +16,7 @@ from typing import Any
 from extender.domain import membership
 from extender.domain.membership import GroupKey, MembershipError
 from extender.domain.policy import GroupTopology, topology_from_annotations, topology_from_spec
-from extender.domain.quantity import QuantityError, pod_requests, resource_list
+from extender.domain.quantity import MAPPING_TYPES, QuantityError, pod_requests, resource_list
 
 # A group's starvationSeconds on its members (a group declared by annotation).
 STARVATION_ANNOTATION = "gang-extender.io/starvation-seconds"
@@ -268,7 +268,7 @@ def _conditions(status: Mapping[str, Any]) -> tuple[str | None, str | None]:
     disruption: str | None = None
     seen_scheduled = seen_disruption = False
     for condition in status.get("conditions") or []:
-        if not isinstance(condition, (dict, Mapping)):  # a dict first: the fast check
+        if not isinstance(condition, MAPPING_TYPES):
             continue
         kind, state = condition.get("type"), condition.get("status")
         if kind == "PodScheduled" and state == "False" and not seen_scheduled:

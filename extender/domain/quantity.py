@@ -35,7 +35,7 @@ _DECIMAL = {
 
 # A dict first: JSON's objects are dicts, and the check against the Mapping ABC alone
 # costs 20 times the check against dict (it ran four times for every pod read).
-_MAPPINGS = (dict, Mapping)
+MAPPING_TYPES = (dict, Mapping)  # for isinstance on a hot path (model.py too)
 
 
 class QuantityError(ValueError):
@@ -139,7 +139,7 @@ def resource_list(mapping: Mapping[str, Any] | None) -> dict[str, int]:
     """A `resources.requests`-style mapping in integer units; QuantityError if unreadable."""
     if not mapping:
         return {}
-    if not isinstance(mapping, _MAPPINGS):
+    if not isinstance(mapping, MAPPING_TYPES):
         raise QuantityError(f"expected a map of quantities, not {type(mapping).__name__}")
     return {name: to_units(str(name), value) for name, value in mapping.items()}
 
@@ -199,10 +199,10 @@ def _container_requests(container: Mapping[str, Any]) -> Mapping[str, int]:
     Read-only: the same mapping is returned for every container whose limits and
     requests are the same items in the same order.
     """
-    if not isinstance(container, _MAPPINGS):
+    if not isinstance(container, MAPPING_TYPES):
         raise QuantityError(f"expected a container object, not {type(container).__name__}")
     resources = container.get("resources") or {}
-    if not isinstance(resources, _MAPPINGS):
+    if not isinstance(resources, MAPPING_TYPES):
         raise QuantityError(f"expected resources to be an object, not {type(resources).__name__}")
     limits, requests = resources.get("limits"), resources.get("requests")
     limit_items, request_items = _text_items(limits), _text_items(requests)
@@ -217,7 +217,7 @@ def _text_items(mapping: object) -> tuple[tuple[str, str], ...] | None:
     None for anything else, which is converted (or refused) without the memo."""
     if not mapping:
         return ()
-    if not isinstance(mapping, _MAPPINGS):
+    if not isinstance(mapping, MAPPING_TYPES):
         return None
     items = tuple(mapping.items())
     for name, value in items:
