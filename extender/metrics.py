@@ -184,7 +184,8 @@ class Metrics:
         self.preemption_evictions = Counter(
             "gang_extender_preemption_evictions_total",
             "Pods gang preemption asked the Eviction API to evict, by result: evicted, "
-            "or refused (a PodDisruptionBudget's 429).",
+            "refused (a PodDisruptionBudget's 429), or failed (the mark or the eviction "
+            "forbidden, or failing through every retry).",
             ["result"],
             registry=r,
         )

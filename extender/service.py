@@ -380,6 +380,7 @@ def create_service(settings: Settings, deps: Deps | None = None) -> GangService:
             starvation_seconds=settings.default_starvation_seconds,
             reservation_max_seconds=settings.reservation_max_seconds,
             preemption_hold_seconds=settings.preemption_hold_seconds,
+            preemption_forbidden_seconds=settings.preemption_forbidden_seconds,
         ),
         preemption_enabled=settings.preemption,
         placeholders=settings.reservation_placeholders,

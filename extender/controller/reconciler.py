@@ -23,8 +23,9 @@ from collections.abc import Callable
 from typing import Any, NamedTuple, Protocol
 
 from extender.config import Settings
+from extender.controller.api_writes import namespace_terminating
 from extender.controller.cluster_state import ClusterState
-from extender.controller.effects import EffectWriter, namespace_terminating
+from extender.controller.effects import EffectWriter
 from extender.controller.foreign_status import ForeignStatusWriter
 from extender.controller.lifecycle import LifecycleController
 from extender.domain.gang import GangCore
