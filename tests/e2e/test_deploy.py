@@ -242,13 +242,13 @@ def test_the_crd_is_served_with_its_printer_columns(cluster, applied) -> None:
         pytest.param("patch", "nodes", (), id="fences reserved nodes (narrowed by a policy)"),
         pytest.param("delete", "pods", ("-n", "team-a"), id="restarts a gang where bound"),
         pytest.param("create", "pods", ("-n", "team-a"), id="recreates a bare member where bound"),
-        # Gang preemption evicts whole lower-priority gangs anywhere, through the Eviction
-        # API so PodDisruptionBudgets hold (docs/podgroup.md#preemption).
+        # Gang preemption evicts whole lower-priority gangs where it is bound, through
+        # the Eviction API so PodDisruptionBudgets hold (docs/podgroup.md#preemption).
         pytest.param(
             "create",
             "pods",
-            ("--subresource=eviction", "-n", "team-b"),
-            id="evicts preemption victims anywhere",
+            ("--subresource=eviction", "-n", "team-a"),
+            id="evicts preemption victims where bound",
         ),
     ],
 )
@@ -262,6 +262,19 @@ def test_the_service_account_may_do_what_the_service_does(
     ("verb", "resource", "flags"),
     [
         pytest.param("delete", "pods", ("-n", "team-b"), id="no pod deletes where not bound"),
+        # Issue 30: the eviction right was cluster-wide though only used where bound.
+        pytest.param(
+            "create",
+            "pods",
+            ("--subresource=eviction", "-n", "team-b"),
+            id="no evictions where not bound",
+        ),
+        pytest.param(
+            "create",
+            "pods",
+            ("--subresource=eviction", "-n", "kube-system"),
+            id="no evictions in kube-system",
+        ),
         pytest.param("create", "pods", ("-n", "team-b"), id="no pod creates where not bound"),
         pytest.param("delete", "pods", ("-n", "kube-system"), id="no pod deletes in kube-system"),
         pytest.param("update", "nodes", (), id="no node update (a patch, narrowed by a policy)"),
@@ -564,6 +577,27 @@ def test_the_service_account_may_put_and_take_the_fence_taint_and_nothing_else_o
             {"metadata": {"annotations": {"x": "y"}}},
             "may not change a node's labels or annotations",
         ),
+        # Issue 30: an owner would let the garbage collector delete the node with it; a
+        # finalizer would keep it from ever being deleted.
+        (
+            {
+                "metadata": {
+                    "ownerReferences": [
+                        {
+                            "apiVersion": "v1",
+                            "kind": "Namespace",
+                            "name": "kube-system",
+                            "uid": "00000000-0000-0000-0000-000000000001",
+                        }
+                    ]
+                }
+            },
+            "may not change a node's ownerReferences or finalizers",
+        ),
+        (
+            {"metadata": {"finalizers": ["example.com/hold"]}},
+            "may not change a node's ownerReferences or finalizers",
+        ),
     ]:
         result = patch_node_as_service(cluster, patch)
         assert result.returncode != 0 and message in result.stderr, (patch, result.stderr)
@@ -573,3 +607,5 @@ def test_the_service_account_may_put_and_take_the_fence_taint_and_nothing_else_o
     ]
     assert after["metadata"]["labels"]["pool"] == "e2e-fence"
     assert not after["spec"].get("unschedulable")
+    assert not after["metadata"].get("ownerReferences")
+    assert not after["metadata"].get("finalizers")
