@@ -386,17 +386,6 @@ def create_service(settings: Settings, deps: Deps | None = None) -> GangService:
         placeholders=settings.reservation_placeholders,
         fences=settings.reservation_taints,
     )
-    binder = (
-        deps.binder
-        if deps.binder is not None
-        else ApiBinder(
-            deps.raw,
-            workers=settings.binder_workers,
-            timeout_seconds=settings.binding_timeout_seconds,
-            retry_backoff_seconds=settings.binding_retry_backoff_seconds,
-            on_retry=metrics.bind_retries.inc,
-        )
-    )
     # The state flushes the core's effects through the coordinator, whose sink is
     # the writer, which reads the state: the coordinator is looked up when the
     # first cache traffic arrives (in run), by which time it exists.
@@ -416,6 +405,20 @@ def create_service(settings: Settings, deps: Deps | None = None) -> GangService:
     failover = Failover(core, leader, metrics, flush_effects=lambda: coordinator.flush_effects())
     if leader is not None:
         leader.on_change = failover.on_leadership
+    binder = (
+        deps.binder
+        if deps.binder is not None
+        else ApiBinder(
+            deps.raw,
+            workers=settings.binder_workers,
+            timeout_seconds=settings.binding_timeout_seconds,
+            retry_backoff_seconds=settings.binding_retry_backoff_seconds,
+            on_retry=metrics.bind_retries.inc,
+            # Each retry asks again: a replica deposed meanwhile stops binding.
+            acting=failover.acting,
+            on_not_acting=metrics.not_leader_refusals.labels(what="bind").inc,
+        )
+    )
     state = ClusterState(
         core,
         flush_effects=lambda: coordinator.flush_effects(),

@@ -62,6 +62,9 @@ class ApiBinder:
     BindError saying so (`bound_to`, `gone`). Still unbound: posted again after
     `retry_backoff_seconds` (doubling), all attempts within `timeout_seconds` in
     total, so a bind still answers inside the scheduler's extender httpTimeout.
+    Before each retry it asks `acting()`: a replica that lost the Lease meanwhile posts
+    no more (BindError "not the leader"; `on_not_acting` counts it), since the new
+    leader owns the gang now.
 
     The service passes `Settings.binder_workers`, `Settings.binding_timeout_seconds`
     and `Settings.binding_retry_backoff_seconds` (the reasons are there); the
@@ -77,8 +80,12 @@ class ApiBinder:
         retry_backoff_seconds: float = 0.2,
         on_retry: Callable[[], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        acting: Callable[[], bool] = lambda: True,
+        on_not_acting: Callable[[], None] | None = None,
     ) -> None:
         self.raw = raw
+        self._acting = acting
+        self._on_not_acting = on_not_acting
         self.timeout_seconds = timeout_seconds
         self.retry_backoff_seconds = retry_backoff_seconds
         self._on_retry = on_retry
@@ -115,6 +122,10 @@ class ApiBinder:
             await asyncio.sleep(delay)
             delay *= 2
             timeout = remaining
+            if not self._acting():
+                if self._on_not_acting is not None:
+                    self._on_not_acting()
+                raise BindError(f"{failure}; not retried: not the leader any more")
             if self._on_retry is not None:
                 self._on_retry()
 
