@@ -27,6 +27,7 @@ from extender.domain.planner import Placement, Shortfall
 from extender.domain.policy import Policy
 from extender.domain.quantity import GPU
 from extender.kube.cache import CacheSink
+from extender.kube.ownership import OwnershipSeal
 from extender.kube.writers import placeholder_pod
 from extender.metrics import Metrics
 
@@ -283,6 +284,12 @@ def placeholder_pod_info(effect: PlaceholderCreate, uid: str | None = None) -> P
         node=effect.node,
         gpus=effect.gpus,
         owner=None,
+        seal=OwnershipSeal().placeholder(
+            namespace=effect.group.namespace,
+            name=effect.name,
+            group=effect.group.name,
+            node=effect.node,
+        ),
     )
     body["metadata"]["uid"] = uid or f"ph-{effect.name}"
     return PodInfo.from_api(body)

@@ -38,6 +38,7 @@ from extender.domain.decisions import (
 from extender.domain.fences import FenceNode, UnfenceNode
 from extender.domain.gang import GangCore
 from extender.domain.membership import GroupKey
+from extender.kube.ownership import OwnershipSeal
 from extender.kube.rawapi import RawApi
 from extender.kube.writers import (
     PODGROUP_API,
@@ -130,8 +131,10 @@ class EffectWriter:
         state: ClusterState,
         queues: GroupQueues,
         acting: Callable[[], bool] = lambda: True,
+        seal: OwnershipSeal | None = None,
     ) -> None:
         self.settings = settings
+        self.seal = seal if seal is not None else OwnershipSeal()
         self.acting = acting
         self.raw = raw
         self.metrics = metrics
@@ -201,6 +204,9 @@ class EffectWriter:
             node=effect.node,
             gpus=effect.gpus,
             owner=owner,
+            seal=self.seal.placeholder(
+                namespace=key.namespace, name=effect.name, group=key.name, node=effect.node
+            ),
         )
         log.info(
             "gang %s: placeholder pod %s holds %d GPU(s) on %s",

@@ -139,7 +139,7 @@ class Evictions:
                     await asyncio.sleep(settings.api_write_backoff_max_seconds)
                     continue
                 if err.status == HTTP_NOT_FOUND:
-                    break  # gone already: the room is free, go on with the unit
+                    return True  # gone already: the room is free, go on with the unit
                 await self._refused(effect, victim, err, action=EVICT, marked=failed is None)
                 # The first pod of a unit: nothing of it has gone, leave it whole. A later
                 # one: the gang is partial already; the rest still go, so it is not short.

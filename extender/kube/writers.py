@@ -21,6 +21,7 @@ from extender.domain.membership import (
     SCHEDULER_NAME,
 )
 from extender.domain.model import PLACEHOLDER_LABEL
+from extender.kube.ownership import SEAL_ANNOTATION
 from extender.kube.rawapi import KubeError, RawApi, path_of
 from extender.ports.binding import BindError
 
@@ -373,12 +374,14 @@ def placeholder_pod(
     node: str,
     gpus: int,
     owner: dict[str, Any] | None,
+    seal: str,
 ) -> dict[str, Any]:
     """A pod bound to `node` holding `gpus` GPUs for a starving gang (domain/placeholders.py).
 
     Bound directly (`spec.nodeName`), so no scheduler is involved; it tolerates every
     taint (the reserved node may be tainted for GPU work) and goes at once when deleted.
     `owner` (the group's PodGroup) lets the garbage collector remove it with the group.
+    `seal` (kube/ownership.py) is what tells it from a pod that only carries the label.
     """
     resources = {"nvidia.com/gpu": str(gpus)}
     metadata: dict[str, Any] = {
@@ -388,6 +391,7 @@ def placeholder_pod(
             PLACEHOLDER_LABEL: group,
             "app.kubernetes.io/managed-by": SCHEDULER_NAME,
         },
+        "annotations": {SEAL_ANNOTATION: seal},
     }
     if owner is not None:
         metadata["ownerReferences"] = [owner]

@@ -249,8 +249,7 @@ def test_every_pod_write_is_granted_per_namespace_only() -> None:
     cluster_wide = {
         resource
         for where, rule in _rules()
-        if where == "ClusterRole gang-extender"
-        and set(rule["verbs"]) - {"get", "list", "watch"}
+        if where == "ClusterRole gang-extender" and set(rule["verbs"]) - {"get", "list", "watch"}
         for resource in rule["resources"]
     }
     assert not {r for r in cluster_wide if r.startswith("pods")} - {"pods/binding"}
