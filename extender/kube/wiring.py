@@ -200,8 +200,8 @@ class WiringController:
             notices.append(
                 f"Secret {namespace}/{name} carries the label {names.MANAGED_BY_LABEL}="
                 f"{names.MANAGED_BY_VALUE} but was not created by gang-extender: its key pair "
-                f"was replaced with a new one (pods that mounted it get the new keys as the "
-                f"kubelet refreshes the volume)"
+                f"was replaced with a new one; members already running keep the keys they "
+                f"started with (the Secret is mounted as a snapshot): restart them"
             )
             return
         try:

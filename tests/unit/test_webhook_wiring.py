@@ -278,7 +278,11 @@ class TestLayoutChanges:
         assert server.get("configmaps", "dep-svc")["data"]["VC_WORKER_NUM"] == "3"
         # Members mount the Secret as a snapshot (subPath): it must not change with them.
         assert server.get("secrets", "dep-ssh") == before
-        assert [write for write in server.writes if write[1] == "secrets"] == [("POST", "secrets")]
+        # Created, then sealed (kube/ownership.py); never written again for a member.
+        assert [write for write in server.writes if write[1] == "secrets"] == [
+            ("POST", "secrets"),
+            ("PATCH", "secrets"),
+        ]
 
     def test_a_removed_task_disappears_from_the_configmap(
         self, server: FakeApiServer, controller: WiringController
