@@ -147,9 +147,14 @@ def test_status_lists_scheduler_plugins_and_member_only_groups_with_their_source
         what="pi placed in the status table",
     )
     assert placed["PHASE"] in ("Scheduled", "Running") and placed["WAITING FOR"] == ""
-    theirs = {"Scheduled": "scheduler-plugins (Scheduling)", "Running": "scheduler-plugins (Running)"}
+    theirs = {
+        "Scheduled": "scheduler-plugins (Scheduling)",
+        "Running": "scheduler-plugins (Running)",
+    }
     assert wait_until(
-        lambda: gang_status(cluster, namespace)["pi"]["SOURCE"]
-        == theirs[gang_status(cluster, namespace)["pi"]["PHASE"]],
+        lambda: (
+            gang_status(cluster, namespace)["pi"]["SOURCE"]
+            == theirs[gang_status(cluster, namespace)["pi"]["PHASE"]]
+        ),
         what="their phase beside ours",
     )

@@ -67,7 +67,13 @@ def test_the_namespace_checker_finds_a_namespace_used_before_it_exists() -> None
     assert namespaces_used_before_created("kubectl label namespace t a=b\n") == ["t"]
 
 
-DOCS_WITH_INSTALL_BLOCKS = [REPO / "README.md", *(e / "README.md" for e in EXAMPLES)]
+DOCS_WITH_INSTALL_BLOCKS = [
+    REPO / "README.md",
+    REPO / "docs" / "deploy.md",
+    *(e / "README.md" for e in EXAMPLES),
+]
+# The sections of the README and docs/deploy.md a newcomer copies to install.
+INSTALL_SECTIONS = {"README.md": "Install on a real cluster", "docs/deploy.md": "Helm"}
 
 
 @pytest.mark.parametrize("doc", DOCS_WITH_INSTALL_BLOCKS, ids=lambda p: str(p.relative_to(REPO)))
@@ -76,8 +82,9 @@ def test_every_namespace_a_block_uses_is_created_first(doc: Path) -> None:
     and the release was left failed. Examples' later blocks may use the namespace
     their first block creates."""
     text = doc.read_text()
-    if doc.parent == REPO:  # the README's other blocks run in the reader's own namespace
-        text = section(text, "Install on a real cluster")
+    where = str(doc.relative_to(REPO))
+    if where in INSTALL_SECTIONS:  # other blocks run in the reader's own namespace
+        text = section(text, INSTALL_SECTIONS[where])
     blocks = bash_blocks(text)
     created_earlier: set[str] = set()
     for block in blocks:
@@ -85,7 +92,7 @@ def test_every_namespace_a_block_uses_is_created_first(doc: Path) -> None:
         assert not early, (
             f"{doc.name}: a block uses namespace(s) {early} before creating them:\n{block}"
         )
-        if doc.parent != REPO:  # an example's blocks are one walk through
+        if where not in INSTALL_SECTIONS:  # an example's blocks are one walk through
             created_earlier.update(re.findall(r"kubectl create namespace (\S+)", block))
 
 
