@@ -117,7 +117,7 @@ def _status(args: argparse.Namespace) -> int:
     warned: list[str] = []
 
     def render() -> list[str]:
-        found = reader.read(SERVICE_LEASE)
+        found = reader.read(SERVICE_LEASE, nodes=args.output == "wide" or bool(args.group))
         if found["ours"] is None and not warned:
             warned.append("crd")
             print(

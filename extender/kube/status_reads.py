@@ -130,8 +130,9 @@ class StatusReader:
         except KubeError:
             return None  # none (no --leader-elect) or not readable: each group says so
 
-    def read(self, lease: tuple[str, str]) -> dict[str, Any]:
-        """Every list `StatusObjects` takes, by its field name."""
+    def read(self, lease: tuple[str, str], *, nodes: bool = True) -> dict[str, Any]:
+        """Every list `StatusObjects` takes, by its field name (`nodes`: for the GPU room
+        of `-o wide` and one group's detail; the plain table does without)."""
         events = [
             *(self.items("api", "v1", resource="events", fieldSelector="reason=GangWaiting") or []),
             *(
@@ -159,6 +160,6 @@ class StatusReader:
             ),
             "pods": self.items("api", "v1", resource="pods") or [],
             "events": events,
-            "nodes": self.nodes(),
+            "nodes": self.nodes() if nodes else None,
             "lease": self.lease(*lease),
         }
