@@ -38,7 +38,7 @@ def transcript(stdout: str) -> str:
 
 
 def _name(text: str) -> str:
-    text = re.sub(r"\b(horovod)-\d+\b", r"\1-<ns>", text)  # new_namespace's random suffix
+    text = re.sub(r"\b(horovod)-[0-9a-f]{8}\b", r"\1-<ns>", text)  # new_namespace: 8 hex digits
     # A Deployment's pods: <deployment>-<pod-template-hash>-<random 5>.
     return re.sub(r"-[a-z0-9]{6,10}-[a-z0-9]{5}\b", "-<hash>-<id>", text)
 

@@ -51,7 +51,7 @@ def test_a_gang_held_behind_another_shows_where_and_who_holds_the_gpus(
         ),
         what="train placed",
     )
-    for group in ("big", "small"):  # big first: small waits behind it for the same nodes
+    for group in ("big", "small"):  # each needs both nodes whole; train holds one of them
         create(raw, namespace, podgroup(group, 2))
         for i in range(2):
             create(
@@ -60,14 +60,24 @@ def test_a_gang_held_behind_another_shows_where_and_who_holds_the_gpus(
                 gang_pod(f"{group}-{i}", group, gpus=4, node_selector=pool.node_selector),
             )
 
+    seen: list[str] = []
+
     def behind() -> str | None:
         out = status(cluster, "-n", namespace, "-o", "wide").stdout
+        seen.append(out)
         row = parse_status_table(out.split("\n\n")[0]).get("small", {})
-        return out if f"waiting behind {namespace}/big" in row.get("WAITING FOR", "") else None
+        held = f"gang {namespace}/small: 1/2 members placeable" in row.get("WAITING FOR", "")
+        return out if held and f"\n{namespace}/small (Pending)" in out else None
 
-    out = wait_until(behind, what="small held behind big in -o wide")
+    try:
+        out = wait_until(behind, what="small held, with its candidate nodes, in -o wide")
+    except BaseException:
+        print(f"the last -o wide:\n{seen[-1] if seen else ''}")
+        raise
     print(out)
     table, *rooms = out.split("\n\n")
+    queue = {name: row["QUEUE"] for name, row in parse_status_table(table).items()}
+    assert queue == {"big": "1", "small": "2", "train": "-"}  # small is held behind big
     header = table.splitlines()[0].split()
     assert "NODES" in header
     small = next(r for r in rooms if r.startswith(f"{namespace}/small (Pending)"))

@@ -17,9 +17,9 @@ starting...
 """
 
 RUN_B = """\
-== kubectl apply -n horovod-5521 -f examples/horovod/horovod-job.yaml
-== held: gang horovod-5521/lm-horovod-job: needs 3 (1 for lm-horovod-job-worker-6d8f9c7b5-abcde)
-== placed: gang horovod-5521/lm-horovod-job: 4/4 members bound (phase Running)
+== kubectl apply -n horovod-5521ab0f -f examples/horovod/horovod-job.yaml
+== held: gang horovod-5521ab0f/lm-horovod-job: needs 3 (1 for lm-horovod-job-worker-6d8f9c7b5-abcde)
+== placed: gang horovod-5521ab0f/lm-horovod-job: 4/4 members bound (phase Running)
    lm-horovod-job-worker-6d8f9c7b5-abcde    -> gpu-small-0   (lm-horovod-job-worker-1.lm-horovod-job)
    lm-horovod-job-master                    -> gpu-big-0   (lm-horovod-job-master-0.lm-horovod-job)
    lm-horovod-job-worker-6d8f9c7b5-fghij    -> gpu-small-0   (lm-horovod-job-worker-0.lm-horovod-job)
