@@ -72,15 +72,15 @@ def run_block(
         ),
         "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
     }
-    # Namespaces a block names but an earlier one (or the reader) made: made here.
+    # Namespaces a block names but an earlier one (or the reader) made: made here, and
+    # opted in to job wiring as every walk-through of the docs does first.
+    kubectl = str(cluster.bin_dir / "kubectl")
     for name in sorted(set(renamed) - created):
-        subprocess.run(
-            [str(cluster.bin_dir / "kubectl"), "create", "namespace", renamed[name]],
-            env=env,
-            capture_output=True,
-            check=True,
-            timeout=60,
-        )
+        for args in (
+            ["create", "namespace", renamed[name]],
+            ["label", "namespace", renamed[name], "gang-extender.io/inject=enabled"],
+        ):
+            subprocess.run([kubectl, *args], env=env, capture_output=True, check=True, timeout=60)
     done = subprocess.run(
         ["bash", "-c", text], cwd=work, env=env, capture_output=True, text=True, timeout=300
     )
