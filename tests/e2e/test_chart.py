@@ -94,8 +94,13 @@ def docs_of(text: str) -> list[dict[str, Any]]:
     return [doc for doc in yaml.safe_load_all(text) if doc]
 
 
-def helm_template(helm: Path, *sets: str, namespace: str = NAMESPACE) -> list[dict[str, Any]]:
+def helm_template(
+    helm: Path, *sets: str, namespace: str = NAMESPACE, tests: bool = False
+) -> list[dict[str, Any]]:
+    """The rendered chart; `tests`: with the `helm test` hook pod (not part of an install)."""
     args = [a for s in sets for a in ("--set", s)]
+    if not tests:
+        args.append("--skip-tests")
     out = run(helm, "template", RELEASE, CHART, "--namespace", namespace, "--include-crds", *args)
     return docs_of(out)
 
@@ -422,7 +427,9 @@ def test_a_webhook_configuration_name_renames_the_object_and_its_rbac(helm: Path
 def test_the_rendered_chart_passes_a_server_side_dry_run(cluster: LocalCluster, helm: Path) -> None:
     from tests.e2e.test_deploy import dry_run, dump, kubectl
 
-    docs = helm_template(helm, "namespace.create=true")
+    docs = helm_template(helm, "namespace.create=true", tests=True)
+    # `helm test`'s pod (templates/tests/answers.yaml) is accepted too, under restricted.
+    assert ("Pod", NAMESPACE, "gang-extender-test-answers") in {key(d) for d in docs}
     definitions = [d for d in docs if d["kind"] in ("Namespace", "CustomResourceDefinition")]
     kubectl(cluster, "apply", "-f", "-", stdin=dump(definitions))
     kubectl(

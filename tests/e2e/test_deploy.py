@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -149,6 +150,47 @@ def test_deploy_renders_everything_the_install_needs(rendered) -> None:
         ("MutatingWebhookConfiguration", "gang-extender"),
     ]:
         assert expected in kinds, f"{expected} missing from `kubectl kustomize deploy/`"
+
+
+def deploy_md_table() -> list[str]:
+    """The first cells of docs/deploy.md's table of what `kubectl apply -k deploy/` creates."""
+    text = (REPO / "docs" / "deploy.md").read_text()
+    start = text.index("| object (")
+    rows = []
+    for line in text[start:].splitlines()[2:]:
+        if not line.startswith("|"):
+            break
+        rows.append(line.split("|")[1])
+    return rows
+
+
+def test_the_deploy_md_table_lists_every_object_apply_k_creates(bin_dir: Path) -> None:
+    """Each object `kubectl kustomize deploy/` renders has a row naming its kind (as a
+    word, plural allowed) and its name in backquotes (a generated ConfigMap's hash as
+    `-<hash>`), so the table cannot fall behind deploy/ again."""
+    out = subprocess.run(
+        [str(bin_dir / "kubectl"), "kustomize", str(DEPLOY)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
+    rows = deploy_md_table()
+    missing = []
+    for doc in (d for d in yaml.safe_load_all(out) if d):
+        kind, name = doc["kind"], doc["metadata"]["name"]
+        if kind == "ConfigMap" and name.startswith("gang-scheduler-config-"):
+            name = "gang-scheduler-config-<hash>"
+        where = doc["metadata"].get("namespace")
+        if not any(
+            re.search(rf"\b{kind}s?\b", row)
+            and f"`{name}`" in row
+            # an object outside gang-system says where it lives
+            and (where in (None, "gang-system") or f"`{where}`" in row or where in row)
+            for row in rows
+        ):
+            missing.append(f"{kind} {where + '/' if where else ''}{name}")
+    assert not missing, f"docs/deploy.md's table does not list: {', '.join(missing)}"
 
 
 def test_everything_in_deploy_is_accepted_by_a_server_side_dry_run(

@@ -487,9 +487,13 @@ def test_only_the_gang_scheduler_may_reach_the_extender_port() -> None:
     by_port = {p["port"]: rule for rule in rules for p in rule["ports"]}
     assert set(by_port) == ports == {"extender", "webhook", "metrics"}
     extender_from = by_port["extender"]["from"]
+    # The gang scheduler, and `helm test`'s pod (charts/.../templates/tests): both in
+    # gang-system (no namespaceSelector), both presenting the scheduler's client cert.
     assert [f["podSelector"]["matchLabels"] for f in extender_from] == [
-        {"app.kubernetes.io/name": scheduler_labels["app.kubernetes.io/name"]}
+        {"app.kubernetes.io/name": scheduler_labels["app.kubernetes.io/name"]},
+        {"app.kubernetes.io/component": "helm-test"},
     ]
+    assert all("namespaceSelector" not in f for f in extender_from)
     assert "from" not in by_port["webhook"] and "from" not in by_port["metrics"]
 
 
