@@ -1,0 +1,426 @@
+"""Resource bounds (issue 30): one tenant's sizes cannot sink the others' answers.
+
+For each size a user controls, the size is grown (x10, x100, to the limit, past the
+limit) and the test counts what the service builds or answers: bytes of the /filter
+answer, members a layout names, planner steps. Never time: what is counted is
+what a hostile tenant would make the service spend. Each limit is in
+extender/domain/limits.py and docs/podgroup.md#limits.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+
+from extender.api.extender import filter_result
+from extender.api.wire import ExtenderArgs
+from extender.domain import planner
+from extender.domain.decisions import Verdict
+from extender.domain.gang import GangCore, Timeouts
+from extender.domain.lifecycle_policy import (
+    PODS_READY_TIMEOUT_ANNOTATION,
+    POLICIES_ANNOTATION,
+    policy_from_annotations,
+    policy_from_spec,
+)
+from extender.domain.limits import (
+    MAX_GROUP_SIZE,
+    MAX_REASON_CHARS,
+    MAX_TASKS,
+    MAX_TOPOLOGY_LABELS,
+    PLANNER_STEP_BUDGET,
+)
+from extender.domain.membership import (
+    JOB_COMPLETION_INDEX_ANNOTATION,
+    TASK_INDEX_ANNOTATION,
+    TASKS_ANNOTATION,
+    MembershipError,
+)
+from extender.domain.model import GroupSpec, NodeInfo, PodInfo
+from extender.domain.planner import Placement, plan_gang
+from extender.domain.policy import GroupTopology, Policy
+from extender.injection.admission import AdmissionDenied, read_membership
+from extender.injection.layout import resolve_layout
+from tests.builders import cluster, gang, gpu_node, make_node, make_pod, make_podgroup
+
+T0 = 1_800_000_000.0
+GPU = "nvidia.com/gpu"
+
+
+def core_with_nodes(count: int) -> GangCore:
+    core = GangCore(policy=Policy(), timeouts=Timeouts(60, 30, 2))
+    for i in range(count):
+        core.snapshot.upsert_node(NodeInfo.from_api(make_node(f"node-{i:04d}").gpus(8).obj()))
+    return core
+
+
+def answer_bytes(core: GangCore, pod: dict[str, Any], nodes: list[str]) -> tuple[int, Any]:
+    """The /filter answer for `pod` over `nodes`, as the bytes kube-scheduler receives."""
+    info = PodInfo.from_api(pod)
+    core.observe_pod(info, T0)
+    decision = core.filter(info, nodes, T0)
+    args = ExtenderArgs.model_validate({"Pod": pod, "NodeNames": nodes})
+    return len(orjson.dumps(filter_result(args, decision))), decision
+
+
+def tasks_text(count: int) -> str:
+    return ",".join(f"t{i}=1" for i in range(count))
+
+
+# ------------------------------------------------- finding 2: the /filter answer size
+@pytest.mark.parametrize("tasks", [20, 200, MAX_TASKS, 2_000, 20_000])
+def test_the_filter_answer_stays_bounded_however_many_tasks_a_pod_names(tasks: int) -> None:
+    """The issue's case at 1,000 candidate nodes: min-available 20000 and tasks
+    t0..t19999 answered 600 MiB. Every reason is at most MAX_REASON_CHARS, so the
+    answer is at most that per node, whatever the annotations hold."""
+    core = core_with_nodes(1_000)
+    nodes = sorted(core.snapshot.nodes)
+    pod = (
+        make_pod("p0", "hostile")
+        .group("big")
+        .gpus(1)
+        .min_available(max(tasks, 20))
+        .annotation(TASKS_ANNOTATION, tasks_text(tasks))
+        .obj()
+    )
+    size, decision = answer_bytes(core, pod, nodes)
+    reasons = {**decision.failed, **decision.unresolvable}
+    assert reasons, "the gang is held: every node says why"
+    assert max(len(reason) for reason in reasons.values()) <= MAX_REASON_CHARS
+    per_node = MAX_REASON_CHARS + len('"node-0000":"",') + 16
+    assert size <= len(nodes) * per_node + 1_024
+
+
+@pytest.mark.parametrize("members", [2, 20, 200, 2_000])
+def test_a_reason_names_the_first_members_and_counts_the_rest(members: int) -> None:
+    """Members that disagree on min-available: the message lists a few, then "and N more"."""
+    core = core_with_nodes(2)
+    pods = [
+        make_pod(f"m{i}", "t").group("g").gpus(1).min_available(100 + i).obj()
+        for i in range(members)
+    ]
+    for pod in pods[:-1]:
+        core.observe_pod(PodInfo.from_api(pod), T0)
+    size, decision = answer_bytes(core, pods[-1], sorted(core.snapshot.nodes))
+    message = decision.message
+    assert len(message) <= MAX_REASON_CHARS
+    assert "m0=100" in message
+    if members > 8:
+        assert f"and {members - 5} more" in message
+
+
+def test_an_annotation_is_quoted_short_in_a_reason() -> None:
+    """A 200 KB Kueue topology annotation is not echoed whole (it was, per node)."""
+    core = core_with_nodes(10)
+    pod = (
+        make_pod("p0", "t")
+        .group("g")
+        .gpus(1)
+        .min_available(2)
+        .annotation("kueue.x-k8s.io/podset-preferred-topology", "x/" + "y" * 200_000)
+        .obj()
+    )
+    size, decision = answer_bytes(core, pod, sorted(core.snapshot.nodes))
+    assert decision.verdict is Verdict.REJECT
+    assert "kueue.x-k8s.io/podset-preferred-topology" in decision.message
+    assert len(decision.message) <= MAX_REASON_CHARS
+    assert size <= 10 * (MAX_REASON_CHARS + 64) + 1_024
+
+
+def test_one_gangs_oversized_spec_leaves_another_tenants_answer_as_it_was() -> None:
+    """Other tenants' answers do not depend on the hostile gang's sizes."""
+
+    def other_answer(hostile_tasks: int) -> Any:
+        core = core_with_nodes(4)
+        hostile = (
+            make_pod("p0", "hostile")
+            .group("big")
+            .gpus(1)
+            .min_available(20_000)
+            .annotation(TASKS_ANNOTATION, tasks_text(hostile_tasks))
+            .obj()
+        )
+        answer_bytes(core, hostile, sorted(core.snapshot.nodes))
+        mine = [make_pod(f"w{i}", "team").group("job").gpus(1).min_available(2).obj() for i in "01"]
+        core.observe_pod(PodInfo.from_api(mine[0]), T0)
+        return answer_bytes(core, mine[1], sorted(core.snapshot.nodes))[1]
+
+    quiet = other_answer(1)
+    for tasks in (10, 1_000, 20_000):
+        loud = other_answer(tasks)
+        assert loud.verdict is quiet.verdict is Verdict.PLANNED
+        assert loud.nodes == quiet.nodes
+
+
+# ----------------------------------- finding 1: topology labels and planner recursion
+@pytest.mark.parametrize("labels", [MAX_TOPOLOGY_LABELS + 1, 100, 1_000])
+def test_a_podgroup_with_too_many_topology_labels_is_invalid_naming_the_limit(
+    labels: int,
+) -> None:
+    spec = GroupSpec.from_podgroup(
+        make_podgroup("g", 2, topology={"preferred": [f"example.com/l{i}" for i in range(labels)]}),
+        source="PodGroup",
+    )
+    assert spec.error is not None
+    assert f"at most {MAX_TOPOLOGY_LABELS}" in spec.error
+    assert len(spec.error) <= MAX_REASON_CHARS
+
+
+def test_topology_labels_up_to_the_limit_are_accepted() -> None:
+    preferred = [f"example.com/l{i}" for i in range(MAX_TOPOLOGY_LABELS)]
+    spec = GroupSpec.from_podgroup(
+        make_podgroup("g", 2, topology={"preferred": preferred}), source="PodGroup"
+    )
+    assert spec.error is None
+    assert spec.topology == GroupTopology(preferred=tuple(preferred))
+
+
+def counted_steps(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Counts the planner's placements (its unit of work) while a test runs."""
+    steps = [0]
+    original = planner._Planner.nodes_level
+
+    def counting(self: Any, free: Any) -> Any:
+        steps[0] += 1
+        return original(self, free)
+
+    monkeypatch.setattr(planner._Planner, "nodes_level", counting)
+    return steps
+
+
+@pytest.mark.parametrize("labels", [10, 100, 1_000, 5_000])
+def test_the_planner_never_recurses_per_label_and_its_work_is_bounded(
+    labels: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Even a topology the readers would refuse (here given to plan_gang directly):
+    no RecursionError, and at most PLANNER_STEP_BUDGET placements however many labels
+    and domains there are. Each label splits the 16 nodes in two another way, the
+    shape that made every level branch."""
+    keys = [f"example.com/l{i}" for i in range(labels)]
+    nodes = [
+        gpu_node(f"n{n:02d}", 4, **{key: str((n >> (i % 4)) & 1) for i, key in enumerate(keys)})
+        for n in range(16)
+    ]
+    by_name, free = cluster(*nodes)
+    steps = counted_steps(monkeypatch)
+    outcome = plan_gang(
+        gang(6, 4), free, by_name, Policy(), topology=GroupTopology(preferred=tuple(keys))
+    )
+    assert isinstance(outcome, Placement)
+    assert len(set(outcome.nodes.values())) == 6
+    assert steps[0] <= PLANNER_STEP_BUDGET
+
+
+# --------------------------------------------- finding 3: sizes, indexes and wiring
+@pytest.mark.parametrize(
+    "size", [MAX_GROUP_SIZE + 1, 10**8, pytest.param(10**5000, id="5001-digits")]
+)
+def test_a_min_member_past_the_limit_is_invalid_naming_it(size: int) -> None:
+    spec = GroupSpec.from_podgroup(make_podgroup("g", size), source="PodGroup")
+    assert spec.error is not None
+    assert f"at most {MAX_GROUP_SIZE}" in spec.error
+    assert len(spec.error) <= MAX_REASON_CHARS
+
+
+def test_a_min_member_at_the_limit_is_accepted() -> None:
+    spec = GroupSpec.from_podgroup(make_podgroup("g", MAX_GROUP_SIZE), source="PodGroup")
+    assert spec.error is None
+    assert spec.min_member == MAX_GROUP_SIZE
+
+
+@pytest.mark.parametrize(
+    "task_minimums",
+    [
+        {"worker": MAX_GROUP_SIZE + 1},
+        {f"t{i}": 1 for i in range(MAX_TASKS + 1)},
+        {"x" * 64: 1},
+    ],
+    ids=["count", "tasks", "name"],
+)
+def test_min_task_member_past_a_limit_is_invalid(task_minimums: dict[str, int]) -> None:
+    spec = GroupSpec.from_podgroup(
+        make_podgroup("g", MAX_GROUP_SIZE, minTaskMember=task_minimums), source="PodGroup"
+    )
+    assert spec.error is not None
+    assert "at most" in spec.error
+    assert len(spec.error) <= MAX_REASON_CHARS
+
+
+@pytest.mark.parametrize(
+    "value", [str(MAX_GROUP_SIZE + 1), "99999999", pytest.param("9" * 5_000, id="5000-digits")]
+)
+def test_min_available_past_the_limit_holds_the_pod_naming_the_limit(value: str) -> None:
+    pod = PodInfo.from_api(
+        make_pod("p", "t").group("g").annotation("gang-extender.io/min-available", value).obj()
+    )
+    assert pod.group_error is not None
+    assert f"at most {MAX_GROUP_SIZE}" in pod.group_error
+    assert len(pod.group_error) <= MAX_REASON_CHARS
+
+
+@pytest.mark.parametrize("tasks", [MAX_TASKS + 1, 20_000])
+def test_a_tasks_annotation_past_the_limit_is_refused_naming_it(tasks: int) -> None:
+    from extender.domain.membership import parse_task_layout
+
+    with pytest.raises(MembershipError, match=f"at most {MAX_TASKS} tasks") as raised:
+        parse_task_layout(tasks_text(tasks))
+    assert len(str(raised.value)) <= MAX_REASON_CHARS
+
+
+@pytest.mark.parametrize(
+    "index_annotation", [TASK_INDEX_ANNOTATION, JOB_COMPLETION_INDEX_ANNOTATION]
+)
+@pytest.mark.parametrize("index", [10, 1_000, 99_999_999])
+def test_wiring_never_names_members_up_to_an_index_far_past_the_group_size(
+    index_annotation: str, index: int
+) -> None:
+    """min-available 1 and index 99999999 built 10^8 members (1.4 GiB). The layout
+    refuses an index past the group's size limits before naming any member."""
+    pods = [
+        make_pod("p0", "t")
+        .group("g")
+        .min_available(1)
+        .annotation(index_annotation, str(index))
+        .obj()
+    ]
+    podgroup = make_podgroup("g", 1, "t")
+    from extender.domain.limits import max_task_index
+
+    if index < max_task_index(1):
+        layout = resolve_layout(group="g", podgroup=podgroup, pods=pods)
+        assert len(layout.members()) == index + 1
+        return
+    with pytest.raises(MembershipError, match=f"indexes below {max_task_index(1)}") as raised:
+        resolve_layout(group="g", podgroup=podgroup, pods=pods)
+    assert len(str(raised.value)) <= MAX_REASON_CHARS
+    # The webhook denies the same pod in an injected namespace, naming the limit.
+    with pytest.raises(AdmissionDenied, match=r"index.* below (257|10000)"):
+        read_membership(pod=pods[0], namespace="t", group="g", podgroup=podgroup)
+
+
+def test_the_task_index_limit_grows_with_the_group_and_stops_at_the_size_limit() -> None:
+    from extender.domain.limits import max_task_index
+
+    assert max_task_index(1) >= 256  # an elastic job of minimum 1 runs a few hundred
+    assert max_task_index(100) >= 400
+    assert max_task_index(MAX_GROUP_SIZE) == MAX_GROUP_SIZE
+    assert all(max_task_index(n) <= MAX_GROUP_SIZE for n in (1, 10, 1_000, 5_000, 10**9))
+
+
+# ------------------------------------------------- finding 5: overflow-safe numbers
+@pytest.mark.parametrize(
+    "value",
+    [
+        pytest.param("9" * 400, id="400-digits"),
+        pytest.param("9" * 5_000, id="5000-digits"),
+        "1e999",
+        str(10**10),
+        "-1",
+        "3.5",
+        "nan",
+    ],
+)
+def test_a_long_number_in_pods_ready_timeout_is_an_invalid_policy(value: str) -> None:
+    policy = policy_from_annotations(
+        {POLICIES_ANNOTATION: "PodsNotReady=RestartJob", PODS_READY_TIMEOUT_ANNOTATION: value}
+    )
+    assert policy.error is not None
+    assert PODS_READY_TIMEOUT_ANNOTATION in policy.error
+    assert len(policy.error) <= MAX_REASON_CHARS
+
+
+@pytest.mark.parametrize("value", [pytest.param(10**400, id="401-digits"), 10**10, float("inf")])
+def test_a_huge_number_in_the_podgroup_policy_is_an_invalid_policy(value: Any) -> None:
+    policy = policy_from_spec(
+        {
+            "policies": [{"event": "PodsNotReady", "action": "RestartJob"}],
+            "podsReadyTimeoutSeconds": value,
+        }
+    )
+    assert policy.error is not None
+    assert "podsReadyTimeoutSeconds" in policy.error
+
+
+@pytest.mark.parametrize("field", ["starvationSeconds", "scheduleTimeoutSeconds"])
+@pytest.mark.parametrize("value", [pytest.param(10**400, id="401-digits"), 10**12])
+def test_huge_seconds_in_a_podgroup_are_invalid_not_an_overflow(field: str, value: int) -> None:
+    spec = GroupSpec.from_podgroup(make_podgroup("g", 2, **{field: value}), source="PodGroup")
+    assert spec.error is not None
+    assert field in spec.error
+
+
+# ------------------------------------------------- failures contained per gang
+def test_one_gangs_planning_error_holds_that_gang_and_no_other(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The hostile gang is older, so the queue pass plans it first on the team's filter:
+    its exception (a RecursionError, in the issue) answered the team's /filter too."""
+    from extender.domain import gang as gang_module
+    from extender.domain.decisions import GangFaulted
+
+    real_plan_gang = gang_module.plan_gang
+
+    def exploding(members: Any, *args: Any, **kwargs: Any) -> Any:
+        if any(m.namespace == "hostile" for m in members):
+            raise RecursionError("maximum recursion depth exceeded")
+        return real_plan_gang(members, *args, **kwargs)
+
+    monkeypatch.setattr(gang_module, "plan_gang", exploding)
+    core = core_with_nodes(4)
+    nodes = sorted(core.snapshot.nodes)
+    hostile = [
+        make_pod(f"h{i}", "hostile").group("big").gpus(1).min_available(2).obj() for i in "01"
+    ]
+    core.observe_pod(PodInfo.from_api(hostile[0]), T0 - 10)
+    _, held = answer_bytes(core, hostile[1], nodes)
+    assert held.verdict is Verdict.WAIT
+    assert "planning failed (RecursionError" in held.message
+    faults = [e for e in core.drain_effects() if isinstance(e, GangFaulted)]
+    assert [(f.group.namespace, f.where) for f in faults] == [("hostile", "plan")]
+    assert "Traceback" in faults[0].details
+
+    mine = [make_pod(f"w{i}", "team").group("job").gpus(1).min_available(2).obj() for i in "01"]
+    core.observe_pod(PodInfo.from_api(mine[0]), T0)
+    _, answer = answer_bytes(core, mine[1], nodes)
+    assert answer.verdict is Verdict.PLANNED
+    # The faulted gang is not planned again (nor logged again) until it changes.
+    assert not [e for e in core.drain_effects() if isinstance(e, GangFaulted)]
+    again = core.filter(PodInfo.from_api(hostile[1]), nodes, T0 + 5)
+    assert again.message == held.message
+    assert not [e for e in core.drain_effects() if isinstance(e, GangFaulted)]
+    # A change to the gang (here its members) plans it afresh: the error is new news.
+    monkeypatch.setattr(gang_module, "plan_gang", real_plan_gang)
+    core.observe_pod(
+        PodInfo.from_api(make_pod("h2", "hostile").group("big").gpus(1).min_available(2).obj()),
+        T0 + 6,
+    )
+    replanned = core.filter(PodInfo.from_api(hostile[1]), nodes, T0 + 7)
+    assert "planning failed" not in replanned.message
+
+
+@pytest.mark.parametrize(
+    "annotations",
+    [
+        {"gang-extender.io/ssh-port": "9" * 5_000},
+        {"gang-extender.io/depends-on": "master=" + "9" * 5_000},
+        {
+            "gang-extender.io/depends-on": "master",
+            "gang-extender.io/depends-on-timeout": "9" * 5_000,
+        },
+        {"gang-extender.io/depends-on": ",".join(f"t{i}" for i in range(MAX_TASKS + 1))},
+    ],
+    ids=["ssh-port", "depends-on-count", "depends-on-timeout", "depends-on-tasks"],
+)
+def test_the_webhook_denies_long_numbers_in_its_annotations_naming_the_field(
+    annotations: dict[str, str],
+) -> None:
+    """int() of 5,000 digits raised a ValueError the webhook did not expect (not a denial)."""
+    builder = make_pod("p0", "t").group("g").min_available(2).task("worker")
+    for key, value in annotations.items():
+        builder = builder.annotation(key, value)
+    with pytest.raises(AdmissionDenied) as denied:
+        read_membership(pod=builder.obj(), namespace="t", group="g", podgroup=None)
+    assert next(iter(annotations)) in str(denied.value) or "annotation" in str(denied.value)
+    assert len(str(denied.value)) <= MAX_REASON_CHARS
