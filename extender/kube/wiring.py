@@ -36,6 +36,7 @@ from extender.injection.objects import (
     update_patch,
 )
 from extender.injection.ready import render_ready_data
+from extender.injection.sizes import check_fits
 from extender.injection.ssh import (
     SSHKeyError,
     SSHKeyPair,
@@ -68,6 +69,12 @@ def _path(kind: str, namespace: str, name: str | None = None) -> str:
     return path_of(*parts, name) if name is not None else path_of(*parts)
 
 
+def _fitting_secret_data(group: str, members: int, data: dict[str, str]) -> dict[str, str]:
+    """`data` when it fits one Secret, else MembershipError naming the limit."""
+    check_fits("Secret", names.ssh_secret_name(group), data, members=members)
+    return data
+
+
 class WiringController:
     """Makes a group's Secret, Service and ConfigMap match its PodGroup and pods."""
 
@@ -97,6 +104,10 @@ class WiringController:
         port, ssh_path = ssh_settings(pods)
         owner = owner_reference(podgroup)
         members = layout.members()
+        # Rendered and checked before anything is written: a group too big for one
+        # ConfigMap or Secret is refused here, not by the API server on every pass.
+        data = {**render_svc_data(layout), **render_ready_data(group, layout, pods)}
+        check_fits("ConfigMap", names.svc_configmap_name(group), data, members=len(members))
         self._ensure(
             "Service",
             desired_service(namespace=namespace, group=group, ssh_port=port, owner=owner),
@@ -107,13 +118,16 @@ class WiringController:
             render=lambda keys: desired_secret(
                 namespace=namespace,
                 group=group,
-                data=render_secret_data(keys, members, port=port, ssh_path=ssh_path),
+                data=_fitting_secret_data(
+                    group,
+                    len(members),
+                    render_secret_data(keys, members, port=port, ssh_path=ssh_path),
+                ),
                 owner=owner,
             ),
         )
         # Readiness is part of the data: a member turning Ready (or not) changes the
         # ConfigMap once, and an unchanged render writes nothing (update_patch).
-        data = {**render_svc_data(layout), **render_ready_data(group, layout, pods)}
         self._ensure(
             "ConfigMap",
             desired_configmap(namespace=namespace, group=group, data=data, owner=owner),

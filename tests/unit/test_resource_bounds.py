@@ -424,3 +424,35 @@ def test_the_webhook_denies_long_numbers_in_its_annotations_naming_the_field(
         read_membership(pod=builder.obj(), namespace="t", group="g", podgroup=None)
     assert next(iter(annotations)) in str(denied.value) or "annotation" in str(denied.value)
     assert len(str(denied.value)) <= MAX_REASON_CHARS
+
+
+# ------------------------------------------- wiring: one object per group, bounded
+@pytest.mark.parametrize(
+    ("group", "task", "writes"),
+    [("job", "worker", True), ("a" * 40, "worker-with-a-long-name", False)],
+    ids=["short-names-fit", "long-names-refused"],
+)
+def test_wiring_a_group_at_the_size_limit_fits_one_configmap_or_writes_nothing(
+    group: str, task: str, writes: bool
+) -> None:
+    """10,000 members with long names render 4.5 MB: the API server would refuse the
+    POST on every pass. It is refused before any write, naming the limit."""
+    from extender.domain.membership import TASK_LABEL
+    from extender.injection.sizes import MAX_OBJECT_DATA_BYTES
+    from extender.kube.wiring import WiringController
+    from tests.unit.test_webhook_wiring import FakeApiServer
+
+    server = FakeApiServer()
+    podgroup = make_podgroup(group, MAX_GROUP_SIZE, "team", minTaskMember={task: MAX_GROUP_SIZE})
+    podgroup["metadata"]["uid"] = "pg-uid"
+    pods = [make_pod(f"{group}-0", "team").group(group).label(TASK_LABEL, task).obj()]
+    controller = WiringController(server)
+    if writes:
+        controller.reconcile(namespace="team", group=group, podgroup=podgroup, pods=pods)
+        configmap = server.get("configmaps", f"{group}-svc", "team")
+        size = sum(len(k) + len(v) for k, v in configmap["data"].items())
+        assert size <= MAX_OBJECT_DATA_BYTES
+        return
+    with pytest.raises(MembershipError, match=f"at most {MAX_OBJECT_DATA_BYTES:,}"):
+        controller.reconcile(namespace="team", group=group, podgroup=podgroup, pods=pods)
+    assert server.writes == []
