@@ -255,7 +255,7 @@ def _starvation_annotation(annotations: Mapping[str, Any]) -> tuple[float | None
     except (TypeError, ValueError, OverflowError):
         value = -1.0
     if not 0 < value <= MAX_SECONDS:
-        rule = "> 0" if not value > MAX_SECONDS else f"<= {MAX_SECONDS} (a year)"
+        rule = f"<= {MAX_SECONDS} (a year)" if MAX_SECONDS < value < float("inf") else "> 0"
         return None, (
             f"annotation {STARVATION_ANNOTATION}={quoted(raw)} must be a number of seconds {rule}"
         )
@@ -319,6 +319,13 @@ def _whole_number(value: object) -> bool:
 def _number(value: object) -> bool:
     """An int or a float of the JSON, not a bool."""
     return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _size_rule(value: object) -> str:
+    """What a group size that is not a whole number from 1 to MAX_GROUP_SIZE must be."""
+    if _whole_number(value) and value > MAX_GROUP_SIZE:  # type: ignore[operator]
+        return f"is more than this service accepts: at most {MAX_GROUP_SIZE} members in a group"
+    return "must be a whole number >= 1"
 
 
 def _seconds_rule(value: object) -> str:
@@ -516,8 +523,7 @@ def upstream_podgroup_spec(obj: Mapping[str, Any]) -> GroupSpec:
             min_member = count
         else:
             error = (
-                f"{where} spec.schedulingPolicy.gang.minCount={quoted(count)} must be a whole "
-                f"number >= 1 and at most {MAX_GROUP_SIZE}"
+                f"{where} spec.schedulingPolicy.gang.minCount={quoted(count)} {_size_rule(count)}"
             )
     elif not isinstance(policy.get("basic"), Mapping):
         error = f"{where} sets neither spec.schedulingPolicy.gang nor spec.schedulingPolicy.basic"
@@ -563,10 +569,7 @@ def upstream_workload_spec(obj: Mapping[str, Any], ref: membership.WorkloadRef) 
         if isinstance(count, int) and not isinstance(count, bool) and 1 <= count <= MAX_GROUP_SIZE:
             min_member = count
         else:
-            error = (
-                f"{where} {field}.gang.minCount={quoted(count)} must be a whole number >= 1 "
-                f"and at most {MAX_GROUP_SIZE}"
-            )
+            error = f"{where} {field}.gang.minCount={quoted(count)} {_size_rule(count)}"
     elif not isinstance(policy.get("basic"), Mapping):
         error = f"{where} sets neither {field}.gang nor {field}.basic"
     return GroupSpec(key=key, min_member=min_member, source=UPSTREAM_WORKLOAD_SOURCE, error=error)

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from math import gcd
 
-from extender.domain.limits import MAX_TOPOLOGY_LABELS, PLANNER_STEP_BUDGET
+from extender.domain.limits import MAX_TOPOLOGY_LABELS, PLANNER_STEP_BUDGET, listing
 from extender.domain.model import NodeInfo, PodInfo, Resources, Toleration
 from extender.domain.node_order import NodeOrder, static_key
 from extender.domain.policy import GroupTopology, Policy, Strategy, default_topology
@@ -484,10 +484,10 @@ def _resolve_topology(
         return topology
     annotated = {m.topology for m in members if m.topology is not None}
     if len(annotated) > 1:
-        listing = ", ".join(
+        named = listing(
             f"{m.name}: {m.topology.describe()}" for m in members if m.topology is not None
         )
-        return f"members disagree on their Kueue topology annotations ({listing}); give every member the same"
+        return f"members disagree on their Kueue topology annotations ({named}); give every member the same"
     if annotated:
         return annotated.pop()
     return default_topology(policy)

@@ -28,7 +28,7 @@ from typing import Any
 
 import orjson
 
-from extender.domain.limits import MAX_GROUP_SIZE, max_task_index
+from extender.domain.limits import MAX_GROUP_SIZE, clip, max_task_index, quoted
 from extender.domain.membership import (
     JOB_COMPLETION_INDEX_ANNOTATION,
     STATEFULSET_POD_INDEX_LABEL,
@@ -162,14 +162,14 @@ def _read_membership(
 ) -> PodMembership:
     if not names.is_dns_1035_label(group):
         raise AdmissionDenied(
-            f"group name {group!r} must be a lower-case DNS label that starts with a letter "
+            f"group name {quoted(group)} must be a lower-case DNS label that starts with a letter "
             f"(at most {names.MAX_DNS_LABEL} characters): it names the group's headless "
             f"Service and every member's subdomain; rename the group"
         )
     task = task_name(meta)
     if not is_dns_label(task):
         raise AdmissionDenied(
-            f"task name {task!r} (label gang-extender.io/task) must be a lower-case DNS label "
+            f"task name {quoted(task)} (label gang-extender.io/task) must be a lower-case DNS label "
             f"(letters, digits and '-'): it is part of each member's hostname; rename the task"
         )
     min_available(meta)  # raises on a malformed min-available annotation
@@ -481,7 +481,7 @@ def denied_response(
         {
             "uid": uid,
             "allowed": False,
-            "status": {"code": code, "reason": reason, "message": message},
+            "status": {"code": code, "reason": reason, "message": clip(message)},
         }
     )
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from extender.domain.limits import MAX_GROUP_SIZE, max_task_index
+from extender.domain.limits import MAX_GROUP_SIZE, max_task_index, quoted
 from extender.domain.membership import (
     DEFAULT_TASK,
     TASKS_ANNOTATION,
@@ -106,13 +106,13 @@ def podgroup_task_counts(podgroup: Mapping[str, Any]) -> dict[str, int] | None:
         return None
     where = f"PodGroup {_podgroup_name(podgroup)} spec.minTaskMember"
     if not isinstance(raw, Mapping):
-        raise MembershipError(f"{where} must map task names to counts, got {raw!r}")
+        raise MembershipError(f"{where} must map task names to counts, got {quoted(raw)}")
     counts: dict[str, int] = {}
     for task, count in raw.items():
         if not isinstance(task, str) or not is_dns_label(task):
-            raise MembershipError(f"{where}: task {task!r} must be a lower-case DNS label")
+            raise MembershipError(f"{where}: task {quoted(task)} must be a lower-case DNS label")
         if not isinstance(count, int) or isinstance(count, bool) or count < 1:
-            raise MembershipError(f"{where}[{task}]={count!r} must be a whole number >= 1")
+            raise MembershipError(f"{where}[{task}]={quoted(count)} must be a whole number >= 1")
         counts[task] = count
     return counts
 

@@ -456,3 +456,25 @@ def test_wiring_a_group_at_the_size_limit_fits_one_configmap_or_writes_nothing(
     with pytest.raises(MembershipError, match=f"at most {MAX_OBJECT_DATA_BYTES:,}"):
         controller.reconcile(namespace="team", group=group, podgroup=podgroup, pods=pods)
     assert server.writes == []
+
+
+def test_an_upstream_min_count_past_the_limit_is_refused_naming_it() -> None:
+    from extender.domain.model import upstream_podgroup_spec
+
+    spec = upstream_podgroup_spec(
+        {
+            "metadata": {"name": "train", "namespace": "t"},
+            "spec": {"schedulingPolicy": {"gang": {"minCount": MAX_GROUP_SIZE + 1}}},
+        }
+    )
+    assert spec.error is not None
+    assert f"at most {MAX_GROUP_SIZE} members" in spec.error
+
+
+@pytest.mark.parametrize("length", [100, 10_000, 200_000])
+def test_a_long_quantity_is_quoted_short_in_the_pods_reason(length: int) -> None:
+    pod = make_pod("p", "t").group("g").min_available(2).obj()
+    pod["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "1" + "x" * length
+    info = PodInfo.from_api(pod)
+    assert info.group_error is not None
+    assert len(info.group_error) <= 300
