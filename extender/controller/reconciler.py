@@ -154,23 +154,28 @@ class GroupReconciler:
                 if not self.acting():  # deposed meanwhile: the new leader reconciles all
                     self.metrics.not_leader_refusals.labels(what="reconcile").inc()
                     break
-                try:
-                    await self.reconcile_group(key)
-                except KubeError as err:
-                    if namespace_terminating(err):
-                        continue  # the namespace and everything in it is going away
-                    # Status and reason only: an error's text can echo the response body.
-                    log.warning("reconcile %s: %s; retrying", key, api_error_summary(err))
-                    self.metrics.api_write_errors.labels(kind=WRITE_RECONCILE).inc()
-                    self.state.dirty.add(key)
-                except (WiringConflictError, MembershipError) as err:
-                    # reconcile_group reports these to the user; this is a safety net.
-                    log.warning("reconcile %s: %s", key, err)
-                except Exception as err:  # contained: the other groups are reconciled
-                    self._reconcile_failed(key, err)
-                    self.state.dirty.add(key)
-                else:
-                    self._faults.pop(key, None)
+                await self.reconcile_contained(key)
+
+    async def reconcile_contained(self, key: GroupKey) -> None:
+        """`reconcile_group(key)`, whatever it raises kept to this group: retried on the
+        next pass (an API error, a defect), or left to its reported problem."""
+        try:
+            await self.reconcile_group(key)
+        except KubeError as err:
+            if namespace_terminating(err):
+                return  # the namespace and everything in it is going away
+            # Status and reason only: an error's text can echo the response body.
+            log.warning("reconcile %s: %s; retrying", key, api_error_summary(err))
+            self.metrics.api_write_errors.labels(kind=WRITE_RECONCILE).inc()
+            self.state.dirty.add(key)
+        except (WiringConflictError, MembershipError) as err:
+            # reconcile_group reports these to the user; this is a safety net.
+            log.warning("reconcile %s: %s", key, err)
+        except Exception as err:  # contained: the other groups are reconciled
+            self._reconcile_failed(key, err)
+            self.state.dirty.add(key)
+        else:
+            self._faults.pop(key, None)
 
     def _reconcile_failed(self, key: GroupKey, err: Exception) -> None:
         """One group's reconcile raised: counted every time, its traceback logged once

@@ -15,7 +15,7 @@ from typing import Any
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from extender.domain.limits import quoted
+from extender.domain.limits import MAX_SSH_PATH, quoted
 from extender.domain.membership import SSH_PATH_ANNOTATION, SSH_PORT_ANNOTATION, MembershipError
 from extender.injection import names
 from extender.injection.layout import Member
@@ -50,6 +50,11 @@ def ssh_path_of(meta: Mapping[str, Any]) -> str:
     raw = (meta.get("annotations") or {}).get(SSH_PATH_ANNOTATION)
     if raw is None:
         return names.DEFAULT_SSH_PATH
+    if not isinstance(raw, str) or len(raw) > MAX_SSH_PATH:
+        raise MembershipError(
+            f"annotation {SSH_PATH_ANNOTATION}={quoted(raw)} must be a path of at most "
+            f"{MAX_SSH_PATH} characters (it is written into the ssh config once per member)"
+        )
     normal = posixpath.normpath(raw) if raw.startswith("/") else ""
     if not normal or normal in _FORBIDDEN_SSH_PATHS or ":" in raw:
         raise MembershipError(

@@ -478,3 +478,16 @@ def test_a_long_quantity_is_quoted_short_in_the_pods_reason(length: int) -> None
     info = PodInfo.from_api(pod)
     assert info.group_error is not None
     assert len(info.group_error) <= 300
+
+
+def test_a_long_ssh_path_is_denied_before_it_is_copied_per_member() -> None:
+    pod = (
+        make_pod("p0", "t")
+        .group("g")
+        .min_available(2)
+        .annotation("gang-extender.io/ssh-path", "/" + "a" * 5_000)
+        .obj()
+    )
+    with pytest.raises(AdmissionDenied, match="at most 1024 characters") as denied:
+        read_membership(pod=pod, namespace="t", group="g", podgroup=None)
+    assert len(str(denied.value)) <= MAX_REASON_CHARS
