@@ -491,3 +491,52 @@ def test_a_long_ssh_path_is_denied_before_it_is_copied_per_member() -> None:
     with pytest.raises(AdmissionDenied, match="at most 1024 characters") as denied:
         read_membership(pod=pod, namespace="t", group="g", podgroup=None)
     assert len(str(denied.value)) <= MAX_REASON_CHARS
+
+
+def test_a_starving_gangs_error_holds_that_gang_not_every_filter(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every filter first runs the starvation pass, which plans each starving gang's
+    reservation: one gang's exception there answered every tenant's /filter."""
+    from extender.domain.decisions import GangFaulted
+    from extender.domain.gang_starvation import StarvationReservations
+
+    real_start = StarvationReservations._start_reservation
+    tried: list[str] = []
+
+    def exploding(self: Any, key: Any, now: float) -> None:
+        tried.append(key.namespace)
+        if key.namespace == "hostile":
+            raise OverflowError("int too large to convert to float")
+        real_start(self, key, now)
+
+    monkeypatch.setattr(StarvationReservations, "_start_reservation", exploding)
+    core = GangCore(policy=Policy(), timeouts=Timeouts(60, 30, 2, starvation_seconds=1.0))
+    for name in ("node-0", "node-1"):
+        core.snapshot.upsert_node(NodeInfo.from_api(make_node(name).gpus(8).obj()))
+    core.observe_pod(
+        PodInfo.from_api(make_pod("hog", "other").gpus(8).node("node-0").phase("Running").obj()),
+        T0,
+    )
+    hostile = [
+        make_pod(f"h{i}", "hostile").group("big").gpus(8).min_available(2).obj() for i in "01"
+    ]
+    for pod in hostile:
+        core.observe_pod(PodInfo.from_api(pod), T0)
+    nodes = ["node-0", "node-1"]
+    assert core.filter(PodInfo.from_api(hostile[0]), nodes, T0).verdict is Verdict.WAIT
+    # Past its starvation time: the next filter's starvation pass tries its reservation.
+    mine = [make_pod(f"w{i}", "team").group("job").gpus(1).min_available(2).obj() for i in "01"]
+    core.observe_pod(PodInfo.from_api(mine[0]), T0 + 5)
+    core.observe_pod(PodInfo.from_api(mine[1]), T0 + 5)
+    answer = core.filter(PodInfo.from_api(mine[1]), nodes, T0 + 5)
+    assert "hostile" in tried
+    assert answer.verdict is Verdict.PLANNED
+    faults = [e for e in core.drain_effects() if isinstance(e, GangFaulted)]
+    assert [f.group.namespace for f in faults] == ["hostile"]
+    assert "planning failed (OverflowError" in core.groups[faults[0].group].message
+    # Not tried again, nor reported again, while the gang is unchanged.
+    tried.clear()
+    core.filter(PodInfo.from_api(mine[0]), nodes, T0 + 10)
+    assert "hostile" not in tried
+    assert not [e for e in core.drain_effects() if isinstance(e, GangFaulted)]
