@@ -380,6 +380,11 @@ def test_one_gangs_planning_error_holds_that_gang_and_no_other(
     faults = [e for e in core.drain_effects() if isinstance(e, GangFaulted)]
     assert [(f.group.namespace, f.where) for f in faults] == [("hostile", "plan")]
     assert "Traceback" in faults[0].details
+    from extender.domain.status import group_status
+
+    status = group_status(core, faults[0].group)
+    assert status is not None
+    assert (status.reason, status.message) == ("InvalidSpec", held.message)
 
     mine = [make_pod(f"w{i}", "team").group("job").gpus(1).min_available(2).obj() for i in "01"]
     core.observe_pod(PodInfo.from_api(mine[0]), T0)
