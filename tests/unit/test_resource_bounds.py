@@ -13,6 +13,8 @@ from typing import Any
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from extender.api.extender import filter_result
 from extender.api.wire import ExtenderArgs
@@ -545,3 +547,50 @@ def test_a_starving_gangs_error_holds_that_gang_not_every_filter(
     core.filter(PodInfo.from_api(mine[0]), nodes, T0 + 10)
     assert "hostile" not in tried
     assert not [e for e in core.drain_effects() if isinstance(e, GangFaulted)]
+
+
+# ------------------------------------------------ property: any annotation, any length
+_PARSED_ANNOTATIONS = [
+    "gang-extender.io/min-available",
+    TASKS_ANNOTATION,
+    "gang-extender.io/starvation-seconds",
+    "kueue.x-k8s.io/podset-preferred-topology",
+    "kueue.x-k8s.io/podset-required-topology",
+    POLICIES_ANNOTATION,
+    PODS_READY_TIMEOUT_ANNOTATION,
+    "gang-extender.io/max-retry",
+]
+
+
+def _grown(seed: str, factor: int) -> str:
+    return seed * factor
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    values=st.dictionaries(
+        st.sampled_from(_PARSED_ANNOTATIONS),
+        st.builds(
+            _grown,
+            st.sampled_from(["9", "x", "t1=1,", "a/", "-", "PodFailed=AbortJob,", " "]),
+            st.sampled_from([1, 10, 100, 1_000, 10_000, 50_000]),
+        ),
+        min_size=1,
+    )
+)
+def test_whatever_a_pod_annotates_every_reason_and_the_answer_stay_bounded(
+    values: dict[str, str],
+) -> None:
+    """Every parsed annotation, each value grown x1 to x50,000: no exception escapes,
+    every reason is at most MAX_REASON_CHARS, the answer at most that per node, and
+    the lifecycle policy's error (InvalidPolicy) is bounded too."""
+    core = core_with_nodes(50)
+    builder = make_pod("p0", "t").group("g").gpus(1)
+    for key, value in values.items():
+        builder = builder.annotation(key, value)
+    size, decision = answer_bytes(core, builder.obj(), sorted(core.snapshot.nodes))
+    reasons = {**decision.failed, **decision.unresolvable}
+    assert all(len(reason) <= MAX_REASON_CHARS for reason in reasons.values())
+    assert size <= 50 * (MAX_REASON_CHARS + 32) + 1_024
+    policy = policy_from_annotations(values)
+    assert policy.error is None or len(policy.error) <= MAX_REASON_CHARS
