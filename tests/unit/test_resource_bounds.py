@@ -594,3 +594,61 @@ def test_whatever_a_pod_annotates_every_reason_and_the_answer_stay_bounded(
     assert size <= 50 * (MAX_REASON_CHARS + 32) + 1_024
     policy = policy_from_annotations(values)
     assert policy.error is None or len(policy.error) <= MAX_REASON_CHARS
+
+
+# ------------------------------------------------ the helpers that keep messages short
+def test_clip_keeps_a_message_up_to_the_limit_and_says_how_much_it_cut() -> None:
+    from extender.domain.limits import clip
+
+    exact = "m" * MAX_REASON_CHARS
+    assert clip(exact) is exact
+    cut = clip(exact + "x")
+    assert len(cut) <= MAX_REASON_CHARS
+    assert cut == "m" * (MAX_REASON_CHARS - 48) + "... (49 more characters)"
+    assert clip("abcdefghij" * 10, 60) == "abcdefghijab... (88 more characters)"
+
+
+def test_quoted_keeps_a_short_value_and_cuts_a_long_one_with_its_length() -> None:
+    from extender.domain.limits import QUOTED_CHARS, quoted
+
+    assert quoted("x" * (QUOTED_CHARS - 2)) == repr("x" * (QUOTED_CHARS - 2))
+    long = quoted("y" * QUOTED_CHARS)
+    assert long == repr("y" * QUOTED_CHARS)[:QUOTED_CHARS] + f"... ({QUOTED_CHARS + 2} characters)"
+    assert quoted(10**5000) == "(a number too long to show)"
+    assert quoted(42) == "42"
+
+
+@pytest.mark.parametrize(
+    ("count", "expected"),
+    [
+        (0, ""),
+        (1, "i0"),
+        (5, "i0, i1, i2, i3, i4"),
+        (6, "i0, i1, i2, i3, i4, and 1 more"),
+        (20_000, "i0, i1, i2, i3, i4, and 19995 more"),
+    ],
+)
+def test_listing_names_five_then_counts_the_rest(count: int, expected: str) -> None:
+    from extender.domain.limits import listing
+
+    assert listing(f"i{n}" for n in range(count)) == expected
+    assert listing(["a", "b", "c"], limit=2, sep="; ") == "a; b; and 1 more"
+
+
+def test_too_big_names_the_limit_only_past_it() -> None:
+    from extender.domain.limits import too_big
+
+    assert too_big(10, 10, "x") is None
+    assert too_big(11, 10, "spec.x") == "spec.x=11 is more than this service accepts: at most 10"
+
+
+@pytest.mark.parametrize(
+    ("size", "limit"),
+    [(1, 257), (64, 320), (85, 341), (86, 344), (2_500, 10_000), (2_499, 9_996), (10**9, 10_000)],
+)
+def test_max_task_index_is_four_times_the_size_or_size_plus_256_capped(
+    size: int, limit: int
+) -> None:
+    from extender.domain.limits import max_task_index
+
+    assert max_task_index(size) == limit
