@@ -209,7 +209,7 @@ def min_available(meta: Mapping[str, Any]) -> int | None:
     raw = _annotations(meta).get(MIN_AVAILABLE_ANNOTATION)
     if raw is None:
         return None
-    if isinstance(raw, str) and raw.strip().isdigit() and len(raw.strip()) > 9:
+    if isinstance(raw, str) and raw.strip().isdigit() and len(raw.strip().lstrip("0")) > 9:
         value = MAX_GROUP_SIZE + 1  # past the limit: not parsed (int() refuses 4,300 digits)
     else:
         value = _annotation_int(raw)

@@ -652,3 +652,13 @@ def test_max_task_index_is_four_times_the_size_or_size_plus_256_capped(
     from extender.domain.limits import max_task_index
 
     assert max_task_index(size) == limit
+
+
+def test_min_available_with_leading_zeros_is_its_number() -> None:
+    pod = PodInfo.from_api(
+        make_pod("p", "t")
+        .group("g")
+        .annotation("gang-extender.io/min-available", "0" * 12 + "2")
+        .obj()
+    )
+    assert (pod.group_error, pod.min_available) == (None, 2)
