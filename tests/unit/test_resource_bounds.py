@@ -662,3 +662,60 @@ def test_min_available_with_leading_zeros_is_its_number() -> None:
         .obj()
     )
     assert (pod.group_error, pod.min_available) == (None, 2)
+
+
+# ------------------------------------------ each limit: at it accepted, past it refused
+@pytest.mark.parametrize("field", ["scheduleTimeoutSeconds", "starvationSeconds"])
+def test_seconds_at_the_limit_are_accepted_and_past_it_name_the_limit(field: str) -> None:
+    from extender.domain.limits import MAX_SECONDS
+
+    at = GroupSpec.from_podgroup(make_podgroup("g", 2, **{field: MAX_SECONDS}), source="PodGroup")
+    assert at.error is None
+    past = GroupSpec.from_podgroup(
+        make_podgroup("g", 2, **{field: MAX_SECONDS + 1}), source="PodGroup"
+    )
+    assert past.error == (
+        f"PodGroup spec.{field}={MAX_SECONDS + 1} must be at most {MAX_SECONDS} seconds (a year)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("value", "error"),
+    [
+        ("1000", None),
+        ("01000", None),
+        (1000, None),
+        ("1001", "annotation gang-extender.io/max-retry=1001 must be at most 1000"),
+        (1001, "annotation gang-extender.io/max-retry=1001 must be at most 1000"),
+        ("-1000", "annotation gang-extender.io/max-retry=-1000 must be >= 0"),
+        (
+            "9" * 100,
+            f"annotation gang-extender.io/max-retry={repr('9' * 100)[:80]}... (102 characters) "
+            "must be at most 1000",
+        ),
+    ],
+)
+def test_max_retry_at_the_limit_is_accepted_and_past_it_names_the_limit(
+    value: Any, error: str | None
+) -> None:
+    policy = policy_from_annotations(
+        {POLICIES_ANNOTATION: "PodFailed=RestartJob", "gang-extender.io/max-retry": value}
+    )
+    assert policy.error == error
+    if error is None:
+        assert policy.max_retry == 1000
+
+
+def test_a_tasks_annotation_at_the_limits_is_read() -> None:
+    from extender.domain.membership import parse_task_layout
+
+    assert len(parse_task_layout(tasks_text(MAX_TASKS))) == MAX_TASKS
+    assert parse_task_layout(f"a={MAX_GROUP_SIZE - 1},b=1") == {"a": MAX_GROUP_SIZE - 1, "b": 1}
+    with pytest.raises(MembershipError) as raised:
+        parse_task_layout(f"a={MAX_GROUP_SIZE},b=1")
+    assert str(raised.value) == (
+        f"annotation {TASKS_ANNOTATION}='a={MAX_GROUP_SIZE},b=1' asks for "
+        f"{MAX_GROUP_SIZE + 1} members; at most {MAX_GROUP_SIZE} members in a group"
+    )
+    with pytest.raises(MembershipError, match="expected a string 'task=count,...'"):
+        parse_task_layout(5)  # type: ignore[arg-type]
