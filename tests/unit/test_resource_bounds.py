@@ -719,3 +719,79 @@ def test_a_tasks_annotation_at_the_limits_is_read() -> None:
     )
     with pytest.raises(MembershipError, match="expected a string 'task=count,...'"):
         parse_task_layout(5)  # type: ignore[arg-type]
+
+
+def test_min_task_member_at_the_limits_is_read_and_a_bad_name_is_quoted() -> None:
+    at = GroupSpec.from_podgroup(
+        make_podgroup("g", MAX_GROUP_SIZE, minTaskMember={f"t{i}": 1 for i in range(MAX_TASKS)}),
+        source="PodGroup",
+    )
+    assert at.error is None
+    assert at.min_task_member is not None and len(at.min_task_member) == MAX_TASKS
+    full = GroupSpec.from_podgroup(
+        make_podgroup("g", MAX_GROUP_SIZE, minTaskMember={"worker": MAX_GROUP_SIZE}),
+        source="PodGroup",
+    )
+    assert (full.error, full.min_task_member) == (None, {"worker": MAX_GROUP_SIZE})
+    bad = GroupSpec.from_podgroup(
+        make_podgroup("g", 2, minTaskMember={"Bad_Name": 1}), source="PodGroup"
+    )
+    assert bad.error == (
+        "PodGroup spec.minTaskMember: task 'Bad_Name' must be a lower-case DNS label of "
+        "at most 63 characters"
+    )
+
+
+@pytest.mark.parametrize(
+    ("index", "refused"), [(MAX_GROUP_SIZE - 1, False), (MAX_GROUP_SIZE, True)]
+)
+def test_a_task_index_at_the_group_size_limit_is_refused_naming_it(
+    index: int, refused: bool
+) -> None:
+    from extender.domain.membership import explicit_task_index
+
+    meta = {"annotations": {TASK_INDEX_ANNOTATION: str(index)}}
+    if not refused:
+        assert explicit_task_index(meta) == index
+        return
+    with pytest.raises(MembershipError) as raised:
+        explicit_task_index(meta)
+    assert str(raised.value) == (
+        f"annotation {TASK_INDEX_ANNOTATION}='{index}' is past the largest index this service "
+        f"accepts: indexes must be below {MAX_GROUP_SIZE}, the most members a group may have"
+    )
+
+
+def test_the_planner_counts_every_pass_over_a_room_against_its_budget(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each grouping by a label and each placement is one step: the budget counts the
+    work done, so a topology that keeps every level branching stops at the budget."""
+    keys = [f"example.com/l{i}" for i in range(MAX_TOPOLOGY_LABELS)]
+    # 64 nodes, each label a 4-way split (three crossing splits, repeated): every level
+    # branches, far past the budget without it.
+    nodes = [
+        gpu_node(
+            f"n{n:02d}", 4, **{key: str((n >> (2 * (i % 3))) & 3) for i, key in enumerate(keys)}
+        )
+        for n in range(64)
+    ]
+    by_name, free = cluster(*nodes)
+    passes = [0]
+    real_group_by, real_level = planner._group_by, planner._Planner.nodes_level
+
+    def counting_group_by(*args: Any) -> Any:
+        passes[0] += 1
+        return real_group_by(*args)
+
+    def counting_level(self: Any, room: Any) -> Any:
+        passes[0] += 1
+        return real_level(self, room)
+
+    monkeypatch.setattr(planner, "_group_by", counting_group_by)
+    monkeypatch.setattr(planner._Planner, "nodes_level", counting_level)
+    plan = planner._Planner(gang(10, 4), by_name, Policy(), {}, frozenset(), tuple(keys))
+    placed, misfit = plan.within(free)
+    assert misfit is None and len(placed) == 10
+    assert plan.steps == passes[0]
+    assert PLANNER_STEP_BUDGET <= plan.steps <= PLANNER_STEP_BUDGET + 2 * MAX_TOPOLOGY_LABELS
