@@ -795,3 +795,63 @@ def test_the_planner_counts_every_pass_over_a_room_against_its_budget(
     assert misfit is None and len(placed) == 10
     assert plan.steps == passes[0]
     assert PLANNER_STEP_BUDGET <= plan.steps <= PLANNER_STEP_BUDGET + 2 * MAX_TOPOLOGY_LABELS
+
+
+_ZONE, _RACK, _ROW = "topology.kubernetes.io/zone", "example.com/rack", "example.com/row"
+
+
+@pytest.mark.parametrize(
+    ("nodes", "members", "keys", "steps", "used"),
+    [
+        pytest.param(
+            [("n0", "a", "r0"), ("n1", "a", "r0"), ("n2", "a", "r1"), ("n3", "a", "r1")],
+            (2, 8),
+            [_ZONE, _RACK],
+            3,  # zone: one domain (passed over); rack: two; then one placement in r0
+            ["n0", "n1"],
+            id="one-zone-passed-over",
+        ),
+        pytest.param(
+            [(f"n{i}", f"z{i // 4}", f"r{i // 2}") for i in range(8)],
+            (5, 4),
+            [_ZONE, _RACK],
+            4,
+            ["n0", "n4", "n5", "n6", "n7"],
+            id="spans-two-zones",
+        ),
+        pytest.param(
+            [(f"n{i}", f"z{i // 2}", f"r{i}") for i in range(6)],
+            (3, 4),
+            [_ZONE, _RACK],
+            7,  # no zone holds it: anywhere, and the two zones that cover it
+            ["n0", "n4", "n5"],
+            id="covered-by-two-of-three-zones",
+        ),
+        pytest.param(
+            [(f"n{i}", "a", "b") for i in range(3)],
+            (2, 4),
+            [_ZONE, _RACK, _ROW],
+            4,  # three labels of one value each: three groupings, one placement
+            ["n0", "n2"],
+            id="every-level-one-domain",
+        ),
+    ],
+)
+def test_the_planners_work_for_small_topologies_is_exactly_its_passes(
+    nodes: list[tuple[str, str, str]],
+    members: tuple[int, int],
+    keys: list[str],
+    steps: int,
+    used: list[str],
+) -> None:
+    """Pinned: how many passes over a room each shape costs (a pass more or less per
+    level is the planner doing other work than it says), and where the gang goes."""
+    built = [
+        gpu_node(name, 8 if members[1] == 8 else 4, zone=zone, rack=rack, **{_ROW: "c"})
+        for name, zone, rack in nodes
+    ]
+    by_name, free = cluster(*built)
+    plan = planner._Planner(gang(*members), by_name, Policy(), {}, frozenset(), tuple(keys))
+    placed, misfit = plan.within(free)
+    assert misfit is None
+    assert (plan.steps, sorted(set(placed.values()))) == (steps, used)
