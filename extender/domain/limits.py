@@ -31,7 +31,7 @@ MAX_RETRY = 1_000
 # Any duration in seconds a user sets (scheduleTimeoutSeconds, starvationSeconds,
 # podsReadyTimeoutSeconds and their annotations, depends-on-timeout-seconds): a year.
 MAX_SECONDS = 365 * 24 * 3600
-# gang-extender.io/ssh-path: written into the ssh config once per member.
+# gang-extender.io/ssh-path: written into every container of every member and the ssh config.
 MAX_SSH_PATH = 1_024
 # A hold message, as kube-scheduler receives it for each candidate node.
 MAX_REASON_CHARS = 1_024

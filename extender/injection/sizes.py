@@ -1,7 +1,7 @@
-"""Whether a group's rendered ConfigMap or Secret fits in one API object.
+"""Whether a group's rendered ConfigMap fits in one API object.
 
-The API server refuses a ConfigMap whose data (keys and values) exceeds 1 MiB, and
-a Secret whose decoded data does; the wiring lists every member in both, so a
+The API server refuses a ConfigMap whose data (keys and values) exceeds 1 MiB (a
+Secret's decoded data too); the wiring lists every member in the ConfigMap, so a
 large group with long group and task names can render more than that. Such a
 group is refused with a message here (`MembershipError`: the reconciler reports it
 as `InvalidSpec`) before anything is sent, instead of a POST the API server
@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 from extender.domain.membership import MembershipError
 
-# The API server's limit on a ConfigMap's data, and a Secret's (decoded) data.
+# The API server's limit on a ConfigMap's data (and a Secret's decoded data).
 MAX_OBJECT_DATA_BYTES = 1 << 20
 
 

@@ -69,12 +69,6 @@ def _path(kind: str, namespace: str, name: str | None = None) -> str:
     return path_of(*parts, name) if name is not None else path_of(*parts)
 
 
-def _fitting_secret_data(group: str, members: int, data: dict[str, str]) -> dict[str, str]:
-    """`data` when it fits one Secret, else MembershipError naming the limit."""
-    check_fits("Secret", names.ssh_secret_name(group), data, members=members)
-    return data
-
-
 class WiringController:
     """Makes a group's Secret, Service and ConfigMap match its PodGroup and pods."""
 
@@ -96,18 +90,18 @@ class WiringController:
         on API errors, WiringConflictError when a foreign object is in the way, and
         MembershipError when the PodGroup's spec.minTaskMember is malformed.
         The order makes names resolve before files name them: Service, then the
-        Secret (its config names the hosts), then the ConfigMap.
+        Secret (its config matches the hosts' names), then the ConfigMap.
         """
         if podgroup is None:
             return
         layout = resolve_layout(group=group, podgroup=podgroup, pods=pods)
         port, ssh_path = ssh_settings(pods)
         owner = owner_reference(podgroup)
-        members = layout.members()
         # Rendered and checked before anything is written: a group too big for one
-        # ConfigMap or Secret is refused here, not by the API server on every pass.
+        # ConfigMap is refused here, not by the API server on every pass.
         data = {**render_svc_data(layout), **render_ready_data(group, layout, pods)}
-        check_fits("ConfigMap", names.svc_configmap_name(group), data, members=len(members))
+        members = sum(task.count for task in layout.tasks)
+        check_fits("ConfigMap", names.svc_configmap_name(group), data, members=members)
         self._ensure(
             "Service",
             desired_service(namespace=namespace, group=group, ssh_port=port, owner=owner),
@@ -118,11 +112,7 @@ class WiringController:
             render=lambda keys: desired_secret(
                 namespace=namespace,
                 group=group,
-                data=_fitting_secret_data(
-                    group,
-                    len(members),
-                    render_secret_data(keys, members, port=port, ssh_path=ssh_path),
-                ),
+                data=render_secret_data(keys, group, port=port, ssh_path=ssh_path),
                 owner=owner,
             ),
         )
