@@ -855,3 +855,26 @@ def test_the_planners_work_for_small_topologies_is_exactly_its_passes(
     placed, misfit = plan.within(free)
     assert misfit is None
     assert (plan.steps, sorted(set(placed.values()))) == (steps, used)
+
+
+@pytest.mark.parametrize(
+    ("value", "error"),
+    [
+        ("31536000", None),
+        (
+            "31536001",
+            "annotation gang-extender.io/starvation-seconds='31536001' must be a number of "
+            "seconds <= 31536000 (a year)",
+        ),
+        ("0", "annotation gang-extender.io/starvation-seconds='0' must be a number of seconds > 0"),
+    ],
+)
+def test_the_starvation_annotation_at_a_year_is_read_and_past_it_names_the_limit(
+    value: str, error: str | None
+) -> None:
+    pod = PodInfo.from_api(
+        make_pod("p", "t").group("g").annotation("gang-extender.io/starvation-seconds", value).obj()
+    )
+    assert pod.group_error == error
+    if error is None:
+        assert pod.starvation_seconds == 31_536_000.0
