@@ -878,3 +878,13 @@ def test_the_starvation_annotation_at_a_year_is_read_and_past_it_names_the_limit
     assert pod.group_error == error
     if error is None:
         assert pod.starvation_seconds == 31_536_000.0
+
+
+def test_min_available_at_the_limit_is_read_and_past_it_is_quoted_in_the_error() -> None:
+    at = PodInfo.from_api(make_pod("p", "t").group("g").min_available(MAX_GROUP_SIZE).obj())
+    assert (at.group_error, at.min_available) == (None, MAX_GROUP_SIZE)
+    past = PodInfo.from_api(make_pod("p", "t").group("g").min_available(MAX_GROUP_SIZE + 1).obj())
+    assert past.group_error == (
+        f"annotation gang-extender.io/min-available='{MAX_GROUP_SIZE + 1}' is more than this "
+        f"service accepts: at most {MAX_GROUP_SIZE} members in a group"
+    )
