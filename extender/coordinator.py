@@ -32,6 +32,7 @@ from extender.domain.decisions import (
     FilterDecision,
     GangBound,
     GangBroken,
+    GangFaulted,
     PlanDropped,
 )
 from extender.domain.gang import GangCore
@@ -171,6 +172,10 @@ class SchedulingCoordinator:
                 event = self._barriers.get(effect.plan.plan_id)
                 if event is not None:
                     event.set()
+            if isinstance(effect, GangFaulted):
+                # Once per fault: the core does not plan the gang again until it changes.
+                log.error("gang %s held: %s\n%s", effect.group, effect.message, effect.details)
+                self.metrics.gang_faults.labels(where=effect.where).inc()
             if isinstance(effect, GangBroken):
                 if effect.first:
                     self.metrics.partial_gangs.inc()

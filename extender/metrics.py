@@ -89,6 +89,13 @@ class Metrics:
             "(deleted, node gone): left with fewer members bound than planned.",
             registry=r,
         )
+        self.gang_faults = Counter(
+            "gang_extender_gang_faults_total",
+            "Exceptions contained to one gang: the gang is held with the error and the "
+            "others are answered as usual (where: plan, reconcile).",
+            ["where"],
+            registry=r,
+        )
         self.bind_retries = Counter(
             "gang_extender_bind_retries_total",
             "Binding requests tried again after a transient failure (no answer, 408, "

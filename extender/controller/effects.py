@@ -28,6 +28,7 @@ from extender.domain.decisions import (
     EvictVictims,
     GangBound,
     GangBroken,
+    GangFaulted,
     MemberBindFailed,
     PlaceholderCreate,
     PlaceholderDelete,
@@ -156,6 +157,8 @@ class EffectWriter:
             elif isinstance(effect, FenceNode | UnfenceNode):
                 # Per node, in order: a fence and its removal never overtake each other.
                 self.queues.submit(("node", effect.node), functools.partial(self._fence, effect))
+            elif isinstance(effect, GangFaulted):
+                pass  # logged and counted by the coordinator; the group's status says it
             elif not isinstance(effect, BarrierReleased):  # wakes waiters only (coordinator)
                 self.queues.submit(effect.plan.group, functools.partial(self._carry_out, effect))
 

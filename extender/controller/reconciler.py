@@ -29,6 +29,7 @@ from extender.controller.effects import EffectWriter
 from extender.controller.foreign_status import ForeignStatusWriter
 from extender.controller.lifecycle import LifecycleController
 from extender.domain.gang import GangCore
+from extender.domain.limits import clip
 from extender.domain.membership import (
     CREATED_FROM_ANNOTATION,
     GroupKey,
@@ -131,6 +132,8 @@ class GroupReconciler:
         self._announced: dict[GroupKey, str] = {}
         self._wired: dict[GroupKey, str] = {}
         self._problems: dict[GroupKey, tuple[_Problem, ...]] = {}
+        # The last error a group's reconcile raised, as logged (`_reconcile_failed`).
+        self._faults: dict[GroupKey, str] = {}
         # Status of the group's scheduler-plugins / Volcano PodGroups, in their schema.
         self.foreign_status = ForeignStatusWriter(raw=raw, core=core, state=state)
 
@@ -157,21 +160,38 @@ class GroupReconciler:
                 if not self.acting():  # deposed meanwhile: the new leader reconciles all
                     self.metrics.not_leader_refusals.labels(what="reconcile").inc()
                     break
-                try:
-                    await self.reconcile_group(key)
-                except KubeError as err:
-                    if namespace_terminating(err):
-                        continue  # the namespace and everything in it is going away
-                    # Status and reason only: an error's text can echo the response body.
-                    log.warning("reconcile %s: %s; retrying", key, api_error_summary(err))
-                    self.metrics.api_write_errors.labels(kind=WRITE_RECONCILE).inc()
-                    self.state.dirty.add(key)
-                except (WiringConflictError, MembershipError) as err:
-                    # reconcile_group reports these to the user; this is a safety net.
-                    log.warning("reconcile %s: %s", key, err)
-                except Exception:
-                    log.exception("reconcile %s failed; retrying", key)
-                    self.state.dirty.add(key)
+                await self.reconcile_contained(key)
+
+    async def reconcile_contained(self, key: GroupKey) -> None:
+        """`reconcile_group(key)`, whatever it raises kept to this group: retried on the
+        next pass (an API error, a defect), or left to its reported problem."""
+        try:
+            await self.reconcile_group(key)
+        except KubeError as err:
+            if namespace_terminating(err):
+                return  # the namespace and everything in it is going away
+            # Status and reason only: an error's text can echo the response body.
+            log.warning("reconcile %s: %s; retrying", key, api_error_summary(err))
+            self.metrics.api_write_errors.labels(kind=WRITE_RECONCILE).inc()
+            self.state.dirty.add(key)
+        except (WiringConflictError, MembershipError) as err:
+            # reconcile_group reports these to the user; this is a safety net.
+            log.warning("reconcile %s: %s", key, err)
+        except Exception as err:  # contained: the other groups are reconciled
+            self._reconcile_failed(key, err)
+            self.state.dirty.add(key)
+        else:
+            self._faults.pop(key, None)
+
+    def _reconcile_failed(self, key: GroupKey, err: Exception) -> None:
+        """One group's reconcile raised: counted every time, its traceback logged once
+        per distinct error (it is retried every pass; the log would repeat it forever)."""
+        self.metrics.gang_faults.labels(where="reconcile").inc()
+        said = f"{type(err).__name__}: {clip(str(err), 512)}"
+        if self._faults.get(key) == said:
+            return
+        self._faults[key] = said
+        log.exception("reconcile %s failed (%s); retrying each pass, logged once", key, said)
 
     async def reconcile_group(self, key: GroupKey) -> None:
         spec = self.core.snapshot.group_spec(key)
@@ -338,7 +358,13 @@ class GroupReconciler:
     def _forget_group(self, key: GroupKey) -> None:
         """A group with no pods and no PodGroup left: drop what was remembered about it,
         so the service's memory follows the groups that exist, not all it ever saw."""
-        for memo in (self._written_status, self._announced, self._wired, self._problems):
+        for memo in (
+            self._written_status,
+            self._announced,
+            self._wired,
+            self._problems,
+            self._faults,
+        ):
             memo.pop(key, None)
         self.foreign_status.forget(key)
         if self.lifecycle is not None:

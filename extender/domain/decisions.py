@@ -154,5 +154,19 @@ class PlaceholderDelete:
     name: str
 
 
+@dataclass(frozen=True)
+class GangFaulted:
+    """Planning one gang raised: that gang is held with `message` (its status and hold
+    say so) and the others are planned as if it were not there. The service logs
+    `details` (the traceback) once and counts it (gang_extender_gang_faults_total)."""
+
+    group: GroupKey
+    where: str  # "plan" (a filter, the queue pass, a watch event) or "reconcile"
+    message: str
+    details: str
+
+
 PlanEffect = PlanCreated | PlanDropped | GangBound | MemberBindFailed | GangBroken | BarrierReleased
-Effect = PlanEffect | EvictVictims | PlaceholderCreate | PlaceholderDelete | FenceChange
+Effect = (
+    PlanEffect | EvictVictims | PlaceholderCreate | PlaceholderDelete | FenceChange | GangFaulted
+)

@@ -34,6 +34,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from extender.domain.limits import MAX_GROUP_SIZE, MAX_TASK_NAME, MAX_TASKS, listing, quoted
 from extender.domain.membership import GroupKey
 from extender.domain.model import UPSTREAM_PODGROUP_SOURCE, UPSTREAM_WORKLOAD_SOURCE, GroupSpec
 
@@ -91,7 +92,12 @@ def volcano_group_spec(obj: Mapping[str, Any]) -> GroupSpec:
     min_member = 1
     if raw_min is not None:
         if not _whole(raw_min) or not 0 <= raw_min <= INT32_MAX:
-            error = f"{where} spec.minMember={raw_min!r} must be a whole number >= 0"
+            error = f"{where} spec.minMember={quoted(raw_min)} must be a whole number >= 0"
+        elif raw_min > MAX_GROUP_SIZE:
+            error = (
+                f"{where} spec.minMember={raw_min} is more than this service accepts: at "
+                f"most {MAX_GROUP_SIZE} members in a group"
+            )
         else:
             min_member = max(1, raw_min)
     tasks: dict[str, int] = {}
@@ -99,13 +105,28 @@ def volcano_group_spec(obj: Mapping[str, Any]) -> GroupSpec:
     if raw_tasks is not None:
         if not isinstance(raw_tasks, Mapping):
             error = error or f"{where} spec.minTaskMember must map task names to counts"
+        elif len(raw_tasks) > MAX_TASKS:
+            error = error or (
+                f"{where} spec.minTaskMember names {len(raw_tasks)} tasks; at most {MAX_TASKS}"
+            )
         else:
             for task, count in raw_tasks.items():
                 if not isinstance(task, str) or not task:
-                    error = error or f"{where} spec.minTaskMember: task {task!r} has no name"
+                    error = error or f"{where} spec.minTaskMember: task {quoted(task)} has no name"
+                elif len(task) > MAX_TASK_NAME:
+                    error = error or (
+                        f"{where} spec.minTaskMember: task {quoted(task)} is longer than "
+                        f"{MAX_TASK_NAME} characters"
+                    )
                 elif not _whole(count) or not 0 <= count <= INT32_MAX:
                     error = error or (
-                        f"{where} spec.minTaskMember[{task}]={count!r} must be a whole number >= 0"
+                        f"{where} spec.minTaskMember[{task}]={quoted(count)} must be a whole "
+                        "number >= 0"
+                    )
+                elif count > MAX_GROUP_SIZE:
+                    error = error or (
+                        f"{where} spec.minTaskMember[{task}]={count} is more than this service "
+                        f"accepts: at most {MAX_GROUP_SIZE} members in a group"
                     )
                 elif count > 0:  # a task whose minimum is 0 asks for nothing
                     tasks[task] = count
@@ -123,7 +144,7 @@ def _describe(spec: GroupSpec) -> str:
     size = "minCount" if spec.source in upstream else "minMember"
     said = f"{size} {spec.min_member}"
     if spec.min_task_member:
-        tasks = ",".join(f"{t}={n}" for t, n in sorted(spec.min_task_member.items()))
+        tasks = listing((f"{t}={n}" for t, n in sorted(spec.min_task_member.items())), sep=",")
         said += f", minTaskMember {tasks}"
     kind = "Workload pod group" if spec.source == UPSTREAM_WORKLOAD_SOURCE else "PodGroup"
     # Every source pick_podgroup is given has an API group (PODGROUP_SOURCES).
@@ -159,9 +180,9 @@ def pick_podgroup(specs: Sequence[GroupSpec]) -> GroupSpec | None:
         or (s.min_task_member and dict(s.min_task_member) != dict(tasks or {}))
     ]
     if others:
-        listing = " and ".join(_describe(s) for s in users)
+        described = listing((_describe(s) for s in users), sep=" and ")
         return replace(
             first,
-            error=f"{listing} disagree; delete the one you do not use, or make them agree",
+            error=f"{described} disagree; delete the one you do not use, or make them agree",
         )
     return first if first.min_task_member == tasks else replace(first, min_task_member=tasks)

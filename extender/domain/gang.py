@@ -105,6 +105,7 @@ lifecycle policy (restart/abort) will act on. A gang never ends partial silently
 
 from __future__ import annotations
 
+import traceback
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import filterfalse
@@ -113,6 +114,7 @@ from typing import Any
 from extender.domain.decisions import (
     Effect,
     FilterDecision,
+    GangFaulted,
     PlaceholderCreate,
     PlanCreated,
     PlanDropped,
@@ -131,6 +133,7 @@ from extender.domain.gang_state import GroupState, Timeouts
 from extender.domain.gang_watch import GangWatch
 from extender.domain.held_queue import HeldEntry, HeldQueue
 from extender.domain.ledger import Ledger, Plan
+from extender.domain.limits import clip, listing, quoted
 from extender.domain.membership import GroupKey
 from extender.domain.model import GroupSpec, PodInfo
 from extender.domain.planner import NodeRestriction, Placement, plan_gang
@@ -366,7 +369,51 @@ class GangCore(GangRoom, GangWatch, StarvationReservations, GangPreemption, Bind
 
         `asking` is the member kube-scheduler is filtering, with the nodes it offers;
         None when the watch delivered a change (see `observe_pod`).
+
+        Contained: an exception planning this gang holds this gang (`_fault`), and is
+        not raised into the filter of the gang that asked, nor the queue pass that
+        tried it on another's behalf. A faulted gang is not planned again until its
+        members or PodGroup change.
         """
+        version = self.snapshot.group_version(key)
+        if state.fault is not None:
+            if state.fault[0] == version:
+                return state.message
+            state.fault = None
+        try:
+            return self._plan_steps(
+                key, state, spec, now, asking=asking, candidates=candidates, queue=queue
+            )
+        except Exception as err:  # noqa: BLE001 -- contained per gang, reported as an effect
+            return self._fault(key, state, err, version)
+
+    def _fault(self, key: GroupKey, state: GroupState, err: Exception, version: int) -> str:
+        """Hold `key` with what went wrong; the service logs the traceback once (`GangFaulted`)."""
+        message = self._say(
+            state,
+            f"gang {key}: planning failed ({type(err).__name__}: {quoted(str(err))}); "
+            "held until its members or PodGroup change",
+        )
+        state.fault = (version, message)
+        state.waiting = True
+        state.shortfall_generation = None
+        self.touched.add(key)
+        details = "".join(traceback.format_exception(err))
+        self.effects.append(GangFaulted(key, "plan", message, clip(details, 16_384)))
+        return message
+
+    def _plan_steps(
+        self,
+        key: GroupKey,
+        state: GroupState,
+        spec: GroupSpec,
+        now: float,
+        *,
+        asking: PodInfo | None,
+        candidates: Sequence[str] | None,
+        queue: bool,
+    ) -> Plan | str:
+        """`_try_plan` itself, uncontained."""
         if now < state.retry_after:
             return state.message
         # The snapshot's members only: a pod it leaves out (another schedulerName,
@@ -520,7 +567,7 @@ class GangCore(GangRoom, GangWatch, StarvationReservations, GangPreemption, Bind
         """
         refusals = {
             name: f"capacity on {name} is reserved for gang "
-            + ", ".join(str(g) for g in self.ledger.owners(name))
+            + listing(str(g) for g in self.ledger.owners(name))
             for name in self.ledger.reserved_nodes()
             if not fits(pod.requests, self.free_after_reservations(name))
         }
@@ -537,12 +584,17 @@ class GangCore(GangRoom, GangWatch, StarvationReservations, GangPreemption, Bind
         return FilterDecision(Verdict.NOT_A_GANG, nodes, failed, {})
 
     def _hold(self, candidates: Sequence[str], verdict: Verdict, message: str) -> FilterDecision:
+        """Every candidate refused with one reason: the same string object for each node
+        (no per-node copy here), cut to MAX_REASON_CHARS since kube-scheduler is sent
+        it once per node."""
+        message = clip(message)
         return FilterDecision(verdict, [], {}, dict.fromkeys(candidates, message), message)
 
     @staticmethod
     def _say(state: GroupState, message: str) -> str:
-        state.message = message
-        return message
+        """Keep `message` as the group's word (status, Events, holds), cut to MAX_REASON_CHARS."""
+        state.message = clip(message)
+        return state.message
 
     # ------------------------------------------------------------ prioritize
     def prioritize(self, pod: PodInfo, candidates: Collection[str]) -> dict[str, int]:
@@ -566,7 +618,7 @@ class GangCore(GangRoom, GangWatch, StarvationReservations, GangPreemption, Bind
     def _expire_plans(self, now: float) -> None:
         for plan in list(self.ledger.plans.values()):
             if now >= plan.deadline and not plan.released:
-                missing = ", ".join(sorted(plan.names[u] for u in plan.waiting_for))
+                missing = listing(sorted(plan.names[u] for u in plan.waiting_for))
                 self._drop(
                     plan,
                     f"schedule timeout: {missing} did not reach bind in time",

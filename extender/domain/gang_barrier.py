@@ -26,6 +26,7 @@ from extender.domain.decisions import (
 )
 from extender.domain.gang_state import GangParts, GroupState
 from extender.domain.ledger import Plan
+from extender.domain.limits import listing
 from extender.domain.membership import SCHEDULER_NAME, GroupKey
 from extender.domain.model import PodInfo
 from extender.domain.quantity import shown_units
@@ -211,7 +212,7 @@ class BindBarrier(GangParts):
     def barrier_timed_out(self, plan_id: int, group: GroupKey, now: float) -> str:
         plan = self.ledger.plans.get(group)
         if plan is not None and plan.plan_id == plan_id and not plan.released:
-            missing = ", ".join(sorted(plan.names[u] for u in plan.waiting_for))
+            missing = listing(sorted(plan.names[u] for u in plan.waiting_for))
             self._drop(plan, f"bind barrier timed out waiting for {missing}", now, timed_out=True)
         state = self.groups.get(group)
         return state.message if state else "bind barrier timed out"

@@ -107,7 +107,12 @@ class StarvationReservations(QueueOrder):
         if now - self.starvation_checked >= STARVATION_CHECK_SECONDS:
             self.starvation_checked = now
             for key in self._starving_heads(now):
-                self._start_reservation(key, now)
+                try:
+                    self._start_reservation(key, now)
+                except Exception as err:  # noqa: BLE001 -- held to this gang, as _try_plan does
+                    state = self.groups.setdefault(key, GroupState())
+                    version = self.snapshot.group_version(key)
+                    cast("GangCore", self)._fault(key, state, err, version)
         for key, reservation in list(self.reservations.items()):
             state = self.groups.setdefault(key, GroupState())
             held = self._held(reservation)
@@ -146,6 +151,9 @@ class StarvationReservations(QueueOrder):
             state = self.groups.get(key)
             if state is not None and now < state.retry_after:
                 continue
+            fault = state.fault if state is not None else None
+            if fault is not None and fault[0] == self.snapshot.group_version(key):
+                continue  # faulted and unchanged since: not tried again (`_try_plan`)
             if starving(since, now, limit):
                 found.add(key)
         if not found:

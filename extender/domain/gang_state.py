@@ -45,6 +45,10 @@ class GroupState:
     # The gang its message says it waits behind, if any: the kept "does not fit" is
     # not answered once that gang stops holding a place (its message would be stale).
     behind: GroupKey | None = None
+    # Planning this gang raised (a defect, or an input no limit foresaw): the group
+    # version it raised at, and what its hold says. The gang is held without being
+    # planned again until its members or PodGroup change (`GangCore._try_plan`).
+    fault: tuple[int, str] | None = None
 
 
 @dataclass

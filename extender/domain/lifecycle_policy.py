@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from extender.domain.limits import MAX_POLICIES, MAX_RETRY, MAX_SECONDS, quoted
+
 POLICIES_ANNOTATION = "gang-extender.io/policies"
 MAX_RETRY_ANNOTATION = "gang-extender.io/max-retry"
 PODS_READY_TIMEOUT_ANNOTATION = "gang-extender.io/pods-ready-timeout-seconds"
@@ -62,11 +64,11 @@ def _rule(event: object, action: object, where: str) -> tuple[Event, Action]:
     try:
         parsed_event = Event(event)
     except ValueError:
-        raise ValueError(f"{where}: event {event!r} is not one of {EVENTS}") from None
+        raise ValueError(f"{where}: event {quoted(event)} is not one of {EVENTS}") from None
     try:
         parsed_action = Action(action)
     except ValueError:
-        raise ValueError(f"{where}: action {action!r} is not one of {ACTIONS}") from None
+        raise ValueError(f"{where}: action {quoted(action)} is not one of {ACTIONS}") from None
     return parsed_event, parsed_action
 
 
@@ -80,22 +82,40 @@ def _add(rules: dict[Event, Action], rule: tuple[Event, Action], where: str) -> 
     rules[event] = action
 
 
-def _whole(value: object, where: str, *, minimum: int) -> int:
+def _whole(value: object, where: str, *, minimum: int, maximum: int) -> int:
+    """`value` as a whole number in minimum..maximum, else a ValueError saying so.
+
+    Never an OverflowError: a number is compared as the int it is (no float() of a
+    400-digit value), and int() refuses a text of more than 4,300 digits with a
+    ValueError, which says the same as any other bad text.
+    """
     if isinstance(value, bool) or not isinstance(value, int):
-        if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-            value = int(value)
-        else:
-            raise ValueError(f"{where}={value!r} is not a whole number")
+        text = value.strip() if isinstance(value, str) else ""
+        if not text.lstrip("-").isdigit():
+            raise ValueError(f"{where}={quoted(value)} is not a whole number")
+        if len(text) > len(str(maximum)) + 1:  # past the maximum: int() may refuse it
+            raise ValueError(f"{where}={quoted(value)} must be at most {maximum}")
+        value = int(text)
     if value < minimum:
-        raise ValueError(f"{where}={value!r} must be >= {minimum}")
+        raise ValueError(f"{where}={quoted(value)} must be >= {minimum}")
+    if value > maximum:
+        raise ValueError(f"{where}={quoted(value)} must be at most {maximum}")
     return value
 
 
 def _policy(
     rules: dict[Event, Action], max_retry: object, timeout: object, names: tuple[str, str]
 ) -> LifecyclePolicy:
-    retry = DEFAULT_MAX_RETRY if max_retry is None else _whole(max_retry, names[0], minimum=0)
-    ready = None if timeout is None else float(_whole(timeout, names[1], minimum=1))
+    retry = (
+        DEFAULT_MAX_RETRY
+        if max_retry is None
+        else _whole(max_retry, names[0], minimum=0, maximum=MAX_RETRY)
+    )
+    ready = (
+        None
+        if timeout is None
+        else float(_whole(timeout, names[1], minimum=1, maximum=MAX_SECONDS))
+    )
     if Event.PODS_NOT_READY in rules and ready is None:
         raise ValueError(f"event PodsNotReady needs {names[1]} (seconds)")
     return LifecyclePolicy(rules=rules, max_retry=retry, pods_ready_timeout_seconds=ready)
@@ -107,11 +127,13 @@ def policy_from_spec(spec: Mapping[str, Any]) -> LifecyclePolicy:
         raw = spec.get("policies")
         rules: dict[Event, Action] = {}
         if raw is not None and not isinstance(raw, list):
-            raise ValueError(f"spec.policies={raw!r} must be a list of {{event, action}}")
+            raise ValueError(f"spec.policies={quoted(raw)} must be a list of {{event, action}}")
+        if raw is not None and len(raw) > MAX_POLICIES:
+            raise ValueError(f"spec.policies lists {len(raw)} entries; at most {MAX_POLICIES}")
         for i, item in enumerate(raw or []):
             where = f"spec.policies[{i}]"
             if not isinstance(item, Mapping):
-                raise ValueError(f"{where}={item!r} must be an object {{event, action}}")
+                raise ValueError(f"{where}={quoted(item)} must be an object {{event, action}}")
             _add(rules, _rule(item.get("event"), item.get("action"), where), where)
         return _policy(
             rules,
@@ -128,15 +150,16 @@ def policy_from_annotations(annotations: Mapping[str, str]) -> LifecyclePolicy:
     try:
         text = annotations.get(POLICIES_ANNOTATION)
         rules: dict[Event, Action] = {}
-        where = f"annotation {POLICIES_ANNOTATION}={text!r}"
+        where = f"annotation {POLICIES_ANNOTATION}={quoted(text)}"
         if text is not None and not isinstance(text, str):
             raise ValueError(f"{where} must be a string 'Event=Action,...'")
-        for part in (text or "").split(","):
-            if not part.strip():
-                continue
+        parts = [part for part in (text or "").split(",") if part.strip()]
+        if len(parts) > MAX_POLICIES:
+            raise ValueError(f"{where} names {len(parts)} policies; at most {MAX_POLICIES}")
+        for part in parts:
             event, sep, action = part.partition("=")
             if not sep:
-                raise ValueError(f"{where}: expected 'Event=Action', got {part.strip()!r}")
+                raise ValueError(f"{where}: expected 'Event=Action', got {quoted(part.strip())}")
             _add(rules, _rule(event.strip(), action.strip(), where), where)
         if text is not None and not rules:
             raise ValueError(f"{where} names no policy")

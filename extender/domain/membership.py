@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from extender.domain.limits import MAX_GROUP_SIZE, MAX_TASKS, quoted
+
 SCHEDULER_NAME = "gang-extender"
 # What the API server puts in a pod's empty spec.schedulerName: kube-scheduler's
 # default profile.
@@ -58,6 +60,10 @@ MAX_DNS_LABEL = 63
 
 class MembershipError(ValueError):
     """Pod metadata that names a group, size or layout inconsistently; says what to fix."""
+
+
+class IndexTooLarge(MembershipError):
+    """A task index at or past MAX_GROUP_SIZE: refused wherever it is read, never skipped."""
 
 
 class GroupKey(NamedTuple):
@@ -114,23 +120,23 @@ def workload_ref(spec: Mapping[str, Any] | None) -> WorkloadRef | None:
     if ref is None:
         return None
     if not isinstance(ref, Mapping):
-        raise MembershipError(f"field {WORKLOAD_REF_FIELD}={ref!r} is not an object")
+        raise MembershipError(f"field {WORKLOAD_REF_FIELD}={quoted(ref)} is not an object")
     name, pod_group = ref.get("name"), ref.get("podGroup")
     replica_key = ref.get("podGroupReplicaKey") or ""
     if not isinstance(name, str) or not name or not isinstance(pod_group, str) or not pod_group:
         raise MembershipError(
-            f"field {WORKLOAD_REF_FIELD} must set both name and podGroup, got {dict(ref)!r}"
+            f"field {WORKLOAD_REF_FIELD} must set both name and podGroup, got {quoted(dict(ref))}"
         )
     if not isinstance(replica_key, str):
         raise MembershipError(
-            f"field {WORKLOAD_REF_FIELD}.podGroupReplicaKey={replica_key!r} is not a string"
+            f"field {WORKLOAD_REF_FIELD}.podGroupReplicaKey={quoted(replica_key)} is not a string"
         )
     found = WorkloadRef(name, pod_group, replica_key)
     group = found.group
     if len(group) > MAX_DNS_LABEL or not _DNS_1035_LABEL.match(group):
         joined = "-".join(["name", "podGroup"] + (["podGroupReplicaKey"] if replica_key else []))
         raise MembershipError(
-            f"field {WORKLOAD_REF_FIELD} gives group name {group!r} ({joined}), which is "
+            f"field {WORKLOAD_REF_FIELD} gives group name {quoted(group)} ({joined}), which is "
             f"not a lower-case DNS label that starts with a letter and has at most "
             f"{MAX_DNS_LABEL} characters ({len(group)}): it names the group's headless "
             f"Service and every member's subdomain; shorten the Workload or pod group name"
@@ -161,7 +167,7 @@ def group_name(meta: Mapping[str, Any], spec: Mapping[str, Any] | None = None) -
     distinct = {value for value in values if value}  # not empty: one value is set
     if len(distinct) > 1:
         claims = ", ".join(
-            f"{where}={value!r}"
+            f"{where}={quoted(value)}"
             for where, value in zip(_GROUP_SOURCES, values, strict=True)
             if value
         )
@@ -203,44 +209,70 @@ def min_available(meta: Mapping[str, Any]) -> int | None:
     raw = _annotations(meta).get(MIN_AVAILABLE_ANNOTATION)
     if raw is None:
         return None
-    try:
-        value = int(raw)
-    except (TypeError, ValueError):  # a list or object where a string belongs, too
-        raise MembershipError(
-            f"annotation {MIN_AVAILABLE_ANNOTATION}={raw!r} is not a whole number"
-        ) from None
+    if isinstance(raw, str) and raw.strip().isdigit() and len(raw.strip().lstrip("0")) > 9:
+        value = MAX_GROUP_SIZE + 1  # past the limit: not parsed (int() refuses 4,300 digits)
+    else:
+        value = _annotation_int(raw)
     if value < 1:
-        raise MembershipError(f"annotation {MIN_AVAILABLE_ANNOTATION}={raw!r} must be >= 1")
+        raise MembershipError(f"annotation {MIN_AVAILABLE_ANNOTATION}={quoted(raw)} must be >= 1")
+    if value > MAX_GROUP_SIZE:
+        raise MembershipError(
+            f"annotation {MIN_AVAILABLE_ANNOTATION}={quoted(raw)} is more than this service "
+            f"accepts: at most {MAX_GROUP_SIZE} members in a group"
+        )
     return value
 
 
+def _annotation_int(raw: object) -> int:
+    """min-available's value as an int, else a MembershipError saying it is not one."""
+    try:
+        return int(raw)  # type: ignore[call-overload,no-any-return]
+    except (TypeError, ValueError):  # a list or object where a string belongs, too
+        raise MembershipError(
+            f"annotation {MIN_AVAILABLE_ANNOTATION}={quoted(raw)} is not a whole number"
+        ) from None
+
+
 def parse_task_layout(text: str) -> dict[str, int]:
-    """Parse "master=1,worker=3" into {"master": 1, "worker": 3}."""
+    """Parse "master=1,worker=3" into {"master": 1, "worker": 3}.
+
+    At most MAX_TASKS tasks, each a DNS label of at most 63 characters, adding up to
+    at most MAX_GROUP_SIZE members (extender/domain/limits.py); the text is quoted
+    short in every message.
+    """
+    said = f"annotation {TASKS_ANNOTATION}={quoted(text)}"
+    if not isinstance(text, str):
+        raise MembershipError(f"{said}: expected a string 'task=count,...'")
+    parts = [part.strip() for part in text.split(",") if part.strip()]
+    if len(parts) > MAX_TASKS:
+        raise MembershipError(
+            f"{said} names {len(parts)} tasks; at most {MAX_TASKS} tasks are accepted"
+        )
     layout: dict[str, int] = {}
-    for part in text.split(","):
-        part = part.strip()
-        if not part:
-            continue
+    for part in parts:
         task, sep, count = part.partition("=")
         task = task.strip()
-        if not sep or not _DNS_LABEL.match(task):
+        if not sep or not is_dns_label(task):
             raise MembershipError(
-                f"annotation {TASKS_ANNOTATION}={text!r}: expected 'task=count,...' "
-                f"with lower-case DNS-label task names, got {part!r}"
+                f"{said}: expected 'task=count,...' with lower-case DNS-label task names, "
+                f"got {quoted(part)}"
             )
         try:
             value = int(count)
         except (TypeError, ValueError):
-            raise MembershipError(
-                f"annotation {TASKS_ANNOTATION}={text!r}: count {count!r} is not a whole number"
-            ) from None
+            raise MembershipError(f"{said}: count {quoted(count)} is not a whole number") from None
         if value < 1:
-            raise MembershipError(f"annotation {TASKS_ANNOTATION}={text!r}: counts must be >= 1")
+            raise MembershipError(f"{said}: counts must be >= 1")
         if task in layout:
-            raise MembershipError(f"annotation {TASKS_ANNOTATION}={text!r}: task {task!r} twice")
+            raise MembershipError(f"{said}: task {task!r} twice")
         layout[task] = value
     if not layout:
-        raise MembershipError(f"annotation {TASKS_ANNOTATION}={text!r} names no task")
+        raise MembershipError(f"{said} names no task")
+    total = sum(layout.values())
+    if total > MAX_GROUP_SIZE:
+        raise MembershipError(
+            f"{said} asks for {total} members; at most {MAX_GROUP_SIZE} members in a group"
+        )
     return layout
 
 
@@ -269,9 +301,14 @@ def explicit_task_index(meta: Mapping[str, Any]) -> int | None:
         try:
             value = int(raw)
         except (TypeError, ValueError):
-            raise MembershipError(f"{where}={raw!r} is not a whole number") from None
+            raise MembershipError(f"{where}={quoted(raw)} is not a whole number") from None
         if value < 0:
-            raise MembershipError(f"{where}={raw!r} must be >= 0")
+            raise MembershipError(f"{where}={quoted(raw)} must be >= 0")
+        if value >= MAX_GROUP_SIZE:
+            raise IndexTooLarge(
+                f"{where}={quoted(raw)} is past the largest index this service accepts: "
+                f"indexes must be below {MAX_GROUP_SIZE}, the most members a group may have"
+            )
         return value
     return None
 

@@ -14,6 +14,13 @@ from datetime import datetime
 from typing import Any
 
 from extender.domain import membership
+from extender.domain.limits import (
+    MAX_GROUP_SIZE,
+    MAX_SECONDS,
+    MAX_TASKS,
+    listing,
+    quoted,
+)
 from extender.domain.membership import GroupKey, MembershipError
 from extender.domain.policy import GroupTopology, topology_from_annotations, topology_from_spec
 from extender.domain.quantity import MAPPING_TYPES, QuantityError, pod_requests, resource_list
@@ -245,10 +252,13 @@ def _starvation_annotation(annotations: Mapping[str, Any]) -> tuple[float | None
         return None, None
     try:
         value = float(raw)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         value = -1.0
-    if not value > 0 or value == float("inf"):
-        return None, (f"annotation {STARVATION_ANNOTATION}={raw!r} must be a number of seconds > 0")
+    if not 0 < value <= MAX_SECONDS:
+        rule = f"<= {MAX_SECONDS} (a year)" if MAX_SECONDS < value < float("inf") else "> 0"
+        return None, (
+            f"annotation {STARVATION_ANNOTATION}={quoted(raw)} must be a number of seconds {rule}"
+        )
     return value, None
 
 
@@ -311,6 +321,26 @@ def _number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+def _size_rule(value: object) -> str:
+    """What a group size that is not a whole number from 1 to MAX_GROUP_SIZE must be."""
+    if _whole_number(value) and value > MAX_GROUP_SIZE:  # type: ignore[operator]
+        return f"is more than this service accepts: at most {MAX_GROUP_SIZE} members in a group"
+    return "must be a whole number >= 1"
+
+
+def _seconds_rule(value: object) -> str:
+    """What a duration that is not `_seconds` must be."""
+    if _number(value) and value > MAX_SECONDS:  # type: ignore[operator]
+        return f"must be at most {MAX_SECONDS} seconds (a year)"
+    return "must be > 0"
+
+
+def _seconds(value: object) -> bool:
+    """A duration a user may set: a number > 0 and at most MAX_SECONDS (compared as
+    the number it is: a 400-digit int never goes through float(), which overflows)."""
+    return _number(value) and 0 < value <= MAX_SECONDS  # type: ignore[operator]
+
+
 @dataclass(frozen=True)
 class GroupSpec:
     """What a group asks for, from its PodGroup or its pods' annotations."""
@@ -338,15 +368,25 @@ class GroupSpec:
         error = None
         min_member = spec.get("minMember", 1)
         if not _whole_number(min_member) or min_member < 1:
-            error = f"{source} spec.minMember={min_member!r} must be a whole number >= 1"
+            error = f"{source} spec.minMember={quoted(min_member)} must be a whole number >= 1"
+            min_member = 1
+        elif min_member > MAX_GROUP_SIZE:
+            error = (
+                f"{source} spec.minMember={quoted(min_member)} is more than this service "
+                f"accepts: at most {MAX_GROUP_SIZE} members in a group"
+            )
             min_member = 1
         timeout = spec.get("scheduleTimeoutSeconds")
-        if timeout is not None and (not _number(timeout) or timeout <= 0):
-            error = error or f"{source} spec.scheduleTimeoutSeconds={timeout!r} must be > 0"
+        if timeout is not None and not _seconds(timeout):
+            error = error or (
+                f"{source} spec.scheduleTimeoutSeconds={quoted(timeout)} {_seconds_rule(timeout)}"
+            )
             timeout = None
         starvation = spec.get("starvationSeconds")
-        if starvation is not None and (not _number(starvation) or starvation <= 0):
-            error = error or f"{source} spec.starvationSeconds={starvation!r} must be > 0"
+        if starvation is not None and not _seconds(starvation):
+            error = error or (
+                f"{source} spec.starvationSeconds={quoted(starvation)} {_seconds_rule(starvation)}"
+            )
             starvation = None
         tasks, tasks_error = read_task_minimums(
             spec.get("minTaskMember"), where=f"{source} spec.minTaskMember"
@@ -364,7 +404,9 @@ class GroupSpec:
         error = error or topology_error
         preemptible = spec.get("preemptible", True)
         if not isinstance(preemptible, bool):
-            error = error or f"{source} spec.preemptible={preemptible!r} must be true or false"
+            error = (
+                error or f"{source} spec.preemptible={quoted(preemptible)} must be true or false"
+            )
             preemptible = True
         # A group its lifecycle policy aborted (domain/lifecycle.py) is held until its
         # user changes or deletes the PodGroup: its members are refused, saying so.
@@ -415,12 +457,24 @@ def read_task_minimums(raw: Any, *, where: str) -> tuple[dict[str, int] | None, 
     if raw is None or raw == {}:
         return None, None
     if not isinstance(raw, Mapping):
-        return None, f"{where} must map task names to counts, got {raw!r}"
+        return None, f"{where} must map task names to counts, got {quoted(raw)}"
+    if len(raw) > MAX_TASKS:
+        return None, f"{where} names {len(raw)} tasks; at most {MAX_TASKS} tasks are accepted"
     counts: dict[str, int] = {}
     for task, count in raw.items():
+        if not isinstance(task, str) or not membership.is_dns_label(task):
+            return None, (
+                f"{where}: task {quoted(task)} must be a lower-case DNS label of at most "
+                f"{membership.MAX_DNS_LABEL} characters"
+            )
         if not isinstance(count, int) or isinstance(count, bool) or count < 1:
-            return None, f"{where}[{task}]={count!r} must be a whole number >= 1"
-        counts[str(task)] = count
+            return None, f"{where}[{task}]={quoted(count)} must be a whole number >= 1"
+        if count > MAX_GROUP_SIZE:
+            return None, (
+                f"{where}[{task}]={count} is more than this service accepts: at most "
+                f"{MAX_GROUP_SIZE} members in a group"
+            )
+        counts[task] = count
     return counts, None
 
 
@@ -435,7 +489,7 @@ def task_minimums_exceed(
     total = sum(minimums.values())
     if total <= min_member:
         return None
-    listed = ",".join(f"{task}={count}" for task, count in minimums.items())
+    listed = listing((f"{task}={count}" for task, count in minimums.items()), sep=",")
     return (
         f"{tasks_from} ({listed}) asks for {total} members, more than {size_from}="
         f"{min_member}; raise {size_from} to {total} or lower the task counts"
@@ -465,11 +519,11 @@ def upstream_podgroup_spec(obj: Mapping[str, Any]) -> GroupSpec:
     min_member = 1
     if isinstance(gang, Mapping):
         count = gang.get("minCount")
-        if isinstance(count, int) and not isinstance(count, bool) and count >= 1:
+        if isinstance(count, int) and not isinstance(count, bool) and 1 <= count <= MAX_GROUP_SIZE:
             min_member = count
         else:
             error = (
-                f"{where} spec.schedulingPolicy.gang.minCount={count!r} must be a whole number >= 1"
+                f"{where} spec.schedulingPolicy.gang.minCount={quoted(count)} {_size_rule(count)}"
             )
     elif not isinstance(policy.get("basic"), Mapping):
         error = f"{where} sets neither spec.schedulingPolicy.gang nor spec.schedulingPolicy.basic"
@@ -497,9 +551,9 @@ def upstream_workload_spec(obj: Mapping[str, Any], ref: membership.WorkloadRef) 
     entries = [e for e in entries if isinstance(e, Mapping)] if isinstance(entries, list) else []
     entry = next((e for e in entries if e.get("name") == ref.pod_group), None)
     if entry is None:
-        names = ", ".join(repr(e.get("name")) for e in entries) or "none"
+        names = listing(quoted(e.get("name")) for e in entries) or "none"
         missing = (
-            f"pods name pod group {ref.pod_group!r} of {where} in spec.workloadRef.podGroup, "
+            f"pods name pod group {quoted(ref.pod_group)} of {where} in spec.workloadRef.podGroup, "
             f"but its spec.podGroups has no entry of that name (it has {names}); "
             f"fix the pods' spec.workloadRef or recreate the Workload with that entry"
         )
@@ -512,10 +566,10 @@ def upstream_workload_spec(obj: Mapping[str, Any], ref: membership.WorkloadRef) 
     min_member = 1
     if isinstance(gang, Mapping):
         count = gang.get("minCount")
-        if isinstance(count, int) and not isinstance(count, bool) and count >= 1:
+        if isinstance(count, int) and not isinstance(count, bool) and 1 <= count <= MAX_GROUP_SIZE:
             min_member = count
         else:
-            error = f"{where} {field}.gang.minCount={count!r} must be a whole number >= 1"
+            error = f"{where} {field}.gang.minCount={quoted(count)} {_size_rule(count)}"
     elif not isinstance(policy.get("basic"), Mapping):
         error = f"{where} sets neither {field}.gang nor {field}.basic"
     return GroupSpec(key=key, min_member=min_member, source=UPSTREAM_WORKLOAD_SOURCE, error=error)

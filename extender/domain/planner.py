@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from math import gcd
 
+from extender.domain.limits import MAX_TOPOLOGY_LABELS, PLANNER_STEP_BUDGET, listing
 from extender.domain.model import NodeInfo, PodInfo, Resources, Toleration
 from extender.domain.node_order import NodeOrder, static_key
 from extender.domain.policy import GroupTopology, Policy, Strategy, default_topology
@@ -319,9 +320,19 @@ class _Planner:
     order: NodeOrder | None = None
 
     demand: int = field(init=False)
+    # Passes over a room so far (a placement, or grouping it by a label): once
+    # PLANNER_STEP_BUDGET is spent, the levels left are not compared (`within`).
+    steps: int = field(init=False, default=0)
 
     def __post_init__(self) -> None:
         self.demand = sum(_gpus(p) for p in self.members)
+        # The readers refuse more labels (domain/limits.py); the planner does not rely
+        # on them: its recursion is two frames per label, so it plans the first ones.
+        self.preferred = self.preferred[:MAX_TOPOLOGY_LABELS]
+
+    @property
+    def spent(self) -> bool:
+        return self.steps >= PLANNER_STEP_BUDGET
 
     def _value(self, node: str, key: str) -> str:
         """The node's domain under `key`; an unlabelled node is a domain of its own."""
@@ -341,6 +352,7 @@ class _Planner:
         it reached the lower bound: the planner never spans more nodes than that, nor
         misses a placement it finds.
         """
+        self.steps += 1
         # The kept order is for the whole room only; a topology domain's nodes are sorted.
         order = self.order if free is self.room else None
         if self.policy.strategy is Strategy.SPREAD:
@@ -364,13 +376,21 @@ class _Planner:
     def within(
         self, free: Mapping[str, Resources], level: int = 0
     ) -> tuple[dict[str, str], PodInfo | None]:
-        """Place inside `free` using as few values of preferred[level:] as it can, in order."""
-        if level >= len(self.preferred):
+        """Place inside `free` using as few values of preferred[level:] as it can, in order.
+
+        Levels where `free` is all one domain are passed over in a loop, not a call;
+        once the step budget is spent the levels left are not compared (the placement
+        is still one that fits: `nodes_level`'s).
+        """
+        domains: dict[str, list[str]] = {}
+        while level < len(self.preferred) and not self.spent:
+            self.steps += 1
+            domains = _group_by(free, self.nodes, self.preferred[level])
+            if len(domains) > 1:
+                break
+            level += 1
+        if level >= len(self.preferred) or self.spent:
             return self.nodes_level(free)
-        key = self.preferred[level]
-        domains = _group_by(free, self.nodes, key)
-        if len(domains) <= 1:
-            return self.within(free, level + 1)
         best = self.best_single(free, domains, level + 1)
         if best is not None:
             return best, None
@@ -470,10 +490,10 @@ def _resolve_topology(
         return topology
     annotated = {m.topology for m in members if m.topology is not None}
     if len(annotated) > 1:
-        listing = ", ".join(
+        named = listing(
             f"{m.name}: {m.topology.describe()}" for m in members if m.topology is not None
         )
-        return f"members disagree on their Kueue topology annotations ({listing}); give every member the same"
+        return f"members disagree on their Kueue topology annotations ({named}); give every member the same"
     if annotated:
         return annotated.pop()
     return default_topology(policy)

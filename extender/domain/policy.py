@@ -22,6 +22,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from extender.domain.limits import MAX_TOPOLOGY_LABELS, listing, quoted
+
 
 class Strategy(StrEnum):
     BINPACK = "binpack"  # fill GPUs onto the fewest nodes; keep whole nodes free
@@ -99,21 +101,31 @@ def topology_from_spec(raw: object, *, where: str) -> tuple[GroupTopology | None
     if raw is None:
         return None, None
     if not isinstance(raw, Mapping):
-        return None, f"{where} must be a mapping with 'required' and/or 'preferred', got {raw!r}"
+        return None, (
+            f"{where} must be a mapping with 'required' and/or 'preferred', got {quoted(raw)}"
+        )
     unknown = sorted(str(k) for k in raw if k not in ("required", "preferred"))
     if unknown:
-        return None, f"{where} has unknown field(s) {', '.join(unknown)}; use required, preferred"
+        return None, (
+            f"{where} has unknown field(s) {listing(k if len(k) <= 63 else quoted(k) for k in unknown)}; "
+            "use required, preferred"
+        )
     required = raw.get("required")
     if required is not None and not is_label_key(required):
-        return None, f"{where}.required={required!r} is not a node label key"
+        return None, f"{where}.required={quoted(required)} is not a node label key"
     preferred = raw.get("preferred")
     if preferred is None:
         preferred = []
     if not isinstance(preferred, list):
         return None, f"{where}.preferred must be a list of node label keys, coarsest first"
+    if len(preferred) > MAX_TOPOLOGY_LABELS:
+        return None, (
+            f"{where}.preferred lists {len(preferred)} labels; at most {MAX_TOPOLOGY_LABELS} "
+            "are accepted (one per level of the cluster's topology, coarsest first)"
+        )
     for i, label in enumerate(preferred):
         if not is_label_key(label):
-            return None, f"{where}.preferred[{i}]={label!r} is not a node label key"
+            return None, f"{where}.preferred[{i}]={quoted(label)} is not a node label key"
     if len(set(preferred)) != len(preferred):
         return None, f"{where}.preferred names a label twice: {', '.join(preferred)}"
     if required is not None and required in preferred:
@@ -142,7 +154,7 @@ def topology_from_annotations(
         else (KUEUE_PREFERRED_TOPOLOGY, preferred)
     )
     if not is_label_key(value):
-        return None, f"annotation {name}={value!r} is not a node label key"
+        return None, f"annotation {name}={quoted(value)} is not a node label key"
     if required is not None:
         return GroupTopology(required=required), None
     assert preferred is not None

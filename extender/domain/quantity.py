@@ -13,6 +13,8 @@ from decimal import Decimal, InvalidOperation
 from types import MappingProxyType
 from typing import Any
 
+from extender.domain.limits import quoted
+
 GPU = "nvidia.com/gpu"
 CPU = "cpu"
 MEMORY = "memory"
@@ -57,7 +59,7 @@ def parse_quantity(text: object) -> Decimal:
     """
     if isinstance(text, bool) or not isinstance(text, str | int | float):
         raise QuantityError(
-            f"invalid quantity {text!r}: must be a string or a number, not {type(text).__name__}"
+            f"invalid quantity {quoted(text)}: must be a string or a number, not {type(text).__name__}"
         )
     if isinstance(text, int | float):
         return _bounded(_number(str(text), text), text)
@@ -67,14 +69,14 @@ def parse_quantity(text: object) -> Decimal:
     # "NaN" and "Infinity" end in letters, and would be refused as unknown suffixes.
     with contextlib.suppress(InvalidOperation):
         if not Decimal(raw).is_finite():
-            raise QuantityError(f"invalid quantity {text!r}: not a finite number")
+            raise QuantityError(f"invalid quantity {quoted(text)}: not a finite number")
     for suffix, factor in _BINARY.items():
         if raw.endswith(suffix):
             return _bounded(_number(raw[: -len(suffix)], text), text, factor)
     # Exponent forms such as "1e3" end in a digit and parse directly.
     suffix = raw[-1] if raw[-1].isalpha() else ""
     if suffix not in _DECIMAL:
-        raise QuantityError(f"invalid quantity {text!r}: unknown suffix {suffix!r}")
+        raise QuantityError(f"invalid quantity {quoted(text)}: unknown suffix {suffix!r}")
     number = raw[: -len(suffix)] if suffix else raw
     return _bounded(_number(number, text), text, _DECIMAL[suffix])
 
@@ -83,9 +85,9 @@ def _number(text: str, original: object) -> Decimal:
     try:
         value = Decimal(text)
     except (InvalidOperation, ValueError):
-        raise QuantityError(f"invalid quantity {original!r}") from None
+        raise QuantityError(f"invalid quantity {quoted(original)}") from None
     if not value.is_finite():
-        raise QuantityError(f"invalid quantity {original!r}: not a finite number")
+        raise QuantityError(f"invalid quantity {quoted(original)}: not a finite number")
     return value
 
 
@@ -96,12 +98,12 @@ def _bounded(value: Decimal, original: object, factor: Decimal | int = 1) -> Dec
     operation can overflow its context.
     """
     if value < 0:
-        raise QuantityError(f"invalid quantity {original!r}: must not be negative")
+        raise QuantityError(f"invalid quantity {quoted(original)}: must not be negative")
     if value and value.adjusted() > MAX_QUANTITY.adjusted():
-        raise QuantityError(f"invalid quantity {original!r}: too large")
+        raise QuantityError(f"invalid quantity {quoted(original)}: too large")
     scaled = value * factor
     if scaled > MAX_QUANTITY:
-        raise QuantityError(f"invalid quantity {original!r}: too large")
+        raise QuantityError(f"invalid quantity {quoted(original)}: too large")
     return scaled
 
 

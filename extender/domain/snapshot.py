@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 
 from extender.domain.fences import observed_fence
 from extender.domain.foreign_podgroups import PODGROUP_SOURCES, pick_podgroup
+from extender.domain.limits import listing
 from extender.domain.membership import MIN_AVAILABLE_ANNOTATION, SCHEDULER_NAME, GroupKey
 from extender.domain.model import GroupSpec, NodeInfo, PodInfo, Resources
 from extender.domain.quantity import GPU
@@ -326,14 +327,14 @@ class ClusterSnapshot:
         if not sizes:
             return spec
         if len(sizes) > 1:
-            listing = ", ".join(
+            named = listing(
                 f"{p.name}={p.min_available}" for p in members if p.min_available is not None
             )
             return GroupSpec(
                 key=key,
                 min_member=max(sizes),
                 source="annotation",
-                error=f"members disagree on gang-extender.io/min-available ({listing}); "
+                error=f"members disagree on gang-extender.io/min-available ({named}); "
                 "give every member the same value",
             )
         return GroupSpec(key=key, min_member=sizes.pop(), source="annotation")

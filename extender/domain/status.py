@@ -223,6 +223,8 @@ def group_status(core: GangCore, key: GroupKey) -> GroupStatus | None:
      3. fewer than minMember members -> WaitingForMembers, and how to lower the size;
         a task with fewer members than its minTaskMember -> WaitingForMembers, naming it;
      4. else why the core holds the gang -> Unschedulable.
+    A gang whose planning raised (`GroupState.fault`, for its current version) is
+    InvalidSpec with that error, as a spec the core cannot use is.
     An Unschedulable gang with a held gang ahead of it in the queue that wants the
     same nodes (`GangCore.gang_ahead_of`) also says it waits behind that gang.
     A user's PodGroup whose minMember differs from the members' annotation adds
@@ -248,6 +250,15 @@ def group_status(core: GangCore, key: GroupKey) -> GroupStatus | None:
     phase = counts.phase(spec.min_member, planned=planned)
     if spec.error:
         phase, reason, message = "Pending", "InvalidSpec", f"gang {key}: {spec.error}"
+    elif (
+        phase == "Pending"
+        and state is not None
+        and state.fault is not None
+        and state.fault[0] == core.snapshot.group_version(key)
+    ):
+        # Planning it raised (GangCore._try_plan): held until its members or PodGroup
+        # change; not planned again here either (gang_ahead_of would).
+        reason, message = "InvalidSpec", state.fault[1]
     elif phase != "Pending":
         reason = PHASE_REASONS[phase]
     else:

@@ -28,6 +28,7 @@ from typing import Any
 
 import orjson
 
+from extender.domain.limits import MAX_GROUP_SIZE, clip, max_task_index, quoted
 from extender.domain.membership import (
     JOB_COMPLETION_INDEX_ANNOTATION,
     STATEFULSET_POD_INDEX_LABEL,
@@ -43,7 +44,7 @@ from extender.domain.membership import (
 from extender.injection import names
 from extender.injection.depends import read_dependency
 from extender.injection.injectors import GroupVolume, Injection, group_volumes, injections
-from extender.injection.layout import declared_layout
+from extender.injection.layout import declared_layout, podgroup_min_member
 from extender.injection.member import PodMembership
 from extender.injection.patch import (
     JsonPatchOp,
@@ -161,14 +162,14 @@ def _read_membership(
 ) -> PodMembership:
     if not names.is_dns_1035_label(group):
         raise AdmissionDenied(
-            f"group name {group!r} must be a lower-case DNS label that starts with a letter "
+            f"group name {quoted(group)} must be a lower-case DNS label that starts with a letter "
             f"(at most {names.MAX_DNS_LABEL} characters): it names the group's headless "
             f"Service and every member's subdomain; rename the group"
         )
     task = task_name(meta)
     if not is_dns_label(task):
         raise AdmissionDenied(
-            f"task name {task!r} (label gang-extender.io/task) must be a lower-case DNS label "
+            f"task name {quoted(task)} (label gang-extender.io/task) must be a lower-case DNS label "
             f"(letters, digits and '-'): it is part of each member's hostname; rename the task"
         )
     min_available(meta)  # raises on a malformed min-available annotation
@@ -192,7 +193,26 @@ def _read_membership(
     ssh_port_of(meta)  # validated here so a bad port is denied; the controller uses it
     if index is not None:
         check_member_index(membership, index)
+        if layout is None:
+            _check_index_against_size(meta, podgroup, index)
     return membership
+
+
+def _check_index_against_size(
+    meta: Mapping[str, Any], podgroup: Mapping[str, Any] | None, index: int
+) -> None:
+    """Without a declared layout the wiring counts members up to the highest index:
+    an index far past the group's size (minMember, else min-available) is denied,
+    naming the limit (extender/domain/limits.py `max_task_index`)."""
+    size = podgroup_min_member(podgroup) if podgroup is not None else None
+    size = size if size is not None else min_available(meta)
+    limit = max_task_index(size) if size is not None else MAX_GROUP_SIZE
+    if index >= limit:
+        raise AdmissionDenied(
+            f"task index {index} is past what the group's size allows: indexes below "
+            f"{limit} (4 times its size {size}, or its size + 256, at most "
+            f"{MAX_GROUP_SIZE}); lower the index or raise the group's size"
+        )
 
 
 def check_member_index(membership: PodMembership, index: int) -> None:
@@ -459,7 +479,7 @@ def denied_response(
         {
             "uid": uid,
             "allowed": False,
-            "status": {"code": code, "reason": reason, "message": message},
+            "status": {"code": code, "reason": reason, "message": clip(message)},
         }
     )
 

@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from extender.domain.limits import MAX_GROUP_SIZE, MAX_SECONDS, MAX_TASKS, quoted
 from extender.domain.membership import MembershipError, is_dns_label
 from extender.injection import names
 from extender.injection.layout import DeclaredLayout
@@ -79,13 +80,16 @@ def read_dependency(
 
 
 def _parse_waits(raw: str, *, task: str, layout: DeclaredLayout | None) -> tuple[TaskWait, ...]:
-    where = f"annotation {names.DEPENDS_ON_ANNOTATION}={raw!r}"
+    where = f"annotation {names.DEPENDS_ON_ANNOTATION}={quoted(raw)}"
+    entries = [part.strip() for part in raw.split(",")]
+    if len(entries) > MAX_TASKS:
+        raise MembershipError(f"{where} names {len(entries)} tasks; at most {MAX_TASKS}")
     waits: list[TaskWait] = []
-    for entry in (part.strip() for part in raw.split(",")):
+    for entry in entries:
         match = _ENTRY.match(entry)
         if match is None or not is_dns_label(match["task"].strip()):
             raise MembershipError(
-                f"{where}: {entry!r} must be a task name, optionally with a count "
+                f"{where}: {quoted(entry)} must be a task name, optionally with a count "
                 f'("worker" or "worker=2"; several separated by commas)'
             )
         name = match["task"].strip()
@@ -110,9 +114,14 @@ def _count(raw: str | None, where: str, task: str) -> int | None:
     if raw is None:
         return None
     text = raw.strip()
-    if not text.isdigit() or int(text) < 1:
+    # Length first: int() refuses a text of more than 4,300 digits with a ValueError.
+    if not text.isdigit() or (len(text) <= 5 and int(text) < 1):
         raise MembershipError(
-            f"{where}: the count of {task!r} must be a whole number >= 1, got {raw!r}"
+            f"{where}: the count of {task!r} must be a whole number >= 1, got {quoted(raw)}"
+        )
+    if len(text) > 5 or int(text) > MAX_GROUP_SIZE:
+        raise MembershipError(
+            f"{where}: the count of {task!r} must be at most {MAX_GROUP_SIZE}, got {quoted(raw)}"
         )
     return int(text)
 
@@ -120,11 +129,11 @@ def _count(raw: str | None, where: str, task: str) -> int | None:
 def _timeout(raw: Any, podgroup: Mapping[str, Any] | None) -> int:
     if raw is not None:
         text = str(raw).strip()
-        if not text.isdigit() or int(text) < 1:
-            raise MembershipError(
-                f"annotation {names.DEPENDS_ON_TIMEOUT_ANNOTATION}={raw!r} must be a whole "
-                f"number of seconds >= 1"
-            )
+        where = f"annotation {names.DEPENDS_ON_TIMEOUT_ANNOTATION}={quoted(raw)}"
+        if not text.isdigit() or (len(text) <= 8 and int(text) < 1):
+            raise MembershipError(f"{where} must be a whole number of seconds >= 1")
+        if len(text) > 8 or int(text) > MAX_SECONDS:
+            raise MembershipError(f"{where} must be at most {MAX_SECONDS} seconds (a year)")
         return int(text)
     from_podgroup = ((podgroup or {}).get("spec") or {}).get("podsReadyTimeoutSeconds")
     if isinstance(from_podgroup, int) and not isinstance(from_podgroup, bool) and from_podgroup > 0:

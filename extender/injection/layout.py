@@ -20,9 +20,11 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from extender.domain.limits import MAX_GROUP_SIZE, max_task_index, quoted
 from extender.domain.membership import (
     DEFAULT_TASK,
     TASKS_ANNOTATION,
+    IndexTooLarge,
     MembershipError,
     explicit_task_index,
     is_dns_label,
@@ -104,13 +106,13 @@ def podgroup_task_counts(podgroup: Mapping[str, Any]) -> dict[str, int] | None:
         return None
     where = f"PodGroup {_podgroup_name(podgroup)} spec.minTaskMember"
     if not isinstance(raw, Mapping):
-        raise MembershipError(f"{where} must map task names to counts, got {raw!r}")
+        raise MembershipError(f"{where} must map task names to counts, got {quoted(raw)}")
     counts: dict[str, int] = {}
     for task, count in raw.items():
         if not isinstance(task, str) or not is_dns_label(task):
-            raise MembershipError(f"{where}: task {task!r} must be a lower-case DNS label")
+            raise MembershipError(f"{where}: task {quoted(task)} must be a lower-case DNS label")
         if not isinstance(count, int) or isinstance(count, bool) or count < 1:
-            raise MembershipError(f"{where}[{task}]={count!r} must be a whole number >= 1")
+            raise MembershipError(f"{where}[{task}]={quoted(count)} must be a whole number >= 1")
         counts[task] = count
     return counts
 
@@ -143,8 +145,19 @@ def declared_layout(
 def resolve_layout(
     *, group: str, podgroup: Mapping[str, Any] | None, pods: Sequence[Mapping[str, Any]]
 ) -> GroupLayout:
-    """The layout the controller renders for a group (see the module docstring for the order)."""
+    """The layout the controller renders for a group (see the module docstring for the order).
+
+    Raises MembershipError, before naming any member, for a layout of more than
+    MAX_GROUP_SIZE members or a member index past `max_task_index` of the group's size:
+    a pod's index must not make the wiring render one entry per slot up to it.
+    """
     counts, source = _resolve_counts(podgroup, pods)
+    total = sum(counts.values())
+    if total > MAX_GROUP_SIZE:
+        raise MembershipError(
+            f"the layout from {source} names {total} members; at most {MAX_GROUP_SIZE} "
+            f"members in a group"
+        )
     slots = _slots_per_task(pods)
     tasks = tuple(
         TaskLayout(name=task, count=count, slots=slots.get(task, 1))
@@ -163,7 +176,8 @@ def _resolve_counts(
     from_annotation = _first_annotated_layout(pods)
     if from_annotation is not None:
         return from_annotation, LayoutSource.TASKS_ANNOTATION
-    derived = _derive_counts(pods)
+    size = podgroup_min_member(podgroup) if podgroup is not None else None
+    derived = _derive_counts(pods, max_task_index(size) if size is not None else MAX_GROUP_SIZE)
     if derived:
         return derived, LayoutSource.MEMBER_PODS
     min_member = podgroup_min_member(podgroup) if podgroup is not None else None
@@ -185,7 +199,9 @@ def _first_annotated_layout(pods: Sequence[Mapping[str, Any]]) -> dict[str, int]
     return None
 
 
-def _derive_counts(pods: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+def _derive_counts(pods: Sequence[Mapping[str, Any]], index_limit: int) -> dict[str, int]:
+    """Per task, the highest index + 1 or the active members, whichever is more; an
+    index at or past `index_limit` is a MembershipError naming the limit."""
     highest: dict[str, int] = {}
     active: dict[str, int] = {}
     for pod in pods:
@@ -193,7 +209,19 @@ def _derive_counts(pods: Sequence[Mapping[str, Any]]) -> dict[str, int]:
         task = task_name(meta)
         highest.setdefault(task, -1)
         active.setdefault(task, 0)
-        index = member_index(meta)
+        try:
+            index = explicit_task_index(meta)
+        except IndexTooLarge:
+            index = MAX_GROUP_SIZE  # past every group's limit: refused just below
+        except MembershipError:
+            index = None  # unreadable: passed over, as `member_index` does
+        if index is not None and index >= index_limit:
+            raise MembershipError(
+                f"pod {_pod_name(pod)} has task index {min(index, MAX_GROUP_SIZE)}"
+                f"{'+' if index >= MAX_GROUP_SIZE else ''}, past what the group's size "
+                f"allows: indexes below {index_limit} (4 times minMember, or minMember + "
+                f"256, at most {MAX_GROUP_SIZE}); lower the index or raise minMember"
+            )
         if index is not None:
             highest[task] = max(highest[task], index)
         if not is_finished(pod):

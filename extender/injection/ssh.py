@@ -15,6 +15,7 @@ from typing import Any
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
+from extender.domain.limits import MAX_SSH_PATH, quoted
 from extender.domain.membership import SSH_PATH_ANNOTATION, SSH_PORT_ANNOTATION, MembershipError
 from extender.injection import names
 
@@ -48,10 +49,15 @@ def ssh_path_of(meta: Mapping[str, Any]) -> str:
     raw = (meta.get("annotations") or {}).get(SSH_PATH_ANNOTATION)
     if raw is None:
         return names.DEFAULT_SSH_PATH
+    if not isinstance(raw, str) or len(raw) > MAX_SSH_PATH:
+        raise MembershipError(
+            f"annotation {SSH_PATH_ANNOTATION}={quoted(raw)} must be a path of at most "
+            f"{MAX_SSH_PATH} characters (it is written into every container's mounts)"
+        )
     normal = posixpath.normpath(raw) if raw.startswith("/") else ""
     if not normal or normal in _FORBIDDEN_SSH_PATHS or ":" in raw:
         raise MembershipError(
-            f"annotation {SSH_PATH_ANNOTATION}={raw!r} must be an absolute directory path "
+            f"annotation {SSH_PATH_ANNOTATION}={quoted(raw)} must be an absolute directory path "
             f"other than {', '.join(sorted(_FORBIDDEN_SSH_PATHS))}, without ':', "
             f"such as {names.DEFAULT_SSH_PATH}"
         )
@@ -63,9 +69,14 @@ def ssh_port_of(meta: Mapping[str, Any]) -> int:
     raw = (meta.get("annotations") or {}).get(SSH_PORT_ANNOTATION)
     if raw is None:
         return names.DEFAULT_SSH_PORT
-    if not raw.isdigit() or not 1 <= int(raw) <= MAX_PORT:
+    if (
+        not isinstance(raw, str)
+        or not raw.isdigit()
+        or len(raw) > 5
+        or not 1 <= int(raw) <= MAX_PORT
+    ):
         raise MembershipError(
-            f"annotation {SSH_PORT_ANNOTATION}={raw!r} must be a port number 1..{MAX_PORT}"
+            f"annotation {SSH_PORT_ANNOTATION}={quoted(raw)} must be a port number 1..{MAX_PORT}"
         )
     return int(raw)
 

@@ -47,6 +47,7 @@ from extender.injection.objects import (
 )
 from extender.injection.patch import add
 from extender.injection.ready import render_ready_data
+from extender.injection.sizes import check_fits
 from extender.injection.ssh import (
     SSHKeyError,
     SSHKeyPair,
@@ -118,6 +119,11 @@ class WiringController:
         layout = resolve_layout(group=group, podgroup=podgroup, pods=pods)
         port, ssh_path = ssh_settings(pods)
         owner = owner_reference(podgroup)
+        # Rendered and checked before anything is written: a group too big for one
+        # ConfigMap is refused here, not by the API server on every pass.
+        data = {**render_svc_data(layout), **render_ready_data(group, layout, pods)}
+        members = sum(task.count for task in layout.tasks)
+        check_fits("ConfigMap", names.svc_configmap_name(group), data, members=members)
         self._ensure(
             "Service",
             desired_service(namespace=namespace, group=group, ssh_port=port, owner=owner),
@@ -136,7 +142,6 @@ class WiringController:
         )
         # Readiness is part of the data: a member turning Ready (or not) changes the
         # ConfigMap once, and an unchanged render writes nothing (update_patch).
-        data = {**render_svc_data(layout), **render_ready_data(group, layout, pods)}
         self._ensure(
             "ConfigMap",
             desired_configmap(namespace=namespace, group=group, data=data, owner=owner),

@@ -30,6 +30,7 @@ from extender.domain.foreign_status import (
     with_schedule_start,
 )
 from extender.domain.gang import GangCore, Timeouts
+from extender.domain.limits import MAX_GROUP_SIZE
 from extender.domain.membership import GroupKey, task_name
 from extender.domain.model import GroupSpec, NodeInfo, PodInfo
 from extender.domain.policy import Policy
@@ -144,15 +145,30 @@ def test_a_malformed_volcano_podgroup_holds_the_group_with_what_to_fix(
     assert volcano_group_spec(volcano_podgroup(**spec)).error == error
 
 
-def test_the_largest_int32_size_and_task_minimum_are_read() -> None:
+def test_the_largest_size_and_task_minimum_this_service_accepts_are_read() -> None:
     got = volcano_group_spec(
-        volcano_podgroup(minMember=2**31 - 1, minTaskMember={"worker": 2**31 - 1})
+        volcano_podgroup(minMember=MAX_GROUP_SIZE, minTaskMember={"worker": MAX_GROUP_SIZE})
     )
     assert (got.error, got.min_member, got.min_task_member) == (
         None,
-        2**31 - 1,
-        {"worker": 2**31 - 1},
+        MAX_GROUP_SIZE,
+        {"worker": MAX_GROUP_SIZE},
     )
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"minMember": 2**31 - 1},
+        {"minMember": 2, "minTaskMember": {"worker": MAX_GROUP_SIZE + 1}},
+    ],
+)
+def test_a_volcano_size_within_int32_but_past_the_limit_is_refused_naming_it(
+    spec: dict[str, Any],
+) -> None:
+    error = volcano_group_spec(volcano_podgroup(**spec)).error
+    assert error is not None
+    assert f"at most {MAX_GROUP_SIZE} members" in error
 
 
 def test_a_volcano_podgroup_without_a_namespace_is_in_default() -> None:

@@ -592,3 +592,49 @@ async def test_when_the_last_member_goes_the_ready_list_is_cleared_once(
     await service.reconciler.reconcile_group(GROUP)
     await service.reconciler.reconcile_group(GROUP)
     assert wiring.cleared == [{"namespace": GROUP.namespace, "group": GROUP.name}]
+
+
+def fault_samples(svc: GangService) -> dict[str, float]:
+    return {
+        sample.labels["where"]: sample.value
+        for family in text_string_to_metric_families(scrape(svc))
+        if family.name == "gang_extender_gang_faults"
+        for sample in family.samples
+        if sample.name == "gang_extender_gang_faults_total"
+    }
+
+
+async def test_one_groups_reconcile_error_is_counted_each_pass_logged_once_and_kept_to_it(
+    service: GangService, wiring: FakeWiring, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 30: a group whose reconcile raises (here its wiring, with an error nobody
+    foresaw) is retried every pass; its traceback is logged once, not every second,
+    each pass is counted, and the other groups are reconciled all the same."""
+    observe_injected_job(service)
+    other = GroupKey("default", "other")
+    observe(service, "pods", *[make_pod(n).group("other").min_available(2).obj() for n in "ab"])
+    wiring.error = OverflowError("int too large to convert to float")
+    reconciled: list[GroupKey] = []
+    real = service.reconciler.reconcile_group
+
+    async def recording(key: GroupKey) -> None:
+        reconciled.append(key)
+        await real(key)
+
+    service.reconciler.reconcile_group = recording  # type: ignore[method-assign]
+    with caplog.at_level(logging.ERROR):
+        for _ in range(3):
+            for key in (GROUP, other):
+                await service.reconciler.reconcile_contained(key)
+    tracebacks = [r for r in caplog.records if r.exc_info and "OverflowError" in r.getMessage()]
+    assert len(tracebacks) == 1
+    assert fault_samples(service) == {"reconcile": 3.0}
+    assert GROUP in service.state.dirty
+    assert reconciled.count(other) == 3
+    # Another error of that group is news: logged with its traceback too.
+    wiring.error = OverflowError("another number")
+    with caplog.at_level(logging.ERROR):
+        await service.reconciler.reconcile_contained(GROUP)
+    tracebacks = [r for r in caplog.records if r.exc_info and "OverflowError" in r.getMessage()]
+    assert len(tracebacks) == 2
+    assert fault_samples(service) == {"reconcile": 4.0}
