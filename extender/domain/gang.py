@@ -138,6 +138,7 @@ from extender.domain.policy import Policy
 from extender.domain.quantity import GPU
 from extender.domain.queue import rank_of
 from extender.domain.reservations import Reservation
+from extender.domain.restrictions import CurrentRestrictions, learnt_now
 from extender.domain.scoring import MAX_SCORE, NodeScoreBoard, Priorities
 from extender.domain.selection import MembersMissing, choose_members, tasks_left_out
 from extender.domain.shortfalls import ShortfallMemo
@@ -388,9 +389,10 @@ class GangCore(GangRoom, GangWatch, StarvationReservations, GangPreemption, Bind
         generation = self._planning_inputs()
 
         free, order = self.planning_room(key)
-        allowed = dict(self.restrictions)
+        allowed = CurrentRestrictions(self.restrictions, self.snapshot)
         if asking is not None and candidates is not None:
-            allowed[asking.uid] = NodeRestriction(allowed=frozenset(candidates))
+            asked = learnt_now(self.snapshot, allowed=frozenset(candidates))
+            allowed = allowed.with_asked(asking.uid, asked)
         # Bound members anchor the gang's topology domain and its nodes.
         bound = [m for m in members if m.is_bound]
         for chosen in choice.attempts:
@@ -499,11 +501,11 @@ class GangCore(GangRoom, GangWatch, StarvationReservations, GangPreemption, Bind
         if len(candidates) >= total:
             self.restrictions.pop(uid, None)
         elif len(candidates) <= RESTRICTION_MEMORY_LIMIT:
-            self.restrictions[uid] = NodeRestriction(allowed=frozenset(candidates))
+            self.restrictions[uid] = learnt_now(self.snapshot, allowed=frozenset(candidates))
         elif total - len(candidates) <= RESTRICTION_MEMORY_LIMIT:
             offered = set(candidates)
             denied = frozenset(n for n in self.snapshot.nodes if n not in offered)
-            self.restrictions[uid] = NodeRestriction(denied=denied)
+            self.restrictions[uid] = learnt_now(self.snapshot, denied=denied)
         else:
             self.restrictions.pop(uid, None)
         if self.restrictions.get(uid) != before:

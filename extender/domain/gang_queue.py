@@ -22,6 +22,7 @@ from extender.domain.membership import GroupKey
 from extender.domain.model import PodInfo, Resources
 from extender.domain.planner import NodeRestriction, Placement, member_order, plan_gang
 from extender.domain.queue import QueueRank, gangs_ahead, rank_of
+from extender.domain.restrictions import CurrentRestrictions
 from extender.domain.selection import MembersMissing, choose_members
 from extender.domain.shortfalls import MemberShape
 
@@ -138,7 +139,7 @@ class QueueOrder(GangParts):
         kept = self.fits_when_empty.get(key) if inputs is not None else None
         if kept is not None and kept[0] == inputs:
             return ahead if kept[1] else None
-        allowed = allowed if allowed is not None else self.restrictions
+        allowed = allowed if allowed is not None else self._current_restrictions()
         fits = self._fits_when_empty(key, members, wanted, allowed)
         if inputs is not None:
             self.fits_when_empty[key] = (inputs, fits)
@@ -191,17 +192,22 @@ class QueueOrder(GangParts):
             # queue order stands; only the nodes each gang wants are asked afresh. Sorting
             # the held gangs again made each node event O(held gangs log held gangs).
             self.held_view = view = HeldQueue(
-                order=view.order, wanted=WantedNodes(self.snapshot.nodes, self.restrictions)
+                order=view.order,
+                wanted=WantedNodes(self.snapshot.nodes, self._current_restrictions()),
             )
             self.held_view_inputs = inputs
         elif view is None or changed:
             wanted = view.wanted if view is not None and inputs == self.held_view_inputs else None
             held = [entry for _, entry in entries.values() if entry is not None]
             self.held_view = view = held_queue(
-                held, self.snapshot.nodes, self.restrictions, wanted=wanted
+                held, self.snapshot.nodes, self._current_restrictions(), wanted=wanted
             )
             self.held_view_inputs = inputs
         return view
+
+    def _current_restrictions(self) -> CurrentRestrictions:
+        """kube-scheduler's last word on each member, with the nodes that joined since."""
+        return CurrentRestrictions(self.restrictions, self.snapshot)
 
     def _is_held(self, key: GroupKey, members: Sequence[PodInfo]) -> bool:
         plan = self.ledger.plans.get(key)

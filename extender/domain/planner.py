@@ -33,11 +33,17 @@ class NodeRestriction:
     """Nodes a member may use, as kube-scheduler's own filters last said for it.
 
     Kept as whichever of allow-list or deny-list is smaller, so memory stays
-    bounded on large clusters.
+    bounded on large clusters. `learnt_at` is the snapshot's node arrival count when
+    kube-scheduler said it (None: not known, read as given): a node that joined
+    later was never judged, so an allow-list does not refuse it
+    (domain/restrictions.py widens it).
     """
 
     allowed: frozenset[str] | None = None
     denied: frozenset[str] = frozenset()
+    # Not compared: the same word said again after a node joined changes no memo that
+    # the node's arrival (nodes_generation) did not already void.
+    learnt_at: int | None = field(default=None, compare=False)
 
     def permits(self, node: str) -> bool:
         if self.allowed is not None:

@@ -81,11 +81,19 @@ class ClusterSnapshot:
         # Priorities of the pods that hold capacity, counted: the lowest one says
         # whether a gang of some priority has anything to preempt.
         self._holding_priorities: Counter[int] = Counter()
+        # Every node's place in the order nodes joined (a name deleted and added again
+        # joins anew), oldest first: kube-scheduler's last word on a member says nothing
+        # of a node that joined after it (`arrived_since`, domain/restrictions.py).
+        self._arrival: dict[str, int] = {}
+        self.node_arrivals = 0
 
     # ---- nodes ----
     def upsert_node(self, node: NodeInfo) -> None:
         old = self.nodes.get(node.name)
         self.nodes[node.name] = node
+        if node.name not in self._arrival:
+            self.node_arrivals += 1
+            self._arrival[node.name] = self.node_arrivals
         fence = observed_fence(node.taints)
         if fence is None:
             self.fences.pop(node.name, None)
@@ -102,11 +110,25 @@ class ClusterSnapshot:
 
     def delete_node(self, name: str) -> None:
         self.fences.pop(name, None)
+        self._arrival.pop(name, None)
         if self.nodes.pop(name, None) is not None:
             self.capacity_changed.add(name)
             self.generation += 1
             self.planning_generation += 1
             self.nodes_generation += 1
+
+    def arrived_since(self, arrivals: int) -> list[str]:
+        """The nodes that joined after the `arrivals`-th arrival and are still here.
+
+        Costs the nodes returned: the arrival order is kept oldest first, so it is read
+        from the newest end until an older node.
+        """
+        newer: list[str] = []
+        for name, seq in reversed(self._arrival.items()):
+            if seq <= arrivals:
+                break
+            newer.append(name)
+        return newer
 
     # ---- pods ----
     def upsert_pod(self, pod: PodInfo) -> PodInfo | None:
@@ -181,6 +203,11 @@ class ClusterSnapshot:
     ) -> None:
         """Rebuild from a fresh list (start-up, or a watch that expired with 410)."""
         self.capacity_changed.update(self.nodes)
+        nodes = list(nodes)
+        # A node listed again keeps its place in the arrival order: a re-list is no news
+        # to kube-scheduler, and its last word on members still covers that node.
+        listed = {node.name for node in nodes}
+        self._arrival = {name: seq for name, seq in self._arrival.items() if name in listed}
         self.nodes = {}
         self.pods = {}
         self._used = defaultdict(dict)

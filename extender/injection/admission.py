@@ -385,9 +385,7 @@ def _wired(
     return {
         **container,
         "env": [dict(item) for item in env if item["name"] not in have] + own,
-        "volumeMounts": [
-            {"name": each.name, "mountPath": each.mount_path, "readOnly": True} for each in volumes
-        ],
+        "volumeMounts": [each.mount() for each in volumes],
     }
 
 
@@ -441,7 +439,7 @@ def _mount_ops(
                     f"{mount.get('name')!r} at {each.mount_path}, where gang-extender mounts "
                     f"the group's {each.name} volume; {each.mount_fix}"
                 )
-        missing.append({"name": each.name, "mountPath": each.mount_path, "readOnly": True})
+        missing.append(each.mount())
     return append_items(dict(container), path, "volumeMounts", missing)
 
 

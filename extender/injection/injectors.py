@@ -6,7 +6,8 @@ not patch ops:
 
 - `identity`: the group label, the task-index annotation, hostname and subdomain;
 - `svc_files`: ConfigMap `<group>-svc` as volume gang-svc, mounted at /etc/volcano;
-- `ssh_keys`: Secret `<group>-ssh` as volume gang-ssh, mounted at the pod's ssh path;
+- `ssh_keys`: Secret `<group>-ssh` as volume gang-ssh, its files under `.ssh/` in the
+  volume, that directory (subPath) mounted at the pod's ssh path;
 - `vc_env`: the VC_* (and GANG_*) variables, prepended to every container's env;
 - `task_wait`: for a pod that declares `gang-extender.io/depends-on`, the last init
   container `wait-for-tasks` (extender.injection.depends);
@@ -36,6 +37,7 @@ from extender.injection import names
 from extender.injection.depends import wait_container
 from extender.injection.env import EnvVar, member_env
 from extender.injection.member import PodMembership
+from extender.injection.ssh import volume_items
 
 
 @dataclass(frozen=True)
@@ -49,10 +51,19 @@ class GroupVolume:
     target: str  # the group's object
     mount_path: str  # where every container mounts it (read-only)
     mount_fix: str  # what to do when a container's own mount is at mount_path
+    sub_path: str | None = None  # the directory of the volume mounted, None for its root
 
     @property
     def name(self) -> str:
         return str(self.volume["name"])
+
+    def mount(self) -> dict[str, Any]:
+        """The volumeMount every container gets."""
+        mount: dict[str, Any] = {"name": self.name, "mountPath": self.mount_path}
+        if self.sub_path is not None:
+            mount["subPath"] = self.sub_path
+        mount["readOnly"] = True
+        return mount
 
     def used_by(self, present: Mapping[str, Any] | None) -> bool:
         # Compared by source, not equality: API defaulting adds fields on reinvocation.
@@ -127,13 +138,27 @@ def svc_files(pod: Mapping[str, Any], membership: PodMembership, index: int) -> 
 
 
 def ssh_keys(pod: Mapping[str, Any], membership: PodMembership, index: int) -> Injection:
-    """Secret `<group>-ssh` (key pair, authorized_keys, config) at the pod's ssh path."""
+    """Secret `<group>-ssh` (key pair, authorized_keys, config) at the pod's ssh path.
+
+    Volcano's layout: the Secret's keys are items under `.ssh/` in the volume and that
+    directory is mounted (`subPath: .ssh`), not the volume's root. The root is the
+    kubelet's tmpfs, mode 1777, and stock sshd (StrictModes yes) refuses an
+    authorized_keys in a group- or world-writable directory; `.ssh` is made by the
+    kubelet inside the volume, 0755 and root's. A subPath mount is a snapshot taken
+    when the container starts, which is why nothing in the Secret depends on the
+    group's members (`extender.injection.ssh.render_secret_data`). The same for a
+    custom ssh path (annotation gang-extender.io/ssh-path).
+    """
     secret = names.ssh_secret_name(membership.group)
     return Injection(
         volume=GroupVolume(
             volume={
                 "name": names.SSH_VOLUME,
-                "secret": {"secretName": secret, "defaultMode": names.SSH_DEFAULT_MODE},
+                "secret": {
+                    "secretName": secret,
+                    "defaultMode": names.SSH_DEFAULT_MODE,
+                    "items": volume_items(),
+                },
             },
             source="secret",
             field="secretName",
@@ -142,6 +167,7 @@ def ssh_keys(pod: Mapping[str, Any], membership: PodMembership, index: int) -> I
             mount_fix=(
                 f"remove that mount or set annotation {SSH_PATH_ANNOTATION} to another directory"
             ),
+            sub_path=names.SSH_VOLUME_DIR,
         )
     )
 

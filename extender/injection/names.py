@@ -21,6 +21,12 @@ SSH_VOLUME = "gang-ssh"
 
 # A secret volume's files are private keys: owner read/write only (0600).
 SSH_DEFAULT_MODE = 0o600
+# The directory inside the ssh Secret volume that holds its files (every key is an
+# item under it), and the volume's subPath mounted at the pod's ssh path. The root of
+# a Secret volume is kubelet's tmpfs, mode 1777, which OpenSSH's StrictModes refuses
+# as the directory of authorized_keys; a directory the kubelet makes inside the
+# volume is 0755 and root's, which sshd accepts (Volcano's ssh plugin does the same).
+SSH_VOLUME_DIR = ".ssh"
 
 # RFC 1123 label length limit, which spec.hostname and spec.subdomain must meet.
 MAX_DNS_LABEL = 63
@@ -73,6 +79,11 @@ def ssh_secret_name(group: str) -> str:
 
 def hostname(group: str, task: str, index: int) -> str:
     return f"{group}-{task}-{index}"
+
+
+def hostname_pattern(group: str) -> str:
+    """An ssh_config pattern matching `hostname(group, task, index)` for every task and index."""
+    return f"{group}-*"
 
 
 def fqdn(group: str, task: str, index: int) -> str:

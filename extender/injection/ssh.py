@@ -1,4 +1,4 @@
-"""The data of Secret `<group>-ssh`: one key pair per group and an ssh config naming every member.
+"""The data of Secret `<group>-ssh`: one key pair per group and an ssh config for its members.
 
 Key generation is computation only (no I/O), so it lives with the other renders; the
 controller decides when to call it (once per group, never while the Secret exists).
@@ -8,7 +8,7 @@ The private key never appears in a repr, a log line or an exception message.
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,7 +17,6 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 
 from extender.domain.membership import SSH_PATH_ANNOTATION, SSH_PORT_ANNOTATION, MembershipError
 from extender.injection import names
-from extender.injection.layout import Member
 
 # 3072-bit RSA: OpenSSH's default size, accepted by every sshd the seed images ship.
 RSA_KEY_BITS = 3072
@@ -116,34 +115,58 @@ def key_pair_from_secret_data(data: Mapping[str, str]) -> SSHKeyPair:
     return SSHKeyPair(private_openssh=private, public_openssh=public)
 
 
-def render_ssh_config(members: Sequence[Member], *, port: int, ssh_path: str) -> str:
+def render_ssh_config(group: str, *, port: int, ssh_path: str) -> str:
     """An ssh client config: no host-key prompts, and every member by FQDN or short name.
+
+    Members are matched by pattern (`<group>-*`), not listed one by one: the config
+    is then the same whatever the group's members are, so the copy a container
+    mounted when it started (a subPath mount, which the kubelet never refreshes) is
+    still right after the group grows or shrinks. `Host <group>-*.<group>` (and the
+    longer `<fqdn>.<namespace>.svc...` forms) gets the port; a short name (no dot)
+    gets the port and `HostName <name>.<group>`, which resolves in the namespace.
 
     Host keys are not checked because members are recreated with new host keys on
     every restart and the network is the cluster's; the key pair authenticates users.
     """
+    service = names.service_name(group)
+    members = names.hostname_pattern(group)
     lines = [
         "StrictHostKeyChecking no",
         "UserKnownHostsFile /dev/null",
         f"IdentityFile {ssh_path.rstrip('/')}/{PRIVATE_KEY_KEY}",
+        "",
+        f"Host {members}.{service} {members}.{service}.*",
+        f"  Port {port}",
+        "",
+        f"Host {members} !*.*",
+        f"  HostName %h.{service}",
+        f"  Port {port}",
     ]
-    for member in members:
-        lines += [
-            "",
-            f"Host {member.fqdn} {member.hostname}",
-            f"  HostName {member.fqdn}",
-            f"  Port {port}",
-        ]
     return "\n".join(lines) + "\n"
 
 
-def render_secret_data(
-    keys: SSHKeyPair, members: Sequence[Member], *, port: int, ssh_path: str
-) -> dict[str, str]:
-    """Every key of the Secret (string data; the controller base64-encodes)."""
+def render_secret_data(keys: SSHKeyPair, group: str, *, port: int, ssh_path: str) -> dict[str, str]:
+    """Every key of the Secret (string data; the controller base64-encodes).
+
+    Nothing in it depends on the group's members, only on the group, its key pair
+    and its ssh port and path: members mount it as a snapshot (`volume_items`).
+    """
     return {
         PRIVATE_KEY_KEY: keys.private_openssh,
         PUBLIC_KEY_KEY: keys.public_openssh,
         AUTHORIZED_KEYS_KEY: keys.public_openssh,
-        CONFIG_KEY: render_ssh_config(members, port=port, ssh_path=ssh_path),
+        CONFIG_KEY: render_ssh_config(group, port=port, ssh_path=ssh_path),
     }
+
+
+def volume_items() -> list[dict[str, str]]:
+    """The Secret volume's items: every key of the Secret as a file under `.ssh/`.
+
+    The volume is mounted with `subPath: .ssh`, so the pod's ssh path is a directory
+    the kubelet made inside the volume (0755, root's), not the volume's root (a
+    1777 tmpfs that sshd's StrictModes refuses).
+    """
+    return [
+        {"key": key, "path": f"{names.SSH_VOLUME_DIR}/{key}"}
+        for key in (PRIVATE_KEY_KEY, PUBLIC_KEY_KEY, AUTHORIZED_KEYS_KEY, CONFIG_KEY)
+    ]

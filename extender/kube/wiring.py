@@ -89,14 +89,13 @@ class WiringController:
         on API errors, WiringConflictError when a foreign object is in the way, and
         MembershipError when the PodGroup's spec.minTaskMember is malformed.
         The order makes names resolve before files name them: Service, then the
-        Secret (its config names the hosts), then the ConfigMap.
+        Secret (its config matches the hosts' names), then the ConfigMap.
         """
         if podgroup is None:
             return
         layout = resolve_layout(group=group, podgroup=podgroup, pods=pods)
         port, ssh_path = ssh_settings(pods)
         owner = owner_reference(podgroup)
-        members = layout.members()
         self._ensure(
             "Service",
             desired_service(namespace=namespace, group=group, ssh_port=port, owner=owner),
@@ -107,7 +106,7 @@ class WiringController:
             render=lambda keys: desired_secret(
                 namespace=namespace,
                 group=group,
-                data=render_secret_data(keys, members, port=port, ssh_path=ssh_path),
+                data=render_secret_data(keys, group, port=port, ssh_path=ssh_path),
                 owner=owner,
             ),
         )

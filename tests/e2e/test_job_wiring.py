@@ -207,18 +207,11 @@ def test_horovod_headless_service_selects_the_group(
 # ---- 2. the SSH Secret ----
 
 
-def test_ssh_secret_key_pair_matches_and_config_names_every_member_with_the_port(
+def test_ssh_secret_key_pair_matches_and_config_matches_every_member_with_the_port(
     horovod: list[dict[str, Any]], raw: RawApi, injected_namespace: str
 ) -> None:
     wait_for_configmap(raw, injected_namespace, "hvd-svc", key="worker.host", lines=3)
-    data = wait_until(
-        lambda: (
-            (d := secret_data(raw, injected_namespace, "hvd-ssh"))
-            and "hvd-worker-2.hvd" in d["config"]
-            and d
-        ),
-        what="the ssh config naming all 4 members",
-    )
+    data = secret_data(raw, injected_namespace, "hvd-ssh")
     key = serialization.load_ssh_private_key(data["id_rsa"].encode(), password=None)
     public = (
         key.public_key()
@@ -227,10 +220,28 @@ def test_ssh_secret_key_pair_matches_and_config_names_every_member_with_the_port
     )
     assert data["id_rsa.pub"].split()[:2] == public.split()
     assert data["authorized_keys"].split()[:2] == public.split()
-    for host in ["hvd-master-0.hvd", "hvd-worker-0.hvd", "hvd-worker-1.hvd", "hvd-worker-2.hvd"]:
-        assert f"Host {host} " in data["config"]
-    assert "  Port 22\n" in data["config"]
+    # Every member by pattern (the Secret does not change with the members).
+    assert "Host hvd-*.hvd hvd-*.hvd.*\n  Port 22\n" in data["config"]
+    assert "Host hvd-* !*.*\n  HostName %h.hvd\n  Port 22\n" in data["config"]
     assert "StrictHostKeyChecking no" in data["config"]
+
+
+def test_the_ssh_secret_is_mounted_as_its_ssh_directory(
+    horovod: list[dict[str, Any]],
+) -> None:
+    # The directory inside the volume (0755 on a node), not the volume's 1777 root.
+    for pod in horovod:
+        volume = next(v for v in pod["spec"]["volumes"] if v["name"] == "gang-ssh")
+        assert volume["secret"]["secretName"] == "hvd-ssh"
+        assert {item["path"] for item in volume["secret"]["items"]} == {
+            ".ssh/id_rsa",
+            ".ssh/id_rsa.pub",
+            ".ssh/authorized_keys",
+            ".ssh/config",
+        }
+        for container in all_containers(pod):
+            mount = next(m for m in container["volumeMounts"] if m["name"] == "gang-ssh")
+            assert (mount["mountPath"], mount["subPath"]) == ("/root/.ssh", ".ssh")
 
 
 def test_two_groups_get_different_keys_and_the_ssh_port_annotation_is_honoured(
@@ -249,8 +260,8 @@ def test_two_groups_get_different_keys_and_the_ssh_port_annotation_is_honoured(
     # compared values (and the arguments of calls inside an assert), never a private key.
     alpha_key, beta_key = fingerprint(alpha["id_rsa"]), fingerprint(beta["id_rsa"])
     assert alpha_key != beta_key, "two groups got the same ssh private key"
-    assert "Host alpha-worker-0.alpha " in alpha["config"]
-    assert "  Port 2222\n" in alpha["config"]
+    assert "Host alpha-*.alpha alpha-*.alpha.*\n  Port 2222\n" in alpha["config"]
+    assert "Host beta-* !*.*\n  HostName %h.beta\n  Port 2222\n" in beta["config"]
 
 
 def fingerprint(secret: str) -> str:

@@ -46,6 +46,14 @@ CONFIGMAP_ENV = [
     "GANG_NUM_SLOTS",
 ]
 
+# Every key of the group's Secret, as a file under .ssh/ in the volume (mounted as subPath).
+SSH_ITEMS = [
+    {"key": "id_rsa", "path": ".ssh/id_rsa"},
+    {"key": "id_rsa.pub", "path": ".ssh/id_rsa.pub"},
+    {"key": "authorized_keys", "path": ".ssh/authorized_keys"},
+    {"key": "config", "path": ".ssh/config"},
+]
+
 
 def membership_of(pod: dict[str, Any], podgroup: dict[str, Any] | None = None) -> PodMembership:
     group = pod_group(pod)
@@ -280,7 +288,10 @@ class TestWhatAMemberGets:
         pod = wire(make_pod("p").group("hvd").obj())
         assert pod["spec"]["volumes"] == [
             {"name": "gang-svc", "configMap": {"name": "hvd-svc", "defaultMode": 0o755}},
-            {"name": "gang-ssh", "secret": {"secretName": "hvd-ssh", "defaultMode": 0o600}},
+            {
+                "name": "gang-ssh",
+                "secret": {"secretName": "hvd-ssh", "defaultMode": 0o600, "items": SSH_ITEMS},
+            },
         ]
 
     def test_the_reservation_fence_toleration_beside_the_users_own(self) -> None:
@@ -302,7 +313,12 @@ class TestWhatAMemberGets:
         for container in containers:
             assert container["volumeMounts"] == [
                 {"name": "gang-svc", "mountPath": "/etc/volcano", "readOnly": True},
-                {"name": "gang-ssh", "mountPath": "/root/.ssh", "readOnly": True},
+                {
+                    "name": "gang-ssh",
+                    "mountPath": "/root/.ssh",
+                    "subPath": ".ssh",
+                    "readOnly": True,
+                },
             ]
             assert env_names(container) == [
                 "VC_TASK_INDEX",
@@ -379,7 +395,13 @@ class TestWhatAMemberGets:
     def test_the_ssh_path_annotation_moves_the_secret_mount(self) -> None:
         pod = make_pod("p").group("hvd").annotation(SSH_PATH_ANNOTATION, "/home/mpi/.ssh").obj()
         mounts = wire(pod)["spec"]["containers"][0]["volumeMounts"]
-        assert mounts[1] == {"name": "gang-ssh", "mountPath": "/home/mpi/.ssh", "readOnly": True}
+        assert mounts[1] == {
+            "name": "gang-ssh",
+            "mountPath": "/home/mpi/.ssh",
+            "subPath": ".ssh",
+            "readOnly": True,
+        }
+        assert wire(pod)["spec"]["volumes"][1]["secret"]["items"] == SSH_ITEMS
 
     def test_a_pod_without_annotations_gets_the_whole_map_added(self) -> None:
         pod = make_pod("p").group("hvd").obj()
@@ -423,8 +445,37 @@ class TestInTheWay:
             "gang-extender.io/ssh-path to another directory"
         )
 
+    @pytest.mark.parametrize("sub_path", [None, ".ssh"])
+    def test_a_user_mount_at_a_custom_ssh_path_is_denied_too(self, sub_path: str | None) -> None:
+        pod = make_pod("p").group("hvd").annotation(SSH_PATH_ANNOTATION, "/home/mpi/.ssh").obj()
+        pod["spec"]["volumes"] = [{"name": "keys", "secret": {"secretName": "mine"}}]
+        mount = {"name": "keys", "mountPath": "/home/mpi/.ssh"}
+        if sub_path is not None:
+            mount["subPath"] = sub_path
+        pod["spec"]["initContainers"] = [{"name": "setup", "image": "x", "volumeMounts": [mount]}]
+        with pytest.raises(AdmissionDenied) as denied:
+            render_pod_patch(pod, membership_of(pod), 0)
+        assert str(denied.value).startswith(
+            "container 'setup' already mounts volume 'keys' at /home/mpi/.ssh, where "
+            "gang-extender mounts the group's gang-ssh volume; remove that mount or set "
+            "annotation gang-extender.io/ssh-path"
+        )
+
 
 class TestReinvocation:
+    @pytest.mark.parametrize("ssh_path", [None, "/home/mpi/.ssh"])
+    def test_a_pod_mutated_twice_stays_the_same(self, ssh_path: str | None) -> None:
+        pod = make_pod("p").group("hvd")
+        if ssh_path is not None:
+            pod = pod.annotation(SSH_PATH_ANNOTATION, ssh_path)
+        wired = wire(with_init_container(pod.obj()), index=2)
+        again = apply_patch(copy.deepcopy(wired), render_pod_patch(wired, membership_of(wired), 2))
+        assert again == wired
+        mounts = [m for c in wired["spec"]["containers"] for m in c["volumeMounts"]]
+        assert [m["mountPath"] for m in mounts if m["name"] == "gang-ssh"] == [
+            ssh_path or "/root/.ssh"
+        ]
+
     def test_a_wired_pod_gets_an_empty_patch(self) -> None:
         pod = with_init_container(make_pod("p").group("hvd").obj())
         wired = wire(pod, index=3)
@@ -452,6 +503,8 @@ def pods(draw: st.DrawFn) -> dict[str, Any]:
         pod["metadata"].pop("annotations")
     if draw(st.booleans()):
         pod["metadata"]["annotations"] = {"a/b": "c"}
+    if draw(st.booleans()):
+        pod["metadata"]["annotations"] = {SSH_PATH_ANNOTATION: "/home/mpi/.ssh"}
     if draw(st.booleans()):
         pod["spec"]["volumes"] = [{"name": "data", "emptyDir": {}}]
     containers = []

@@ -120,20 +120,37 @@ class TestSvcFiles:
 
 
 class TestSshKeys:
-    def test_mounts_the_groups_secret_owner_only_at_root_ssh(self) -> None:
+    def test_mounts_the_groups_secret_owner_only_as_the_ssh_directory_at_root_ssh(self) -> None:
         pod = worker()
         want = ssh_keys(pod, membership_of(pod), 0)
         assert want.volume is not None
         assert want.volume.volume == {
             "name": "gang-ssh",
-            "secret": {"secretName": "hvd-ssh", "defaultMode": 0o600},
+            "secret": {
+                "secretName": "hvd-ssh",
+                "defaultMode": 0o600,
+                "items": [
+                    {"key": "id_rsa", "path": ".ssh/id_rsa"},
+                    {"key": "id_rsa.pub", "path": ".ssh/id_rsa.pub"},
+                    {"key": "authorized_keys", "path": ".ssh/authorized_keys"},
+                    {"key": "config", "path": ".ssh/config"},
+                ],
+            },
         }
-        assert want.volume.mount_path == "/root/.ssh"
+        # The directory the kubelet makes inside the volume (0755), not the volume's
+        # root (its tmpfs, 1777, which sshd's StrictModes refuses).
+        assert want.volume.mount() == {
+            "name": "gang-ssh",
+            "mountPath": "/root/.ssh",
+            "subPath": ".ssh",
+            "readOnly": True,
+        }
 
     def test_the_ssh_path_annotation_moves_the_mount(self) -> None:
         pod = worker(**{SSH_PATH_ANNOTATION: "/home/mpi/.ssh"})
         volume = ssh_keys(pod, membership_of(pod), 0).volume
         assert volume is not None and volume.mount_path == "/home/mpi/.ssh"
+        assert volume.mount()["subPath"] == ".ssh"
         assert SSH_PATH_ANNOTATION in volume.mount_fix
 
 

@@ -1,6 +1,10 @@
-"""The Secret `<group>-ssh`: a key pair per group and an ssh config naming every member."""
+"""The Secret `<group>-ssh`: a key pair per group and an ssh config matching every member."""
 
 from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
 
 import pytest
 from cryptography.hazmat.primitives import serialization
@@ -17,11 +21,13 @@ from extender.injection.ssh import (
     render_ssh_config,
     ssh_path_of,
     ssh_port_of,
+    volume_items,
 )
 
 MEMBERS = GroupLayout(
     "hvd", (TaskLayout("master", 1, 1), TaskLayout("worker", 2, 1)), LayoutSource.MEMBER_PODS
 ).members()
+SSH_CLIENT = shutil.which("ssh")
 
 
 @pytest.fixture(scope="module")
@@ -50,13 +56,13 @@ def test_two_groups_get_different_keys() -> None:
 
 
 def test_secret_data_has_the_volcano_keys(keys: SSHKeyPair) -> None:
-    data = render_secret_data(keys, MEMBERS, port=22, ssh_path="/root/.ssh")
+    data = render_secret_data(keys, "hvd", port=22, ssh_path="/root/.ssh")
     assert set(data) == {"id_rsa", "id_rsa.pub", "authorized_keys", "config"}
     assert data["authorized_keys"] == data["id_rsa.pub"]
 
 
 def test_key_pair_round_trips_through_secret_data(keys: SSHKeyPair) -> None:
-    data = render_secret_data(keys, MEMBERS, port=22, ssh_path="/root/.ssh")
+    data = render_secret_data(keys, "hvd", port=22, ssh_path="/root/.ssh")
     assert key_pair_from_secret_data(data) == keys
 
 
@@ -80,25 +86,76 @@ def test_damaged_secret_data_is_refused_without_echoing_the_key(data: dict[str, 
     assert "garbage" not in str(raised.value)
 
 
-def test_config_disables_host_key_prompts_and_names_every_member_with_its_port() -> None:
-    config = render_ssh_config(MEMBERS, port=2222, ssh_path="/root/.ssh")
+def test_config_disables_host_key_prompts_and_matches_every_member_with_its_port() -> None:
+    config = render_ssh_config("hvd", port=2222, ssh_path="/root/.ssh")
     assert config == (
         "StrictHostKeyChecking no\n"
         "UserKnownHostsFile /dev/null\n"
         "IdentityFile /root/.ssh/id_rsa\n"
         "\n"
-        "Host hvd-master-0.hvd hvd-master-0\n"
-        "  HostName hvd-master-0.hvd\n"
+        "Host hvd-*.hvd hvd-*.hvd.*\n"
         "  Port 2222\n"
         "\n"
-        "Host hvd-worker-0.hvd hvd-worker-0\n"
-        "  HostName hvd-worker-0.hvd\n"
-        "  Port 2222\n"
-        "\n"
-        "Host hvd-worker-1.hvd hvd-worker-1\n"
-        "  HostName hvd-worker-1.hvd\n"
+        "Host hvd-* !*.*\n"
+        "  HostName %h.hvd\n"
         "  Port 2222\n"
     )
+
+
+def test_the_secret_is_the_same_whatever_the_members(keys: SSHKeyPair) -> None:
+    # Members mount it as a snapshot (subPath): a change with the members would leave
+    # the members already running with a stale copy.
+    data = render_secret_data(keys, "hvd", port=22, ssh_path="/root/.ssh")
+    for member in MEMBERS:
+        assert member.hostname not in data["config"]
+    assert "hvd" in data["config"]
+
+
+def test_every_key_of_the_secret_is_an_item_under_the_mounted_directory(
+    keys: SSHKeyPair,
+) -> None:
+    data = render_secret_data(keys, "hvd", port=22, ssh_path="/root/.ssh")
+    items = volume_items()
+    assert sorted(item["key"] for item in items) == sorted(data)
+    assert all(item["path"] == f".ssh/{item['key']}" for item in items)
+
+
+@pytest.mark.skipif(SSH_CLIENT is None, reason="no ssh client (Debian: openssh-client)")
+@pytest.mark.parametrize(
+    ("host", "hostname", "port"),
+    [
+        pytest.param("hvd-worker-1", "hvd-worker-1.hvd", "2222", id="short name"),
+        pytest.param("hvd-worker-1.hvd", "hvd-worker-1.hvd", "2222", id="fqdn"),
+        pytest.param(
+            "hvd-master-0.hvd.ns.svc.cluster.local",
+            "hvd-master-0.hvd.ns.svc.cluster.local",
+            "2222",
+            id="cluster fqdn",
+        ),
+        # A member the group did not have when the Secret was written: matched too.
+        pytest.param("hvd-worker-17", "hvd-worker-17.hvd", "2222", id="a later member"),
+        pytest.param("hvdx-worker-0", "hvdx-worker-0", "22", id="another group's host"),
+        pytest.param("example.com", "example.com", "22", id="elsewhere"),
+    ],
+)
+def test_openssh_resolves_members_by_the_config(
+    tmp_path: Path, host: str, hostname: str, port: str
+) -> None:
+    assert SSH_CLIENT is not None
+    config = tmp_path / "config"
+    config.write_text(render_ssh_config("hvd", port=2222, ssh_path="/root/.ssh"))
+    # `ssh -G` prints the options it would use for the host, and connects nowhere.
+    shown = subprocess.run(
+        [SSH_CLIENT, "-G", "-F", str(config), host],
+        capture_output=True,
+        text=True,
+        check=True,
+        stdin=subprocess.DEVNULL,
+    ).stdout.splitlines()
+    options = dict(line.split(" ", 1) for line in shown if " " in line)
+    assert (options["hostname"], options["port"]) == (hostname, port)
+    assert options["stricthostkeychecking"] == "false"
+    assert options["identityfile"] == "/root/.ssh/id_rsa"
 
 
 @pytest.mark.parametrize(

@@ -188,8 +188,8 @@ def test_the_requests_are_core_v1_with_our_field_manager(
         ("GET", f"{base}/configmaps/hvd-svc", {}, json),
         ("POST", f"{base}/configmaps", ours, json),
         ("GET", f"{base}/services/hvd", {}, json),
+        # The Secret does not follow the layout (members mount it as a snapshot).
         ("GET", f"{base}/secrets/hvd-ssh", {}, json),
-        ("PATCH", f"{base}/secrets/hvd-ssh", ours, json_patch),
         ("GET", f"{base}/configmaps/hvd-svc", {}, json),
         ("PATCH", f"{base}/configmaps/hvd-svc", ours, json_patch),
     ]
@@ -234,7 +234,7 @@ class TestHorovodGroup:
         assert data["VC_WORKER_NUM"] == "3"
         assert data["GANG_NUM_SLOTS"] == "4"
 
-    def test_secret_holds_a_matching_key_pair_and_a_config_for_every_member(
+    def test_secret_holds_a_matching_key_pair_and_a_config_matching_every_member(
         self, server: FakeApiServer, controller: WiringController
     ) -> None:
         controller.reconcile(namespace=NS, group="hvd", podgroup=podgroup(), pods=HOROVOD)
@@ -245,8 +245,8 @@ class TestHorovodGroup:
         )
         assert data["id_rsa.pub"].split()[:2] == public.decode().split()
         assert data["authorized_keys"] == data["id_rsa.pub"]
-        for host in ["hvd-master-0.hvd", "hvd-worker-0.hvd", "hvd-worker-2.hvd"]:
-            assert f"Host {host} " in data["config"]
+        assert "Host hvd-*.hvd hvd-*.hvd.*\n  Port 22\n" in data["config"]
+        assert "Host hvd-* !*.*\n  HostName %h.hvd\n  Port 22\n" in data["config"]
         assert server.get("secrets", "hvd-ssh")["type"] == "Opaque"
 
     def test_reconciling_an_unchanged_group_writes_nothing(
@@ -259,7 +259,7 @@ class TestHorovodGroup:
 
 
 class TestLayoutChanges:
-    def test_a_new_member_updates_configmap_and_ssh_config_but_keeps_the_keys(
+    def test_a_new_member_updates_the_configmap_and_leaves_the_secret_alone(
         self, server: FakeApiServer, controller: WiringController
     ) -> None:
         two = [
@@ -268,13 +268,13 @@ class TestLayoutChanges:
         ]
         group = podgroup("dep")
         controller.reconcile(namespace=NS, group="dep", podgroup=group, pods=two)
-        before = secret_data(server, "dep-ssh")
+        before = server.get("secrets", "dep-ssh")
         third = make_pod("w2", NS).group("dep").annotation(TASK_INDEX_ANNOTATION, "2").obj()
         controller.reconcile(namespace=NS, group="dep", podgroup=group, pods=[*two, third])
-        after = secret_data(server, "dep-ssh")
         assert server.get("configmaps", "dep-svc")["data"]["VC_WORKER_NUM"] == "3"
-        assert "dep-worker-2.dep" in after["config"]
-        assert (after["id_rsa"], after["id_rsa.pub"]) == (before["id_rsa"], before["id_rsa.pub"])
+        # Members mount the Secret as a snapshot (subPath): it must not change with them.
+        assert server.get("secrets", "dep-ssh") == before
+        assert [write for write in server.writes if write[1] == "secrets"] == [("POST", "secrets")]
 
     def test_a_removed_task_disappears_from_the_configmap(
         self, server: FakeApiServer, controller: WiringController

@@ -1,0 +1,208 @@
+"""kube-scheduler's last word on a member covers the nodes that existed when it said it.
+
+A node that joins later was never judged by kube-scheduler's filters, so it is not
+refused: the seed gang (a master without GPU and three 1-GPU workers), held on a
+2-GPU node, goes whole onto a 4-GPU node that joins, instead of being split
+because three of its members were last asked before that node existed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from extender.domain.decisions import Verdict
+from extender.domain.gang import GangCore
+from extender.domain.membership import GroupKey
+from extender.domain.model import NodeInfo, PodInfo
+from extender.domain.planner import NodeRestriction, Placement, plan_gang
+from extender.domain.policy import Policy
+from extender.domain.restrictions import CurrentRestrictions, learnt_now
+from extender.domain.snapshot import ClusterSnapshot, fits
+from tests.builders import make_node, make_pod, make_podgroup
+from tests.unit.test_gang_core import T0, core_with, pod_info, seed_job
+
+
+def snapshot_of(*names: str) -> ClusterSnapshot:
+    snapshot = ClusterSnapshot()
+    for name in names:
+        snapshot.upsert_node(NodeInfo.from_api(make_node(name).gpus(1).obj()))
+    return snapshot
+
+
+def add(snapshot: ClusterSnapshot, name: str, gpus: int = 1) -> None:
+    snapshot.upsert_node(NodeInfo.from_api(make_node(name).gpus(gpus).obj()))
+
+
+# ---- the snapshot's arrival order ----
+
+
+def test_nodes_that_joined_since_an_arrival_count_are_named_newest_first() -> None:
+    snapshot = snapshot_of("a", "b")
+    assert snapshot.node_arrivals == 2
+    add(snapshot, "c")
+    add(snapshot, "d")
+    assert snapshot.arrived_since(2) == ["d", "c"]
+    assert snapshot.arrived_since(4) == []
+    assert snapshot.arrived_since(0) == ["d", "c", "b", "a"]
+
+
+def test_a_node_updated_in_place_has_not_joined_again() -> None:
+    snapshot = snapshot_of("a", "b")
+    add(snapshot, "a", gpus=8)  # relabelled, resized: the same node
+    assert snapshot.node_arrivals == 2
+    assert snapshot.arrived_since(2) == []
+
+
+def test_a_node_deleted_and_added_again_joins_anew_and_a_gone_one_is_not_named() -> None:
+    snapshot = snapshot_of("a", "b", "c")
+    snapshot.delete_node("a")
+    snapshot.delete_node("c")
+    assert snapshot.arrived_since(0) == ["b"]
+    add(snapshot, "a")
+    assert snapshot.node_arrivals == 4
+    assert snapshot.arrived_since(3) == ["a"]
+
+
+def test_a_relist_keeps_the_arrival_of_the_nodes_listed_again() -> None:
+    snapshot = snapshot_of("a", "b")
+    relisted = [NodeInfo.from_api(make_node(n).gpus(1).obj()) for n in ("b", "new")]
+    snapshot.replace_all(relisted, [], [])
+    assert snapshot.arrived_since(2) == ["new"]  # b is no news; a is gone
+    assert snapshot.arrived_since(0) == ["new", "b"]
+
+
+# ---- reading a kept restriction now ----
+
+
+def view_of(snapshot: ClusterSnapshot, **kept: NodeRestriction) -> CurrentRestrictions:
+    return CurrentRestrictions(dict(kept), snapshot)
+
+
+def test_an_allow_list_admits_the_nodes_that_joined_after_it_was_learnt() -> None:
+    snapshot = snapshot_of("a", "b", "c")
+    kept = {"m": learnt_now(snapshot, allowed=frozenset({"a"}))}
+    view = CurrentRestrictions(kept, snapshot)
+    assert view.get("m") == NodeRestriction(allowed=frozenset({"a"}))
+    add(snapshot, "d")
+    widened = view.get("m")
+    assert widened is not None and widened.allowed == frozenset({"a", "d"})
+    assert widened.permits("d") and not widened.permits("b")
+    assert kept["m"] is widened and widened.learnt_at == snapshot.node_arrivals  # kept once
+
+
+def test_a_deny_list_and_a_restriction_of_unknown_age_are_read_as_given() -> None:
+    snapshot = snapshot_of("a", "b")
+    denied = learnt_now(snapshot, denied=frozenset({"a"}))
+    unknown = NodeRestriction(allowed=frozenset({"a"}))
+    view = view_of(snapshot, d=denied, u=unknown)
+    add(snapshot, "c")
+    assert view.get("d") is denied and view["d"].permits("c")
+    assert view.get("u") is unknown and not view["u"].permits("c")
+
+
+def test_the_word_of_the_filter_being_answered_comes_first_and_is_not_kept() -> None:
+    snapshot = snapshot_of("a", "b")
+    kept = {"m": learnt_now(snapshot, allowed=frozenset({"a"}))}
+    asked = learnt_now(snapshot, allowed=frozenset({"b"}))
+    view = CurrentRestrictions(kept, snapshot).with_asked("n", asked).with_asked("m", asked)
+    assert view.get("m") is asked and view["n"] is asked
+    assert kept == {"m": NodeRestriction(allowed=frozenset({"a"}))}
+    assert sorted(view) == ["m", "n"] and len(view) == 2
+    assert "n" in view and "x" not in view and view.get("x") is None
+
+
+# ---- the core: the seed gang and a node that joins ----
+
+
+def offered(core: GangCore, member: PodInfo) -> list[str]:
+    """What kube-scheduler's own filters offer a member before asking the extender:
+    the nodes whose free capacity holds its request (NodeResourcesFit), in name order."""
+    return sorted(
+        name
+        for name, node in core.snapshot.nodes.items()
+        if fits(member.requests, core.snapshot.free(name))
+    )
+
+
+def held_seed_gang() -> GangCore:
+    """The seed job on a cluster of a CPU node and gpu-small-0 (2 GPUs): every member
+    asked once and held, the workers offered only the GPU node (so that word is kept)."""
+    nodes = [make_node("cpu-0").cpu_only().obj(), make_node("gpu-small-0").gpus(2).obj()]
+    core = core_with(nodes, seed_job(), [make_podgroup("job", 4)])
+    for name in ("job-master", "job-worker-0", "job-worker-1", "job-worker-2"):
+        member = pod_info(core, name)
+        assert core.filter(member, offered(core, member), T0).verdict is not Verdict.PLANNED
+    assert core.restrictions[pod_info(core, "job-worker-0").uid].allowed == {"gpu-small-0"}
+    core.snapshot.upsert_node(NodeInfo.from_api(make_node("gpu-big-0").gpus(4).obj()))
+    return core
+
+
+def test_a_gang_held_on_a_small_node_goes_whole_onto_a_bigger_node_that_joins() -> None:
+    core = held_seed_gang()
+    # kube-scheduler tries one member again (the node's arrival moved it).
+    worker = pod_info(core, "job-worker-2")
+    assert core.filter(worker, offered(core, worker), T0 + 1).verdict is Verdict.PLANNED
+    plan = core.ledger.plans[GroupKey("default", "job")]
+    assert set(plan.placements.values()) == {"gpu-big-0"}
+
+
+def test_a_node_kube_scheduler_refused_a_member_after_it_joined_stays_refused() -> None:
+    core = held_seed_gang()
+    # Worker 0 is asked again and kube-scheduler's filters refuse it the new node
+    # (say, an anti-affinity): that word, said after the node joined, holds.
+    core.filter(pod_info(core, "job-worker-0"), ["gpu-small-0"], T0 + 1)
+    worker = pod_info(core, "job-worker-2")
+    core.filter(worker, offered(core, worker), T0 + 2)
+    plan = core.ledger.plans[GroupKey("default", "job")]
+    assert plan.placements[pod_info(core, "job-worker-0").uid] == "gpu-small-0"
+
+
+# ---- property: stale words never cost a gang a node ----
+
+
+def one_gpu_gang(size: int) -> list[dict[str, Any]]:
+    return [make_pod(f"g-{i}").group("g").min_available(size).gpus(1).obj() for i in range(size)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    before=st.lists(st.integers(0, 4), min_size=1, max_size=4),
+    after=st.lists(st.integers(0, 8), min_size=1, max_size=4),
+    size=st.integers(2, 8),
+    asked=st.integers(0, 7),
+)
+def test_nodes_joining_after_members_were_asked_span_no_more_nodes_than_a_fresh_plan(
+    before: list[int], after: list[int], size: int, asked: int
+) -> None:
+    """Members asked (each offered what kube-scheduler's resource filter offers) while
+    the first nodes were all there are; more nodes join and one member is asked again:
+    its gang spans no more nodes than a plan of the same gang on the same cluster with
+    no word from kube-scheduler, and is planned whenever that plan fits."""
+    old = [
+        make_node(f"old-{i}").gpus(g).obj() if g else make_node(f"old-{i}").cpu_only().obj()
+        for i, g in enumerate(before)
+    ]
+    core = core_with(old, one_gpu_gang(size))
+    key = GroupKey("default", "g")
+    members = sorted(core.snapshot.members(key), key=lambda p: p.name)
+    for member in members:
+        if key in core.ledger.plans:
+            return  # it fitted on the first nodes: nothing joins in time to matter
+        core.filter(member, offered(core, member), T0)
+    for i, gpus in enumerate(after):
+        node = make_node(f"new-{i}").gpus(gpus) if gpus else make_node(f"new-{i}").cpu_only()
+        core.snapshot.upsert_node(NodeInfo.from_api(node.obj()))
+    again = members[asked % size]
+    core.filter(again, offered(core, again), T0 + 1)
+
+    free = {name: core.snapshot.free(name) for name in core.snapshot.nodes}
+    fresh = plan_gang(members, free, core.snapshot.nodes, Policy(), allowed={})
+    plan = core.ledger.plans.get(key)
+    if not isinstance(fresh, Placement):
+        assert plan is None
+        return
+    assert plan is not None, "a plan with no word from kube-scheduler fits; the gang stayed held"
+    assert len(set(plan.placements.values())) <= len(set(fresh.nodes.values()))
