@@ -7,10 +7,14 @@
 // NVIDIA_VISIBLE_DEVICES and GANG_FAKE_GPUS. No device node is mounted: the
 // local real nodes have no GPUs, only the accounting is real.
 //
-//	fake-gpu-plugin --plugin-dir <kubelet root>/device-plugins --count 4
+//	fake-gpu-plugin --registry-dir <kubelet root>/plugins_registry --count 4
 //
-// It registers with kubelet.sock in --plugin-dir, and registers again whenever
-// kubelet restarts (its socket is recreated).
+// It registers through kubelet's plugin watcher (a socket in the kubelet's
+// plugins_registry directory answering the pluginregistration API), not through
+// kubelet.sock: that socket's path is fixed (/var/lib/kubelet/device-plugins),
+// so on a host with several kubelets it belongs to whichever started last,
+// while plugins_registry lives under each kubelet's --root-dir. One socket
+// serves both APIs; kubelet finds it again after a restart by itself.
 package main
 
 import (
@@ -24,12 +28,35 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
-	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 )
+
+// registration answers kubelet's plugin watcher: what this socket serves.
+type registration struct {
+	registerapi.UnimplementedRegistrationServer
+	resource, endpoint string
+}
+
+func (r *registration) GetInfo(context.Context, *registerapi.InfoRequest) (*registerapi.PluginInfo, error) {
+	return &registerapi.PluginInfo{
+		Type:              registerapi.DevicePlugin,
+		Name:              r.resource,
+		Endpoint:          r.endpoint,
+		SupportedVersions: []string{pluginapi.Version},
+	}, nil
+}
+
+func (r *registration) NotifyRegistrationStatus(_ context.Context, status *registerapi.RegistrationStatus) (*registerapi.RegistrationStatusResponse, error) {
+	if status.PluginRegistered {
+		log.Printf("registered %s with kubelet", r.resource)
+	} else {
+		log.Printf("kubelet refused the registration of %s: %s", r.resource, status.Error)
+	}
+	return &registerapi.RegistrationStatusResponse{}, nil
+}
 
 type plugin struct {
 	pluginapi.UnimplementedDevicePluginServer
@@ -69,82 +96,37 @@ func (p *plugin) PreStartContainer(context.Context, *pluginapi.PreStartContainer
 	return &pluginapi.PreStartContainerResponse{}, nil
 }
 
-func register(kubeletSocket, endpoint, resource string) error {
-	conn, err := grpc.NewClient("unix://"+kubeletSocket, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	_, err = pluginapi.NewRegistrationClient(conn).Register(ctx, &pluginapi.RegisterRequest{
-		Version:      pluginapi.Version,
-		Endpoint:     endpoint,
-		ResourceName: resource,
-	})
-	return err
-}
-
-// inode of path, 0 when it does not exist: a new kubelet.sock has a new inode.
-func inode(path string) uint64 {
-	var st syscall.Stat_t
-	if err := syscall.Stat(path, &st); err != nil {
-		return 0
-	}
-	return st.Ino
-}
-
 func main() {
-	pluginDir := flag.String("plugin-dir", pluginapi.DevicePluginPath, "kubelet's device plugin directory (holds kubelet.sock)")
+	registryDir := flag.String("registry-dir", "/var/lib/kubelet/plugins_registry", "kubelet's plugin watcher directory (<root-dir>/plugins_registry)")
 	count := flag.Int("count", 4, "how many fake devices to advertise")
 	resource := flag.String("resource", "nvidia.com/gpu", "extended resource name")
 	flag.Parse()
 
-	endpoint := "fake-gpu.sock"
-	socket := filepath.Join(*pluginDir, endpoint)
-	kubeletSocket := filepath.Join(*pluginDir, "kubelet.sock")
+	socket := filepath.Join(*registryDir, "fake-gpu.sock")
 	p := &plugin{}
 	for i := 0; i < *count; i++ {
 		p.devices = append(p.devices, &pluginapi.Device{ID: fmt.Sprintf("fake-gpu-%d", i), Health: pluginapi.Healthy})
 	}
-
+	if err := os.MkdirAll(*registryDir, 0o750); err != nil {
+		log.Fatalf("mkdir %s: %v", *registryDir, err)
+	}
+	_ = os.Remove(socket)
+	lis, err := net.Listen("unix", socket)
+	if err != nil {
+		log.Fatalf("listen %s: %v", socket, err)
+	}
+	server := grpc.NewServer()
+	pluginapi.RegisterDevicePluginServer(server, p)
+	registerapi.RegisterRegistrationServer(server, &registration{resource: *resource, endpoint: socket})
 	stop := make(chan os.Signal, 1)
 	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)
-	var server *grpc.Server
-	var registered uint64
-	tick := time.NewTicker(500 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		// kubelet removes every socket in its plugin dir when it starts: serve
-		// afresh and register again whenever kubelet.sock is new or ours is gone.
-		current := inode(kubeletSocket)
-		if current != 0 && (current != registered || inode(socket) == 0) {
-			if server != nil {
-				server.Stop()
-			}
-			_ = os.Remove(socket)
-			lis, err := net.Listen("unix", socket)
-			if err != nil {
-				log.Fatalf("listen %s: %v", socket, err)
-			}
-			server = grpc.NewServer()
-			pluginapi.RegisterDevicePluginServer(server, p)
-			go func(s *grpc.Server) { _ = s.Serve(lis) }(server)
-			if err := register(kubeletSocket, endpoint, *resource); err != nil {
-				log.Printf("register with %s: %v (retrying)", kubeletSocket, err)
-			} else {
-				registered = current
-				log.Printf("registered %d x %s with %s", *count, *resource, kubeletSocket)
-			}
-		}
-		select {
-		case <-stop:
-			if server != nil {
-				server.Stop()
-			}
-			_ = os.Remove(socket)
-			return
-		case <-tick.C:
-		}
+	go func() {
+		<-stop
+		server.Stop()
+	}()
+	log.Printf("serving %d x %s on %s", *count, *resource, socket)
+	if err := server.Serve(lis); err != nil {
+		log.Printf("serve: %v", err)
 	}
+	_ = os.Remove(socket)
 }
