@@ -30,21 +30,19 @@ SEED_JOB = REPO / "examples" / "horovod" / "horovod-job.yaml"
 GROUP = "lm-horovod-job"
 JOB_TIMEOUT_SECONDS = 300
 
-#: Every rank adds rank + 1: with n ranks the allreduce is n (n + 1) / 2.
-ALLREDUCE = """\
-import socket
-from mpi4py import MPI
-comm = MPI.COMM_WORLD
-total = comm.allreduce(comm.rank + 1, op=MPI.SUM)
-print(f"rank {comm.rank} of {comm.size} on {socket.gethostname()}: allreduce(rank + 1) = {total}",
-      flush=True)
-"""
+#: Every rank adds rank + 1: with n ranks the allreduce is n (n + 1) / 2. One line, so
+#: mpirun hands it to every rank as an argument (no file to copy to the workers).
+ALLREDUCE = (
+    "import socket; from mpi4py import MPI; c = MPI.COMM_WORLD; "
+    "print(f'rank {c.rank} of {c.size} on {socket.gethostname()}: "
+    "allreduce(rank + 1) = {c.allreduce(c.rank + 1)}', flush=True)"
+)
 
 #: Open MPI over the pod network only (eth0; lo must be up but carries no ranks' traffic).
 MPIRUN = (
     "mpirun --allow-run-as-root --hostfile /etc/volcano/hostfile -np $GANG_NUM_SLOTS"
     " --mca btl tcp,self --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0"
-    " python3 /etc/gang-demo/allreduce.py"
+    f' python3 -c "{ALLREDUCE}"'
 )
 #: The image's sshd as it is: the injected /root/.ssh is a directory its StrictModes accepts.
 SSHD = "mkdir -p /run/sshd; exec /usr/sbin/sshd -D -e"
@@ -70,8 +68,7 @@ def real_node_job(documents: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 container["imagePullPolicy"] = "IfNotPresent"
                 if task == "master":
                     script = (
-                        f"mkdir -p /run/sshd /etc/gang-demo; /usr/sbin/sshd -e; "
-                        f"cat > /etc/gang-demo/allreduce.py <<'EOF'\n{ALLREDUCE}EOF\n"
+                        "mkdir -p /run/sshd; /usr/sbin/sshd -e; "
                         f"echo '== /etc/volcano/hostfile'; cat /etc/volcano/hostfile; {MPIRUN}"
                     )
                 else:
@@ -127,10 +124,20 @@ def run_real_demo(workdir: Path, *, nodes: int = 2, gpus: int = 2) -> int:
                 f" node {spec.get('nodeName')}  pod IP {pod['status'].get('podIP', '')}"
                 f"  ({spec.get('hostname', '')}.{spec.get('subdomain', '')})"
             )
-        logs = cluster.kubectl("logs", "-n", namespace, f"{GROUP}-master", check=False)
+        restarted = phase.startswith("Failed (")
+        logs = cluster.kubectl(
+            "logs",
+            "-n",
+            namespace,
+            f"{GROUP}-master",
+            *(["--previous"] if restarted else []),
+            check=False,
+        )
         print(f"== kubectl logs {GROUP}-master  (mpirun over SSH, names from CoreDNS)")
-        print("   " + logs.strip().replace("\n", "\n   "))
-        ranks = [line for line in logs.splitlines() if line.startswith("rank ")]
+        # Ranks print in whatever order they finish: sorted, after the rest of the log.
+        ranks = sorted(line for line in logs.splitlines() if line.startswith("rank "))
+        rest = [line for line in logs.strip().splitlines() if not line.startswith("rank ")]
+        print("   " + "\n   ".join(rest + ranks))
         size = len(ranks)
         expected = size * (size + 1) // 2
         ok = (

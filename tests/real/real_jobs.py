@@ -16,17 +16,6 @@ from tests.e2e.gang_fixtures import create, gang_pod, list_pods, podgroup, wait_
 START_SECONDS = 180
 #: The image's own sshd, unmodified: the keys must be mounted so its StrictModes accepts them.
 SSHD = "mkdir -p /run/sshd; exec /usr/sbin/sshd -D -e"
-#: Every rank adds rank + 1 and prints the sum with its host.
-ALLREDUCE = (
-    "import socket; from mpi4py import MPI; c = MPI.COMM_WORLD; "
-    "print(f'rank {c.rank} of {c.size} on {socket.gethostname()}: "
-    "{c.allreduce(c.rank + 1)}', flush=True)"
-)
-MPIRUN = (
-    "mpirun --allow-run-as-root --hostfile /etc/volcano/hostfile -np $GANG_NUM_SLOTS"
-    " --mca btl tcp,self --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0"
-    f' python3 -c "{ALLREDUCE}"'
-)
 
 
 def member(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from extender.devcluster.cluster import LocalCluster
+from extender.devcluster.demo_real import MPIRUN
 from extender.domain.lifecycle import RESTART_GENERATION_LABEL
 from extender.domain.membership import GROUP_LABEL
 from extender.kube.rawapi import RawApi
@@ -15,7 +16,7 @@ from tests.e2e.gang_fixtures import (
     restart_message,
     wait_until,
 )
-from tests.real.real_jobs import MPIRUN, START_SECONDS, launch, logs, member
+from tests.real.real_jobs import START_SECONDS, launch, logs, member
 
 DEPENDS = {"gang-extender.io/depends-on": "worker"}
 
@@ -60,7 +61,7 @@ def test_mpirun_runs_an_allreduce_on_every_member_over_ssh(
     assert phase == "Succeeded", out
     ranks = _rank_lines(out)
     assert len(ranks) == 4, out
-    assert all(line.endswith(": 10") for line in ranks), out  # 1 + 2 + 3 + 4
+    assert all(line.endswith("= 10") for line in ranks), out  # 1 + 2 + 3 + 4
     members = list_pods(raw, namespace, f"{GROUP_LABEL}=allreduce")
     hosts = {p["spec"]["hostname"] for p in members}
     assert {line.split(" on ")[1].split(":")[0] for line in ranks} == hosts
@@ -98,4 +99,4 @@ def test_a_failed_rank_restarts_the_whole_gang_and_mpirun_runs_again(
     members = list_pods(raw, namespace, f"{GROUP_LABEL}=flaky")
     assert {p["metadata"]["labels"].get(RESTART_GENERATION_LABEL) for p in members} == {"1"}
     ranks = _rank_lines(out)
-    assert len(ranks) == 4 and all(r.endswith(": 10") for r in ranks), out
+    assert len(ranks) == 4 and all(r.endswith("= 10") for r in ranks), out
