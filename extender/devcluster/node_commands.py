@@ -93,7 +93,9 @@ class NodePlan:
 
     @property
     def kubelet_root(self) -> Path:
-        return self.dir / "kubelet"
+        """Under run_dir: kubelet makes unix sockets inside (pod-resources, the plugin
+        registry), and a workdir deep in a test's tmp dir made them too long to bind."""
+        return self.run_dir / "kubelet"
 
     @property
     def plugin_registry_dir(self) -> Path:

@@ -321,3 +321,57 @@ def teardown(manifest: Manifest) -> None:
     for path in (*manifest.node_dirs, manifest.run_dir):
         shutil.rmtree(path, ignore_errors=True)
     _release_shared_state()
+
+
+def host_footprint() -> dict[str, list[str]]:
+    """What real nodes can leave on this host, listed: compare one taken before
+    `dev up --real-nodes` with one taken after `dev down` (they must be equal)."""
+    names = ("containerd", "kubelet", "coredns", "fake-gpu-plugin", str(RUN_ROOT))
+    processes = sorted(
+        cmd
+        for pid in _pids_mentioning(names)
+        # Not the Python processes that are looking (their argv may name the same paths).
+        if (cmd := _cmdline(pid)) and not Path(cmd.split()[0]).name.startswith("python")
+    )
+    mountinfo = Path("/proc/self/mountinfo").read_text().splitlines()
+    mounts = sorted(
+        line.split()[4]
+        for line in mountinfo
+        if any(
+            k in line.split()[4] for k in ("real-nodes", "gang-extender", "kubelet", "containerd")
+        )
+    )
+    links = sorted(
+        p.name
+        for p in Path("/sys/class/net").iterdir()
+        if p.name.startswith((BRIDGE_PREFIX, "veth"))
+    )
+    addresses = sorted(run(["ip", "-o", "addr", "show", "dev", "lo"], check=False).split("\n"))
+    chains = sorted(
+        line
+        for tool in ("iptables-save", "ip6tables-save")
+        for line in run([tool], check=False).splitlines()
+        if line.startswith((":", "-A")) and any(k in line for k in ("GANG", "KUBE", "CNI"))
+    )
+    cgroups = sorted(
+        str(p) for h in cgroup_hierarchies() for p in h.glob("gang-extender-*") if p.is_dir()
+    )
+    paths = sorted(p for p in (*FIXED_PATHS, str(RUN_ROOT)) if os.path.lexists(p))
+    sysctls = sorted(f"{k}={(SYSCTL / k).read_text().strip()}" for k in CHANGED_SYSCTLS)
+    return {
+        "processes": processes,
+        "mounts": mounts,
+        "links": links,
+        "lo addresses": addresses,
+        "iptables": chains,
+        "cgroups": cgroups,
+        "paths": paths,
+        "sysctls": sysctls,
+    }
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+    except OSError:
+        return ""

@@ -95,9 +95,24 @@ def test_containerd_config_restricts_oom_scores_and_keeps_state_per_node() -> No
     assert "SystemdCgroup = false" in text
 
 
-def test_unix_socket_paths_stay_under_the_kernel_limit() -> None:
-    for node in _layout(count=plan.MAX_NODES_PER_SLOT).nodes:
-        assert len(str(node.containerd_socket) + ".ttrpc") < 108
+def test_unix_socket_paths_stay_under_the_kernel_limit_however_deep_the_workdir() -> None:
+    deep = Path("/tmp") / ("d" * 200)
+    layout = plan.plan_layout(
+        plan.MAX_SLOTS - 1,
+        plan.MAX_NODES_PER_SLOT,
+        gpus=1,
+        node_dir=deep,
+        run_dir=Path("/run/gang-extender/s31"),
+    )
+    for node in layout.nodes:
+        # kubelet's own sockets are <root>/pod-resources/<10 digits> and the like.
+        sockets = [
+            Path(str(node.containerd_socket) + ".ttrpc"),
+            node.kubelet_root / "pod-resources" / "1234567890",
+            node.plugin_registry_dir / "fake-gpu.sock",
+        ]
+        for socket in sockets:
+            assert len(str(socket)) < 108, socket
 
 
 def test_coredns_serves_the_cluster_domain_on_the_dns_address_only() -> None:
