@@ -106,329 +106,101 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-# `gang-extender status`: SOURCE says where a group's size comes from.
-SOURCE_OURS = "gang-extender"  # a scheduling.gang-extender.io PodGroup (its status is ours)
-# A scheduling.x-k8s.io / scheduling.volcano.sh PodGroup (read; the service writes their
-# status in their own schema, docs/podgroup.md#migrating-from-volcano-or-scheduler-plugins).
-SOURCE_COSCHEDULING = "scheduler-plugins"
-SOURCE_VOLCANO = "volcano"
-SOURCE_PODS = "pods"  # no PodGroup: only the members' group label or annotation
-# A scheduling.k8s.io PodGroup, or 1.35's Workload (Workload API; read, never written).
-SOURCE_UPSTREAM = "kubernetes"
-# The versions of scheduling.k8s.io PodGroups `status` asks for, newest first.
-UPSTREAM_PODGROUP_VERSIONS = ("v1beta1", "v1alpha3", "v1alpha2")
-PLACED_PHASES = ("Scheduled", "Running", "Succeeded")
-STATUS_HEADER = (
-    "NAMESPACE",
-    "NAME",
-    "PHASE",
-    "PLACED/MIN",
-    "RUNNING",
-    "SOURCE",
-    "QUEUE",
-    "PRIORITY",
-    "WAITING FOR",
-)
-NOT_QUEUED = "-"  # the QUEUE cell of a group that is not held (placed, or none pending)
-
-
-def _key(obj: dict[str, Any]) -> tuple[str, str]:
-    meta = obj.get("metadata") or {}
-    return str(meta.get("namespace") or "default"), str(meta.get("name", ""))
-
-
-def _event_time(event: dict[str, Any]) -> str:
-    return str(
-        event.get("lastTimestamp")
-        or event.get("eventTime")
-        or (event.get("metadata") or {}).get("creationTimestamp")
-        or ""
-    )
-
-
-_GANG_MESSAGE = re.compile(r"\bgang [^\s/]+/[^\s:]+: .*?(?=\. |\.?$)")
-
-
-def _gang_message(text: str) -> str:
-    """The `gang <ns>/<name>: ...` message inside kube-scheduler's FailedScheduling text."""
-    found = _GANG_MESSAGE.search(text)
-    return found.group(0) if found else text
-
-
-def status_rows(
-    ours: list[dict[str, Any]],
-    coscheduling: list[dict[str, Any]],
-    pods: list[dict[str, Any]],
-    waiting_events: list[dict[str, Any]],
-    *,
-    upstream: list[dict[str, Any]] | None = None,
-    workloads: list[dict[str, Any]] | None = None,
-) -> list[tuple[str, ...]]:
-    """One row per group the service reads, whatever declares it (pure, for the table).
-
-    A gang-extender PodGroup carries its status; for the others (a Volcano or
-    scheduler-plugins PodGroup, both in `coscheduling`, Volcano's first as the
-    service reads them; Kubernetes' PodGroups, `upstream`; Kubernetes 1.35's
-    Workloads, `workloads`, for the gangs members name in spec.workloadRef; or
-    members naming a group that has no PodGroup) the counts come from the member
-    pods and the reason from their latest `GangWaiting` Event.
-    """
-    from extender.domain.membership import (
-        SCHEDULER_NAME,
-        GroupKey,
-        MembershipError,
-        WorkloadRef,
-        group_name,
-        min_available,
-        workload_ref,
-    )
-    from extender.domain.model import PodInfo, upstream_podgroup_spec, upstream_workload_spec
-    from extender.domain.status import MemberCounts, other_scheduler_message
-
-    members: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for pod in pods:
-        meta = pod.get("metadata") or {}
-        try:
-            name = group_name(meta, pod.get("spec"))
-        except MembershipError:
-            continue  # claims two groups: its GangWaiting Warning says so
-        if name is not None:
-            members.setdefault((_key(pod)[0], name), []).append(pod)
-    # Per member pod, its latest (rank, time, message): a GangWaiting Event (rank 1)
-    # wins over kube-scheduler's FailedScheduling (rank 0), which carries the same
-    # gang message (cut out of its own text) or, when kube-scheduler's filters
-    # reject the pod before gang-extender sees it, their reason.
-    latest: dict[tuple[str, str], tuple[int, str, str]] = {}
-    for event in waiting_events:
-        involved = event.get("involvedObject") or {}
-        pod_key = (str(involved.get("namespace", "")), str(involved.get("name", "")))
-        rank = 1 if event.get("reason") == "GangWaiting" else 0
-        said = (rank, _event_time(event), _gang_message(str(event.get("message", ""))))
-        if pod_key not in latest or said[:2] >= latest[pod_key][:2]:
-            latest[pod_key] = said
-
-    rows: dict[tuple[str, str], tuple[str, ...]] = {}
-    for pg in ours:
-        status = pg.get("status") or {}
-        message = next(
-            (
-                str(c.get("message", ""))
-                for c in status.get("conditions") or []
-                if c.get("type") == "Scheduled"
-            ),
-            "",
-        )
-        phase = str(status.get("phase", "Pending"))
-        # The Scheduled condition's message in every phase, as `kubectl get -o wide` shows it.
-        rows[_key(pg)] = (
-            *_key(pg),
-            phase,
-            f"{status.get('scheduled', 0)}/{(pg.get('spec') or {}).get('minMember', '?')}",
-            str(status.get("running", 0)),
-            SOURCE_OURS,
-            message,
-        )
-
-    def from_pods(key: tuple[str, str], source: str, min_member: int | None) -> tuple[str, ...]:
-        mine = [
-            p
-            for p in members.get(key, [])
-            if (p.get("spec") or {}).get("schedulerName") == SCHEDULER_NAME
-        ]
-        # The service's own phase ladder (domain/status.py), from the same counts.
-        counts = MemberCounts.of([PodInfo.from_api(p) for p in mine])
-        placed, running = counts.scheduled, counts.running
-        phase = counts.phase(min_member)
-        said = [
-            latest[(key[0], str((p.get("metadata") or {}).get("name", "")))]
-            for p in mine
-            if (key[0], str((p.get("metadata") or {}).get("name", ""))) in latest
-        ]
-        reason = max(said)[2] if said else ""
-        # Pods of the group another scheduler places: no Event of ours says so.
-        foreign = [
-            PodInfo.from_api(p)
-            for p in members.get(key, [])
-            if (p.get("spec") or {}).get("schedulerName") != SCHEDULER_NAME
-            and not (p.get("metadata") or {}).get("deletionTimestamp")
-            and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
-        ]
-        if foreign and (min_member is None or len(mine) < min_member):
-            reason = other_scheduler_message(GroupKey(*key), foreign)
-        return (
-            *key,
-            phase,
-            f"{placed}/{'?' if min_member is None else min_member}",
-            str(running),
-            source,
-            "" if phase in PLACED_PHASES else reason,
-        )
-
-    for pg in coscheduling:
-        if _key(pg) not in rows:  # the service reads ours first
-            size = (pg.get("spec") or {}).get("minMember")
-            volcano = str(pg.get("apiVersion", "")).startswith("scheduling.volcano.sh/")
-            if volcano:  # Volcano's minMember is omitempty: none is 0, no minimum
-                size = max(1, size or 0) if size is None or isinstance(size, int) else None
-            rows[_key(pg)] = from_pods(
-                _key(pg),
-                SOURCE_VOLCANO if volcano else SOURCE_COSCHEDULING,
-                int(size) if size is not None else None,
-            )
-    for pg in upstream or []:
-        if _key(pg) not in rows:  # as the service: ours, then scheduler-plugins', then these
-            spec = upstream_podgroup_spec(pg)
-            rows[_key(pg)] = from_pods(
-                _key(pg), SOURCE_UPSTREAM, None if spec.error else spec.min_member
-            )
-
-    def ref_of(pod: dict[str, Any]) -> WorkloadRef | None:
-        try:
-            return workload_ref(pod.get("spec"))
-        except MembershipError:
-            return None  # its GangWaiting Warning says what is wrong with it
-
-    by_workload = {_key(w): w for w in workloads or []}
-    for key, group in members.items():
-        if key in rows:
-            continue
-        # As the service: a gang its members name in spec.workloadRef (1.35) is sized by
-        # the Workload's pod group entry, when that Workload exists.
-        ref = next((r for p in group if (r := ref_of(p)) is not None and r.group == key[1]), None)
-        workload = by_workload.get((key[0], ref.workload)) if ref is not None else None
-        if ref is not None and workload is not None:
-            spec = upstream_workload_spec(workload, ref)
-            rows[key] = from_pods(key, SOURCE_UPSTREAM, None if spec.error else spec.min_member)
-            continue
-        sizes = set()
-        for pod in group:
-            try:
-                size = min_available(pod.get("metadata") or {})
-            except MembershipError:
-                continue
-            if size is not None:
-                sizes.add(size)
-        rows[key] = from_pods(key, SOURCE_PODS, max(sizes) if sizes else None)
-    queued = _queue_columns(rows, members)
-    return [
-        STATUS_HEADER,
-        *((*rows[key][:-1], *queued[key], rows[key][-1]) for key in sorted(rows)),
-    ]
-
-
-def _queue_columns(
-    rows: dict[tuple[str, str], tuple[str, ...]],
-    members: dict[tuple[str, str], list[dict[str, Any]]],
-) -> dict[tuple[str, str], tuple[str, str]]:
-    """Per group, (QUEUE, PRIORITY): its place among the held gangs, in the order the
-    service plans them (domain/queue.py: pod priority, then oldest member), and its
-    priority. Held: Pending with a member of this scheduler not bound yet."""
-    from extender.domain.membership import SCHEDULER_NAME, GroupKey
-    from extender.domain.model import PodInfo
-    from extender.domain.queue import queue_order, rank_of
-
-    ranks = {}
-    held = []
-    for key in rows:
-        mine = [
-            PodInfo.from_api(p)
-            for p in members.get(key, [])
-            if (p.get("spec") or {}).get("schedulerName") == SCHEDULER_NAME
-        ]
-        active = [p for p in mine if not p.deleting and p.phase not in ("Succeeded", "Failed")]
-        ranks[key] = rank_of(GroupKey(*key), active)
-        if rows[key][2] == "Pending" and any(not p.is_bound and not p.gated for p in active):
-            held.append(ranks[key])
-    place = {(r.key.namespace, r.key.name): i for i, r in enumerate(queue_order(held), 1)}
-    return {
-        key: (str(place[key]) if key in place else NOT_QUEUED, str(ranks[key].priority))
-        for key in rows
-    }
-
-
-def format_table(rows: list[tuple[str, ...]]) -> str:
-    """Columns padded to their widest cell; the last one (free text) is not padded."""
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
-    return "\n".join(
-        ("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)) + "  " + row[-1]).rstrip()
-        for row in rows
-    )
-
-
 def _status(args: argparse.Namespace) -> int:
-    from extender.kube.rawapi import KubeError, RawApi, load_api_client, path_of
+    """Read (extender/kube/status_reads.py), compute (status_report), print (status_view)."""
+    from datetime import UTC, datetime
 
-    raw = RawApi(load_api_client(args.kubeconfig or _user_kubeconfig()))
-    scope = ["namespaces", args.namespace] if args.namespace else []
+    from extender import status_view
+    from extender.kube.status_reads import StatusReader, StatusReadError, connect
+    from extender.status_report import SERVICE_LEASE, StatusObjects, group_rows, service_silence
 
-    def items(*prefix: str, resource: str, **query: str) -> list[dict[str, Any]] | None:
-        """The list, or None when the API server does not serve that resource."""
-        try:
-            found = raw.call("GET", path_of(*prefix, *scope, resource), query=query or None)
-        except KubeError as err:
-            if err.status == 404:
-                return None
-            raise
-        return list(found.get("items", []))
+    warned: list[str] = []
 
-    def upstream_podgroups() -> list[dict[str, Any]] | None:
-        """Kubernetes' PodGroups in the first version served; None when none is (or when
-        this user may not list them: they are an extra, not what `status` is about)."""
-        for version in UPSTREAM_PODGROUP_VERSIONS:
-            try:
-                found = items("apis", "scheduling.k8s.io", version, resource="podgroups")
-            except KubeError as err:
-                if err.status == 403:
-                    return None
-                raise
-            if found is not None:
-                return found
-        return None
+    def render() -> list[str]:
+        found = reader.read(SERVICE_LEASE, nodes=args.output == "wide" or bool(args.group))
+        if found["ours"] is None and not warned:
+            warned.append("crd")
+            print(
+                "warning: the API server does not serve podgroups.scheduling.gang-extender.io; "
+                "install gang-extender (kubectl apply -k deploy/, docs/deploy.md)",
+                file=sys.stderr,
+            )
+        objects = StatusObjects(now=datetime.now(UTC), **{**found, "ours": found["ours"] or []})
+        rows = group_rows(objects)
+        silence = service_silence(objects)
+        if args.group:
+            rows = [r for r in rows if r.name == args.group]
+            if not rows:
+                where = f"namespace {args.namespace}" if args.namespace else "any namespace"
+                raise StatusReadError(
+                    f"no pod group {args.group} in {where} "
+                    f"(`{args.prog} status{' -n ' + args.namespace if args.namespace else ''}` lists them)"
+                )
+        if args.output == "json":
+            return status_view.as_json(rows, silence).splitlines()
+        if args.output == "yaml":
+            import yaml
 
-    def upstream_workloads() -> list[dict[str, Any]] | None:
-        """Kubernetes 1.35's v1alpha1 Workloads; None where not served (1.36 on) or not
-        listable by this user, as for Kubernetes' PodGroups."""
-        try:
-            return items("apis", "scheduling.k8s.io", "v1alpha1", resource="workloads")
-        except KubeError as err:
-            if err.status == 403:
-                return None
-            raise
+            return yaml.safe_dump(status_view.as_data(rows, silence), sort_keys=False).splitlines()
+        if silence and not args.group:
+            print(f"warning: {silence}", file=sys.stderr)
+        if args.group:
+            return "\n\n".join(status_view.detail(r, objects) for r in rows).splitlines()
+        if args.output == "wide":
+            return status_view.wide(rows, objects).splitlines()
+        return status_view.table(rows).splitlines()
 
+    if args.all_namespaces:
+        args.namespace = None
     try:
-        ours = items("apis", "scheduling.gang-extender.io", "v1alpha1", resource="podgroups")
-        theirs = items("apis", "scheduling.x-k8s.io", "v1alpha1", resource="podgroups")
-        volcano = items("apis", "scheduling.volcano.sh", "v1beta1", resource="podgroups")
-        upstream = upstream_podgroups()
-        workloads = upstream_workloads()
-        pods = items("api", "v1", resource="pods") or []
-        events = [
-            *(items("api", "v1", resource="events", fieldSelector="reason=GangWaiting") or []),
-            *(items("api", "v1", resource="events", fieldSelector="reason=FailedScheduling") or []),
-        ]
-    except KubeError as err:
-        print(f"error: cannot list pod groups: {err}", file=sys.stderr)
+        raw, where = connect(args.kubeconfig)
+        reader = StatusReader(raw, where, args.namespace)
+        if not args.watch:
+            print("\n".join(render()))
+            return 0
+        return watch(
+            render, args.watch_interval, table=args.output in (None, "wide") and not args.group
+        )
+    except StatusReadError as err:
+        print(f"error: {err}", file=sys.stderr)
         return 1
-    if ours is None:
-        print(
-            "warning: the API server does not serve podgroups.scheduling.gang-extender.io; "
-            "install gang-extender (kubectl apply -k deploy/, docs/deploy.md)",
-            file=sys.stderr,
-        )
-    foreign = [*(volcano or []), *(theirs or [])]
-    print(
-        format_table(
-            status_rows(ours or [], foreign, pods, events, upstream=upstream, workloads=workloads)
-        )
-    )
+
+
+def watch(
+    render: Any,
+    interval: float,
+    *,
+    table: bool,
+    sleep: Any = None,
+    ticks: int | None = None,
+) -> int:
+    """Print `render()`'s lines, then, every `interval` seconds, what changed: the
+    table's changed rows (as `kubectl get -w`), or a whole other output again. Ends
+    on Ctrl-C (exit 0), or after `ticks` renders (tests)."""
+    import time
+
+    pause = sleep or time.sleep
+    last: list[str] = []
+    done = 0
+    try:
+        while ticks is None or done < ticks:
+            lines = render()
+            if not last:
+                print("\n".join(lines), flush=True)
+            elif table:
+                seen = set(last[1:])
+                changed = [line for line in lines[1:] if line not in seen]
+                if changed:
+                    print("\n".join(changed), flush=True)
+            elif lines != last:
+                print("\n" + "\n".join(lines), flush=True)
+            last = lines
+            done += 1
+            if ticks is None or done < ticks:
+                pause(interval)
+    except KeyboardInterrupt:
+        pass
     return 0
-
-
-def _user_kubeconfig() -> str | None:
-    """$KUBECONFIG (its first existing file) or ~/.kube/config; None: in-cluster config."""
-    candidates = [p for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
-    candidates.append(str(Path.home() / ".kube" / "config"))
-    return next((p for p in candidates if Path(p).expanduser().is_file()), None)
 
 
 def _dev_up(args: argparse.Namespace) -> int:
@@ -499,9 +271,28 @@ def build_parser(prog: str = "gang-extender") -> argparse.ArgumentParser:
     )
     serve.set_defaults(func=_serve)
 
-    status = sub.add_parser("status", help="list pod groups: phase, placed/min, waiting reason")
+    status = sub.add_parser(
+        "status",
+        help="list pod groups: phase, placed/min, waiting reason",
+        description="Every pod group, or one (GROUP): phase, placed/min, what it waits for.",
+    )
+    status.add_argument("group", nargs="?", help="one group: its members, nodes and conditions")
     status.add_argument("--kubeconfig", help="kubeconfig (default: $KUBECONFIG or ~/.kube/config)")
     status.add_argument("-n", "--namespace", help="only this namespace")
+    status.add_argument(
+        "-A", "--all-namespaces", action="store_true", help="every namespace (the default)"
+    )
+    status.add_argument(
+        "-o",
+        "--output",
+        choices=("wide", "json", "yaml"),
+        help="wide: nodes, and the GPUs of a held group's candidate nodes and who holds them",
+    )
+    status.add_argument(
+        "-w", "--watch", action="store_true", help="print again what changes, until Ctrl-C"
+    )
+    status.add_argument("--watch-interval", type=float, default=2.0, help=argparse.SUPPRESS)
+    status.set_defaults(prog=prog)
     # A table piped into `head` should end quietly: die on a closed pipe like a Unix tool.
     status.set_defaults(func=_status, default_sigpipe=True)
 

@@ -144,6 +144,11 @@ class Settings(BaseSettings):
     # bound (they get their termination grace period, 30 s by default, to leave), and
     # how long a gang or pod whose eviction a PodDisruptionBudget refused is left out.
     preemption_hold_seconds: float = Field(default=120.0, gt=0)
+    # How long a gang or pod is left out of preemption after the API server forbade
+    # marking or evicting it (403: the service has no RoleBinding in its namespace; an
+    # admission policy): that does not change by itself, as a budget's answer does, and
+    # choosing it again would hold the preemptor's nodes for nothing.
+    preemption_forbidden_seconds: float = Field(default=900.0, gt=0)
     # Largest request body the extender accepts; a 5,000-node NodeNames list is ~150 KB.
     max_request_bytes: int = Field(default=16 * 1024 * 1024, gt=0)
 

@@ -1,11 +1,22 @@
 """Prometheus metrics of the service, one registry per process (tests make their own).
 
-Names and meanings are documented in docs/metrics.md.
+Names and meanings are documented in docs/metrics.md. Beside the service's own
+metrics, the registry carries prometheus-client's standard collectors (process:
+memory, CPU, open fds; platform: python_info; the garbage collector), which
+Prometheus users alert on and which a custom registry does not get by itself.
 """
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import (
+    GC_COLLECTOR,
+    PLATFORM_COLLECTOR,
+    PROCESS_COLLECTOR,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+)
 
 # Extender verbs are sub-millisecond when healthy; bind includes the barrier wait.
 LATENCY_BUCKETS = (
@@ -34,6 +45,10 @@ class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         r = self.registry
+        # The standard collectors read the process (/proc, gc, platform) when scraped;
+        # the same instances prometheus-client puts on its default registry.
+        for standard in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
+            r.register(standard)
         self.request_seconds = Histogram(
             "gang_extender_request_duration_seconds",
             "Latency of extender and webhook requests, per verb.",
@@ -169,7 +184,8 @@ class Metrics:
         self.preemption_evictions = Counter(
             "gang_extender_preemption_evictions_total",
             "Pods gang preemption asked the Eviction API to evict, by result: evicted, "
-            "or refused (a PodDisruptionBudget's 429).",
+            "refused (a PodDisruptionBudget's 429), or failed (the mark or the eviction "
+            "forbidden, or failing through every retry).",
             ["result"],
             registry=r,
         )

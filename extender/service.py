@@ -67,6 +67,7 @@ from extender.kube.ca_publish import (
 from extender.kube.cache import CacheTuning, WatchCache
 from extender.kube.indexes import IndexAllocator
 from extender.kube.leader import LeaderElector
+from extender.kube.ownership import OwnershipSeal
 from extender.kube.rawapi import KubeError, RawApi
 from extender.kube.webhook_config import write_client_config
 from extender.kube.wiring import WiringController
@@ -128,6 +129,9 @@ class GangService:
     cache: WatchCache | None = None
     # /mutate/<token>, once run() has read the shared token; None: plain /mutate.
     webhook_path: WebhookPath = field(default_factory=WebhookPath)
+    # The key of the seals on what the service creates (kube/ownership.py): from the
+    # same token, set by run() before the watches start.
+    seal: OwnershipSeal = field(default_factory=OwnershipSeal)
     _servers: list[uvicorn.Server] = field(default_factory=list)
 
     def update_gauges(self) -> None:
@@ -176,6 +180,7 @@ class GangService:
         token = await asyncio.to_thread(self._webhook_token)
         if token is not None:
             self.webhook_path.path = mutate_path(token)
+            self.seal.use_token(token)
         # Wiring-only: no extender listener, so no client CA is needed for one.
         opened = listeners(self.settings)
         client_ca = extender_client_ca(self.settings, tls) if EXTENDER in opened else None
@@ -380,21 +385,11 @@ def create_service(settings: Settings, deps: Deps | None = None) -> GangService:
             starvation_seconds=settings.default_starvation_seconds,
             reservation_max_seconds=settings.reservation_max_seconds,
             preemption_hold_seconds=settings.preemption_hold_seconds,
+            preemption_forbidden_seconds=settings.preemption_forbidden_seconds,
         ),
         preemption_enabled=settings.preemption,
         placeholders=settings.reservation_placeholders,
         fences=settings.reservation_taints,
-    )
-    binder = (
-        deps.binder
-        if deps.binder is not None
-        else ApiBinder(
-            deps.raw,
-            workers=settings.binder_workers,
-            timeout_seconds=settings.binding_timeout_seconds,
-            retry_backoff_seconds=settings.binding_retry_backoff_seconds,
-            on_retry=metrics.bind_retries.inc,
-        )
     )
     # The state flushes the core's effects through the coordinator, whose sink is
     # the writer, which reads the state: the coordinator is looked up when the
@@ -415,11 +410,27 @@ def create_service(settings: Settings, deps: Deps | None = None) -> GangService:
     failover = Failover(core, leader, metrics, flush_effects=lambda: coordinator.flush_effects())
     if leader is not None:
         leader.on_change = failover.on_leadership
+    binder = (
+        deps.binder
+        if deps.binder is not None
+        else ApiBinder(
+            deps.raw,
+            workers=settings.binder_workers,
+            timeout_seconds=settings.binding_timeout_seconds,
+            retry_backoff_seconds=settings.binding_retry_backoff_seconds,
+            on_retry=metrics.bind_retries.inc,
+            # Each retry asks again: a replica deposed meanwhile stops binding.
+            acting=failover.acting,
+            on_not_acting=metrics.not_leader_refusals.labels(what="bind").inc,
+        )
+    )
+    seal = OwnershipSeal()
     state = ClusterState(
         core,
         flush_effects=lambda: coordinator.flush_effects(),
         metrics=metrics,
         on_member_deleted=lambda key, obj: lifecycle.pod_gone(key, obj),
+        seal=seal,
     )
     queues = GroupQueues(settings.effect_concurrency)
     writer = EffectWriter(
@@ -430,6 +441,7 @@ def create_service(settings: Settings, deps: Deps | None = None) -> GangService:
         state=state,
         queues=queues,
         acting=failover.acting,
+        seal=seal,
     )
     lifecycle = LifecycleController(
         settings, raw=deps.raw, metrics=metrics, state=state, writer=writer
@@ -445,7 +457,7 @@ def create_service(settings: Settings, deps: Deps | None = None) -> GangService:
         metrics,
         effect_sink=effect_sink,
     )
-    wiring = deps.wiring if deps.wiring is not None else WiringController(deps.raw)
+    wiring = deps.wiring if deps.wiring is not None else WiringController(deps.raw, seal=seal)
     allocator = IndexAllocator(
         deps.raw,
         hold_seconds=settings.index_hold_seconds,
@@ -497,6 +509,7 @@ def create_service(settings: Settings, deps: Deps | None = None) -> GangService:
         failover=failover,
         ca_bundle=ca_bundle,
         webhook_path=webhook_path,
+        seal=seal,
     )
 
 

@@ -27,6 +27,7 @@ from extender.domain.planner import Placement, Shortfall
 from extender.domain.policy import Policy
 from extender.domain.quantity import GPU
 from extender.kube.cache import CacheSink
+from extender.kube.ownership import OwnershipSeal
 from extender.kube.writers import placeholder_pod
 from extender.metrics import Metrics
 
@@ -283,6 +284,12 @@ def placeholder_pod_info(effect: PlaceholderCreate, uid: str | None = None) -> P
         node=effect.node,
         gpus=effect.gpus,
         owner=None,
+        seal=OwnershipSeal().placeholder(
+            namespace=effect.group.namespace,
+            name=effect.name,
+            group=effect.group.name,
+            node=effect.node,
+        ),
     )
     body["metadata"]["uid"] = uid or f"ph-{effect.name}"
     return PodInfo.from_api(body)
@@ -358,3 +365,30 @@ def reserve_gpus(ledger: Ledger, node: str, gpus: int, name: str = "g") -> None:
             deadline=60.0,
         )
     )
+
+
+# ---- `gang-extender status`: the table's cells from API objects (status_report) ----
+
+
+def status_rows(
+    ours: list[dict[str, Any]],
+    foreign: list[dict[str, Any]],
+    pods: list[dict[str, Any]],
+    events: list[dict[str, Any]],
+    **more: Any,
+) -> list[tuple[str, ...]]:
+    """The status table's cells, header first, for these objects (no Lease to read)."""
+    from datetime import UTC, datetime
+
+    from extender.status_report import StatusObjects, group_rows
+    from extender.status_view import STATUS_HEADER, cells
+
+    objects = StatusObjects(
+        now=datetime(2026, 1, 1, tzinfo=UTC),
+        ours=ours,
+        foreign=foreign,
+        pods=pods,
+        events=events,
+        **more,
+    )
+    return [STATUS_HEADER, *(cells(r) for r in group_rows(objects))]

@@ -46,6 +46,7 @@ from extender.domain.model import (
     upstream_workload_spec,
 )
 from extender.kube.cache import CacheSink
+from extender.kube.ownership import OwnershipSeal
 from extender.kube.resources import UPSTREAM_PODGROUPS, UPSTREAM_WORKLOADS
 from extender.metrics import Metrics
 
@@ -68,8 +69,12 @@ class ClusterState(CacheSink):
         flush_effects: Callable[[], None],
         metrics: Metrics | None = None,
         on_member_deleted: Callable[[GroupKey, dict[str, Any]], None] | None = None,
+        seal: OwnershipSeal | None = None,
     ) -> None:
         self.core = core
+        # Only placeholder pods this service created (sealed: kube/ownership.py) are a
+        # gang's room; a pod that merely carries the label is any other pod.
+        self.seal = seal if seal is not None else OwnershipSeal()
         # The lifecycle controller: a deleted member's last object (its eviction mark).
         self.on_member_deleted = on_member_deleted
         self.flush_effects = flush_effects
@@ -220,6 +225,16 @@ class ClusterState(CacheSink):
                 self.core.snapshot.upsert_node(NodeInfo.from_api(obj))
         elif kind == "pods":
             pod = PodInfo.from_api(obj)
+            placeholder = pod.placeholder_for
+            if placeholder is not None and not self.seal.is_our_placeholder(obj, placeholder.name):
+                if pod.uid not in self.core.snapshot.pods:
+                    log.info(
+                        "pod %s is labelled a placeholder of %s but was not created by "
+                        "gang-extender: counted as any other pod, never deleted",
+                        pod.ref,
+                        placeholder,
+                    )
+                pod.placeholder_for = None
             old = self.core.snapshot.pods.get(pod.uid)
             if old is not None and old.group != pod.group:
                 self._drop_pod_json(old)

@@ -3,15 +3,10 @@
 Effects the core emits (PlanCreated, PlanDropped, GangBound) and the Events of a
 group are carried out per group, one after another in the order they were
 emitted (a clear of the planned-node annotations never overtakes the set it
-undoes); different groups run in parallel (`GroupQueues`). A transient API
-failure is tried again with a bounded backoff; what still fails is logged with
-its status code and reason (never the response body) and counted in
-gang_extender_api_write_errors_total (`EffectWriter`).
-
-One writer: each attempt first asks `acting()`; a replica that is not the leader
-(any more) skips the write and counts it in gang_extender_not_leader_total{what=
-"write"}. A deposed leader must not clear the planned-node annotations the new
-leader rebuilds its plans from, nor write Events for decisions it no longer owns.
+undoes); different groups run in parallel (`GroupQueues`). Each write goes
+through `ApiWrites` (controller/api_writes.py): retried when transient, counted
+when it fails for good, skipped by a replica that is not the leader. Gang
+preemption's evictions are `Evictions`' (controller/evictions.py).
 """
 
 from __future__ import annotations
@@ -22,11 +17,11 @@ import logging
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Hashable, Sequence
-from typing import Any
 
 from extender.config import Settings
+from extender.controller.api_writes import ApiWrites
 from extender.controller.cluster_state import ClusterState
-from extender.controller.evictions import evict_victims
+from extender.controller.evictions import Evictions
 from extender.domain.decisions import (
     BarrierReleased,
     Effect,
@@ -42,15 +37,13 @@ from extender.domain.decisions import (
 )
 from extender.domain.fences import FenceNode, UnfenceNode
 from extender.domain.gang import GangCore
-from extender.domain.membership import SCHEDULER_NAME, GroupKey
-from extender.kube.rawapi import KubeError, RawApi
+from extender.domain.membership import GroupKey
+from extender.kube.ownership import OwnershipSeal
+from extender.kube.rawapi import RawApi
 from extender.kube.writers import (
     PODGROUP_API,
-    api_error_summary,
     create_placeholder,
     delete_placeholder,
-    emit_event,
-    is_transient,
     placeholder_pod,
     set_node_fence,
     set_planned_node,
@@ -59,20 +52,11 @@ from extender.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
-HTTP_NOT_FOUND = 404
 
 # kind label of gang_extender_api_write_errors_total
 WRITE_PLANNED_NODE = "planned-node"
-WRITE_EVENT = "event"
 WRITE_PLACEHOLDER = "placeholder"
 WRITE_FENCE = "fence"
-
-
-def namespace_terminating(err: Exception) -> bool:
-    """The API server refused a write because the namespace is being deleted."""
-    status = getattr(err, "status", None)
-    text = str(getattr(err, "message", "") or getattr(err, "body", "") or err)
-    return status == 403 and "being terminated" in text
 
 
 class GroupQueues:
@@ -147,20 +131,26 @@ class EffectWriter:
         state: ClusterState,
         queues: GroupQueues,
         acting: Callable[[], bool] = lambda: True,
+        seal: OwnershipSeal | None = None,
     ) -> None:
         self.settings = settings
+        self.seal = seal if seal is not None else OwnershipSeal()
         self.acting = acting
         self.raw = raw
         self.metrics = metrics
         self.core = core
         self.state = state
         self.queues = queues
+        self.writes = ApiWrites(settings, raw=raw, metrics=metrics, state=state, acting=acting)
+        self.evictions = Evictions(self.writes, refused=core.eviction_refused)
 
     def queue_effects(self, effects: list[Effect]) -> None:
         for effect in effects:
             if isinstance(effect, EvictVictims):
                 # Gang preemption (controller/evictions.py), after the group's plan writes.
-                self.queues.submit(effect.group, functools.partial(evict_victims, self, effect))
+                self.queues.submit(
+                    effect.group, functools.partial(self.evictions.carry_out, effect)
+                )
             elif isinstance(effect, PlaceholderCreate | PlaceholderDelete):
                 self.queues.submit(effect.group, functools.partial(self._placeholder, effect))
             elif isinstance(effect, FenceNode | UnfenceNode):
@@ -181,7 +171,7 @@ class EffectWriter:
             log.info("taking the reservation taint %s off node %s", effect.value, effect.node)
             owner, value = f"of node {effect.node}", None
             what = f"take the reservation taint {effect.value} off node {effect.node}"
-        await self._write(
+        await self.writes.write(
             WRITE_FENCE,
             owner,
             what,
@@ -193,7 +183,7 @@ class EffectWriter:
         key, timeout = effect.group, self.settings.api_write_timeout_seconds
         if isinstance(effect, PlaceholderDelete):
             log.info("gang %s: deleting placeholder pod %s", key, effect.name)
-            await self._write(
+            await self.writes.write(
                 WRITE_PLACEHOLDER,
                 key,
                 f"delete placeholder pod {key.namespace}/{effect.name}",
@@ -214,6 +204,9 @@ class EffectWriter:
             node=effect.node,
             gpus=effect.gpus,
             owner=owner,
+            seal=self.seal.placeholder(
+                namespace=key.namespace, name=effect.name, group=key.name, node=effect.node
+            ),
         )
         log.info(
             "gang %s: placeholder pod %s holds %d GPU(s) on %s",
@@ -222,7 +215,7 @@ class EffectWriter:
             effect.gpus,
             effect.node,
         )
-        await self._write(
+        await self.writes.write(
             WRITE_PLACEHOLDER,
             key,
             f"create placeholder pod {key.namespace}/{effect.name}",
@@ -231,51 +224,9 @@ class EffectWriter:
 
     def queue_event(self, key: GroupKey, reason: str, message: str, event_type: str) -> None:
         """An Event on every member, after the group's effects queued so far."""
-        self.queues.submit(key, lambda: self._event_on_members(key, reason, message, event_type))
-
-    async def _write(
-        self, kind: str, key: GroupKey | str, what: str, call: Callable[[], object]
-    ) -> bool:
-        """One API write for group `key`, tried again on transient failures.
-
-        True when done, or moot: a 404 (the pod or its namespace was deleted
-        meanwhile) or a namespace being terminated. False when it failed for good:
-        then it is logged with status code and reason, and counted under `kind`.
-        """
-        s = self.settings
-        delay = s.api_write_backoff_seconds
-        attempt = 1
-        while True:
-            if not self.acting():
-                log.info("gang %s: %s skipped: not the leader", key, what)
-                self.metrics.not_leader_refusals.labels(what="write").inc()
-                return True
-            try:
-                await asyncio.to_thread(call)
-                return True
-            except KubeError as err:
-                if err.status == HTTP_NOT_FOUND or namespace_terminating(err):
-                    log.debug("gang %s: %s: gone meanwhile (%s)", key, what, err.status)
-                    return True
-                error: Exception = err
-                transient = is_transient(err)
-            except Exception:
-                log.exception("gang %s: %s failed", key, what)
-                self.metrics.api_write_errors.labels(kind=kind).inc()
-                return False
-            if not transient or attempt >= s.api_write_attempts:
-                log.warning(
-                    "gang %s: %s failed after %d attempt(s): %s",
-                    key,
-                    what,
-                    attempt,
-                    api_error_summary(error),
-                )
-                self.metrics.api_write_errors.labels(kind=kind).inc()
-                return False
-            attempt += 1
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, s.api_write_backoff_max_seconds)
+        self.queues.submit(
+            key, lambda: self.writes.event_on_members(key, reason, message, event_type)
+        )
 
     async def _set_planned_nodes(
         self, key: GroupKey, members: Sequence[tuple[str, str | None]]
@@ -288,7 +239,7 @@ class EffectWriter:
 
         await asyncio.gather(
             *(
-                self._write(
+                self.writes.write(
                     WRITE_PLANNED_NODE,
                     key,
                     f"{'set' if node else 'clear'} planned node of pod {ref}",
@@ -313,7 +264,7 @@ class EffectWriter:
             unbound = [uid for uid in plan.placements if uid not in plan.bound]
             await self._set_planned_nodes(plan.group, [(plan.names[uid], None) for uid in unbound])
             reason = "GangTimeout" if effect.timed_out else "GangWaiting"
-            await self._event_on_members(plan.group, reason, effect.reason, "Warning")
+            await self.writes.event_on_members(plan.group, reason, effect.reason, "Warning")
         elif isinstance(effect, GangBound):
             self.metrics.gangs_bound.inc()
             members = [self.core.snapshot.pods.get(uid) for uid in plan.placements]
@@ -326,12 +277,12 @@ class EffectWriter:
                 f"{plan.names[uid].split('/', 1)[1]}->{node}"
                 for uid, node in sorted(plan.placements.items(), key=lambda i: plan.names[i[0]])
             )
-            await self._event_on_members(
+            await self.writes.event_on_members(
                 plan.group, "GangScheduled", f"gang {plan.group} bound: {placement}", "Normal"
             )
         elif isinstance(effect, MemberBindFailed):
             log.warning("gang %s: binding %s failed: %s", plan.group, effect.member, effect.reason)
-            await self._event_on_members(
+            await self.writes.event_on_members(
                 plan.group,
                 "GangBindFailed",
                 f"gang {plan.group}: binding {effect.member} failed ({effect.reason}); it keeps "
@@ -341,45 +292,4 @@ class EffectWriter:
         elif isinstance(effect, GangBroken):
             # The partial-gang metric is counted by the coordinator, which sees every effect.
             log.warning("gang %s partial: %s: %s", plan.group, effect.member, effect.cause)
-            await self._event_on_members(plan.group, "GangPartial", effect.message, "Warning")
-
-    async def _event_on_members(
-        self, key: GroupKey, reason: str, message: str, event_type: str
-    ) -> None:
-        # Only on pods this scheduler places: another scheduler's pods are not held by
-        # the gang, and a gang Event on them would say the opposite of what happened.
-        pods = [
-            p
-            for p in self.state.group_pods.get(key, {}).values()
-            if (p.get("spec") or {}).get("schedulerName") == SCHEDULER_NAME
-        ]
-        timeout = self.settings.api_write_timeout_seconds
-
-        def write(meta: dict[str, Any]) -> Callable[[], None]:
-            involved = {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "namespace": meta["namespace"],
-                "name": meta["name"],
-                "uid": meta.get("uid", ""),
-            }
-            return lambda: emit_event(
-                self.raw,
-                involved=involved,
-                reason=reason,
-                message=message,
-                event_type=event_type,
-                timeout=timeout,
-            )
-
-        await asyncio.gather(
-            *(
-                self._write(
-                    WRITE_EVENT,
-                    key,
-                    f"Event {reason} on pod {p['metadata']['namespace']}/{p['metadata']['name']}",
-                    write(p["metadata"]),
-                )
-                for p in pods
-            )
-        )
+            await self.writes.event_on_members(plan.group, "GangPartial", effect.message, "Warning")

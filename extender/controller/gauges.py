@@ -29,8 +29,10 @@ class Gauges:
         phases: dict[str, int] = defaultdict(int)
         for key in self.core.snapshot.group_keys():
             status = group_status(self.core, key)
-            if status is not None:
-                phases[status.phase] += 1
+            # A group nothing sizes (no PodGroup, no min-available) is Pending, as
+            # `gang-extender status` shows it (`0/?`): the commonest first mistake,
+            # and GangExtenderGangsStuckPending must see it.
+            phases[status.phase if status is not None else "Pending"] += 1
         for phase in ("Pending", "Scheduling", "Scheduled", "Running", "Succeeded", "Failed"):
             self.metrics.groups.labels(phase=phase).set(phases.get(phase, 0))
         pools: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))

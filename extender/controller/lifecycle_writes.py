@@ -21,8 +21,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from extender.config import Settings
+from extender.controller.api_writes import namespace_terminating
 from extender.controller.cluster_state import ClusterState
-from extender.controller.effects import EffectWriter, namespace_terminating
+from extender.controller.effects import EffectWriter
 from extender.domain.lifecycle import (
     DISRUPTION_TARGET,
     POLICY_DISRUPTION_REASON,

@@ -19,12 +19,13 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, Protocol
 
 from extender.config import Settings
+from extender.controller.api_writes import namespace_terminating
 from extender.controller.cluster_state import ClusterState
-from extender.controller.effects import EffectWriter, namespace_terminating
+from extender.controller.effects import EffectWriter
 from extender.controller.foreign_status import ForeignStatusWriter
 from extender.controller.lifecycle import LifecycleController
 from extender.domain.gang import GangCore
@@ -56,6 +57,9 @@ CONFIGURED_CONDITION = "Configured"
 MISCONFIGURED_EVENT = "GangMisconfigured"
 # kind label of gang_extender_api_write_errors_total
 WRITE_RECONCILE = "reconcile"
+# A Warning Event on the members: an object of the group's wiring carried our label
+# without our seal (kube/ownership.py) and was replaced or adopted.
+WIRING_REPLACED_EVENT = "WiringReplaced"
 # The wiring memo of a group whose members are all gone (its ready list cleared).
 _NO_MEMBERS = "no members"
 
@@ -70,7 +74,9 @@ class Wiring(Protocol):
         group: str,
         podgroup: dict[str, Any] | None,
         pods: list[dict[str, Any]],
-    ) -> None: ...
+    ) -> Sequence[str] | None:
+        """Notices of objects labelled ours but not sealed, replaced or adopted."""
+        ...
 
     def clear_ready_hosts(self, *, namespace: str, group: str) -> None: ...
 
@@ -206,7 +212,7 @@ class GroupReconciler:
             )
             if self._wired.get(key) != fingerprint:
                 try:
-                    await asyncio.to_thread(
+                    notices = await asyncio.to_thread(
                         self.wiring.reconcile,
                         namespace=key.namespace,
                         group=key.name,
@@ -225,6 +231,9 @@ class GroupReconciler:
                     )
                 else:
                     self._wired[key] = fingerprint
+                    for notice in notices or ():
+                        log.warning("gang %s: %s", key, notice)
+                        self.writer.queue_event(key, WIRING_REPLACED_EVENT, notice, "Warning")
         elif (
             self.state.injected(key.namespace)
             and podgroup is not None

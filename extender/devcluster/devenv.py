@@ -391,8 +391,10 @@ def _held_message(raw: RawApi, namespace: str, group: str) -> str | None:
 
 
 def _placed_podgroup(raw: RawApi, namespace: str, group: str) -> dict[str, Any] | None:
+    """The PodGroup once Running: kwok starts the bound pods at once, so waiting for it
+    (not for Scheduled too) makes the demo print the same phase every run."""
     pg = _podgroup(raw, namespace, group)
-    return pg if (pg.get("status") or {}).get("phase") in ("Scheduled", "Running") else None
+    return pg if (pg.get("status") or {}).get("phase") == "Running" else None
 
 
 def _all_bound(raw: RawApi, namespace: str, group: str, min_member: int) -> bool:

@@ -5,10 +5,10 @@ domain/preemption.py. With `preemption_enabled`, a gang that does not fit evicts
 fewest, lowest whole lower-priority gangs and plain pods whose eviction makes it fit
 (`_try_preemption`); its plan holds the room they free for
 `preemption_hold_seconds` (`_hold_for`, with an `EvictVictims` effect). A unit whose
-eviction the API server refused is left out of the next choice
-(`eviction_refused`). kube-scheduler's own preemption is made whole-gang
-(`preempt`), and a member someone else preempted takes the rest of its gang with it
-(`_complete_preempted_gang`).
+eviction (or its mark) the API server refused is left out of the next choice for a
+time its refusal sets, and the hold made for it dropped (`eviction_refused`).
+kube-scheduler's own preemption is made whole-gang (`preempt`), and a member someone
+else preempted takes the rest of its gang with it (`_complete_preempted_gang`).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from extender.domain.membership import GroupKey
 from extender.domain.model import GroupSpec, PodInfo, Resources
 from extender.domain.planner import NodeRestriction, Placement, plan_gang
 from extender.domain.preemption import (
+    EvictionRefusal,
     GangAwareAnswer,
     NodeVictims,
     Preemption,
@@ -149,18 +150,35 @@ class GangPreemption(GangParts):
         )
         return plan
 
-    def eviction_refused(self, unit: str, now: float, *, preemptor: GroupKey | None) -> None:
-        """The API server refused to evict a pod of `unit` (a PodDisruptionBudget, 429).
+    def eviction_refused(
+        self,
+        unit: str,
+        now: float,
+        *,
+        preemptor: GroupKey | None,
+        refusal: EvictionRefusal,
+        why: str,
+    ) -> None:
+        """The API server did not evict (or let the service mark) a pod of `unit`.
 
-        The unit is left out of the next choice for `preemption_hold_seconds`. The
+        The unit is left out of the next choice for as long as `refusal` says
+        (`EvictionRefusal`): the same victim is not chosen again after every hold. The
         preemptor's hold (its plan, not released: its members cannot pass
-        kube-scheduler's filters while the victims stay) is dropped, so after the
-        replan backoff it chooses again without that unit: other victims, or it waits.
+        kube-scheduler's filters while the victims stay) is dropped with `why`, so after
+        the replan backoff it chooses again without that unit: other victims, or it waits.
         """
-        self.refused_evictions[unit] = now + self.timeouts.preemption_hold_seconds
+        # Expired refusals go here, so the map holds only units refused lately.
+        for expired in [u for u, until in self.refused_evictions.items() if until <= now]:
+            del self.refused_evictions[expired]
+        lasting = (
+            self.timeouts.preemption_forbidden_seconds
+            if refusal is EvictionRefusal.FORBIDDEN
+            else self.timeouts.preemption_hold_seconds
+        )
+        self.refused_evictions[unit] = now + lasting
         plan = self.ledger.plans.get(preemptor) if preemptor is not None else None
         if plan is not None and not plan.released:
-            self._drop(plan, f"the eviction of {unit} was refused (a PodDisruptionBudget)", now)
+            self._drop(plan, f"the eviction of {unit} was refused ({why})", now)
 
     def preempt(
         self, pod: PodInfo, proposed: Mapping[str, NodeVictims], now: float

@@ -60,6 +60,8 @@ class Timeouts:
     # termination grace period), and how long a unit whose eviction the API server
     # refused (a PodDisruptionBudget) is left out of the next choice.
     preemption_hold_seconds: float = 120.0
+    # How long a unit whose eviction the API server forbade (403, 422) is left out.
+    preemption_forbidden_seconds: float = 900.0
 
 
 class GangParts:

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import Enum
 
 from extender.domain.membership import GroupKey
 from extender.domain.model import PodInfo, Resources
@@ -51,6 +52,22 @@ SCHEDULER_PREEMPTION_REASON = "PreemptionByScheduler"
 # Event reasons: on each victim, and on the preemptor's members.
 PREEMPTED_EVENT = "PreemptedByGang"
 PREEMPTING_EVENT = "GangPreempting"
+
+
+class EvictionRefusal(Enum):
+    """Why a unit was not evicted; says how long it is left out of the next choice.
+
+    BUDGET: a PodDisruptionBudget said no (429); it says yes again once the pods it
+    counts are healthy, so the unit is left out for `preemption_hold_seconds`.
+    FORBIDDEN: the API server refused the mark or the eviction for good (403: the
+    service has no RoleBinding in the victim's namespace; 422; an admission policy):
+    nothing changes by itself, so `preemption_forbidden_seconds`.
+    FAILED: no answer or 5xx through every retry: `preemption_hold_seconds`.
+    """
+
+    BUDGET = "a PodDisruptionBudget"
+    FORBIDDEN = "forbidden"
+    FAILED = "failed"
 
 
 def gang_unit_key(group: GroupKey) -> str:

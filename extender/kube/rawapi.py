@@ -32,9 +32,13 @@ class KubeError(Exception):
         self.phrase = phrase
 
 
-def load_api_client(kubeconfig: str | None, *, pool_size: int = 32) -> k8s.ApiClient:
-    """ApiClient from a kubeconfig file, else in-cluster config."""
+def load_api_client(
+    kubeconfig: str | None, *, pool_size: int = 32, retries: int | None = None
+) -> k8s.ApiClient:
+    """ApiClient from a kubeconfig file, else in-cluster config; `retries`: urllib3's
+    connection retries (None: its default of 3), 0 for a command that reports at once."""
     configuration = k8s.Configuration()
+    configuration.retries = retries
     if kubeconfig:
         k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
     else:

@@ -9,6 +9,16 @@ object is owned by the PodGroup, so the garbage collector removes it with the gr
 The key pair is made once, when the Secret is first created, and read back from
 the Secret ever after: members that already mounted it keep working.
 
+Ownership is proven by a seal, not by the `app.kubernetes.io/managed-by` label
+anyone may write (kube/ownership.py): each object is sealed right after this
+service creates it. One that carries the label but no valid seal (planted by
+someone who may create objects in the namespace, or made by a version before the
+seal) is never trusted as it is: a Secret gets a new key pair (a planted key pair
+is never used), a ConfigMap gets our data, a Service is adopted only if headless
+(else the group's wiring is refused, WiringConflictError), each is then sealed, and
+`reconcile` returns a notice for each, which the reconciler makes a Warning Event
+(`WiringReplaced`). An object without the label is refused as before.
+
 The ConfigMap also lists the Ready members (`extender.injection.ready`), so it is
 re-rendered as pods change readiness and patched only when that list changed;
 `clear_ready_hosts` empties the list once the group's last member is gone.
@@ -35,6 +45,7 @@ from extender.injection.objects import (
     ssh_settings,
     update_patch,
 )
+from extender.injection.patch import add
 from extender.injection.ready import render_ready_data
 from extender.injection.ssh import (
     SSHKeyError,
@@ -43,6 +54,7 @@ from extender.injection.ssh import (
     key_pair_from_secret_data,
     render_secret_data,
 )
+from extender.kube.ownership import SEAL_ANNOTATION, OwnershipSeal
 from extender.kube.rawapi import KubeError, RawApi, path_of
 
 log = logging.getLogger(__name__)
@@ -71,9 +83,16 @@ def _path(kind: str, namespace: str, name: str | None = None) -> str:
 class WiringController:
     """Makes a group's Secret, Service and ConfigMap match its PodGroup and pods."""
 
-    def __init__(self, raw: RawApi, *, field_manager: str = "gang-extender") -> None:
+    def __init__(
+        self,
+        raw: RawApi,
+        *,
+        field_manager: str = "gang-extender",
+        seal: OwnershipSeal | None = None,
+    ) -> None:
         self.raw = raw
         self._field_manager = field_manager
+        self.seal = seal if seal is not None else OwnershipSeal()
 
     def reconcile(
         self,
@@ -82,9 +101,11 @@ class WiringController:
         group: str,
         podgroup: dict[str, Any] | None,
         pods: list[dict[str, Any]],
-    ) -> None:
+    ) -> list[str]:
         """Bring the group's objects in step; idempotent, writes only what changed.
 
+        Returns a notice per object found labelled ours but not sealed, and replaced or
+        adopted (see the module docstring); [] normally.
         Does nothing until the PodGroup exists (it is the owner). Raises KubeError
         on API errors, WiringConflictError when a foreign object is in the way, and
         MembershipError when the PodGroup's spec.minTaskMember is malformed.
@@ -92,13 +113,15 @@ class WiringController:
         Secret (its config matches the hosts' names), then the ConfigMap.
         """
         if podgroup is None:
-            return
+            return []
+        notices: list[str] = []
         layout = resolve_layout(group=group, podgroup=podgroup, pods=pods)
         port, ssh_path = ssh_settings(pods)
         owner = owner_reference(podgroup)
         self._ensure(
             "Service",
             desired_service(namespace=namespace, group=group, ssh_port=port, owner=owner),
+            notices,
         )
         self._ensure_secret(
             namespace=namespace,
@@ -109,6 +132,7 @@ class WiringController:
                 data=render_secret_data(keys, group, port=port, ssh_path=ssh_path),
                 owner=owner,
             ),
+            notices=notices,
         )
         # Readiness is part of the data: a member turning Ready (or not) changes the
         # ConfigMap once, and an unchanged render writes nothing (update_patch).
@@ -116,7 +140,9 @@ class WiringController:
         self._ensure(
             "ConfigMap",
             desired_configmap(namespace=namespace, group=group, data=data, owner=owner),
+            notices,
         )
+        return notices
 
     def clear_ready_hosts(self, *, namespace: str, group: str) -> None:
         """The group's last member is gone: empty `ready.hostfile`, touching nothing else.
@@ -130,6 +156,8 @@ class WiringController:
         if existing is None or not (existing.get("data") or {}).get(names.READY_HOSTFILE_KEY):
             return
         self._check_managed(existing)
+        if not self.seal.is_sealed(existing):
+            return  # not ours (yet): the next reconcile with members adopts it or refuses
         desired = copy.deepcopy(existing)
         desired["data"][names.READY_HOSTFILE_KEY] = ""
         desired["metadata"] = {
@@ -145,15 +173,18 @@ class WiringController:
         namespace: str,
         group: str,
         render: Callable[[SSHKeyPair], dict[str, Any]],
+        notices: list[str],
     ) -> None:
         name = names.ssh_secret_name(group)
         existing = self._get("Secret", namespace, name)
         if existing is None:
             keys = generate_key_pair(comment=f"gang-extender@{namespace}/{group}")
-            if self._create("Secret", render(keys)):
+            created = self._create("Secret", render(keys))
+            if created is not None:
                 log.info("created Secret %s/%s with a new key pair", namespace, name)
+                self._seal(created)
                 return
-            # Someone created it between our GET and POST: use their keys.
+            # Someone created it between our GET and POST: read it (its seal decides).
             existing = self._get("Secret", namespace, name)
             if existing is None:
                 raise WiringConflictError(
@@ -161,6 +192,18 @@ class WiringController:
                     f"it is being deleted, the next reconcile will create it"
                 )
         self._check_managed(existing)
+        if not self.seal.is_sealed(existing):
+            # Never the key pair of a Secret this service did not make: a new one.
+            keys = generate_key_pair(comment=f"gang-extender@{namespace}/{group}")
+            self._update("Secret", existing, render(keys))
+            self._seal(existing)
+            notices.append(
+                f"Secret {namespace}/{name} carries the label {names.MANAGED_BY_LABEL}="
+                f"{names.MANAGED_BY_VALUE} but was not created by gang-extender: its key pair "
+                f"was replaced with a new one; members already running keep the keys they "
+                f"started with (the Secret is mounted as a snapshot): restart them"
+            )
+            return
         try:
             keys = key_pair_from_secret_data(decode_secret_data(existing.get("data")))
         except SSHKeyError as error:
@@ -170,12 +213,14 @@ class WiringController:
             ) from None
         self._update("Secret", existing, render(keys))
 
-    def _ensure(self, kind: str, desired: dict[str, Any]) -> None:
+    def _ensure(self, kind: str, desired: dict[str, Any], notices: list[str]) -> None:
         meta = desired["metadata"]
         existing = self._get(kind, meta["namespace"], meta["name"])
         if existing is None:
-            if self._create(kind, desired):
+            created = self._create(kind, desired)
+            if created is not None:
                 log.info("created %s %s/%s", kind, meta["namespace"], meta["name"])
+                self._seal(created)
                 return
             existing = self._get(kind, meta["namespace"], meta["name"])
             if existing is None:
@@ -184,7 +229,45 @@ class WiringController:
                     f"then was not found; it is being deleted, the next reconcile creates it"
                 )
         self._check_managed(existing)
+        if self.seal.is_sealed(existing):
+            self._update(kind, existing, desired)
+            return
+        where = f"{kind} {meta['namespace']}/{meta['name']}"
+        claim = f"carries the label {names.MANAGED_BY_LABEL}={names.MANAGED_BY_VALUE}"
+        spec = existing.get("spec") or {}
+        if kind == "Service" and (
+            spec.get("type", "ClusterIP") != "ClusterIP" or spec.get("clusterIP") != "None"
+        ):
+            raise WiringConflictError(
+                f"{where} {claim} but was not created by gang-extender and is not a headless "
+                f"Service; delete it, and gang-extender creates the group's own"
+            )
         self._update(kind, existing, desired)
+        self._seal(existing)
+        notices.append(
+            f"{where} {claim} but was not created by gang-extender: adopted, with the "
+            f"group's {'data' if kind == 'ConfigMap' else 'selector and ports'} written over it"
+        )
+
+    def _seal(self, obj: dict[str, Any]) -> None:
+        """Put the seal of `obj`'s uid on it (kube/ownership.py): from now on it is ours."""
+        meta = obj["metadata"]
+        annotations = {
+            **(meta.get("annotations") or {}),
+            SEAL_ANNOTATION: self.seal.object_seal(obj),
+        }
+        self.raw.call(
+            "PATCH",
+            _path(obj["kind"], meta["namespace"], meta["name"]),
+            query={"fieldManager": self._field_manager},
+            # The object sealed, not one re-created under its name meanwhile.
+            body=[
+                {"op": "test", "path": "/metadata/uid", "value": meta["uid"]},
+                add("/metadata/annotations", annotations),
+            ],
+            content_type="application/json-patch+json",
+            timeout=REQUEST_TIMEOUT_SECONDS,
+        )
 
     def _check_managed(self, existing: Mapping[str, Any]) -> None:
         try:
@@ -217,10 +300,11 @@ class WiringController:
                 return None
             raise
 
-    def _create(self, kind: str, body: dict[str, Any]) -> bool:
-        """POST `body`; False when it already exists (409), so the caller re-reads it."""
+    def _create(self, kind: str, body: dict[str, Any]) -> dict[str, Any] | None:
+        """POST `body`: the object created; None when it already exists (409), so the
+        caller re-reads it."""
         try:
-            self.raw.call(
+            created = self.raw.call(
                 "POST",
                 _path(kind, body["metadata"]["namespace"]),
                 query={"fieldManager": self._field_manager},
@@ -229,6 +313,11 @@ class WiringController:
             )
         except KubeError as error:
             if error.status == HTTP_CONFLICT:
-                return False
+                return None
             raise
-        return True
+        answer = created if isinstance(created, dict) else {}
+        return {
+            "kind": kind,
+            **answer,
+            "metadata": {**body["metadata"], **(answer.get("metadata") or {})},
+        }

@@ -21,6 +21,7 @@ from extender.domain.membership import (
     SCHEDULER_NAME,
 )
 from extender.domain.model import PLACEHOLDER_LABEL
+from extender.kube.ownership import SEAL_ANNOTATION
 from extender.kube.rawapi import KubeError, RawApi, path_of
 from extender.ports.binding import BindError
 
@@ -62,6 +63,9 @@ class ApiBinder:
     BindError saying so (`bound_to`, `gone`). Still unbound: posted again after
     `retry_backoff_seconds` (doubling), all attempts within `timeout_seconds` in
     total, so a bind still answers inside the scheduler's extender httpTimeout.
+    Before each retry it asks `acting()`: a replica that lost the Lease meanwhile posts
+    no more (BindError "not the leader"; `on_not_acting` counts it), since the new
+    leader owns the gang now.
 
     The service passes `Settings.binder_workers`, `Settings.binding_timeout_seconds`
     and `Settings.binding_retry_backoff_seconds` (the reasons are there); the
@@ -77,8 +81,12 @@ class ApiBinder:
         retry_backoff_seconds: float = 0.2,
         on_retry: Callable[[], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        acting: Callable[[], bool] = lambda: True,
+        on_not_acting: Callable[[], None] | None = None,
     ) -> None:
         self.raw = raw
+        self._acting = acting
+        self._on_not_acting = on_not_acting
         self.timeout_seconds = timeout_seconds
         self.retry_backoff_seconds = retry_backoff_seconds
         self._on_retry = on_retry
@@ -115,6 +123,10 @@ class ApiBinder:
             await asyncio.sleep(delay)
             delay *= 2
             timeout = remaining
+            if not self._acting():
+                if self._on_not_acting is not None:
+                    self._on_not_acting()
+                raise BindError(f"{failure}; not retried: not the leader any more")
             if self._on_retry is not None:
                 self._on_retry()
 
@@ -362,12 +374,14 @@ def placeholder_pod(
     node: str,
     gpus: int,
     owner: dict[str, Any] | None,
+    seal: str,
 ) -> dict[str, Any]:
     """A pod bound to `node` holding `gpus` GPUs for a starving gang (domain/placeholders.py).
 
     Bound directly (`spec.nodeName`), so no scheduler is involved; it tolerates every
     taint (the reserved node may be tainted for GPU work) and goes at once when deleted.
     `owner` (the group's PodGroup) lets the garbage collector remove it with the group.
+    `seal` (kube/ownership.py) is what tells it from a pod that only carries the label.
     """
     resources = {"nvidia.com/gpu": str(gpus)}
     metadata: dict[str, Any] = {
@@ -377,6 +391,7 @@ def placeholder_pod(
             PLACEHOLDER_LABEL: group,
             "app.kubernetes.io/managed-by": SCHEDULER_NAME,
         },
+        "annotations": {SEAL_ANNOTATION: seal},
     }
     if owner is not None:
         metadata["ownerReferences"] = [owner]

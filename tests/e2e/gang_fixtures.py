@@ -80,7 +80,7 @@ def injected_namespace(
 
 def parse_status_table(output: str) -> dict[str, dict[str, str]]:
     """`gang-extender status` output as {group name: {column: cell}} (columns are padded)."""
-    from extender.cli import STATUS_HEADER
+    from extender.status_view import STATUS_HEADER
 
     lines = output.splitlines()
     starts = [re.search(rf"(?<!\S){re.escape(c)}(?!\S)", lines[0]).start() for c in STATUS_HEADER]  # type: ignore[union-attr]

@@ -94,8 +94,13 @@ def docs_of(text: str) -> list[dict[str, Any]]:
     return [doc for doc in yaml.safe_load_all(text) if doc]
 
 
-def helm_template(helm: Path, *sets: str, namespace: str = NAMESPACE) -> list[dict[str, Any]]:
+def helm_template(
+    helm: Path, *sets: str, namespace: str = NAMESPACE, tests: bool = False
+) -> list[dict[str, Any]]:
+    """The rendered chart; `tests`: with the `helm test` hook pod (not part of an install)."""
     args = [a for s in sets for a in ("--set", s)]
+    if not tests:
+        args.append("--skip-tests")
     out = run(helm, "template", RELEASE, CHART, "--namespace", namespace, "--include-crds", *args)
     return docs_of(out)
 
@@ -369,13 +374,62 @@ def test_in_another_namespace_everything_follows_it(helm: Path) -> None:
     assert hosts == [h.replace("gang-system", "gpu-sched") for h in Settings().tls_hosts]
 
 
+def webhook_names_and_grants(docs: list[dict[str, Any]]) -> tuple[list[str], list[str], str]:
+    """(MutatingWebhookConfiguration names, what ClusterRole gang-extender may patch of
+    them, the name the service is told to patch)."""
+    objects = [d["metadata"]["name"] for d in docs if d["kind"] == "MutatingWebhookConfiguration"]
+    (role,) = [
+        d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "gang-extender"
+    ]
+    granted = [
+        name
+        for rule in role["rules"]
+        if "mutatingwebhookconfigurations" in rule["resources"]
+        and {"get", "patch"} <= set(rule["verbs"])
+        for name in rule.get("resourceNames", [])
+    ]
+    (service,) = [
+        d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "gang-extender"
+    ]
+    env = {
+        e["name"]: e.get("value")
+        for e in service["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
+    told = env.get("GANG_WEBHOOK_CONFIG_NAME", Settings().webhook_config_name) or ""
+    return objects, granted, told
+
+
+def test_a_webhook_configuration_name_renames_the_object_and_its_rbac(helm: Path) -> None:
+    """Issue 30: settings.webhookConfigName renamed only what the service patches, so it
+    patched an object that did not exist, with no right to, and was never Ready."""
+    assert webhook_names_and_grants(helm_template(helm)) == (
+        ["gang-extender"],
+        ["gang-extender"],
+        "gang-extender",
+    )
+    assert webhook_names_and_grants(
+        helm_template(helm, "settings.webhookConfigName=gpu-wiring")
+    ) == (
+        ["gpu-wiring"],
+        ["gpu-wiring"],
+        "gpu-wiring",
+    )
+    # "": the service leaves the configuration alone, and may not touch it.
+    objects, granted, told = webhook_names_and_grants(
+        helm_template(helm, "settings.webhookConfigName=")
+    )
+    assert (objects, granted, told) == (["gang-extender"], [], "")
+
+
 # ---------------------------------------------------------------- installs
 
 
 def test_the_rendered_chart_passes_a_server_side_dry_run(cluster: LocalCluster, helm: Path) -> None:
     from tests.e2e.test_deploy import dry_run, dump, kubectl
 
-    docs = helm_template(helm, "namespace.create=true")
+    docs = helm_template(helm, "namespace.create=true", tests=True)
+    # `helm test`'s pod (templates/tests/answers.yaml) is accepted too, under restricted.
+    assert ("Pod", NAMESPACE, "gang-extender-test-answers") in {key(d) for d in docs}
     definitions = [d for d in docs if d["kind"] in ("Namespace", "CustomResourceDefinition")]
     kubectl(cluster, "apply", "-f", "-", stdin=dump(definitions))
     kubectl(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -151,6 +152,47 @@ def test_deploy_renders_everything_the_install_needs(rendered) -> None:
         assert expected in kinds, f"{expected} missing from `kubectl kustomize deploy/`"
 
 
+def deploy_md_table() -> list[str]:
+    """The first cells of docs/deploy.md's table of what `kubectl apply -k deploy/` creates."""
+    text = (REPO / "docs" / "deploy.md").read_text()
+    start = text.index("| object (")
+    rows = []
+    for line in text[start:].splitlines()[2:]:
+        if not line.startswith("|"):
+            break
+        rows.append(line.split("|")[1])
+    return rows
+
+
+def test_the_deploy_md_table_lists_every_object_apply_k_creates(bin_dir: Path) -> None:
+    """Each object `kubectl kustomize deploy/` renders has a row naming its kind (as a
+    word, plural allowed) and its name in backquotes (a generated ConfigMap's hash as
+    `-<hash>`), so the table cannot fall behind deploy/ again."""
+    out = subprocess.run(
+        [str(bin_dir / "kubectl"), "kustomize", str(DEPLOY)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
+    rows = deploy_md_table()
+    missing = []
+    for doc in (d for d in yaml.safe_load_all(out) if d):
+        kind, name = doc["kind"], doc["metadata"]["name"]
+        if kind == "ConfigMap" and name.startswith("gang-scheduler-config-"):
+            name = "gang-scheduler-config-<hash>"
+        where = doc["metadata"].get("namespace")
+        if not any(
+            re.search(rf"\b{kind}s?\b", row)
+            and f"`{name}`" in row
+            # an object outside gang-system says where it lives
+            and (where in (None, "gang-system") or f"`{where}`" in row or where in row)
+            for row in rows
+        ):
+            missing.append(f"{kind} {where + '/' if where else ''}{name}")
+    assert not missing, f"docs/deploy.md's table does not list: {', '.join(missing)}"
+
+
 def test_everything_in_deploy_is_accepted_by_a_server_side_dry_run(
     cluster, rendered, applied
 ) -> None:
@@ -242,13 +284,13 @@ def test_the_crd_is_served_with_its_printer_columns(cluster, applied) -> None:
         pytest.param("patch", "nodes", (), id="fences reserved nodes (narrowed by a policy)"),
         pytest.param("delete", "pods", ("-n", "team-a"), id="restarts a gang where bound"),
         pytest.param("create", "pods", ("-n", "team-a"), id="recreates a bare member where bound"),
-        # Gang preemption evicts whole lower-priority gangs anywhere, through the Eviction
-        # API so PodDisruptionBudgets hold (docs/podgroup.md#preemption).
+        # Gang preemption evicts whole lower-priority gangs where it is bound, through
+        # the Eviction API so PodDisruptionBudgets hold (docs/podgroup.md#preemption).
         pytest.param(
             "create",
             "pods",
-            ("--subresource=eviction", "-n", "team-b"),
-            id="evicts preemption victims anywhere",
+            ("--subresource=eviction", "-n", "team-a"),
+            id="evicts preemption victims where bound",
         ),
     ],
 )
@@ -262,6 +304,19 @@ def test_the_service_account_may_do_what_the_service_does(
     ("verb", "resource", "flags"),
     [
         pytest.param("delete", "pods", ("-n", "team-b"), id="no pod deletes where not bound"),
+        # Issue 30: the eviction right was cluster-wide though only used where bound.
+        pytest.param(
+            "create",
+            "pods",
+            ("--subresource=eviction", "-n", "team-b"),
+            id="no evictions where not bound",
+        ),
+        pytest.param(
+            "create",
+            "pods",
+            ("--subresource=eviction", "-n", "kube-system"),
+            id="no evictions in kube-system",
+        ),
         pytest.param("create", "pods", ("-n", "team-b"), id="no pod creates where not bound"),
         pytest.param("delete", "pods", ("-n", "kube-system"), id="no pod deletes in kube-system"),
         pytest.param("update", "nodes", (), id="no node update (a patch, narrowed by a policy)"),
@@ -564,6 +619,27 @@ def test_the_service_account_may_put_and_take_the_fence_taint_and_nothing_else_o
             {"metadata": {"annotations": {"x": "y"}}},
             "may not change a node's labels or annotations",
         ),
+        # Issue 30: an owner would let the garbage collector delete the node with it; a
+        # finalizer would keep it from ever being deleted.
+        (
+            {
+                "metadata": {
+                    "ownerReferences": [
+                        {
+                            "apiVersion": "v1",
+                            "kind": "Namespace",
+                            "name": "kube-system",
+                            "uid": "00000000-0000-0000-0000-000000000001",
+                        }
+                    ]
+                }
+            },
+            "may not change a node's ownerReferences or finalizers",
+        ),
+        (
+            {"metadata": {"finalizers": ["example.com/hold"]}},
+            "may not change a node's ownerReferences or finalizers",
+        ),
     ]:
         result = patch_node_as_service(cluster, patch)
         assert result.returncode != 0 and message in result.stderr, (patch, result.stderr)
@@ -573,3 +649,5 @@ def test_the_service_account_may_put_and_take_the_fence_taint_and_nothing_else_o
     ]
     assert after["metadata"]["labels"]["pool"] == "e2e-fence"
     assert not after["spec"].get("unschedulable")
+    assert not after["metadata"].get("ownerReferences")
+    assert not after["metadata"].get("finalizers")

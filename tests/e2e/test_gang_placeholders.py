@@ -9,6 +9,10 @@ default scheduler counts like any pod: no 1-GPU pod created after the placeholde
 appeared is bound on the node, the gang is bound when the last GPU frees, and no
 placeholder remains after it binds.
 
+A pod that only carries the placeholder label (anyone who may create pods can
+write it) is no gang's room and is never deleted: only sealed pods the service
+created are placeholders (docs/deploy.md#trust-model).
+
 Not shown here, because it does not hold: a default-scheduler pod already PENDING
 when a GPU frees races the placeholder for it (both react to the same delete
 event) and often wins. Each replacement here gives up once refused, so none is
@@ -27,11 +31,13 @@ from extender.kube.rawapi import RawApi
 from tests.e2e.gang_fixtures import (  # noqa: F401 (no_partial_gangs is a fixture)
     bound,
     bound_live_names,
+    condition_message,
     create,
     default_scheduler_pods,
     delete_pod,
     gang_pod,
     get_pod,
+    get_podgroup,
     list_pods,
     live,
     no_partial_gangs,
@@ -150,3 +156,53 @@ def test_a_gang_starved_by_the_default_schedulers_pods_gets_placeholders_and_is_
     wait_until(
         lambda: not placeholders(raw, namespace), what="no placeholder left after the gang bound"
     )
+
+
+def test_a_pod_that_only_carries_the_placeholder_label_is_no_gangs_room_and_survives(
+    gang_stack, raw, namespace, gpu_nodes
+) -> None:
+    """Issue 30, finding 6: any pod labelled gang-extender.io/placeholder counted as that
+    gang's room and was deleted by the service as an unwanted placeholder."""
+    pool = gpu_nodes(2, gpus=2)
+    gpus = {"nvidia.com/gpu": "2"}
+    planted = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "train-hold-planted",
+            "labels": {PLACEHOLDER_LABEL: "train", "app.kubernetes.io/managed-by": "gang-extender"},
+        },
+        "spec": {
+            "nodeName": pool.nodes[0],  # bound directly, as the service binds its own
+            "terminationGracePeriodSeconds": 0,
+            "containers": [
+                {
+                    "name": "work",
+                    "image": "registry.k8s.io/pause:3.10",
+                    "resources": {"requests": gpus, "limits": gpus},
+                }
+            ],
+        },
+    }
+    create(raw, namespace, planted)
+    # A gang of that name needing both nodes' GPUs: with the planted pod counted as its
+    # room it would be planned over it (and the pod deleted to make the room real).
+    create(raw, namespace, podgroup("train", 2))
+    for i in range(2):
+        create(
+            raw,
+            namespace,
+            gang_pod(f"train-{i}", "train", gpus=2, node_selector=pool.node_selector),
+        )
+    held = wait_until(
+        lambda: (
+            (msg := condition_message(get_podgroup(raw, namespace, "train")))
+            and f"gang {namespace}/train:" in msg
+            and msg
+        ),
+        what="the gang's hold message (written on a tick after the planted pod was seen)",
+    )
+    assert "planned" not in held, held
+    pod = get_pod(raw, namespace, "train-hold-planted")
+    assert pod is not None and not pod["metadata"].get("deletionTimestamp"), "never deleted"
+    assert bound_live_names(raw, namespace, "gang-extender.io/group=train") == set()

@@ -6,18 +6,22 @@ it evicted whole and is bound, with Events on both; a gang that opted out
 (`preemptible: false`) is left running. kube-scheduler's own preemption for a
 high-priority plain pod (its own scheduler's or the default one) never leaves
 part of a low gang running. A PodDisruptionBudget that forbids the eviction
-keeps the low gang whole and running. PriorityClasses are the test's own.
+keeps the low gang whole and running. A victim the API server forbids the
+service to mark (403) is a refused eviction: the preemptor's hold on its nodes is
+dropped at once and the victim is not chosen again. PriorityClasses are the test's own.
 """
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
-from extender.kube.rawapi import RawApi, path_of
+from extender.domain.preemption import PREEMPTED_BY_ANNOTATION
+from extender.kube.rawapi import KubeError, RawApi, path_of
 from tests.e2e.gang_fixtures import (  # noqa: F401 (no_partial_gangs is a fixture)
     bound,
     condition_message,
@@ -27,6 +31,7 @@ from tests.e2e.gang_fixtures import (  # noqa: F401 (no_partial_gangs is a fixtu
     get_podgroup,
     list_pods,
     no_partial_gangs,
+    planned,
     podgroup,
     temporary_priority_classes,
     wait_until,
@@ -201,3 +206,133 @@ def test_kube_schedulers_preemption_for_a_plain_pod_never_leaves_part_of_a_gang(
         low_gang_is_whole_or_gone(raw, namespace),
         what="the low gang to be gone whole (no member left running alone)",
     )
+
+
+ADMISSION = ("apis", "admissionregistration.k8s.io", "v1")
+
+
+@contextlib.contextmanager
+def marks_forbidden_in(raw: RawApi, namespace: str) -> Iterator[None]:
+    """The API server answers 403 to any change of a pod's preempted-by annotation in
+    `namespace`, as it does where the service has no RoleBinding: a real refusal from
+    a ValidatingAdmissionPolicy (reason Forbidden), scoped to that namespace."""
+    name = f"e2e-no-preempt-mark-{namespace}"[:63]
+    policy = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": name},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "operations": ["UPDATE"],
+                        "resources": ["pods"],
+                    }
+                ]
+            },
+            "validations": [
+                {
+                    "expression": (
+                        f"object.metadata.?annotations[?'{PREEMPTED_BY_ANNOTATION}'] == "
+                        f"oldObject.metadata.?annotations[?'{PREEMPTED_BY_ANNOTATION}']"
+                    ),
+                    "message": "e2e: the service has no RoleBinding here",
+                    "reason": "Forbidden",
+                }
+            ],
+        },
+    }
+    binding = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": name},
+        "spec": {
+            "policyName": name,
+            "validationActions": ["Deny"],
+            "matchResources": {
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
+            },
+        },
+    }
+    raw.call("POST", path_of(*ADMISSION, "validatingadmissionpolicies"), body=policy)
+    raw.call("POST", path_of(*ADMISSION, "validatingadmissionpolicybindings"), body=binding)
+    try:
+        yield
+    finally:
+        for plural in ("validatingadmissionpolicybindings", "validatingadmissionpolicies"):
+            with contextlib.suppress(KubeError):
+                raw.call("DELETE", path_of(*ADMISSION, plural, name))
+
+
+def mark_refused(raw: RawApi, namespace: str, pod_name: str) -> bool:
+    """A dry-run mark of `pod_name` is answered 403 (the policy is in force)."""
+    try:
+        raw.call(
+            "PATCH",
+            path_of("api", "v1", "namespaces", namespace, "pods", pod_name),
+            query={"dryRun": "All"},
+            body={"metadata": {"annotations": {PREEMPTED_BY_ANNOTATION: "probe"}}},
+            content_type="application/merge-patch+json",
+        )
+    except KubeError as err:
+        return err.status == 403
+    return False
+
+
+def test_a_victim_the_service_may_not_mark_is_refused_once_and_holds_no_node(
+    gang_stack, raw, namespace, gpu_nodes, priority_classes
+) -> None:
+    """Issue 30, finding 4: the 403 used to be dropped on the floor, so the high gang
+    kept the victims' nodes reserved for the whole hold (120 s) and then chose the
+    same victim again, forever."""
+    selector = gpu_nodes(2, gpus=1).node_selector
+    start_low_gang(raw, namespace, selector, priority_classes)
+    with marks_forbidden_in(raw, namespace):
+        wait_until(lambda: mark_refused(raw, namespace, "low-0"), what="the policy in force")
+        create(raw, namespace, podgroup("high", 2))
+        for i in range(2):
+            create(raw, namespace, pod(f"high-{i}", "high", selector, priority_classes[HIGH]))
+
+        refused = wait_until(
+            lambda: events(raw, namespace, "PreemptionRefused"),
+            what="the service to say the victim was not evicted",
+        )
+        message = refused[0]["message"]
+        assert "mark it preempted" in message and "status 403" in message, message
+        assert f"gang {namespace}/low is left out of gang preemption" in message, message
+        # The hold is dropped at once, not after preemption_hold_seconds (120 s).
+        dropped = wait_until(
+            lambda: [
+                e
+                for e in events(raw, namespace, "GangWaiting")
+                if f"the eviction of gang {namespace}/low was refused (status 403" in e["message"]
+            ],
+            what="the high gang's hold dropped because the eviction was refused",
+        )
+        assert {e["involvedObject"]["name"] for e in dropped} <= {"high-0", "high-1"}
+        wait_until(
+            lambda: (
+                not any(
+                    planned(p)
+                    for p in list_pods(raw, namespace)
+                    if p["metadata"]["name"].startswith("high")
+                )
+            ),
+            what="no high member planned on the victims' nodes any more",
+        )
+        # Tried again after the drop: it waits, without choosing the same victim.
+        wait_until(
+            lambda: (
+                (msg := condition_message(get_podgroup(raw, namespace, "high")))
+                and "plan dropped" not in msg
+                and "preempting" not in msg
+            ),
+            what="the high gang held again, not preempting",
+        )
+        assert len(events(raw, namespace, "PreemptionRefused")) == 1, "the victim chosen again"
+        running = bound(list_pods(raw, namespace))
+        assert names(running, "low") == {"low-0", "low-1"}, "the low gang keeps running whole"
+        assert names(running, "high") == set()

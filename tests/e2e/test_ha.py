@@ -19,6 +19,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,7 @@ from tests.e2e.gang_fixtures import (
     unschedulable_message,
     wait_until,
 )
+from tests.e2e.test_bind_integrity import PROBE_POD, BindingFaults
 
 GANGS = 10
 MEMBERS = 3
@@ -48,6 +50,10 @@ KILL_AFTER_GANGS = 4  # the leader dies while the rest of the stream is still co
 NODES, GPUS_PER_NODE = 8, 4  # 32 GPUs for 30 one-GPU members
 # Short lease so a hand-over takes seconds (deploy/ uses the defaults, 15 s / 5 s).
 LEASE_ENV = {"GANG_LEASE_DURATION_SECONDS": "6", "GANG_LEASE_RENEW_SECONDS": "2"}
+# The binder's retries of a refused binding: 0.5, 1, 2, 4 s apart within 12 s, so a
+# replica deposed a few seconds in still has attempts left to (not) make.
+BIND_RETRY_ENV = {"GANG_BINDING_RETRY_BACKOFF_SECONDS": "0.5", "GANG_BINDING_TIMEOUT_SECONDS": "12"}
+RETRY_POOL = {"e2e.gang-extender.io/pool": "bind-retry"}
 HANDOVER_BOUND_SECONDS = 60  # bounds a hang; the measured time is printed, not asserted
 SETTLE_SECONDS = 180
 PROBE_INTERVAL_SECONDS = 0.2
@@ -157,7 +163,7 @@ def ha_cluster(bin_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Itera
 
 @pytest.fixture
 def ha_stack(ha_cluster: LocalCluster) -> Iterator[tuple[GangStack, ReadyProxy]]:
-    stack = GangStack(ha_cluster, env=LEASE_ENV)
+    stack = GangStack(ha_cluster, env={**LEASE_ENV, **BIND_RETRY_ENV})
     proxy = ReadyProxy(stack.replicas)  # the same list start_replicated fills
     proxy.start()
     try:
@@ -410,3 +416,92 @@ def test_a_gang_planned_before_the_leader_is_killed_keeps_its_reservation_and_bi
     assert placed == plan, f"bound {placed}, planned before the crash {plan}"
     plain = [p for p in list_pods(raw, namespace) if p["metadata"]["name"] == "plain"]
     assert not bound(plain), "the plain pod took a GPU of the gang"
+
+
+class TransientBindingFaults(BindingFaults):
+    """Every binding of the namespace's gang pods refused with 503 (transient, so the
+    binder retries it), each attempt recorded with the time the webhook saw it."""
+
+    def __init__(self, raw: RawApi, namespace: str, tls_dir: Path) -> None:
+        super().__init__(raw, namespace, tls_dir)
+        self.attempts: list[tuple[str, float]] = []
+
+    def answer(self, request: dict[str, Any]) -> dict[str, Any]:
+        name = request.get("name", "")
+        if name == PROBE_POD:
+            return super().answer(request)
+        self.attempts.append((name, time.monotonic()))
+        return {
+            "uid": request["uid"],
+            "allowed": False,
+            "status": {"code": 503, "message": f"e2e fault: binding of {name} unavailable"},
+        }
+
+
+def test_a_leader_that_loses_the_lease_while_retrying_a_binding_stops_binding(
+    ha_cluster, ha_stack, tmp_path
+) -> None:
+    """Issue 30, finding 6: ApiBinder retried a failed binding for binding_timeout_seconds
+    (10 s) without asking again whether it led, so a deposed leader went on binding a
+    gang the new leader owns. Faults are real: a webhook answers every binding 503, and
+    the Lease is taken over under the leader, as another replica's would be."""
+    stack, _proxy = ha_stack
+    api = ha_cluster.api_client()
+    raw = RawApi(api)
+    nodes = add_gpu_nodes(api, 1, gpus=2, labels=RETRY_POOL, name_prefix="retry-node")
+    wait_for_nodes_ready(api, nodes)
+    namespace = new_namespace(api, "bind-retry")
+    faults = TransientBindingFaults(raw, namespace, tmp_path / "faults-tls")
+    lease_path = path_of(
+        "apis",
+        "coordination.k8s.io",
+        "v1",
+        "namespaces",
+        "gang-system",
+        "leases",
+        "gang-extender-service",
+    )
+    try:
+        faults.wait_in_force(nodes[0])
+        leader = stack.leader()
+        assert leader is not None
+        create(raw, namespace, podgroup("rt", 2))
+        for i in range(2):
+            create(raw, namespace, gang_pod(f"rt-{i}", "rt", gpus=1, node_selector=RETRY_POOL))
+        wait_until(lambda: faults.attempts, what="the leader's first binding attempt refused")
+
+        lease_path = path_of(
+            "apis",
+            "coordination.k8s.io",
+            "v1",
+            "namespaces",
+            "gang-system",
+            "leases",
+            "gang-extender-service",
+        )
+        lease = raw.call("GET", lease_path)
+        lease["spec"].update(
+            holderIdentity="e2e-intruder",
+            leaseDurationSeconds=600,
+            renewTime=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+        )
+        raw.call("PUT", lease_path, body=lease)
+        wait_until(
+            lambda: leader.readyz()[0] != 200,
+            timeout=HANDOVER_BOUND_SECONDS,
+            what="the leader to see it lost the Lease",
+        )
+        deposed = time.monotonic()
+        # Longer than the binder's longest wait between two attempts within its 10 s.
+        time.sleep(2 * float(BIND_RETRY_ENV["GANG_BINDING_RETRY_BACKOFF_SECONDS"]) * 8)
+        # A POST already on its way when the lease was lost may still arrive (it was
+        # sent while leading); nothing may be sent after.
+        late = [(name, at - deposed) for name, at in faults.attempts if at > deposed + 1.0]
+        assert late == [], f"bindings posted after the leader was deposed: {late}"
+        assert _metric(leader.metrics_text(), "gang_extender_not_leader_total", 'what="bind"') >= 1
+        assert not bound(list_pods(raw, namespace))
+    finally:
+        faults.close()
+        # The intruder's 600 s term would hold the next test's replicas off: end it.
+        with contextlib.suppress(KubeError):
+            raw.call("DELETE", lease_path)

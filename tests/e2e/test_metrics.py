@@ -225,3 +225,8 @@ def test_metrics_after_a_gang_run_show_what_the_run_implies(metrics_stack: GangS
     # Caches: listed and watching.
     for resource in ("pods", "nodes", "podgroups", "namespaces"):
         assert value(after, "gang_extender_cache_synced", resource=resource) == 1, resource
+    # The standard collectors: the service process's own memory, CPU and fds.
+    assert value(after, "process_resident_memory_bytes") > 0
+    assert value(after, "process_cpu_seconds_total") > 0
+    assert value(after, "process_open_fds") > 0
+    assert any(name == "python_info" for name, _ in after), "python_info is exported"

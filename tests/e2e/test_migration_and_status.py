@@ -125,8 +125,9 @@ def test_status_lists_scheduler_plugins_and_member_only_groups_with_their_source
         return rows if explained else None
 
     rows = wait_until(both_explained, what="status to list pi and lonely with their reasons")
+    # Our phase, and in SOURCE the one the service wrote into their PodGroup.
     assert (rows["pi"]["SOURCE"], rows["pi"]["PHASE"], rows["pi"]["PLACED/MIN"]) == (
-        "scheduler-plugins",
+        "scheduler-plugins (Pending)",
         "Pending",
         "0/3",
     )
@@ -146,3 +147,14 @@ def test_status_lists_scheduler_plugins_and_member_only_groups_with_their_source
         what="pi placed in the status table",
     )
     assert placed["PHASE"] in ("Scheduled", "Running") and placed["WAITING FOR"] == ""
+    theirs = {
+        "Scheduled": "scheduler-plugins (Scheduling)",
+        "Running": "scheduler-plugins (Running)",
+    }
+    assert wait_until(
+        lambda: (
+            gang_status(cluster, namespace)["pi"]["SOURCE"]
+            == theirs[gang_status(cluster, namespace)["pi"]["PHASE"]]
+        ),
+        what="their phase beside ours",
+    )

@@ -3,11 +3,14 @@
 The extender answers only kube-scheduler, which presents the client certificate the
 service issued it; anyone else is refused in the TLS handshake, before a request is
 read. kube-scheduler itself still gang-schedules with it (also every test of
-test_gang_scheduling.py, which run through the same stack).
+test_gang_scheduling.py, which run through the same stack). What the service
+created is told apart by its seal, not by a label: a Secret planted under the
+group's name with the managed-by label never hands its key pair to the members.
 """
 
 from __future__ import annotations
 
+import base64
 import http.client
 import json
 import ssl
@@ -17,10 +20,13 @@ from typing import Any
 import pytest
 
 from extender.devcluster.stack import GangStack
-from extender.kube.rawapi import RawApi
+from extender.injection.ssh import generate_key_pair
+from extender.kube.ownership import SEAL_ANNOTATION
+from extender.kube.rawapi import RawApi, path_of
 from tests.e2e.gang_fixtures import (
     bound,
     create,
+    events,
     gang_pod,
     list_pods,
     podgroup,
@@ -176,3 +182,43 @@ def test_forged_admission_reviews_cannot_make_a_real_member_be_denied(
         "tight-worker-0",
         "tight-worker-1",
     ]
+
+
+def test_a_planted_secret_with_our_label_never_gives_its_key_pair_to_the_members(
+    gang_stack, raw, injected_namespace, gpu_nodes
+) -> None:
+    """Issue 30, finding 6: Secret <group>-ssh was adopted on the managed-by label alone,
+    so a key pair someone else planted was mounted into every member."""
+    namespace = injected_namespace
+    keys = generate_key_pair(comment="planted")
+    planted = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": {
+            "name": "hvd-ssh",
+            "labels": {
+                "app.kubernetes.io/managed-by": "gang-extender",
+                "gang-extender.io/group": "hvd",
+            },
+        },
+        "stringData": {"id_rsa": keys.private_openssh, "id_rsa.pub": keys.public_openssh},
+    }
+    secret_path = path_of("api", "v1", "namespaces", namespace, "secrets")
+    raw.call("POST", secret_path, body=planted)
+    selector = gpu_nodes(1, gpus=2).node_selector
+    create(raw, namespace, podgroup("hvd", 2))
+    for i in range(2):
+        create(raw, namespace, gang_pod(f"hvd-{i}", "hvd", gpus=1, node_selector=selector))
+
+    replaced = wait_until(
+        lambda: events(raw, namespace, "WiringReplaced"),
+        what="a WiringReplaced Event for the planted Secret",
+    )
+    assert f"Secret {namespace}/hvd-ssh" in replaced[0]["message"]
+    secret = raw.call("GET", f"{secret_path}/hvd-ssh")
+    data = {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
+    assert data["id_rsa"] != keys.private_openssh, "the planted private key is not used"
+    assert keys.public_openssh.split()[1] not in data["authorized_keys"]
+    assert SEAL_ANNOTATION in secret["metadata"]["annotations"]
+    wait_until(lambda: len(bound(list_pods(raw, namespace))) == 2, what="the gang to be bound")

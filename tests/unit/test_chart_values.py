@@ -146,7 +146,9 @@ def test_every_deploy_manifest_has_its_template_at_the_same_path() -> None:
 def _cluster_role_rules(path: Path) -> list[dict[str, Any]]:
     """The rules of the gang-extender ClusterRole in a file; Helm's template lines
     (labels) left out."""
-    text = "\n".join(line for line in path.read_text().splitlines() if "{{" not in line)
+    # The webhook configuration's name helper renders the service's default name.
+    source = path.read_text().replace(WEBHOOK_CONFIG_NAME_HELPER, "gang-extender")
+    text = "\n".join(line for line in source.splitlines() if "{{" not in line)
     (role,) = [
         d
         for d in yaml.safe_load_all(text)
@@ -155,6 +157,21 @@ def _cluster_role_rules(path: Path) -> list[dict[str, Any]]:
     rules = role["rules"]
     assert isinstance(rules, list)
     return rules
+
+
+WEBHOOK_CONFIG_NAME_HELPER = '{{ include "gang-extender.webhookConfigName" . }}'
+
+
+def test_the_webhook_configuration_and_its_rbac_follow_one_name() -> None:
+    """Issue 30: settings.webhookConfigName renamed what the service patches, but not the
+    object nor ClusterRole gang-extender's resourceNames (never Ready). Rendered with a
+    name: tests/e2e/test_chart.py."""
+    webhook = (CHART / "templates" / "webhook.yaml").read_text()
+    role = (CHART / "templates" / "rbac" / "cluster-role.yaml").read_text()
+    assert f"name: {WEBHOOK_CONFIG_NAME_HELPER}" in webhook
+    assert f"resourceNames: [{WEBHOOK_CONFIG_NAME_HELPER}]" in role
+    assert "resourceNames: [gang-extender]" not in role
+    assert Settings().webhook_config_name == "gang-extender", "the helper's default"
 
 
 def _grants(rules: list[dict[str, Any]], api_group: str) -> dict[str, set[str]]:

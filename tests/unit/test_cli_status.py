@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from extender.cli import STATUS_HEADER, format_table, status_rows
+from extender.status_view import STATUS_HEADER, format_table
+from tests.builders import status_rows
 
 
 def pod(
@@ -193,7 +194,8 @@ def test_pods_of_a_group_that_another_scheduler_places_are_named_with_the_fix() 
     )
 
 
-def test_our_podgroup_shows_its_condition_message_once_placed_too_as_kubectl_wide_does() -> None:
+def test_a_placed_group_of_ours_waits_for_nothing() -> None:
+    """Issue 33: WAITING FOR read `4/4 members bound` for running groups."""
     bound_message = "gang team-a/big: 2/2 members bound"
     ours = podgroup(
         "big",
@@ -205,7 +207,7 @@ def test_our_podgroup_shows_its_condition_message_once_placed_too_as_kubectl_wid
             "conditions": [{"type": "Scheduled", "message": bound_message}],
         },
     )
-    assert row(status_rows([ours], [], [], []), "big")["WAITING FOR"] == bound_message
+    assert row(status_rows([ours], [], [], []), "big")["WAITING FOR"] == ""
 
 
 def test_a_volcano_group_is_listed_with_its_source_and_wins_over_a_coscheduling_one() -> None:

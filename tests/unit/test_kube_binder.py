@@ -159,6 +159,25 @@ async def test_a_failed_binding_read_back_says_why_it_can_never_succeed(
     assert (failed.value.gone, failed.value.bound_to) == (gone, bound_to)
 
 
+async def test_a_replica_that_lost_the_lease_while_retrying_posts_no_more_bindings() -> None:
+    """Issue 30, finding 6: the retries went on for binding_timeout_seconds without
+    asking whether this replica still leads, so a deposed leader kept binding."""
+    leading = [True]
+    refused: list[int] = []
+
+    class LosesTheLease(ScriptedRaw):
+        def call(self, method: str, path: str, *, body: Any = None, timeout: Any = None) -> Any:
+            if method == "GET":
+                leading[0] = False  # the Lease lapses while the first answer is read back
+            return super().call(method, path, body=body, timeout=timeout)
+
+    raw = LosesTheLease(posts=[SERVER_ERROR, {}], gets=[pod_state(None)])
+    with pytest.raises(BindError, match="not the leader"):
+        await bind_with(raw, acting=lambda: leading[0], on_not_acting=lambda: refused.append(1))
+    assert [m for m, _ in raw.calls] == ["POST", "GET"], "no second POST once deposed"
+    assert refused == [1]
+
+
 async def test_retries_stop_within_the_binding_timeout() -> None:
     clock = iter(float(t) for t in range(100))
     raw = ScriptedRaw(posts=[SERVER_ERROR] * 10, gets=[pod_state(None)] * 10)

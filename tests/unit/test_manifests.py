@@ -244,6 +244,34 @@ def test_rbac_never_deletes_nor_lists_secrets() -> None:
             assert not {"list", "watch"} & set(rule["verbs"]), f"{where} may list Secrets: {rule}"
 
 
+def test_every_pod_write_is_granted_per_namespace_only() -> None:
+    """Issue 30: pods/eviction was cluster-wide though used only where bound."""
+    cluster_wide = {
+        resource
+        for where, rule in _rules()
+        if where == "ClusterRole gang-extender" and set(rule["verbs"]) - {"get", "list", "watch"}
+        for resource in rule["resources"]
+    }
+    assert not {r for r in cluster_wide if r.startswith("pods")} - {"pods/binding"}
+    per_namespace = {
+        (resource, verb)
+        for where, rule in _rules()
+        if where == "ClusterRole gang-extender-namespace"
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+    assert ("pods/eviction", "create") in per_namespace
+
+
+def test_the_node_fence_policy_guards_owners_and_finalizers() -> None:
+    policy = one("ValidatingAdmissionPolicy", "gang-extender-node-fence")
+    expressions = " ".join(v["expression"] for v in policy["spec"]["validations"])
+    for field in ("ownerReferences", "finalizers", "labels", "annotations", "taints"):
+        assert f"object.metadata.?{field}" in expressions or f".{field}" in expressions, field
+    assert "oldObject.metadata.?ownerReferences" in expressions
+    assert "oldObject.metadata.?finalizers" in expressions
+
+
 def test_the_scheduler_is_bound_to_the_builtin_scheduler_roles() -> None:
     bound = {
         o["roleRef"]["name"]
@@ -354,6 +382,18 @@ def test_the_dashboard_shows_every_metric() -> None:
     families = {
         f.name + ("_total" if f.type == "counter" else "") for f in Metrics().registry.collect()
     }
+    # prometheus-client's standard collectors: the ones to alert on are shown (memory,
+    # CPU, fds); the rest (python_info, gc, virtual memory, start time) are for queries.
+    not_shown = {
+        "python_info",
+        "python_gc_objects_collected_total",
+        "python_gc_objects_uncollectable_total",
+        "python_gc_collections_total",
+        "process_virtual_memory_bytes",
+        "process_start_time_seconds",
+    }
+    assert not_shown <= families, "the standard collectors are registered"
+    families -= not_shown
     shown = {name for name in families if re.search(rf"\b{name}(_bucket|_count|_sum)?\b", queries)}
     assert shown == families, f"not on the dashboard: {sorted(families - shown)}"
 
@@ -447,9 +487,13 @@ def test_only_the_gang_scheduler_may_reach_the_extender_port() -> None:
     by_port = {p["port"]: rule for rule in rules for p in rule["ports"]}
     assert set(by_port) == ports == {"extender", "webhook", "metrics"}
     extender_from = by_port["extender"]["from"]
+    # The gang scheduler, and `helm test`'s pod (charts/.../templates/tests): both in
+    # gang-system (no namespaceSelector), both presenting the scheduler's client cert.
     assert [f["podSelector"]["matchLabels"] for f in extender_from] == [
-        {"app.kubernetes.io/name": scheduler_labels["app.kubernetes.io/name"]}
+        {"app.kubernetes.io/name": scheduler_labels["app.kubernetes.io/name"]},
+        {"app.kubernetes.io/component": "helm-test"},
     ]
+    assert all("namespaceSelector" not in f for f in extender_from)
     assert "from" not in by_port["webhook"] and "from" not in by_port["metrics"]
 
 
@@ -482,6 +526,7 @@ def test_the_service_writes_pods_secrets_configmaps_services_only_per_namespace(
     namespaced = one("ClusterRole", "gang-extender-namespace")
     assert {r for rule in namespaced["rules"] for r in rule["resources"]} == {
         "pods",
+        "pods/eviction",
         "pods/status",
         "services",
         "configmaps",

@@ -103,9 +103,16 @@ def test_names_are_deterministic_and_fit_a_pod_name() -> None:
 def test_the_manifest_holds_the_gpus_on_the_node_for_its_group() -> None:
     owner = {"apiVersion": "v1", "kind": "PodGroup", "name": "big", "uid": "u"}
     body = placeholder_pod(
-        namespace="team", name="big-hold-n1-1", group="big", node="n1", gpus=3, owner=owner
+        namespace="team",
+        name="big-hold-n1-1",
+        group="big",
+        node="n1",
+        gpus=3,
+        owner=owner,
+        seal="sealed",
     )
     spec = body["spec"]
+    assert body["metadata"]["annotations"] == {"gang-extender.io/seal": "sealed"}
     assert body["metadata"]["labels"][PLACEHOLDER_LABEL] == "big"
     assert body["metadata"]["ownerReferences"] == [owner]
     assert spec["nodeName"] == "n1" and spec["terminationGracePeriodSeconds"] == 0

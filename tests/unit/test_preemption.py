@@ -16,6 +16,7 @@ from extender.domain.policy import Policy
 from extender.domain.preemption import (
     PREEMPTED_BY_ANNOTATION,
     SCHEDULER_PREEMPTION_REASON,
+    EvictionRefusal,
     NodeVictims,
     VictimUnit,
     candidates,
@@ -203,7 +204,7 @@ def test_preemption_off_leaves_the_gang_waiting() -> None:
 def test_a_refused_eviction_leaves_that_unit_out_until_it_expires() -> None:
     core = high_gang_waiting_on_low_and_plain()
     # n2 has one GPU free: the plain pod (priority 0) is the lowest, fewest victim.
-    core.eviction_refused("pod default/plain", T0, preemptor=None)
+    core.eviction_refused("pod default/plain", T0, preemptor=None, **BUDGET)
     assert ask(core, "high-0") is Verdict.PLANNED
     evicted = evicted_refs(core)
     assert "default/plain" not in evicted
@@ -436,7 +437,7 @@ def test_a_refused_eviction_drops_the_hold_and_the_gang_chooses_again_without_th
     assert ask(core, "high-0") is Verdict.PLANNED
     core.drain_effects()
     high = GroupKey("default", "high")
-    core.eviction_refused("pod default/plain", T0, preemptor=high)
+    core.eviction_refused("pod default/plain", T0, preemptor=high, **BUDGET)
     assert high not in core.ledger.plans
     assert "the eviction of pod default/plain was refused" in core.groups[high].message
     later = T0 + 3  # after the replan backoff
@@ -565,7 +566,7 @@ def test_a_refusal_ends_exactly_at_its_time() -> None:
     core = core_with(
         {"n0": 1, "n1": 1}, [*low, *high_gang()], {"low": low_spec, "high": {"minMember": 2}}
     )
-    core.eviction_refused("gang default/low", T0 - 120, preemptor=None)  # until T0
+    core.eviction_refused("gang default/low", T0 - 120, preemptor=None, **BUDGET)  # until T0
     assert ask(core, "high-0") is Verdict.PLANNED
 
 
@@ -742,3 +743,45 @@ def test_victims_once_gone_are_not_remembered_as_being_evicted() -> None:
     for uid in ("uid-low-0", "uid-low-1"):
         core.forget_pod(uid, T0 + 1)
     assert core.evicting == set()
+
+
+BUDGET: dict[str, Any] = {"refusal": EvictionRefusal.BUDGET, "why": "a PodDisruptionBudget"}
+
+
+def test_a_forbidden_eviction_leaves_the_unit_out_longer_than_a_budget_refusal() -> None:
+    """Issue 30, finding 4: a victim the service may not mark or evict (403, no
+    RoleBinding in its namespace) is not chosen again after every hold expiry."""
+    low, low_spec = low_gang_running()
+    core = core_with(
+        {"n0": 1, "n1": 1}, [*low, *high_gang()], {"low": low_spec, "high": {"minMember": 2}}
+    )
+    assert ask(core, "high-0") is Verdict.PLANNED
+    core.drain_effects()
+    high = GroupKey("default", "high")
+    core.eviction_refused(
+        "gang default/low",
+        T0,
+        preemptor=high,
+        refusal=EvictionRefusal.FORBIDDEN,
+        why="status 403 Forbidden",
+    )
+    assert high not in core.ledger.plans, "the hold on the victims' nodes is dropped at once"
+    assert "status 403 Forbidden" in core.groups[high].message
+    member = next(p for p in core.snapshot.pods.values() if p.name == "high-0")
+    nodes = sorted(core.snapshot.nodes)
+    # Past the hold a budget refusal would last: still left out, the gang waits.
+    after_hold = T0 + core.timeouts.preemption_hold_seconds + 1
+    assert core.filter(member, nodes, after_hold).verdict is Verdict.WAIT
+    assert not [e for e in core.drain_effects() if isinstance(e, EvictVictims)]
+    assert high not in core.ledger.plans, "no node is held for a victim that cannot go"
+    # Once the forbidden time is over it is tried again (the RoleBinding may exist now).
+    later = T0 + core.timeouts.preemption_forbidden_seconds + 1
+    assert core.filter(member, nodes, later).verdict is Verdict.PLANNED
+
+
+def test_only_units_refused_lately_are_remembered() -> None:
+    core = high_gang_waiting_on_low_and_plain()
+    core.eviction_refused("pod default/plain", T0, preemptor=None, **BUDGET)
+    later = T0 + core.timeouts.preemption_hold_seconds + 1
+    core.eviction_refused("gang default/low", later, preemptor=None, **BUDGET)
+    assert list(core.refused_evictions) == ["gang default/low"]

@@ -6,6 +6,7 @@ The API server is the fake `RawApi` of test_service_effects; the service is real
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -175,3 +176,109 @@ async def test_evictions_are_counted_by_result(service: GangService, raw: FakeRa
     )
     await service.queues.join()
     assert evictions_counted(service) == {"evicted": 1.0, "refused": 1.0}
+
+
+# ------------------------------ issue 30, finding 4: a victim the service may not touch
+def forbidden(action: str = "patch") -> KubeError:
+    """The API server's answer where the service has no RoleBinding (namespace team-b)."""
+    return KubeError(
+        403,
+        f'pods "low-0" is forbidden: User "system:serviceaccount:gang-system:gang-extender" '
+        f'cannot {action} resource "pods" in API group "" in the namespace "default"',
+        reason="Forbidden",
+    )
+
+
+def fail_marks_of(raw: FakeRaw, name: str, *errors: KubeError) -> None:
+    """The mark (PATCH) of pod `name` fails with `errors` in turn, then succeeds."""
+    queue = list(errors)
+
+    def hook(method: str, path: str, body: Any) -> None:
+        if method == "PATCH" and path.endswith(f"/pods/{name}") and queue:
+            raise queue.pop(0)
+
+    raw.hook = hook
+
+
+async def test_a_forbidden_mark_is_a_refused_eviction_the_core_is_told_of(
+    service: GangService, raw: FakeRaw
+) -> None:
+    fail_marks_of(raw, "low-0", forbidden())
+    before = time.time()
+    service.writer.queue_effects(
+        [evict(("low-0", "gang default/low"), ("low-1", "gang default/low"))]
+    )
+    await service.queues.join()
+    assert len([a for a in raw.attempts if a[0] == "PATCH"]) == 1, "a 403 is not retried"
+    assert [a for a in raw.attempts if a[1].endswith("/eviction")] == [], "nothing evicted"
+    assert [a for a in raw.attempts if "/pods/low-1" in a[1]] == [], "the gang is left whole"
+    # Left out for the forbidden time, not just one hold: not chosen again after it.
+    until = service.core.refused_evictions["gang default/low"]
+    assert until >= before + service.settings.preemption_forbidden_seconds
+    [refused] = raw.events("PreemptionRefused")
+    assert refused["involvedObject"]["name"] == "low-0"
+    assert "status 403 Forbidden" in refused["message"]
+    assert "bind ClusterRole gang-extender-namespace" in refused["message"]
+    assert f"{service.settings.preemption_forbidden_seconds:g} s" in refused["message"]
+    assert raw.events("PreemptedByGang") == []
+    assert evictions_counted(service) == {"failed": 1.0}
+
+
+async def test_a_mark_failing_transiently_is_retried_then_the_victim_evicted(
+    service: GangService, raw: FakeRaw
+) -> None:
+    fail_marks_of(raw, "low-0", KubeError(503, "unavailable"), KubeError(0, "no answer"))
+    service.writer.queue_effects([evict(("low-0", "pod default/low-0"))])
+    await service.queues.join()
+    assert len([a for a in raw.attempts if a[0] == "PATCH"]) == 3
+    assert len(requests(raw, "POST", "/pods/low-0/eviction")) == 1
+    assert service.core.refused_evictions == {}
+    assert evictions_counted(service) == {"evicted": 1.0}
+
+
+async def test_a_mark_failing_through_every_retry_is_left_out_for_one_hold(
+    service: GangService, raw: FakeRaw
+) -> None:
+    attempts = service.settings.api_write_attempts
+    fail_marks_of(raw, "low-0", *(KubeError(503, "unavailable") for _ in range(attempts)))
+    before = time.time()
+    service.writer.queue_effects([evict(("low-0", "pod default/low-0"))])
+    await service.queues.join()
+    assert len([a for a in raw.attempts if a[0] == "PATCH"]) == attempts
+    assert [a for a in raw.attempts if a[1].endswith("/eviction")] == []
+    until = service.core.refused_evictions["pod default/low-0"]
+    hold = service.settings.preemption_hold_seconds
+    assert before + hold <= until < before + service.settings.preemption_forbidden_seconds
+    assert "status 503" in raw.events("PreemptionRefused")[0]["message"]
+
+
+async def test_a_forbidden_eviction_is_told_to_the_core_and_the_mark_taken_back(
+    service: GangService, raw: FakeRaw
+) -> None:
+    def hook(method: str, path: str, body: Any) -> None:
+        if path.endswith("/pods/low-0/eviction"):
+            raise forbidden("create")
+
+    raw.hook = hook
+    service.writer.queue_effects([evict(("low-0", "pod default/low-0"))])
+    await service.queues.join()
+    assert len([a for a in raw.attempts if a[1].endswith("/eviction")]) == 1
+    marks = [
+        body["metadata"]["annotations"][PREEMPTED_BY_ANNOTATION]
+        for body in requests(raw, "PATCH", "/pods/low-0")
+    ]
+    assert marks == ["gang default/high (priority 1000)", None]
+    assert "pod default/low-0" in service.core.refused_evictions
+    assert "evict it (status 403 Forbidden)" in raw.events("PreemptionRefused")[0]["message"]
+
+
+async def test_a_later_member_that_cannot_be_marked_is_evicted_unmarked_not_left_running(
+    service: GangService, raw: FakeRaw
+) -> None:
+    fail_marks_of(raw, "low-1", forbidden())
+    service.writer.queue_effects(
+        [evict(("low-0", "gang default/low"), ("low-1", "gang default/low"))]
+    )
+    await service.queues.join()
+    assert len(requests(raw, "POST", "/pods/low-1/eviction")) == 1
+    assert service.core.refused_evictions == {}

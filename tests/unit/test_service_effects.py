@@ -325,6 +325,15 @@ def test_a_scrape_draws_the_group_gauges_from_the_core_of_a_synced_leader(
     assert pending_groups(scrape(service)) == 2  # drawn again at each scrape, not on a timer
 
 
+def test_a_group_with_no_size_is_counted_pending(service: GangService) -> None:
+    """The commonest first mistake (no PodGroup, no min-available: `Pending 0/?` in
+    `gang-extender status`) must show in the metric GangExtenderGangsStuckPending reads."""
+    observe(service, "pods", *[make_pod(n).group("unsized").obj() for n in ("u0", "u1")])
+    observe(service, "pods", *[make_pod(n).group("sized").min_available(2).obj() for n in ("s0",)])
+    service.cache = SyncedCache()  # type: ignore[assignment]
+    assert pending_groups(scrape(service)) == 2
+
+
 def test_a_scrape_before_the_cache_syncs_or_on_a_follower_leaves_the_gauges_alone(
     service: GangService, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -452,7 +452,9 @@ def _status_pod(name: str, *, node: str | None = None, phase: str = "Pending") -
 
 
 def test_status_shows_an_upstream_group_with_its_min_count() -> None:
-    from extender.cli import SOURCE_UPSTREAM, STATUS_HEADER, status_rows
+    from extender.status_report import NO_WORD, SOURCE_UPSTREAM
+    from extender.status_view import STATUS_HEADER
+    from tests.builders import status_rows
 
     pods = [
         _status_pod("train-0", node="n1", phase="Running"),
@@ -470,12 +472,14 @@ def test_status_shows_an_upstream_group_with_its_min_count() -> None:
         "SOURCE": SOURCE_UPSTREAM,
         "QUEUE": "1",
         "PRIORITY": "0",
-        "WAITING FOR": "",
+        # Nothing from the service on it (no Event, no Lease to read): said, not left blank.
+        "WAITING FOR": NO_WORD,
     }
 
 
 def test_status_without_upstream_podgroups_shows_the_group_from_its_pods() -> None:
-    from extender.cli import SOURCE_PODS, status_rows
+    from extender.status_report import SOURCE_PODS
+    from tests.builders import status_rows
 
     rows = status_rows([], [], [_status_pod("train-0")], [])
     assert [(r[1], r[3], r[5]) for r in rows[1:]] == [("train", "0/?", SOURCE_PODS)]

@@ -180,13 +180,17 @@ def test_the_requests_are_core_v1_with_our_field_manager(
     ours = {"fieldManager": "gang-extender"}
     base = "/api/v1/namespaces/team"
     json, json_patch = "application/json", "application/json-patch+json"
+    # Each object is sealed right after its create (kube/ownership.py).
     assert server.sent == [
         ("GET", f"{base}/services/hvd", {}, json),
         ("POST", f"{base}/services", ours, json),
+        ("PATCH", f"{base}/services/hvd", ours, json_patch),
         ("GET", f"{base}/secrets/hvd-ssh", {}, json),
         ("POST", f"{base}/secrets", ours, json),
+        ("PATCH", f"{base}/secrets/hvd-ssh", ours, json_patch),
         ("GET", f"{base}/configmaps/hvd-svc", {}, json),
         ("POST", f"{base}/configmaps", ours, json),
+        ("PATCH", f"{base}/configmaps/hvd-svc", ours, json_patch),
         ("GET", f"{base}/services/hvd", {}, json),
         # The Secret does not follow the layout (members mount it as a snapshot).
         ("GET", f"{base}/secrets/hvd-ssh", {}, json),
@@ -253,9 +257,9 @@ class TestHorovodGroup:
         self, server: FakeApiServer, controller: WiringController
     ) -> None:
         controller.reconcile(namespace=NS, group="hvd", podgroup=podgroup(), pods=HOROVOD)
-        assert len(server.writes) == 3
+        assert len(server.writes) == 6, "three creates, each sealed"
         controller.reconcile(namespace=NS, group="hvd", podgroup=podgroup(), pods=HOROVOD)
-        assert len(server.writes) == 3
+        assert len(server.writes) == 6
 
 
 class TestLayoutChanges:
@@ -274,7 +278,11 @@ class TestLayoutChanges:
         assert server.get("configmaps", "dep-svc")["data"]["VC_WORKER_NUM"] == "3"
         # Members mount the Secret as a snapshot (subPath): it must not change with them.
         assert server.get("secrets", "dep-ssh") == before
-        assert [write for write in server.writes if write[1] == "secrets"] == [("POST", "secrets")]
+        # Created, then sealed (kube/ownership.py); never written again for a member.
+        assert [write for write in server.writes if write[1] == "secrets"] == [
+            ("POST", "secrets"),
+            ("PATCH", "secrets"),
+        ]
 
     def test_a_removed_task_disappears_from_the_configmap(
         self, server: FakeApiServer, controller: WiringController
@@ -450,3 +458,93 @@ def test_clearing_the_ready_list_of_a_group_never_wired_writes_nothing(
 ) -> None:
     controller.clear_ready_hosts(namespace=NS, group="hvd")
     assert server.writes == []
+
+
+# ------------------- issue 30, finding 6: the label says nothing, only the seal does
+def planted_copies(kinds: tuple[str, ...]) -> dict[str, dict[str, Any]]:
+    """The group's objects as a tenant would plant them before the group exists: made by
+    someone else (a scratch API server here), labelled managed-by gang-extender, with a
+    key pair the tenant knows, under uids of their own and no seal of ours."""
+    scratch = FakeApiServer()
+    WiringController(scratch).reconcile(
+        namespace=NS, group="hvd", podgroup=podgroup(), pods=HOROVOD
+    )
+    planted = {}
+    for kind, name in {
+        "services": "hvd",
+        "secrets": "hvd-ssh",
+        "configmaps": "hvd-svc",
+    }.items():
+        if kind not in kinds:
+            continue
+        obj = copy.deepcopy(scratch.get(kind, name))
+        obj["metadata"].pop("annotations", None)
+        obj["metadata"]["uid"] = f"planted-{kind}"
+        obj["metadata"]["ownerReferences"] = []
+        planted[kind] = obj
+    return planted
+
+
+def plant(server: FakeApiServer, *kinds: str) -> dict[str, dict[str, Any]]:
+    planted = planted_copies(kinds)
+    for kind, obj in planted.items():
+        server.put(kind, obj)
+    return planted
+
+
+class TestPlantedObjects:
+    def test_a_planted_secrets_key_pair_is_never_used(
+        self, server: FakeApiServer, controller: WiringController
+    ) -> None:
+        planted = plant(server, "secrets")["secrets"]
+        notices = controller.reconcile(namespace=NS, group="hvd", podgroup=podgroup(), pods=HOROVOD)
+        secret = server.get("secrets", "hvd-ssh")
+        assert secret["data"]["id_rsa"] != planted["data"]["id_rsa"], "a new key pair"
+        assert secret["data"]["authorized_keys"] != planted["data"]["authorized_keys"]
+        assert notices is not None and len(notices) == 1
+        assert "Secret team/hvd-ssh" in notices[0] and "key pair was replaced" in notices[0]
+        # Sealed now: the next reconcile keeps these keys, writes nothing, says nothing.
+        writes = len(server.writes)
+        again = controller.reconcile(namespace=NS, group="hvd", podgroup=podgroup(), pods=HOROVOD)
+        assert again == [] and len(server.writes) == writes
+        assert server.get("secrets", "hvd-ssh")["data"]["id_rsa"] == secret["data"]["id_rsa"]
+
+    def test_a_seal_copied_from_our_secret_onto_a_planted_one_is_not_trusted(
+        self, server: FakeApiServer, controller: WiringController
+    ) -> None:
+        controller.reconcile(namespace=NS, group="hvd", podgroup=podgroup(), pods=HOROVOD)
+        ours = server.get("secrets", "hvd-ssh")
+        other = FakeApiServer()
+        planted = plant(other, "secrets")["secrets"]
+        planted["metadata"]["annotations"] = dict(ours["metadata"]["annotations"])
+        other.put("secrets", planted)
+        WiringController(other).reconcile(
+            namespace=NS, group="hvd", podgroup=podgroup(), pods=HOROVOD
+        )
+        assert other.get("secrets", "hvd-ssh")["data"]["id_rsa"] != planted["data"]["id_rsa"]
+
+    def test_a_planted_service_that_is_not_headless_is_refused(
+        self, server: FakeApiServer, controller: WiringController
+    ) -> None:
+        service = plant(server, "services")["services"]
+        service["spec"].update(clusterIP="10.0.0.5", clusterIPs=["10.0.0.5"])
+        server.put("services", service)
+        with pytest.raises(WiringConflictError, match="not a headless Service; delete it"):
+            controller.reconcile(namespace=NS, group="hvd", podgroup=podgroup(), pods=HOROVOD)
+        assert server.get("services", "hvd")["spec"]["clusterIP"] == "10.0.0.5"
+
+    def test_a_planted_headless_service_and_configmap_are_adopted_with_a_notice(
+        self, server: FakeApiServer, controller: WiringController
+    ) -> None:
+        planted = plant(server, "services", "configmaps")
+        planted["configmaps"]["data"]["hostfile"] = "attacker.example slots=8\n"
+        server.put("configmaps", planted["configmaps"])
+        notices = controller.reconcile(namespace=NS, group="hvd", podgroup=podgroup(), pods=HOROVOD)
+        assert notices is not None
+        assert [n.split(" carries")[0] for n in notices] == [
+            "Service team/hvd",
+            "ConfigMap team/hvd-svc",
+        ]
+        assert "attacker.example" not in server.get("configmaps", "hvd-svc")["data"]["hostfile"]
+        owners = server.get("configmaps", "hvd-svc")["metadata"]["ownerReferences"]
+        assert [o["uid"] for o in owners] == ["pg-uid-1"]

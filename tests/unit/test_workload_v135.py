@@ -509,7 +509,9 @@ def _member(name: str, *, node: str | None = None, phase: str = "Pending") -> di
 
 
 def test_status_sizes_a_workload_ref_gang_by_its_workloads_entry() -> None:
-    from extender.cli import SOURCE_UPSTREAM, STATUS_HEADER, status_rows
+    from extender.status_report import SOURCE_UPSTREAM
+    from extender.status_view import STATUS_HEADER
+    from tests.builders import status_rows
 
     pods = [_member("w0", node="n1", phase="Running"), _member("w1", node="n1"), _member("w2")]
     rows = status_rows([], [], pods, [], workloads=[TRAIN])
@@ -525,7 +527,8 @@ def test_status_sizes_a_workload_ref_gang_by_its_workloads_entry() -> None:
 
 
 def test_status_without_the_workload_or_its_entry_shows_no_size() -> None:
-    from extender.cli import SOURCE_PODS, SOURCE_UPSTREAM, status_rows
+    from extender.status_report import SOURCE_PODS, SOURCE_UPSTREAM
+    from tests.builders import status_rows
 
     pods = [_member("w0")]
     unsized = status_rows([], [], pods, [], workloads=[])
@@ -541,7 +544,7 @@ def test_the_status_command_lists_the_135_workloads(
     """`gang-extender status` asks for scheduling.k8s.io/v1alpha1 workloads and sizes the
     gang with them; a cluster that does not serve them (404) is no error."""
     from extender import cli
-    from extender.kube import rawapi
+    from extender.kube import status_reads
 
     served: dict[str, list[dict[str, Any]]] = {
         "/apis/scheduling.k8s.io/v1alpha1/workloads": [TRAIN],
@@ -560,8 +563,7 @@ def test_the_status_command_lists_the_135_workloads(
                 raise KubeError(404, "not found")
             return {"items": served.get(path, [])}
 
-    monkeypatch.setattr(rawapi, "RawApi", ServedApi)
-    monkeypatch.setattr(rawapi, "load_api_client", lambda kubeconfig: None)
+    monkeypatch.setattr(status_reads, "connect", lambda kubeconfig: (ServedApi(None), "test"))
     assert cli.main(["status", "--kubeconfig", "/dev/null"]) == 0
     assert "/apis/scheduling.k8s.io/v1alpha1/workloads" in asked
     rows = capsys.readouterr().out.splitlines()

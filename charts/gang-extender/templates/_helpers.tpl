@@ -49,3 +49,15 @@ Deployment template.
 {{ . }}
 {{- end -}}
 {{- end -}}
+
+{{/*
+The MutatingWebhookConfiguration's name: settings.webhookConfigName, or the
+service's default. The object, the name the service patches (its caBundle and
+path) and ClusterRole gang-extender's resourceNames all follow it. "" (the
+service leaves the configuration alone): the object keeps the default name and
+the ClusterRole grants nothing on it.
+*/}}
+{{- define "gang-extender.webhookConfigName" -}}
+{{- $name := .Values.settings.webhookConfigName -}}
+{{- if kindIs "invalid" $name }}gang-extender{{ else if eq (toString $name) "" }}gang-extender{{ else }}{{ $name }}{{ end -}}
+{{- end -}}
