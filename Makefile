@@ -2,6 +2,8 @@
 #   make demo   local control plane + gang-extender + the seed Horovod gang job
 #   make test   every test: unit, property, golden, packaging, and e2e on the real control plane
 #   make test-oldest   the gang, wiring and HA scenarios on the oldest supported Kubernetes
+#   make demo-real     the seed Horovod job for real: mpirun over SSH on 2 real nodes (root)
+#   make test-real     the real tier: jobs on real nodes (kubelet, containerd, CNI, DNS, SSH)
 # K8S_VERSION=v1.35.4 picks the control plane's release (default: the newest,
 # DEFAULT_K8S_VERSION in hack/build-control-plane.sh); each is built once and cached.
 PYTHON ?= python3
@@ -15,7 +17,8 @@ OLDEST_SUITE := tests/e2e/test_control_plane.py tests/e2e/test_gang_scheduling.p
 	tests/e2e/test_job_wiring.py tests/e2e/test_ha.py tests/e2e/test_workload_v135.py \
 	tests/e2e/test_gang_preemption.py
 
-.PHONY: demo test test-oldest unit e2e lint typecheck bench mutate control-plane dev-up dev-down clean
+.PHONY: demo demo-real test test-oldest test-real unit e2e lint typecheck bench mutate \
+	control-plane node dev-up dev-down clean
 
 # One line with its time; pip's output goes to $(VENV)/install.log (tail and path on failure).
 $(BIN)/gang-extender: pyproject.toml
@@ -30,20 +33,34 @@ $(BIN)/gang-extender: pyproject.toml
 control-plane:
 	@hack/build-control-plane.sh $(K8S_VERSION) >/dev/null
 
+# kubelet, containerd, CoreDNS, the fake GPU plugin and the job image (root; cached).
+node:
+	@hack/build-node.sh >/dev/null
+
 demo: $(BIN)/gang-extender control-plane
 	$(BIN)/gang-extender demo
+
+demo-real: $(BIN)/gang-extender control-plane node
+	$(BIN)/gang-extender demo --real-nodes 2 --workdir .dev/demo-real
 
 # What CI runs (.ci/run): the layers, ruff and mypy; every test on the default
 # release; the gang, wiring and HA scenarios on the oldest supported one.
 test: $(BIN)/gang-extender control-plane
 	@$(MAKE) --no-print-directory lint
-	$(BIN)/pytest tests $(PYTEST_ARGS)
+	$(BIN)/pytest tests --ignore=tests/real $(PYTEST_ARGS)
 	@$(MAKE) --no-print-directory test-oldest PYTEST_ARGS="$(PYTEST_ARGS)"
+	@$(MAKE) --no-print-directory test-real PYTEST_ARGS="$(PYTEST_ARGS)"
 
 # The oldest supported minor: its own cached control plane, the core scenarios.
 test-oldest: $(BIN)/gang-extender
 	@$(MAKE) --no-print-directory control-plane K8S_VERSION=$(OLDEST_K8S_VERSION)
 	K8S_VERSION=$(OLDEST_K8S_VERSION) $(BIN)/pytest $(OLDEST_SUITE) $(PYTEST_ARGS)
+
+# The real tier: 2 real nodes for the session; skips (saying why) where the
+# machine cannot run containers (not root, no cgroups), before building anything.
+test-real: $(BIN)/gang-extender control-plane
+	@if $(BIN)/python -m extender.devcluster.realnode --can-run; then $(MAKE) --no-print-directory node; fi
+	$(BIN)/pytest tests/real $(PYTEST_ARGS)
 
 unit: $(BIN)/gang-extender
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)

@@ -212,6 +212,8 @@ def _dev_up(args: argparse.Namespace) -> int:
         gpus=args.gpus,
         with_stack=not args.cluster_only,
         foreground=args.foreground,
+        real_nodes=args.real_nodes,
+        real_gpus=args.real_gpus,
     )
 
 
@@ -222,6 +224,16 @@ def _dev_down(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
+    if args.real_nodes:
+        from extender.devcluster.demo_real import run_real_demo
+        from extender.devcluster.devenv import real_nodes_problem
+
+        problem = real_nodes_problem(args.real_nodes)
+        if problem:
+            print(f"error: {problem}", file=sys.stderr)
+            return 2
+        return run_real_demo(Path(args.workdir), nodes=args.real_nodes)
+
     from extender.devcluster.devenv import run_demo
 
     return run_demo(Path(args.workdir), keep=args.keep)
@@ -284,13 +296,20 @@ def build_parser(prog: str = "gang-extender") -> argparse.ArgumentParser:
     # A table piped into `head` should end quietly: die on a closed pipe like a Unix tool.
     status.set_defaults(func=_status, default_sigpipe=True)
 
-    dev = sub.add_parser("dev", help="a local control plane with fake GPU nodes")
+    dev = sub.add_parser("dev", help="a local control plane with fake (and real) GPU nodes")
     dev_sub = dev.add_subparsers(dest="dev_command", metavar="COMMAND", required=True)
     up = dev_sub.add_parser("up", help="start the local cluster, service and gang scheduler")
     up.add_argument("--workdir", default=str(DEFAULT_DEV_DIR), help="state directory")
     up.add_argument("--nodes", type=int, default=3, help="fake GPU nodes (default 3)")
     up.add_argument("--gpus", type=int, default=4, help="GPUs per node (default 4)")
     up.add_argument("--cluster-only", action="store_true", help="no extender, webhook, scheduler")
+    up.add_argument(
+        "--real-nodes",
+        type=int,
+        default=0,
+        help="real nodes beside the fake ones: containerd + kubelet each (root; docs/real-nodes.md)",
+    )
+    up.add_argument("--real-gpus", type=int, default=2, help="fake GPUs per real node (default 2)")
     up.add_argument("--foreground", action="store_true", help=argparse.SUPPRESS)
     up.set_defaults(func=_dev_up)
     down = dev_sub.add_parser("down", help="stop everything `dev up` started")
@@ -300,6 +319,12 @@ def build_parser(prog: str = "gang-extender") -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="local cluster + the seed Horovod gang, end to end")
     demo.add_argument("--workdir", default=".dev/demo", help="state directory")
     demo.add_argument("--keep", action="store_true", help="leave the cluster running")
+    demo.add_argument(
+        "--real-nodes",
+        type=int,
+        default=0,
+        help="run the seed job for real (mpirun over SSH) on this many real nodes (root)",
+    )
     demo.set_defaults(func=_demo)
 
     version = sub.add_parser("version", help="print the version")

@@ -325,10 +325,14 @@ class LocalCluster:
         *,
         feature_gates: Mapping[str, Mapping[str, bool]] | None = None,
         runtime_config: Sequence[str] = (),
+        kubelet_access: bool = False,
     ) -> None:
         """`feature_gates` per component name (e.g. {"kube-apiserver": {"GenericWorkload":
         True}}) and kube-apiserver's `--runtime-config` entries (e.g.
         "scheduling.k8s.io/v1beta1=true"): for tests of features that are off by default.
+        `kubelet_access`: kube-apiserver gets a client certificate for kubelets and
+        reaches them by InternalIP, so `kubectl logs/exec` work on real nodes
+        (extender.devcluster.realnode).
         """
         self.workdir = Path(workdir).resolve()
         self.feature_gates = {name: dict(gates) for name, gates in (feature_gates or {}).items()}
@@ -336,6 +340,7 @@ class LocalCluster:
         if unknown:
             raise ClusterError(f"feature gates for unknown components: {sorted(unknown)}")
         self.runtime_config = tuple(runtime_config)
+        self.kubelet_access = kubelet_access
         self.bin_dir = Path(bin_dir).resolve() if bin_dir is not None else ensure_binaries()
         missing = _missing_binaries(self.bin_dir)
         if missing:
@@ -722,6 +727,15 @@ class LocalCluster:
                 sans=["127.0.0.1", "localhost"],
                 server=True,
             )
+        if self.kubelet_access:
+            pki.issue_cert(
+                self._pki.ca,
+                self.pki_dir,
+                "apiserver-kubelet-client",
+                common_name="kube-apiserver-kubelet-client",
+                organizations=["system:masters"],
+                client=True,
+            )
 
     def _component_kubeconfig(self, name: str) -> Path:
         return self.workdir / "kubeconfigs" / name
@@ -787,8 +801,19 @@ class LocalCluster:
             "--endpoint-reconciler-type=none",
             "--allow-privileged=true",
             "--profiling=false",
+            *self._kubelet_access_flags(),
             *self._gate_flags("kube-apiserver"),
             *([f"--runtime-config={','.join(self.runtime_config)}"] if self.runtime_config else []),
+        ]
+
+    def _kubelet_access_flags(self) -> list[str]:
+        if not self.kubelet_access:
+            return []
+        # A real node's name does not resolve here: reach its kubelet by InternalIP.
+        return [
+            "--kubelet-preferred-address-types=InternalIP,Hostname",
+            f"--kubelet-client-certificate={self.pki_dir / 'apiserver-kubelet-client.crt'}",
+            f"--kubelet-client-key={self.pki_dir / 'apiserver-kubelet-client.key'}",
         ]
 
     def _gate_flags(self, component: str) -> list[str]:

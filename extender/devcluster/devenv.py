@@ -19,7 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from extender.devcluster.cluster import ClusterError, LocalCluster, new_namespace
+from extender.devcluster.node_commands import JOB_IMAGE
 from extender.devcluster.nodes import add_gpu_nodes, wait_for_nodes_ready
+from extender.devcluster.realnode import RealNodes, cannot_run_containers, teardown_workdir
 from extender.devcluster.stack import REPO, GangStack
 from extender.kube.rawapi import KubeError, RawApi, path_of
 from extender.kube.writers import podgroup_path
@@ -28,6 +30,7 @@ READY_FILE = "ready.json"
 PID_FILE = "supervisor.pid"
 START_TIMEOUT_SECONDS = 900  # a first run builds the control plane
 DEMO_TIMEOUT_SECONDS = 120
+REAL_NODES_BUILD_SECONDS = 1500  # hack/build-node.sh, first run
 
 
 def _alive(pid: int) -> bool:
@@ -48,11 +51,30 @@ def _read_pid(workdir: Path) -> int | None:
 
 
 def dev_up(
-    workdir: Path, *, nodes: int, gpus: int, with_stack: bool, foreground: bool = False
+    workdir: Path,
+    *,
+    nodes: int,
+    gpus: int,
+    with_stack: bool,
+    foreground: bool = False,
+    real_nodes: int = 0,
+    real_gpus: int = 2,
 ) -> int:
     workdir = workdir.resolve()
+    if real_nodes:
+        problem = real_nodes_problem(real_nodes)
+        if problem:
+            print(f"error: {problem}", file=sys.stderr)
+            return 2
     if foreground:
-        return _supervise(workdir, nodes=nodes, gpus=gpus, with_stack=with_stack)
+        return _supervise(
+            workdir,
+            nodes=nodes,
+            gpus=gpus,
+            with_stack=with_stack,
+            real_nodes=real_nodes,
+            real_gpus=real_gpus,
+        )
     pid = _read_pid(workdir)
     if pid is not None and _alive(pid):
         print(
@@ -75,6 +97,10 @@ def dev_up(
         str(nodes),
         "--gpus",
         str(gpus),
+        "--real-nodes",
+        str(real_nodes),
+        "--real-gpus",
+        str(real_gpus),
     ]
     if not with_stack:
         argv.append("--cluster-only")
@@ -88,7 +114,9 @@ def dev_up(
             cwd=REPO,
         )
     print(f"starting local cluster in {workdir} (log: {log_path}) ...", flush=True)
-    deadline = time.monotonic() + START_TIMEOUT_SECONDS
+    # A first run with real nodes builds kubelet, containerd, CoreDNS and the images too.
+    limit = START_TIMEOUT_SECONDS + (REAL_NODES_BUILD_SECONDS if real_nodes else 0)
+    deadline = time.monotonic() + limit
     while time.monotonic() < deadline:
         if (workdir / READY_FILE).exists():
             info = json.loads((workdir / READY_FILE).read_text())
@@ -99,9 +127,7 @@ def dev_up(
             print(_tail(log_path, 40), file=sys.stderr)
             return 1
         time.sleep(0.5)
-    print(
-        f"local cluster not ready after {START_TIMEOUT_SECONDS}s; see {log_path}", file=sys.stderr
-    )
+    print(f"local cluster not ready after {limit}s; see {log_path}", file=sys.stderr)
     return 1
 
 
@@ -146,6 +172,11 @@ def usage_lines(info: dict[str, Any], cli: Path | None) -> list[str]:
             "from the repository (or `make`, then .venv/bin/gang-extender)"
         )
     lines.append("  kubectl get nodes")
+    if info.get("real_nodes"):
+        lines.append(
+            f"  # real nodes {', '.join(info['real_nodes'])}: image {JOB_IMAGE} "
+            "(imagePullPolicy: IfNotPresent); docs/real-nodes.md"
+        )
     if info.get("metrics_url"):
         lines.append(f"  curl {info['metrics_url']}/metrics     # gang-extender metrics")
         lines.append("  gang-extender status                        # pod groups")
@@ -161,14 +192,31 @@ def _print_usage(info: dict[str, Any]) -> None:
     print("\n".join(usage_lines(info, cli_dir())))
 
 
-def _supervise(workdir: Path, *, nodes: int, gpus: int, with_stack: bool) -> int:
+def real_nodes_problem(count: int) -> str | None:
+    """Why `--real-nodes count` cannot run here, or None."""
+    if count < 2:
+        return f"--real-nodes takes at least 2 nodes (a gang spans nodes), not {count}"
+    return cannot_run_containers()
+
+
+def _supervise(
+    workdir: Path,
+    *,
+    nodes: int,
+    gpus: int,
+    with_stack: bool,
+    real_nodes: int = 0,
+    real_gpus: int = 2,
+) -> int:
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / PID_FILE).write_text(str(os.getpid()))
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    cluster = LocalCluster(workdir / "cluster")
+    cluster = LocalCluster(workdir / "cluster", kubelet_access=real_nodes > 0)
+    real: RealNodes | None = None
     try:
+        t0 = time.monotonic()
         cluster.start()
         api = cluster.api_client()
         names = add_gpu_nodes(api, nodes, gpus=gpus)
@@ -179,6 +227,10 @@ def _supervise(workdir: Path, *, nodes: int, gpus: int, with_stack: bool) -> int
             "bin_dir": str(cluster.bin_dir),
             "nodes": names,
         }
+        if real_nodes:
+            real = RealNodes(cluster, real_nodes, gpus=real_gpus)
+            info["real_nodes"] = real.start()
+            info["real_node_timings"] = {k: round(v, 1) for k, v in real.timings.items()}
         if with_stack:
             stack = GangStack(cluster)
             stack.start()
@@ -188,6 +240,7 @@ def _supervise(workdir: Path, *, nodes: int, gpus: int, with_stack: bool) -> int
             info["extender_ca"] = str(stack.ca_path)
             info["extender_client_cert"] = str(stack.client_cert_path)
             info["extender_client_key"] = str(stack.client_key_path)
+        info["seconds_to_ready"] = round(time.monotonic() - t0, 1)
         (workdir / READY_FILE).write_text(json.dumps(info, indent=2))
         print("ready", flush=True)
         while not stop.wait(1.0):
@@ -197,6 +250,8 @@ def _supervise(workdir: Path, *, nodes: int, gpus: int, with_stack: bool) -> int
         print(f"error: {err}", file=sys.stderr, flush=True)
         return 1
     finally:
+        if real is not None:
+            real.stop()
         cluster.stop()
         (workdir / READY_FILE).unlink(missing_ok=True)
         (workdir / PID_FILE).unlink(missing_ok=True)
@@ -206,8 +261,11 @@ def dev_down(workdir: Path) -> int:
     workdir = workdir.resolve()
     pid = _read_pid(workdir)
     if pid is None or not _alive(pid):
-        print(f"nothing running in {workdir}")
         (workdir / PID_FILE).unlink(missing_ok=True)
+        if teardown_workdir(workdir / "cluster"):
+            print(f"removed what real nodes left on this host from {workdir}")
+        else:
+            print(f"nothing running in {workdir}")
         return 0
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + 60
@@ -216,6 +274,7 @@ def dev_down(workdir: Path) -> int:
     if _alive(pid):
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pid, signal.SIGKILL)
+        teardown_workdir(workdir / "cluster")
         print(f"supervisor {pid} did not stop in 60s; killed its process group")
         return 1
     print("local cluster stopped")

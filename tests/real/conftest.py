@@ -1,0 +1,114 @@
+"""The real tier: gang jobs on real local nodes (containerd, kubelet, CNI, CoreDNS).
+
+One LocalCluster per session with the gang-extender stack and 2 real nodes
+(2 fake GPUs each, counted by kubelet through its device plugin API), no KWOK
+nodes: every pod runs for real, in the image hack/build-node.sh builds
+(sshd, Open MPI, mpi4py). Each test gets its own injected namespace.
+
+Where the machine cannot run containers (not root, no cgroups) every test
+skips, saying which. Set GANG_NODE_DIR to use prebuilt node pieces.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Iterator
+from pathlib import Path
+
+import pytest
+from kubernetes import client as k8s
+
+from extender.devcluster.cluster import LocalCluster, ensure_binaries, new_namespace
+from extender.devcluster.realnode import RealNodes, cannot_run_containers
+from extender.devcluster.stack import GangStack
+from extender.domain.membership import INJECT_NAMESPACE_LABEL
+from extender.kube.rawapi import RawApi
+from tests.e2e.gang_fixtures import delete_namespace
+
+REAL_DIR = Path(__file__).parent
+REAL_NODE_COUNT = 2
+GPUS_PER_NODE = 2
+_SESSION = pytest.StashKey[tuple[LocalCluster, RealNodes]]()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    reason = cannot_run_containers()
+    for item in items:
+        if REAL_DIR in Path(item.path).parents:
+            item.add_marker(pytest.mark.real)
+            if reason:
+                item.add_marker(
+                    pytest.mark.skip(reason=f"this machine cannot run containers: {reason}")
+                )
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    session = item.config.stash.get(_SESSION, None)
+    if report.failed and session is not None:
+        report.sections.append(("cluster and node logs", session[0].tail_logs()))
+    return report
+
+
+@pytest.fixture(scope="session")
+def cluster(
+    tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config
+) -> Iterator[LocalCluster]:
+    local = LocalCluster(tmp_path_factory.mktemp("real"), ensure_binaries(), kubelet_access=True)
+    local.start()
+    nodes = RealNodes(local, REAL_NODE_COUNT, gpus=GPUS_PER_NODE)
+    try:
+        nodes.start()
+        pytestconfig.stash[_SESSION] = (local, nodes)
+        yield local
+    finally:
+        if _SESSION in pytestconfig.stash:
+            del pytestconfig.stash[_SESSION]
+        nodes.stop()
+        local.stop()
+
+
+@pytest.fixture(scope="session")
+def real_nodes(cluster: LocalCluster, pytestconfig: pytest.Config) -> RealNodes:
+    return pytestconfig.stash[_SESSION][1]
+
+
+@pytest.fixture(scope="session")
+def real_node_names(real_nodes: RealNodes) -> list[str]:
+    return real_nodes.names
+
+
+@pytest.fixture(scope="session")
+def api(cluster: LocalCluster) -> Iterator[k8s.ApiClient]:
+    with cluster.api_client() as client:
+        yield client
+
+
+@pytest.fixture(scope="session")
+def core(api: k8s.ApiClient) -> k8s.CoreV1Api:
+    return k8s.CoreV1Api(api)
+
+
+@pytest.fixture(scope="session")
+def raw(api: k8s.ApiClient) -> RawApi:
+    return RawApi(api)
+
+
+@pytest.fixture(scope="session")
+def gang_stack(cluster: LocalCluster) -> Iterator[GangStack]:
+    stack = GangStack(cluster)
+    stack.start()
+    try:
+        yield stack
+    finally:
+        stack.stop()
+
+
+@pytest.fixture
+def namespace(api: k8s.ApiClient, core: k8s.CoreV1Api, gang_stack: GangStack) -> Iterator[str]:
+    """A fresh namespace labelled for injection, deleted afterwards."""
+    name = new_namespace(api, "real", labels={INJECT_NAMESPACE_LABEL: "enabled"})
+    yield name
+    delete_namespace(core, name)
