@@ -15,7 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pytest
@@ -57,9 +57,12 @@ def scratch(tmp_path: Path) -> Path:
 
 
 def run_block(
-    block: Block, cluster: LocalCluster, work: Path, extra_path: list[str]
+    block: Block,
+    cluster: LocalCluster,
+    work: Path,
+    extra_path: list[str],
+    renamed: dict[str, str],
 ) -> subprocess.CompletedProcess[str]:
-    renamed = unique_namespaces(namespaces_of(block.text))
     text, left = script(block, renamed)
     created = {n for n in renamed if f"create namespace {n}" in block.text}
     env = {
@@ -115,7 +118,39 @@ def test_the_block_runs_as_written(
         cluster = request.getfixturevalue("cluster")
         request.getfixturevalue("gang_stack")
         request.getfixturevalue("gpu_nodes")(3, gpus=4)
-    done = run_block(block, cluster, work, extra)
+    renamed = unique_namespaces(namespaces_of(block.text))
+    try:
+        done = run_block(block, cluster, work, extra, renamed)
+    finally:
+        if block.mode != "install":
+            forget_namespaces(cluster, renamed.values())
     assert done.returncode == 0, (
         f"{block.name} ({block.mode}) failed ({done.returncode}):\n{done.stdout}\n{done.stderr}"
     )
+
+
+def forget_namespaces(cluster: LocalCluster, names: Iterable[str]) -> None:
+    """Delete a block's namespaces from the session's cluster, and wait until they are gone.
+
+    The jobs the docs apply stay held once the block's nodes are deleted; left in the
+    cluster every later test shares, such a gang waits, starves and reserves (fences)
+    the nodes of later tests (a required-zone gang then never bound).
+    """
+    kubectl = str(cluster.bin_dir / "kubectl")
+    env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig)}
+    names = list(names)
+    for name in names:
+        subprocess.run(
+            [kubectl, "delete", "namespace", name, "--ignore-not-found", "--wait=false"],
+            env=env,
+            capture_output=True,
+            timeout=60,
+            check=True,
+        )
+    for name in names:
+        subprocess.run(
+            [kubectl, "wait", "--for=delete", f"namespace/{name}", "--timeout=120s"],
+            env=env,
+            capture_output=True,
+            timeout=150,
+        )

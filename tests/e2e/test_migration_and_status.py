@@ -122,9 +122,14 @@ def test_status_lists_scheduler_plugins_and_member_only_groups_with_their_source
     def both_explained() -> dict[str, dict[str, str]] | None:
         rows = gang_status(cluster, namespace)
         explained = all(rows.get(name, {}).get("WAITING FOR") for name in ("pi", "lonely"))
-        return rows if explained else None
+        # Their phase shows once the service has written it into their PodGroup, which
+        # it does after the reason it holds pi for: wait for that write too.
+        written = "(" in rows.get("pi", {}).get("SOURCE", "")
+        return rows if explained and written else None
 
-    rows = wait_until(both_explained, what="status to list pi and lonely with their reasons")
+    rows = wait_until(
+        both_explained, what="status to list pi and lonely with their reasons and pi's phase"
+    )
     # Our phase, and in SOURCE the one the service wrote into their PodGroup.
     assert (rows["pi"]["SOURCE"], rows["pi"]["PHASE"], rows["pi"]["PLACED/MIN"]) == (
         "scheduler-plugins (Pending)",
