@@ -8,9 +8,11 @@ controller (re-rendered when any member changes, its Ready list included; the
 list emptied once the last member is gone), what the user must fix (a GangMisconfigured
 Warning Event and the `Configured` condition), and last the status of its
 scheduler-plugins or Volcano PodGroup (`controller.foreign_status`). Only the leader
-reconciles, and only once the
-caches are synced. Events go through the effect writer's group queue, so they
-keep their order with the group's other writes.
+reconciles, and only once the caches are synced. A group whose reconcile raises is
+retried each pass and kept to itself: its PodGroup's `Reconciled` condition and a
+Warning Event carry the error (once per distinct error) until a reconcile of it
+succeeds. Events go through the effect writer's group queue, so they keep their
+order with the group's other writes.
 """
 
 from __future__ import annotations
@@ -56,6 +58,13 @@ log = logging.getLogger(__name__)
 CONFIGURED_CONDITION = "Configured"
 # Warning Event on the members for the same problems.
 MISCONFIGURED_EVENT = "GangMisconfigured"
+# The PodGroup condition (status False, reason RECONCILE_FAILED) of a group whose
+# reconcile raised, with the error; absent once a reconcile of it succeeds. Not
+# `InvalidSpec`: the spec may be fine, the failure is the service's (a defect).
+RECONCILED_CONDITION = "Reconciled"
+RECONCILE_FAILED = "ReconcileFailed"
+# Warning Event on the members, once per distinct reconcile error of the group.
+RECONCILE_FAILED_EVENT = "GangReconcileFailed"
 # kind label of gang_extender_api_write_errors_total
 WRITE_RECONCILE = "reconcile"
 # A Warning Event on the members: an object of the group's wiring carried our label
@@ -132,7 +141,8 @@ class GroupReconciler:
         self._announced: dict[GroupKey, str] = {}
         self._wired: dict[GroupKey, str] = {}
         self._problems: dict[GroupKey, tuple[_Problem, ...]] = {}
-        # The last error a group's reconcile raised, as logged (`_reconcile_failed`).
+        # The last error a group's reconcile raised, as shown (`_reconcile_failed`):
+        # its PodGroup condition and Event carry it until a reconcile succeeds.
         self._faults: dict[GroupKey, str] = {}
         # Status of the group's scheduler-plugins / Volcano PodGroups, in their schema.
         self.foreign_status = ForeignStatusWriter(raw=raw, core=core, state=state)
@@ -167,6 +177,8 @@ class GroupReconciler:
         next pass (an API error, a defect), or left to its reported problem."""
         try:
             await self.reconcile_group(key)
+            if self._faults.pop(key, None) is not None:
+                await self._write_status_if_ours(key)  # the failure condition goes
         except KubeError as err:
             if namespace_terminating(err):
                 return  # the namespace and everything in it is going away
@@ -178,20 +190,40 @@ class GroupReconciler:
             # reconcile_group reports these to the user; this is a safety net.
             log.warning("reconcile %s: %s", key, err)
         except Exception as err:  # contained: the other groups are reconciled
-            self._reconcile_failed(key, err)
             self.state.dirty.add(key)
-        else:
-            self._faults.pop(key, None)
+            await self._reconcile_failed(key, err)
 
-    def _reconcile_failed(self, key: GroupKey, err: Exception) -> None:
-        """One group's reconcile raised: counted every time, its traceback logged once
-        per distinct error (it is retried every pass; the log would repeat it forever)."""
+    async def _reconcile_failed(self, key: GroupKey, err: Exception) -> None:
+        """One group's reconcile raised: counted every time; once per distinct error its
+        traceback logged, a Warning Event and its PodGroup's `Reconciled` condition
+        (it is retried every pass; each would otherwise repeat forever)."""
         self.metrics.gang_faults.labels(where="reconcile").inc()
         said = f"{type(err).__name__}: {clip(str(err), 512)}"
-        if self._faults.get(key) == said:
+        message = clip(f"gang {key}: reconcile failed ({said}); retried each pass")
+        news = self._faults.get(key) != message
+        if news:
+            self._faults[key] = message
+            log.exception("reconcile %s failed (%s); retrying each pass, logged once", key, said)
+            self.writer.queue_event(key, RECONCILE_FAILED_EVENT, message, "Warning")
+        # Every pass until it is written: `_write_status` writes only a changed body.
+        try:
+            await self._write_status_if_ours(key)
+        except KubeError as write_err:
+            if not namespace_terminating(write_err):
+                self.metrics.api_write_errors.labels(kind=WRITE_RECONCILE).inc()
+            if news:
+                log.warning("status of %s: %s; retrying", key, api_error_summary(write_err))
+        except Exception:  # noqa: BLE001 -- contained like the reconcile itself
+            if news:
+                log.exception("status of %s showing its reconcile failure not written", key)
+
+    async def _write_status_if_ours(self, key: GroupKey) -> None:
+        """`_write_status` for a group whose PodGroup is ours and scheduled here."""
+        podgroup = self.state.podgroup_object(key)
+        if podgroup is None or not self.schedules:
             return
-        self._faults[key] = said
-        log.exception("reconcile %s failed (%s); retrying each pass, logged once", key, said)
+        if podgroup.get("apiVersion", "").startswith("scheduling.gang-extender.io/"):
+            await self._write_status(key)
 
     async def reconcile_group(self, key: GroupKey) -> None:
         spec = self.core.snapshot.group_spec(key)
@@ -403,6 +435,17 @@ class GroupReconciler:
                     "status": "False",
                     "reason": problems[0].reason,
                     "message": "; ".join(p.message for p in problems),
+                    "lastTransitionTime": when,
+                }
+            )
+        fault = self._faults.get(key)
+        if fault is not None:
+            body["conditions"].append(
+                {
+                    "type": RECONCILED_CONDITION,
+                    "status": "False",
+                    "reason": RECONCILE_FAILED,
+                    "message": fault,
                     "lastTransitionTime": when,
                 }
             )

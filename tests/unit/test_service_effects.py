@@ -96,12 +96,13 @@ def raw() -> FakeRaw:
 class FakeWiring:
     def __init__(self) -> None:
         self.error: Exception | None = None
+        self.failing_group: str | None = None  # raise `error` for this group only
         self.calls = 0
         self.cleared: list[dict[str, Any]] = []
 
     def reconcile(self, **kwargs: Any) -> None:
         self.calls += 1
-        if self.error is not None:
+        if self.error is not None and self.failing_group in (None, kwargs.get("group")):
             raise self.error
 
     def clear_ready_hosts(self, **kwargs: Any) -> None:
@@ -638,3 +639,87 @@ async def test_one_groups_reconcile_error_is_counted_each_pass_logged_once_and_k
     tracebacks = [r for r in caplog.records if r.exc_info and "OverflowError" in r.getMessage()]
     assert len(tracebacks) == 2
     assert fault_samples(service) == {"reconcile": 4.0}
+
+
+async def test_a_reconcile_fault_is_shown_on_that_group_only_once_per_error_until_it_passes(
+    service: GangService, raw: FakeRaw, wiring: FakeWiring, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 30: a group whose reconcile raises says so in its PodGroup's `Reconciled`
+    condition (reason ReconcileFailed, the error clipped) and a GangReconcileFailed
+    Warning on each member, written once per distinct error; the other group shows nothing; the
+    condition goes once a reconcile of that group succeeds."""
+    observe_injected_job(service)
+    other_pg = make_podgroup("other", 2)
+    other_pg["metadata"]["resourceVersion"] = "1"
+    observe(service, "podgroups", other_pg)
+    observe(service, "pods", *[make_pod(n).group("other").obj() for n in ("o0", "o1")])
+    secret = "x" * 5000  # a long error text: clipped, not copied whole
+    wiring.failing_group = GROUP.name
+    wiring.error = OverflowError(f"int too large to convert to float {secret}")
+
+    with caplog.at_level(logging.ERROR):
+        for _ in range(3):
+            for key in (GROUP, OTHER):
+                await service.reconciler.reconcile_contained(key)
+    await service.queues.join()
+
+    faulted = [conditions_of(s).get("Reconciled") for s in raw.status_patches("job")]
+    shown = [c for c in faulted if c is not None]
+    assert len(shown) == 1  # one write for one error, not one per pass
+    [condition] = shown
+    assert condition["status"] == "False"
+    assert condition["reason"] == "ReconcileFailed"
+    assert "reconcile failed (OverflowError: int too large to convert" in condition["message"]
+    assert len(condition["message"]) <= 1024
+    assert all("Reconciled" not in conditions_of(s) for s in raw.status_patches("other"))
+    events = raw.events("GangReconcileFailed")  # one per member of that group
+    assert sorted(e["involvedObject"]["name"] for e in events) == ["w0", "w1"]
+    assert {(e["type"], e["message"]) for e in events} == {("Warning", condition["message"])}
+    assert len([r for r in caplog.records if r.exc_info]) == 1
+
+    # Another error of that group is news: shown (and logged) once more.
+    wiring.error = OverflowError("another number")
+    for _ in range(2):
+        await service.reconciler.reconcile_contained(GROUP)
+    await service.queues.join()
+    latest = conditions_of(raw.status_patches("job")[-1])["Reconciled"]
+    assert "another number" in latest["message"]
+    assert len(raw.events("GangReconcileFailed")) == 4
+
+    # Fixed: the next reconcile that succeeds clears the condition, once.
+    wiring.error = None
+    service.state.dirty.clear()  # what `run` does before a pass
+    writes = len(raw.status_patches("job"))
+    for _ in range(2):
+        await service.reconciler.reconcile_contained(GROUP)
+    assert len(raw.status_patches("job")) == writes + 1
+    assert "Reconciled" not in conditions_of(raw.status_patches("job")[-1])
+    assert GROUP not in service.state.dirty
+
+
+async def test_a_reconcile_faults_condition_is_written_on_a_later_pass_if_the_write_fails(
+    service: GangService, raw: FakeRaw, wiring: FakeWiring
+) -> None:
+    """The status write that would show a reconcile fault fails (the API server is away):
+    the next pass, with the same error, still writes it."""
+    observe_injected_job(service)
+    wiring.error = OverflowError("int too large to convert to float")
+    refusing = [True]
+
+    def hook(method: str, path: str, body: Any) -> None:
+        showing = path.endswith("/podgroups/job/status") and "Reconciled" in conditions_of(
+            body["status"]
+        )
+        if showing and refusing[0]:
+            raise KubeError(503, "try later", "ServiceUnavailable")
+
+    raw.hook = hook
+    await service.reconciler.reconcile_contained(GROUP)
+    assert not [s for s in raw.status_patches("job") if "Reconciled" in conditions_of(s)]
+    refusing[0] = False
+    await service.reconciler.reconcile_contained(GROUP)
+    await service.reconciler.reconcile_contained(GROUP)
+    shown = [conditions_of(s).get("Reconciled") for s in raw.status_patches("job")]
+    shown = [c for c in shown if c is not None]
+    assert len(shown) == 1
+    assert shown[0]["reason"] == "ReconcileFailed"
