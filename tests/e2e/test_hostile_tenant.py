@@ -92,6 +92,23 @@ def namespaces(
     yield made
     for name in made.values():
         delete_namespace(core, name)
+    # Waited for, unlike other tests' namespaces: the attack's objects (groups of the
+    # size limits, refused indexes) are still reconciled while they go, and the next
+    # test's gangs in this session wait behind that (its wiring was once late).
+    for name in made.values():
+        wait_until(
+            lambda name=name: namespace_gone(core, name), timeout=180, what=f"{name} deleted"
+        )
+
+
+def namespace_gone(core: k8s.CoreV1Api, name: str) -> bool:
+    try:
+        core.read_namespace(name)
+    except k8s.ApiException as exc:
+        if exc.status == 404:
+            return True
+        raise
+    return False
 
 
 def test_a_hostile_tenant_is_refused_while_another_teams_gang_binds_and_is_wired(
