@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from extender.domain.core_api import SchedulingCore
 from extender.domain.decisions import (
     BarrierReleased,
     BindVerdict,
@@ -35,7 +36,6 @@ from extender.domain.decisions import (
     GangFaulted,
     PlanDropped,
 )
-from extender.domain.gang import GangCore
 from extender.domain.membership import GroupKey
 from extender.domain.preemption import GangAwareAnswer, NodeVictims
 from extender.domain.scoring import Priorities
@@ -48,7 +48,7 @@ log = logging.getLogger(__name__)
 class SchedulingCoordinator:
     def __init__(
         self,
-        core: GangCore,
+        core: SchedulingCore,
         binder: Binder,
         metrics: Metrics,
         *,

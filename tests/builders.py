@@ -12,7 +12,6 @@ from typing import Any
 
 from extender.controller.cluster_state import ClusterState
 from extender.domain.decisions import PlaceholderCreate
-from extender.domain.gang import GangCore, Timeouts
 from extender.domain.ledger import Ledger, Plan
 from extender.domain.membership import (
     CREATED_FROM_ANNOTATION,
@@ -24,12 +23,12 @@ from extender.domain.membership import (
 )
 from extender.domain.model import NodeInfo, PodInfo
 from extender.domain.planner import Placement, Shortfall
-from extender.domain.policy import Policy
 from extender.domain.quantity import GPU
 from extender.kube.cache import CacheSink
 from extender.kube.ownership import OwnershipSeal
 from extender.kube.writers import placeholder_pod
 from extender.metrics import Metrics
+from tests.core_builder import make_core
 
 
 class PodBuilder:
@@ -328,7 +327,7 @@ def spec_member(
 
 def make_cluster_state() -> ClusterState:
     """The service's ClusterState over a fresh core, effects dropped."""
-    core = GangCore(policy=Policy(), timeouts=Timeouts(60, 30, 2))
+    core = make_core()
     return ClusterState(core, flush_effects=lambda: None, metrics=Metrics())
 
 

@@ -36,9 +36,9 @@ def apply_change(core: GangCore, op: str, i: int, gpus: int, step: int) -> None:
     """
     node = f"n{i}"
     if op == "node":
-        core.snapshot.upsert_node(NodeInfo.from_api(make_node(node).gpus(gpus).obj()))
+        core.apply_node(NodeInfo.from_api(make_node(node).gpus(gpus).obj()))
     elif op == "drop-node":
-        core.snapshot.delete_node(node)
+        core.forget_node(node)
     elif op == "bind":
         pod = make_pod(f"p{step}").gpus(gpus).node(node).obj()
         core.observe_pod(PodInfo.from_api(pod), float(step))

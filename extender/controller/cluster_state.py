@@ -22,13 +22,13 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
+from extender.domain.core_api import SchedulingCore
 from extender.domain.foreign_podgroups import (
     SOURCE_COSCHEDULING,
     SOURCE_OURS,
     SOURCE_VOLCANO,
     volcano_group_spec,
 )
-from extender.domain.gang import GangCore
 from extender.domain.membership import (
     INJECT_NAMESPACE_LABEL,
     GroupKey,
@@ -65,7 +65,7 @@ class ClusterState(CacheSink):
 
     def __init__(
         self,
-        core: GangCore,
+        core: SchedulingCore,
         flush_effects: Callable[[], None],
         metrics: Metrics | None = None,
         on_member_deleted: Callable[[GroupKey, dict[str, Any]], None] | None = None,
@@ -151,7 +151,7 @@ class ClusterState(CacheSink):
                 self.core.forget_pod(uid, now)
         elif kind == "nodes":
             for name in [n for n in self.core.snapshot.nodes if f"/{n}" not in seen]:
-                self.core.snapshot.delete_node(name)
+                self.core.forget_node(name)
         elif kind in _PODGROUP_KINDS:
             store = self._podgroup_store(kind)
             for key in [k for k in store if f"{k.namespace}/{k.name}" not in seen]:
@@ -190,9 +190,9 @@ class ClusterState(CacheSink):
     def _size_from_workload(self, workload: GroupKey, group: GroupKey, ref: WorkloadRef) -> None:
         obj = self.workloads.get(workload)
         if obj is None:
-            self.core.snapshot.delete_podgroup(UPSTREAM_WORKLOAD_SOURCE, group)
+            self.core.forget_group_spec(UPSTREAM_WORKLOAD_SOURCE, group)
         else:
-            self.core.snapshot.upsert_podgroup(upstream_workload_spec(obj, ref))
+            self.core.apply_group_spec(upstream_workload_spec(obj, ref))
             self.core.group_changed(group, time.time())
         self.dirty.add(group)
 
@@ -203,7 +203,7 @@ class ClusterState(CacheSink):
         self.workload_groups[workload].pop(group, None)
         if not self.workload_groups[workload]:
             del self.workload_groups[workload]
-        self.core.snapshot.delete_podgroup(UPSTREAM_WORKLOAD_SOURCE, group)
+        self.core.forget_group_spec(UPSTREAM_WORKLOAD_SOURCE, group)
 
     def _apply_workload(self, event_type: str, obj: dict[str, Any]) -> None:
         meta = obj["metadata"]
@@ -220,9 +220,9 @@ class ClusterState(CacheSink):
         deleted = event_type == "DELETED"
         if kind == "nodes":
             if deleted:
-                self.core.snapshot.delete_node(obj["metadata"]["name"])
+                self.core.forget_node(obj["metadata"]["name"])
             else:
-                self.core.snapshot.upsert_node(NodeInfo.from_api(obj))
+                self.core.apply_node(NodeInfo.from_api(obj))
         elif kind == "pods":
             pod = PodInfo.from_api(obj)
             placeholder = pod.placeholder_for
@@ -262,11 +262,11 @@ class ClusterState(CacheSink):
                 spec = GroupSpec.from_podgroup(obj, source=source)
             if deleted:
                 store.pop(spec.key, None)
-                self.core.snapshot.delete_podgroup(spec.source, spec.key)
+                self.core.forget_group_spec(spec.source, spec.key)
                 self.core.forget_group_if_gone(spec.key)
             else:
                 store[spec.key] = obj
-                if self.core.snapshot.upsert_podgroup(spec):
+                if self.core.apply_group_spec(spec):
                     self.core.group_changed(spec.key, now)
             self.dirty.add(spec.key)
         elif kind == "namespaces":

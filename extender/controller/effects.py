@@ -22,6 +22,7 @@ from extender.config import Settings
 from extender.controller.api_writes import ApiWrites
 from extender.controller.cluster_state import ClusterState
 from extender.controller.evictions import Evictions
+from extender.domain.core_api import SchedulingCore
 from extender.domain.decisions import (
     BarrierReleased,
     Effect,
@@ -37,7 +38,6 @@ from extender.domain.decisions import (
     PlanEffect,
 )
 from extender.domain.fences import FenceNode, UnfenceNode
-from extender.domain.gang import GangCore
 from extender.domain.membership import GroupKey
 from extender.kube.ownership import OwnershipSeal
 from extender.kube.rawapi import RawApi
@@ -128,7 +128,7 @@ class EffectWriter:
         *,
         raw: RawApi,
         metrics: Metrics,
-        core: GangCore,
+        core: SchedulingCore,
         state: ClusterState,
         queues: GroupQueues,
         acting: Callable[[], bool] = lambda: True,

@@ -22,7 +22,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from extender.domain.gang import GangCore
+from extender.domain.core_api import SchedulingCore
 from extender.kube.leader import LeaderElector
 from extender.metrics import Metrics
 from extender.ports.binding import Binder, BindError
@@ -35,7 +35,7 @@ NOT_THE_LEADER = "not the leader"
 class Failover:
     def __init__(
         self,
-        core: GangCore,
+        core: SchedulingCore,
         leader: LeaderElector | None,
         metrics: Metrics,
         *,

@@ -21,6 +21,7 @@ import time
 from typing import Any
 
 from extender.controller.cluster_state import ClusterState
+from extender.domain.core_api import SchedulingCore
 from extender.domain.foreign_podgroups import COSCHEDULING_API, VOLCANO_API
 from extender.domain.foreign_status import (
     coscheduling_status,
@@ -28,7 +29,6 @@ from extender.domain.foreign_status import (
     volcano_status,
     with_schedule_start,
 )
-from extender.domain.gang import GangCore
 from extender.domain.membership import SCHEDULER_NAME, GroupKey
 from extender.domain.status import group_status
 from extender.kube.rawapi import KubeError, RawApi
@@ -46,7 +46,7 @@ def _utc_now() -> str:
 class ForeignStatusWriter:
     """Keeps the status of a group's scheduler-plugins and Volcano PodGroups in step."""
 
-    def __init__(self, *, raw: RawApi, core: GangCore, state: ClusterState) -> None:
+    def __init__(self, *, raw: RawApi, core: SchedulingCore, state: ClusterState) -> None:
         self.raw = raw
         self.core = core
         self.state = state

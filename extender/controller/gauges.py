@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 from collections import defaultdict
 
-from extender.domain.gang import GangCore
+from extender.domain.core_api import SchedulingCore
 from extender.domain.quantity import GPU
 from extender.domain.status import group_status
 from extender.metrics import Metrics
@@ -20,7 +20,7 @@ GPU_STATES = ("bound", "reserved", "free")
 
 
 class Gauges:
-    def __init__(self, core: GangCore, metrics: Metrics) -> None:
+    def __init__(self, core: SchedulingCore, metrics: Metrics) -> None:
         self.core = core
         self.metrics = metrics
         self._gpu_pools: set[str] = set()

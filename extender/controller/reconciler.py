@@ -30,7 +30,7 @@ from extender.controller.cluster_state import ClusterState
 from extender.controller.effects import EffectWriter
 from extender.controller.foreign_status import ForeignStatusWriter
 from extender.controller.lifecycle import LifecycleController
-from extender.domain.gang import GangCore
+from extender.domain.core_api import SchedulingCore
 from extender.domain.limits import clip
 from extender.domain.membership import (
     CREATED_FROM_ANNOTATION,
@@ -115,7 +115,7 @@ class GroupReconciler:
         *,
         raw: RawApi,
         metrics: Metrics,
-        core: GangCore,
+        core: SchedulingCore,
         state: ClusterState,
         writer: EffectWriter,
         wiring: Wiring,

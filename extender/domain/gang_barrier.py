@@ -4,15 +4,16 @@ Pure; a part of `GangCore` (domain/gang.py). The bind decision order (`bind_refu
 then `arrive`) is written at the top of domain/gang.py. A planned member joins its
 plan's barrier; the last one re-checks every planned node and releases the plan
 (`arrive`), or, while the gang's placeholder pods are still on its nodes, the watch
-seeing the last one gone does (`_placeholder_gone`). Around the binding call a pod
+seeing the last one gone does (`placeholder_gone`). Around the binding call a pod
 is counted on its node (`assume_bound`, `binding_succeeded`). After release a
 failed binding keeps the member's reservation (`bind_failed`), and a member that can
-never be bound is lost (`_lose`: `GangBroken`); a plan whose members are all bound
-or lost is retired (`_settle`).
+never be bound is lost (`lose`: `GangBroken`); a plan whose members are all bound
+or lost is retired (`settle`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 from extender.domain.decisions import (
@@ -24,7 +25,9 @@ from extender.domain.decisions import (
     GangBroken,
     MemberBindFailed,
 )
-from extender.domain.gang_state import GangParts, GroupState
+from extender.domain.gang_room import GangRoom
+from extender.domain.gang_starvation import StarvationReservations
+from extender.domain.gang_state import GroupState, HoldReason, SharedState, say
 from extender.domain.ledger import Plan
 from extender.domain.limits import listing
 from extender.domain.membership import SCHEDULER_NAME, GroupKey
@@ -33,7 +36,35 @@ from extender.domain.quantity import shown_units
 from extender.domain.snapshot import fits
 
 
-class BindBarrier(GangParts):
+class BindBarrier:
+    """The bind checks, the barrier and what follows its release.
+
+    Reads the room (`room`) and the starvation holds (`starvation`); given the core's
+    `expire` (run before a bind is decided) and the watch's `observe_pod` and
+    `group_changed` (a pod counted on its node; a partial gang re-planned).
+    """
+
+    def __init__(
+        self,
+        shared: SharedState,
+        *,
+        room: GangRoom,
+        starvation: StarvationReservations,
+        expire: Callable[[float], None],
+        observe_pod: Callable[[PodInfo, float], None],
+        group_changed: Callable[[GroupKey, float], None],
+    ) -> None:
+        self.shared = shared
+        self.room = room
+        self.starvation = starvation
+        self.expire = expire
+        self.observe_pod = observe_pod
+        self.group_changed = group_changed
+        # Per uid of a pod in the watch cache: the nodes this service's last filter
+        # answer offered it (None: too many to keep). `bind_refusal` refuses a bind to
+        # anything else; forgotten with the pod.
+        self.offered: dict[str, frozenset[str] | None] = {}
+
     """The bind barrier and what happens to a plan's members after it released."""
 
     def bind_refusal(self, *, uid: str, namespace: str, name: str, node: str) -> str:
@@ -45,7 +76,7 @@ class BindBarrier(GangParts):
         last filter answer offered (a held pod was offered none).
         """
         ref = f"{namespace}/{name}"
-        pod = self.snapshot.pods.get(uid)
+        pod = self.shared.snapshot.pods.get(uid)
         if pod is None:
             return f"refusing to bind {ref}: uid {uid} is not a pod in gang-extender's watch cache"
         if (pod.namespace, pod.name) != (namespace, name):
@@ -71,11 +102,11 @@ class BindBarrier(GangParts):
     def arrive(self, uid: str, node: str, now: float) -> BindDecision:
         """A pod reached bind on `node`: join its gang's barrier, if it has one."""
         self.expire(now)
-        pod = self.snapshot.pods.get(uid)
-        plan = self.ledger.plan_of(uid)
+        pod = self.shared.snapshot.pods.get(uid)
+        plan = self.shared.ledger.plan_of(uid)
         if plan is None:
             if pod is not None and pod.group is not None:
-                state = self.groups.get(pod.group)
+                state = self.shared.groups.get(pod.group)
                 reason = state.message if state else "no plan"
                 return BindDecision(
                     BindVerdict.ERROR,
@@ -85,20 +116,24 @@ class BindBarrier(GangParts):
             # A gang may have reserved this node since the plain pod passed filter.
             if (
                 pod is not None
-                and self.ledger.reserved(node)
-                and not fits(pod.requests, self.free_after_reservations(node))
+                and self.shared.ledger.reserved(node)
+                and not fits(pod.requests, self.room.free_after_reservations(node))
             ):
-                owners = ", ".join(str(g) for g in self.ledger.owners(node))
+                owners = ", ".join(str(g) for g in self.shared.ledger.owners(node))
                 return BindDecision(
                     BindVerdict.ERROR,
                     message=f"capacity on {node} was reserved for gang {owners} after "
                     f"{pod.ref} passed filter; retrying",
                 )
-            held = self.starving_holds().get(node) if pod is not None else None
-            if pod is not None and held is not None and self._starving_refusal(pod, node, held):
+            held = self.starvation.starving_holds().get(node) if pod is not None else None
+            if (
+                pod is not None
+                and held is not None
+                and self.starvation.starving_refusal(pod, node, held)
+            ):
                 return BindDecision(
                     BindVerdict.ERROR,
-                    message=f"{self._starving_refusal(pod, node, held)} (reserved after "
+                    message=f"{self.starvation.starving_refusal(pod, node, held)} (reserved after "
                     f"{pod.ref} passed filter); retrying",
                 )
             return BindDecision(BindVerdict.BIND_NOW)
@@ -106,23 +141,25 @@ class BindBarrier(GangParts):
         if plan.released:
             return self._arrive_after_release(plan, uid, node)
         if planned != node:
-            self._drop(plan, f"{plan.names[uid]} reached bind on {node}, planned {planned}", now)
+            self.shared.drop(
+                plan, f"{plan.names[uid]} reached bind on {node}, planned {planned}", now
+            )
             return BindDecision(
-                BindVerdict.ERROR, plan.plan_id, plan.group, self.groups[plan.group].message
+                BindVerdict.ERROR, plan.plan_id, plan.group, self.shared.groups[plan.group].message
             )
         plan.arrived.add(uid)
         if plan.barrier_started is None:
             plan.barrier_started = now
         if not plan.barrier_complete:
             return BindDecision(BindVerdict.WAIT, plan.plan_id, plan.group)
-        if self._placeholders_on(plan.group, set(plan.placements.values())):
-            # Released when the watch saw them deleted (`_placeholder_gone`).
+        if self.starvation.placeholders_on(plan.group, set(plan.placements.values())):
+            # Released when the watch saw them deleted (`placeholder_gone`).
             return BindDecision(BindVerdict.WAIT, plan.plan_id, plan.group)
         short = self._short_nodes(plan)
         if short:
-            self._drop(plan, f"{short} before the gang was bound; re-planning", now)
+            self.shared.drop(plan, f"{short} before the gang was bound; re-planning", now)
             return BindDecision(
-                BindVerdict.ERROR, plan.plan_id, plan.group, self.groups[plan.group].message
+                BindVerdict.ERROR, plan.plan_id, plan.group, self.shared.groups[plan.group].message
             )
         plan.released = True
         return BindDecision(BindVerdict.RELEASE, plan.plan_id, plan.group)
@@ -159,9 +196,9 @@ class BindBarrier(GangParts):
         """
         members = [only] if only is not None else sorted(plan.unbound)
         for node in sorted({plan.placements[uid] for uid in members}):
-            if node not in self.snapshot.nodes:
+            if node not in self.shared.snapshot.nodes:
                 return f"planned node {node} is gone"
-            free = self.free_after_reservations(node)
+            free = self.room.free_after_reservations(node)
             wanted = {
                 name
                 for uid in plan.unbound
@@ -178,48 +215,52 @@ class BindBarrier(GangParts):
                 )
         return ""
 
-    def _placeholder_gone(self, group: GroupKey, now: float) -> None:
+    def placeholder_gone(self, group: GroupKey, now: float) -> None:
         """A placeholder of `group` was deleted: release a complete barrier waiting for it."""
-        plan = self.ledger.plans.get(group)
+        plan = self.shared.ledger.plans.get(group)
         if (
             plan is None
             or plan.released
             or plan.barrier_started is None
             or not plan.barrier_complete
-            or self._placeholders_on(group, set(plan.placements.values()))
+            or self.starvation.placeholders_on(group, set(plan.placements.values()))
         ):
             return
         short = self._short_nodes(plan)
         if short:
-            self._drop(plan, f"{short} before the gang was bound; re-planning", now)
+            self.shared.drop(plan, f"{short} before the gang was bound; re-planning", now)
             return
         plan.released = True
-        self.effects.append(BarrierReleased(plan))
+        self.shared.effects.append(BarrierReleased(plan))
 
     def barrier_deadline(self, plan_id: int, group: GroupKey) -> float | None:
-        plan = self.ledger.plans.get(group)
+        plan = self.shared.ledger.plans.get(group)
         if plan is None or plan.plan_id != plan_id or plan.barrier_started is None:
             return None
-        return min(plan.deadline, plan.barrier_started + self.timeouts.bind_barrier_timeout_seconds)
+        return min(
+            plan.deadline, plan.barrier_started + self.shared.timeouts.bind_barrier_timeout_seconds
+        )
 
     def barrier_state(self, plan_id: int, group: GroupKey) -> BindVerdict:
         """RELEASE when the barrier of that plan is complete, ERROR when the plan is gone."""
-        plan = self.ledger.plans.get(group)
+        plan = self.shared.ledger.plans.get(group)
         if plan is None or plan.plan_id != plan_id:
             return BindVerdict.ERROR
         return BindVerdict.RELEASE if plan.released else BindVerdict.WAIT
 
     def barrier_timed_out(self, plan_id: int, group: GroupKey, now: float) -> str:
-        plan = self.ledger.plans.get(group)
+        plan = self.shared.ledger.plans.get(group)
         if plan is not None and plan.plan_id == plan_id and not plan.released:
             missing = listing(sorted(plan.names[u] for u in plan.waiting_for))
-            self._drop(plan, f"bind barrier timed out waiting for {missing}", now, timed_out=True)
-        state = self.groups.get(group)
+            self.shared.drop(
+                plan, f"bind barrier timed out waiting for {missing}", now, timed_out=True
+            )
+        state = self.shared.groups.get(group)
         return state.message if state else "bind barrier timed out"
 
     def dropped_plan_message(self, plan_id: int, group: GroupKey) -> str:
         """What to tell a member whose barrier's plan is gone (`barrier_state` ERROR)."""
-        state = self.groups.get(group)
+        state = self.shared.groups.get(group)
         return (state.message if state else "") or f"gang {group}: plan {plan_id} was dropped"
 
     # ------------------------------------------- counting a pod on its node
@@ -235,7 +276,7 @@ class BindBarrier(GangParts):
         after the call (`binding_succeeded`): counting it releases its reservation,
         and a failed binding must still find and drop its plan (`bind_failed`).
         """
-        pod = self.snapshot.pods.get(uid)
+        pod = self.shared.snapshot.pods.get(uid)
         if pod is None or pod.is_bound:
             return None
         return Assumption(before=pod, assumed=self._count_on_node(pod, node, now))
@@ -246,7 +287,7 @@ class BindBarrier(GangParts):
         The watch may have said more about the pod in the meantime; then its word
         stands. True when undone.
         """
-        if self.snapshot.pods.get(assumption.before.uid) is not assumption.assumed:
+        if self.shared.snapshot.pods.get(assumption.before.uid) is not assumption.assumed:
             return False
         self.observe_pod(assumption.before, now)
         return True
@@ -258,7 +299,7 @@ class BindBarrier(GangParts):
         the same room twice; not before the call (see `assume_bound`). A pod already
         bound (the watch was first) is left alone.
         """
-        pod = self.snapshot.pods.get(uid)
+        pod = self.shared.snapshot.pods.get(uid)
         if pod is None or pod.is_bound:
             return False
         self._count_on_node(pod, node, now)
@@ -280,48 +321,50 @@ class BindBarrier(GangParts):
         kube-scheduler retries it onto its planned node (`MemberBindFailed`), unless
         it is `gone` (deleted or re-created): then the gang lost it (`GangBroken`).
         """
-        plan = self.ledger.plan_of(uid)
+        plan = self.shared.ledger.plan_of(uid)
         if plan is None:
             return
         if not plan.released:
-            self._drop(plan, f"binding {plan.names[uid]} failed: {reason}", now)
+            self.shared.drop(plan, f"binding {plan.names[uid]} failed: {reason}", now)
             return
         if gone:
-            self._lose(plan, uid, f"binding failed: {reason}", now)
+            self.lose(plan, uid, f"binding failed: {reason}", now)
             return
         plan.arrived.discard(uid)
-        state = self.groups.setdefault(plan.group, GroupState())
-        self._say(
+        state = self.shared.groups.setdefault(plan.group, GroupState())
+        say(
             state,
+            HoldReason.BIND_FAILED,
             f"gang {plan.group}: binding {plan.names[uid]} failed ({reason}); it keeps its "
             f"reservation on {plan.placements[uid]} and is retried",
         )
-        self.effects.append(MemberBindFailed(plan, plan.names[uid], reason))
+        self.shared.effects.append(MemberBindFailed(plan, plan.names[uid], reason))
 
-    def _lose(self, plan: Plan, uid: str, cause: str, now: float) -> None:
+    def lose(self, plan: Plan, uid: str, cause: str, now: float) -> None:
         """A released member can never be bound: record the partial gang, free its room."""
         first = not plan.lost
         plan.lost[uid] = cause
         plan.arrived.discard(uid)
-        self.ledger.forget_member(uid)
-        state = self.groups.setdefault(plan.group, GroupState())
+        self.shared.ledger.forget_member(uid)
+        state = self.shared.groups.setdefault(plan.group, GroupState())
         bound = len(plan.bound - set(plan.lost))
-        message = self._say(
+        message = say(
             state,
+            HoldReason.PARTIAL,
             f"gang {plan.group} is partial: {plan.names[uid]} cannot be bound ({cause}); "
             f"{bound}/{len(plan.placements)} planned members bound",
         )
-        self.effects.append(
+        self.shared.effects.append(
             GangBroken(plan, plan.names[uid], cause, bound=bound, first=first, message=message)
         )
-        self._settle(plan, now)
+        self.settle(plan, now)
 
-    def _settle(self, plan: Plan, now: float) -> None:
+    def settle(self, plan: Plan, now: float) -> None:
         """Retire a plan whose every member is bound or lost; GangBound when whole."""
-        if not plan.fully_bound or self.ledger.plans.get(plan.group) is not plan:
+        if not plan.fully_bound or self.shared.ledger.plans.get(plan.group) is not plan:
             return
-        self.ledger.drop(plan.group)
-        state = self.groups.setdefault(plan.group, GroupState())
+        self.shared.ledger.drop(plan.group)
+        state = self.shared.groups.setdefault(plan.group, GroupState())
         if plan.lost:
             # The lifecycle policy decides what a partial gang becomes; until then the
             # group is re-planned for members created to replace the lost ones.
@@ -329,21 +372,25 @@ class BindBarrier(GangParts):
             state.shortfall_generation = None
             self.group_changed(plan.group, now)
             return
-        self._say(state, f"gang {plan.group}: all {len(plan.placements)} planned members bound")
-        self.effects.append(GangBound(plan))
+        say(
+            state,
+            HoldReason.BOUND,
+            f"gang {plan.group}: all {len(plan.placements)} planned members bound",
+        )
+        self.shared.effects.append(GangBound(plan))
 
-    def _member_gone(self, plan: Plan, uid: str, reason: str, now: float) -> None:
+    def member_gone(self, plan: Plan, uid: str, reason: str, now: float) -> None:
         """An unbound planned member was deleted: before release the plan is dropped
         (nothing bound), after it the gang lost the member."""
         if plan.released:
-            self._lose(plan, uid, reason, now)
+            self.lose(plan, uid, reason, now)
         else:
-            self._drop(plan, reason, now)
+            self.shared.drop(plan, reason, now)
 
-    def _bound_member_gone(self, pod: PodInfo, reason: str, now: float) -> None:
+    def bound_member_gone(self, pod: PodInfo, reason: str, now: float) -> None:
         """A bound member went away while its plan still binds the others: the gang
         is partial before it ever ran whole. (After the plan settled, a member that
         goes away is the lifecycle policy's business, not the binding's.)"""
-        plan = self.ledger.plans.get(pod.group) if pod.group is not None else None
+        plan = self.shared.ledger.plans.get(pod.group) if pod.group is not None else None
         if plan is not None and pod.uid in plan.bound and pod.uid not in plan.lost:
-            self._lose(plan, pod.uid, reason, now)
+            self.lose(plan, pod.uid, reason, now)

@@ -8,13 +8,16 @@ writer drops every plan (`stand_down`).
 
 from __future__ import annotations
 
-from extender.domain.gang_state import GangParts, GroupState
+from extender.domain.gang_state import GroupState, HoldReason, SharedState, say
 from extender.domain.ledger import Plan
 from extender.domain.recovery import Recovery, recover_plans
 
 
-class Failover(GangParts):
-    """Recovering and giving up plans when the writer changes."""
+class Failover:
+    """Recovering and giving up plans when the writer changes (shared state only)."""
+
+    def __init__(self, shared: SharedState) -> None:
+        self.shared = shared
 
     def recover(self, now: float) -> Recovery:
         """Reserve the plans the members' planned-node annotations record (domain/recovery.py).
@@ -22,19 +25,23 @@ class Failover(GangParts):
         Called when this replica becomes the one writer, before it reports Ready. No
         effect is emitted: the annotations are already on the members.
         """
-        reserved = {node: self.ledger.reserved(node) for node in self.ledger.reserved_nodes()}
-        found = recover_plans(self.snapshot, reserved=reserved, planned=set(self.ledger.plans))
+        reserved = {
+            node: self.shared.ledger.reserved(node) for node in self.shared.ledger.reserved_nodes()
+        }
+        found = recover_plans(
+            self.shared.snapshot, reserved=reserved, planned=set(self.shared.ledger.plans)
+        )
         for recovered in found.plans:
             key = recovered.group
-            spec = self.snapshot.group_spec(key)
+            spec = self.shared.snapshot.group_spec(key)
             timeout = (
                 spec.schedule_timeout_seconds if spec is not None else None
-            ) or self.timeouts.schedule_timeout_seconds
-            pods = {uid: self.snapshot.pods[uid] for uid in recovered.placements}
-            self.ledger.reserve(
+            ) or self.shared.timeouts.schedule_timeout_seconds
+            pods = {uid: self.shared.snapshot.pods[uid] for uid in recovered.placements}
+            self.shared.ledger.reserve(
                 Plan(
                     group=key,
-                    plan_id=self.ledger.new_plan_id(),
+                    plan_id=self.shared.ledger.new_plan_id(),
                     placements=dict(recovered.placements),
                     requests={uid: pod.requests for uid, pod in pods.items()},
                     names={uid: pod.ref for uid, pod in pods.items()},
@@ -42,11 +49,15 @@ class Failover(GangParts):
                     deadline=now + timeout,
                 )
             )
-            state = self.groups.setdefault(key, GroupState())
+            state = self.shared.groups.setdefault(key, GroupState())
             state.waiting = False
             state.shortfall_generation = None
-            self.shortfalls.forget(key)
-            self._say(state, f"gang {key}: plan of {len(pods)} members recovered, binding")
+            self.shared.shortfalls.forget(key)
+            say(
+                state,
+                HoldReason.PLANNED,
+                f"gang {key}: plan of {len(pods)} members recovered, binding",
+            )
         return found
 
     def stand_down(self, now: float) -> None:
@@ -55,5 +66,5 @@ class Failover(GangParts):
         The PlanDropped effects wake the waiters; their API writes are skipped, since
         this replica is not the leader: the annotations stay for the new one.
         """
-        for plan in list(self.ledger.plans.values()):
-            self._drop(plan, "this replica is no longer the leader", now)
+        for plan in list(self.shared.ledger.plans.values()):
+            self.shared.drop(plan, "this replica is no longer the leader", now)

@@ -3,21 +3,20 @@
 Pure; a part of `GangCore` (domain/gang.py, filter step 8), over the choices of
 domain/preemption.py. With `preemption_enabled`, a gang that does not fit evicts the
 fewest, lowest whole lower-priority gangs and plain pods whose eviction makes it fit
-(`_try_preemption`); its plan holds the room they free for
+(`try_preemption`); its plan holds the room they free for
 `preemption_hold_seconds` (`_hold_for`, with an `EvictVictims` effect). A unit whose
 eviction (or its mark) the API server refused is left out of the next choice for a
 time its refusal sets, and the hold made for it dropped (`eviction_refused`).
 kube-scheduler's own preemption is made whole-gang (`preempt`), and a member someone
-else preempted takes the rest of its gang with it (`_complete_preempted_gang`).
+else preempted takes the rest of its gang with it (`complete_preempted_gang`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, cast
+from collections.abc import Callable, Mapping, Sequence
 
 from extender.domain.decisions import EvictVictims, PlanCreated, Victim
-from extender.domain.gang_state import GangParts, GroupState
+from extender.domain.gang_state import GroupState, HoldReason, SharedState, say
 from extender.domain.ledger import Plan
 from extender.domain.membership import GroupKey
 from extender.domain.model import GroupSpec, PodInfo, Resources
@@ -34,28 +33,45 @@ from extender.domain.preemption import (
     victim_units,
 )
 
-if TYPE_CHECKING:
-    from extender.domain.gang import GangCore
 
+class GangPreemption:
+    """Preempting for a gang, and preempting a gang whole.
 
-class GangPreemption(GangParts):
-    """Preempting for a gang, and preempting a gang whole."""
+    Given the starvation check's `end_reservation` (a preemptor planned ends its
+    reservation) and the watch's `group_changed` (a member asking to preempt is
+    tried at once).
+    """
+
+    def __init__(
+        self,
+        shared: SharedState,
+        *,
+        end_reservation: Callable[[GroupKey], None],
+        group_changed: Callable[[GroupKey, float], None],
+    ) -> None:
+        self.shared = shared
+        self.end_reservation = end_reservation
+        self.group_changed = group_changed
+        # Eviction units (VictimUnit.key) the API server refused to evict, until when.
+        self.refused_evictions: dict[str, float] = {}
+        # Pods asked to be evicted, so none is asked twice.
+        self.evicting: set[str] = set()
 
     def group_preemptible(self, key: GroupKey) -> bool:
         """May the gang be preempted: its PodGroup's spec.preemptible and its members'
         gang-extender.io/preemptible annotation (either saying false opts it out)."""
-        spec = self.snapshot.group_spec(key)
+        spec = self.shared.snapshot.group_spec(key)
         if spec is not None and not spec.preemptible:
             return False
         return all(
-            self.snapshot.pods[uid].preemptible is not False
-            for uid in self.snapshot.member_uids(key)
+            self.shared.snapshot.pods[uid].preemptible is not False
+            for uid in self.shared.snapshot.member_uids(key)
         )
 
-    def _group_pods(self, key: GroupKey) -> list[PodInfo]:
-        return [self.snapshot.pods[uid] for uid in self.snapshot.member_uids(key)]
+    def group_pods(self, key: GroupKey) -> list[PodInfo]:
+        return [self.shared.snapshot.pods[uid] for uid in self.shared.snapshot.member_uids(key)]
 
-    def _try_preemption(
+    def try_preemption(
         self,
         key: GroupKey,
         state: GroupState,
@@ -70,16 +86,18 @@ class GangPreemption(GangParts):
         The plan made on the room they free is reserved at once (the hold: nobody
         else is planned or bound there), with `preemption_hold_seconds` to bind.
         """
-        members = self.snapshot.members(key)
+        members = self.shared.snapshot.members(key)
         if any(m.preemption_policy == "Never" for m in members):
             return None
-        assert state.rank is not None  # `_try_plan` ranks the gang first
+        assert state.rank is not None  # `GangPlanning.try_plan` ranks the gang first
         priority = state.rank.priority
-        if not any(p.priority < priority for p in self.snapshot.pods.values()):
+        if not any(p.priority < priority for p in self.shared.snapshot.pods.values()):
             return None  # nothing lower to evict: skip building the units
         units = [
             u
-            for u in victim_units(self.snapshot.pods.values(), preemptible=self.group_preemptible)
+            for u in victim_units(
+                self.shared.snapshot.pods.values(), preemptible=self.group_preemptible
+            )
             if u.group != key
         ]
         refused = [unit for unit, until in self.refused_evictions.items() if until > now]
@@ -90,8 +108,8 @@ class GangPreemption(GangParts):
                 placed = plan_gang(
                     chosen,
                     capacity,
-                    self.snapshot.nodes,
-                    self.policy,
+                    self.shared.snapshot.nodes,
+                    self.shared.policy,
                     allowed=allowed,
                     topology=spec.topology,
                     bound=bound,
@@ -104,8 +122,8 @@ class GangPreemption(GangParts):
             outcome = plan_gang(
                 chosen,
                 found.freed,
-                self.snapshot.nodes,
-                self.policy,
+                self.shared.snapshot.nodes,
+                self.shared.policy,
                 allowed=allowed,
                 topology=spec.topology,
                 bound=bound,
@@ -125,22 +143,23 @@ class GangPreemption(GangParts):
         now: float,
     ) -> Plan:
         """Reserve the preemptor's plan on the room its victims will free; evict them."""
-        plan = cast("GangCore", self)._new_plan(
-            key, members, outcome, now, deadline=now + self.timeouts.preemption_hold_seconds
+        plan = self.shared.new_plan(
+            key, members, outcome, now, deadline=now + self.shared.timeouts.preemption_hold_seconds
         )
-        self.ledger.reserve(plan)
-        self._end_reservation(key)
+        self.shared.ledger.reserve(plan)
+        self.end_reservation(key)
         state.shortfall_generation = None
         state.waiting = False
         victims = tuple(Victim(p.uid, p.ref, unit.key) for unit in found.victims for p in unit.pods)
         self.evicting.update(victim.uid for victim in victims)
-        message = self._say(
+        message = say(
             state,
+            HoldReason.PREEMPTING,
             f"gang {key}: preempting {found.describe()} to make room; "
             f"{len(plan.placements)} members planned there, binding once they are gone",
         )
-        self.effects.append(PlanCreated(plan))
-        self.effects.append(
+        self.shared.effects.append(PlanCreated(plan))
+        self.shared.effects.append(
             EvictVictims(
                 group=key,
                 preemptor=f"gang {key} (priority {priority})",
@@ -171,14 +190,14 @@ class GangPreemption(GangParts):
         for expired in [u for u, until in self.refused_evictions.items() if until <= now]:
             del self.refused_evictions[expired]
         lasting = (
-            self.timeouts.preemption_forbidden_seconds
+            self.shared.timeouts.preemption_forbidden_seconds
             if refusal is EvictionRefusal.FORBIDDEN
-            else self.timeouts.preemption_hold_seconds
+            else self.shared.timeouts.preemption_hold_seconds
         )
         self.refused_evictions[unit] = now + lasting
-        plan = self.ledger.plans.get(preemptor) if preemptor is not None else None
+        plan = self.shared.ledger.plans.get(preemptor) if preemptor is not None else None
         if plan is not None and not plan.released:
-            self._drop(plan, f"the eviction of {unit} was refused ({why})", now)
+            self.shared.drop(plan, f"the eviction of {unit} was refused ({why})", now)
 
     def preempt(
         self, pod: PodInfo, proposed: Mapping[str, NodeVictims], now: float
@@ -189,27 +208,27 @@ class GangPreemption(GangParts):
         preemption included) and kube-scheduler's victims are refused. Off
         (`preemption_enabled` False): kube-scheduler's victims pass unchanged.
         """
-        if not self.preemption_enabled:
+        if not self.shared.switches.preemption:
             return GangAwareAnswer(dict(proposed), {})
-        known = self.snapshot.pods.get(pod.uid, pod)
-        if known.group is not None and known.uid in self.snapshot.pods:
-            self.groups.setdefault(known.group, GroupState())
+        known = self.shared.snapshot.pods.get(pod.uid, pod)
+        if known.group is not None and known.uid in self.shared.snapshot.pods:
+            self.shared.groups.setdefault(known.group, GroupState())
             self.group_changed(known.group, now)
         return gang_aware_victims(
-            known, proposed, self.snapshot.pods, self._group_pods, self.group_preemptible
+            known, proposed, self.shared.snapshot.pods, self.group_pods, self.group_preemptible
         )
 
-    def _complete_preempted_gang(self, pod: PodInfo, group: GroupKey) -> None:
+    def complete_preempted_gang(self, pod: PodInfo, group: GroupKey) -> None:
         """A member kube-scheduler preempted (any scheduler): evict the rest of its gang."""
         if pod.uid in self.evicting:
             return
         self.evicting.add(pod.uid)
-        rest = rest_of_preempted_gang(self._group_pods(group), self.evicting)
+        rest = rest_of_preempted_gang(self.group_pods(group), self.evicting)
         if not rest:
             return
         self.evicting.update(p.uid for p in rest)
         unit = gang_unit_key(group)
-        self.effects.append(
+        self.shared.effects.append(
             EvictVictims(
                 group=group,
                 preemptor=f"kube-scheduler's preemption of {pod.ref}",

@@ -1,41 +1,83 @@
-"""The records `GangCore` keeps per group, and what one of its parts may use of another.
+"""What the parts of `GangCore` share: the per-group records, the cluster as the watch
+tells it, the plans, and the effects going out.
 
-Pure. `GangCore` (domain/gang.py) is one object composed of parts, one module a
-concern (domain/gang_*.py). Each part subclasses `GangParts`, which declares the
-state the parts read and the verbs one part asks of another, so mypy checks every
-part against them; `GangCore` is the one class that has them all.
-
-Two verbs are not declared here (a declaration would repeat their long signatures):
-their callers reach them on `GangCore` itself, a `cast` that always holds. They are
-the filter's steps 4-7 (`GangCore._try_plan`), which the queue runs for the gangs
-ahead, a starving gang once its GPUs are free and the watch for a held group a
-change completes, and `_new_plan`, which a preemptor's hold shares with a plain plan.
+Pure. `GangCore` (domain/gang.py) is composed of parts that own their own state
+(domain/gang_*.py: room, watch, queue view, starvation, preemption, barrier,
+failover). What more than one of them reads or writes is here, in `SharedState`,
+with the verbs every part may use on it (`say`, `drop`, `fault`, `new_plan`). A part
+that needs the filter's planning steps is given one callable (`PlanGroup`), never
+the core itself, so no part imports domain/gang.py.
 """
 
 from __future__ import annotations
 
-from abc import abstractmethod
-from collections.abc import Collection
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+import traceback
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Protocol
 
-from extender.domain.decisions import Effect, PlaceholderCreate
-from extender.domain.held_queue import HeldEntry, HeldQueue
+from extender.domain.decisions import Effect, GangFaulted, PlanDropped
 from extender.domain.ledger import Ledger, Plan
+from extender.domain.limits import clip, quoted
 from extender.domain.membership import GroupKey
-from extender.domain.model import PodInfo, Resources
-from extender.domain.planner import NodeRestriction
+from extender.domain.model import GroupSpec, PodInfo
+from extender.domain.planner import NodeRestriction, Placement
 from extender.domain.policy import Policy
 from extender.domain.queue import QueueRank
-from extender.domain.reservations import Reservation
-from extender.domain.scoring import NodeScoreBoard
+from extender.domain.selection import MembersMissing, choose_members
 from extender.domain.shortfalls import ShortfallMemo
 from extender.domain.snapshot import ClusterSnapshot
+
+
+class HoldReason(Enum):
+    """Why the core holds a gang, or what it did with it last: said with the group's
+    message (`say`), and mapped, never re-derived, by the PodGroup status (domain/status.py)."""
+
+    NO_PODGROUP = "no PodGroup or min-available annotation"
+    INVALID_SPEC = "its PodGroup cannot be used"
+    WAITING_FOR_MEMBERS = "fewer members than it needs"
+    NO_ROOM = "no room for it"
+    BEHIND_GANG = "behind another gang that wants its nodes"
+    RESERVING = "starving: reserving its nodes"
+    PREEMPTING = "preempting to make room"
+    PLAN_DROPPED = "its plan was dropped"
+    FAULTED = "planning it raised"
+    # Planning it raised at an older version of its members: tried again next time.
+    FAULT_CLEARED = "planning it raised before its last change"
+    PLANNED = "planned, binding"
+    BIND_FAILED = "a binding failed, retried"
+    PARTIAL = "a member can never be bound"
+    BOUND = "bound"
+
+    @property
+    def condition_reason(self) -> str:
+        """The reason of the PodGroup's Pending condition."""
+        if self is HoldReason.WAITING_FOR_MEMBERS:
+            return "WaitingForMembers"
+        if self in (HoldReason.INVALID_SPEC, HoldReason.FAULTED):
+            return "InvalidSpec"
+        return "Unschedulable"
+
+
+@dataclass(frozen=True)
+class Hold:
+    """The core's word on a gang: why, and the sentence it told (cut to MAX_REASON_CHARS)."""
+
+    reason: HoldReason
+    message: str
+
+
+def members_missing_message(key: GroupKey, missing: object) -> str:
+    """The sentence of a gang short of members (`selection.MembersMissing`)."""
+    return f"gang {key}: {missing}; waiting for the rest to be created"
 
 
 @dataclass
 class GroupState:
     message: str = ""
+    # Why `message` was said (`say`).
+    hold: HoldReason = HoldReason.NO_PODGROUP
     retry_after: float = 0.0
     shortfall_generation: tuple[int, int] | None = None
     waiting: bool = True
@@ -47,7 +89,7 @@ class GroupState:
     behind: GroupKey | None = None
     # Planning this gang raised (a defect, or an input no limit foresaw): the group
     # version it raised at, and what its hold says. The gang is held without being
-    # planned again until its members or PodGroup change (`GangCore._try_plan`).
+    # planned again until its members or PodGroup change (`GangPlanning.try_plan`).
     fault: tuple[int, str] | None = None
 
 
@@ -68,99 +110,138 @@ class Timeouts:
     preemption_forbidden_seconds: float = 900.0
 
 
-class GangParts:
-    """The state and the verbs of `GangCore` its parts use; see `GangCore` for each field's reason.
+@dataclass
+class Switches:
+    """The core's features that settings turn off (read at every use: a test may flip one)."""
 
-    Declarations only: at run time the class is empty, and `GangCore` (a dataclass)
-    has the fields. The verbs are declared for mypy alone, abstract, so it refuses to
-    instantiate a `GangCore` that lacks one.
-    """
+    # Gang preemption (domain/preemption.py), Settings.preemption: off, no gang
+    # preempts and kube-scheduler's own preemption is passed through unchanged.
+    preemption: bool = False
+    # Placeholder pods (domain/placeholders.py) make reservations visible to other
+    # schedulers and the cluster autoscaler; off: only this scheduler's pods respect them.
+    placeholders: bool = True
+    # Fence taints (domain/fences.py) keep every other scheduler off reserved nodes; off:
+    # placeholders alone, which a pod of another scheduler already pending can race.
+    fences: bool = True
+
+
+def say(state: GroupState, hold: HoldReason, message: str) -> str:
+    """Keep `message` as the group's word (status, Events, holds), cut to
+    MAX_REASON_CHARS, and `hold` as why."""
+    state.message = clip(message)
+    state.hold = hold
+    return state.message
+
+
+@dataclass
+class SharedState:
+    """What the parts of `GangCore` share; each part keeps the rest of its state itself."""
 
     policy: Policy
     timeouts: Timeouts
-    snapshot: ClusterSnapshot
-    ledger: Ledger
-    groups: dict[GroupKey, GroupState]
-    effects: list[Effect]
-    restrictions: dict[str, NodeRestriction]
-    offered: dict[str, frozenset[str] | None]
-    unasked: set[GroupKey]
-    reservations: dict[GroupKey, Reservation]
-    given_up: dict[GroupKey, tuple[str, ...]]
-    touched: set[GroupKey]
-    starvation_checked: float
-    held_since: dict[GroupKey, float]
-    starving_inputs: dict[GroupKey, tuple[int, bool, float | None]]
-    preemption_enabled: bool
-    refused_evictions: dict[str, float]
-    evicting: set[str]
-    placeholders: bool
-    placeholder_requests: dict[tuple[str, str], float]
-    placeholder_creating: dict[str, tuple[float, PlaceholderCreate]]
-    fences: bool
-    fence_requests: dict[tuple[str, str], float]
-    fenced_plans: dict[GroupKey, tuple[Plan, frozenset[str]]]
-    shortfalls: ShortfallMemo
-    restrictions_version: int
-    fits_when_empty: dict[GroupKey, tuple[tuple[int, int, int], bool]]
-    held_view: HeldQueue | None
-    held_view_inputs: tuple[int, int]
-    held_entries: dict[GroupKey, tuple[tuple[int, int, bool], HeldEntry | None]]
-    held_planned: set[GroupKey]
-    fits_by_shape: dict[object, bool]
-    fits_by_shape_nodes: int
-    score_board: NodeScoreBoard
-    lowest_priority_seen: int | None
+    switches: Switches = field(default_factory=Switches)
+    snapshot: ClusterSnapshot = field(default_factory=ClusterSnapshot)
+    ledger: Ledger = field(default_factory=Ledger)
+    groups: dict[GroupKey, GroupState] = field(default_factory=dict)
+    effects: list[Effect] = field(default_factory=list)
+    # Held gangs known not to fit, each until a change that could help it
+    # (domain/shortfalls.py): a cluster event costs them the shapes of their members,
+    # not a plan each. Gangs it does not cover (starving ones, ones that could preempt)
+    # keep the global memo, `GroupState.shortfall_generation`.
+    shortfalls: ShortfallMemo = field(default_factory=ShortfallMemo)
+    # Per member uid: nodes kube-scheduler last offered (or refused) it, so a plan
+    # avoids nodes the scheduler's own filters reject (affinity, ports, ...).
+    restrictions: dict[str, NodeRestriction] = field(default_factory=dict)
+    # Bumped when kube-scheduler's last word on a member (`restrictions`) changes.
+    restrictions_version: int = 0
+    # Groups whose hold message changed outside a filter or plan (a reservation
+    # started, moved or ended): the controller re-writes their status (`drain_touched`).
+    touched: set[GroupKey] = field(default_factory=set)
 
-    if TYPE_CHECKING:
-        # The filter and expiry (domain/gang.py).
-        @staticmethod
-        @abstractmethod
-        def _say(state: GroupState, message: str) -> str: ...
-        @abstractmethod
-        def _drop(
-            self, plan: Plan, reason: str, now: float, *, timed_out: bool = False
-        ) -> None: ...
-        @abstractmethod
-        def expire(self, now: float) -> None: ...
-        @abstractmethod
-        def holds_a_place(self, key: GroupKey) -> bool: ...
+    def drop(self, plan: Plan, reason: str, now: float, *, timed_out: bool = False) -> None:
+        """Drop `plan` (nothing of it bound yet, or given up): its gang waits, backing off."""
+        if self.ledger.drop(plan.group) is None:
+            return
+        state = self.groups.setdefault(plan.group, GroupState())
+        state.retry_after = now + self.timeouts.replan_backoff_seconds
+        state.shortfall_generation = None
+        self.shortfalls.forget(plan.group)
+        state.waiting = True
+        say(state, HoldReason.PLAN_DROPPED, f"gang {plan.group}: plan dropped: {reason}")
+        self.effects.append(PlanDropped(plan, reason, timed_out))
 
-        # Capacity and the memo of shortfalls (domain/gang_room.py).
-        @abstractmethod
-        def _absorb_changes(self) -> None: ...
-        @abstractmethod
-        def free_after_reservations(self, node: str) -> Resources: ...
+    def fault(self, key: GroupKey, state: GroupState, err: Exception, version: int) -> str:
+        """Hold `key` with what went wrong; the service logs the traceback once (`GangFaulted`)."""
+        message = say(
+            state,
+            HoldReason.FAULTED,
+            f"gang {key}: planning failed ({type(err).__name__}: {quoted(str(err))}); "
+            "held until its members or PodGroup change",
+        )
+        state.fault = (version, message)
+        state.waiting = True
+        state.shortfall_generation = None
+        self.touched.add(key)
+        details = "".join(traceback.format_exception(err))
+        self.effects.append(GangFaulted(key, "plan", message, clip(details, 16_384)))
+        return message
 
-        # The watch's observations (domain/gang_watch.py).
-        @abstractmethod
-        def observe_pod(self, pod: PodInfo, now: float) -> None: ...
-        @abstractmethod
-        def group_changed(self, key: GroupKey, now: float) -> None: ...
+    def word_on(self, key: GroupKey) -> Hold | None:
+        """The core's last word on `key` and why (None: it said nothing yet). A fault
+        is FAULTED only while the members and PodGroup are those it raised on."""
+        state = self.groups.get(key)
+        if state is None:
+            return None
+        if state.fault is not None and state.fault[0] == self.snapshot.group_version(key):
+            return Hold(HoldReason.FAULTED, state.fault[1])
+        if not state.message:
+            return None
+        if state.hold is HoldReason.FAULTED:
+            return Hold(HoldReason.FAULT_CLEARED, state.message)
+        return Hold(state.hold, state.message)
 
-        # Starvation reservations and placeholder pods (domain/gang_starvation.py).
-        @abstractmethod
-        def starving_holds(self) -> dict[str, tuple[GroupKey, int]]: ...
-        @abstractmethod
-        def _starving_refusal(self, pod: PodInfo, node: str, held: tuple[GroupKey, int]) -> str: ...
-        @abstractmethod
-        def _end_reservation(self, key: GroupKey) -> None: ...
-        @abstractmethod
-        def _placeholders_on(self, group: GroupKey, nodes: Collection[str]) -> bool: ...
+    def members_short(self, key: GroupKey) -> Hold | None:
+        """`key` lacks members its PodGroup asks for (minMember, a task's minimum), said
+        as the filter says it; None if it has them, or nothing sizes it."""
+        spec = self.snapshot.group_spec(key)
+        if spec is None:
+            return None
+        choice = choose_members(
+            self.snapshot.members(key),
+            min_member=spec.min_member,
+            task_minimums=spec.min_task_member,
+        )
+        if isinstance(choice, MembersMissing):
+            return Hold(HoldReason.WAITING_FOR_MEMBERS, members_missing_message(key, choice))
+        return None
 
-        @abstractmethod
-        def _freed_on(self, node: str | None, now: float) -> None: ...
+    def new_plan(
+        self,
+        key: GroupKey,
+        members: Sequence[PodInfo],
+        outcome: Placement,
+        now: float,
+        *,
+        deadline: float,
+    ) -> Plan:
+        """The plan of `outcome`'s placements (a plain plan and a preemptor's hold alike)."""
+        by_uid = {m.uid: m for m in members}
+        return Plan(
+            group=key,
+            plan_id=self.ledger.new_plan_id(),
+            placements=dict(outcome.nodes),
+            requests={uid: by_uid[uid].requests for uid in outcome.nodes},
+            names={uid: by_uid[uid].ref for uid in outcome.nodes},
+            created_at=now,
+            deadline=deadline,
+        )
 
-        # The bind barrier (domain/gang_barrier.py).
-        @abstractmethod
-        def _placeholder_gone(self, group: GroupKey, now: float) -> None: ...
-        @abstractmethod
-        def _settle(self, plan: Plan, now: float) -> None: ...
-        @abstractmethod
-        def _member_gone(self, plan: Plan, uid: str, reason: str, now: float) -> None: ...
-        @abstractmethod
-        def _bound_member_gone(self, pod: PodInfo, reason: str, now: float) -> None: ...
 
-        # Gang preemption (domain/gang_preemption.py).
-        @abstractmethod
-        def _complete_preempted_gang(self, pod: PodInfo, group: GroupKey) -> None: ...
+class PlanGroup(Protocol):
+    """The filter's steps 4-8 for a held group (`GangPlanning.try_plan`) with no pod asking:
+    its new plan, or why it waits. What the queue, the starvation check and the watch
+    are given of the core."""
+
+    def __call__(
+        self, key: GroupKey, state: GroupState, spec: GroupSpec, now: float, *, queue: bool
+    ) -> Plan | str: ...

@@ -11,54 +11,75 @@ PodGroup is forgotten with its starvation reservation.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, cast
-
-from extender.domain.gang_state import GangParts
+from extender.domain.gang_barrier import BindBarrier
+from extender.domain.gang_preemption import GangPreemption
+from extender.domain.gang_queue import QueueOrder
+from extender.domain.gang_starvation import StarvationReservations
+from extender.domain.gang_state import PlanGroup, SharedState
 from extender.domain.membership import SCHEDULER_NAME, GroupKey
 from extender.domain.model import PodInfo
 from extender.domain.preemption import SCHEDULER_PREEMPTION_REASON
 
-if TYPE_CHECKING:
-    from extender.domain.gang import GangCore
 
+class GangWatch:
+    """Routes what the watch says to the parts it concerns; keeps no state of its own.
 
-class GangWatch(GangParts):
+    Given the filter's planning steps (`plan_group`) for a held group a change completes.
+    """
+
+    def __init__(
+        self,
+        shared: SharedState,
+        *,
+        queue: QueueOrder,
+        starvation: StarvationReservations,
+        preemption: GangPreemption,
+        barrier: BindBarrier,
+        plan_group: PlanGroup,
+    ) -> None:
+        self.shared = shared
+        self.queue = queue
+        self.starvation = starvation
+        self.preemption = preemption
+        self.barrier = barrier
+        self.plan_group = plan_group
+
     def observe_pod(self, pod: PodInfo, now: float) -> None:
         """The watch saw a pod: update the snapshot and settle plans it completes."""
-        old = self.snapshot.upsert_pod(pod)
+        old = self.shared.snapshot.upsert_pod(pod)
         if pod.placeholder_for is not None:
-            self.placeholder_creating.pop(pod.name, None)
+            self.starvation.placeholder_creating.pop(pod.name, None)
             return
         if (
-            self.preemption_enabled
+            self.shared.switches.preemption
             and pod.disruption == SCHEDULER_PREEMPTION_REASON
             and pod.group is not None
         ):
-            self._complete_preempted_gang(pod, pod.group)
+            self.preemption.complete_preempted_gang(pod, pod.group)
         if old is not None and old.holds_capacity and not pod.holds_capacity:
-            self._freed_on(old.node_name, now)
-        plan = self.ledger.plan_of(pod.uid)
+            self.starvation.freed_on(old.node_name, now)
+        plan = self.shared.ledger.plan_of(pod.uid)
         if plan is None:
             # A bound member that Succeeded ran: it was bound, not lost (a Job's pod can
             # finish before the last of its gang is bound). One deleted or Failed was.
             if pod.deleting or pod.phase == "Failed":
-                self._bound_member_gone(pod, f"member {pod.ref} is gone", now)
+                self.barrier.bound_member_gone(pod, f"member {pod.ref} is gone", now)
             if pod.group is not None and pod.is_active_member:
                 if (
                     not pod.is_bound
                     and not pod.gated
                     and pod.scheduler_name == SCHEDULER_NAME
-                    and pod.group not in self.groups
+                    and pod.group not in self.shared.groups
                 ):
-                    self.unasked.add(pod.group)
+                    self.queue.unasked.add(pod.group)
                 self.group_changed(pod.group, now)
             return
         if pod.is_bound:
-            self.ledger.mark_bound(pod.uid)
-            self._settle(plan, now)
+            self.shared.ledger.mark_bound(pod.uid)
+            self.barrier.settle(plan, now)
             return
         if pod.deleting or pod.phase in ("Succeeded", "Failed"):
-            self._member_gone(plan, pod.uid, f"member {pod.ref} is gone", now)
+            self.barrier.member_gone(plan, pod.uid, f"member {pod.ref} is gone", now)
 
     def group_changed(self, key: GroupKey, now: float) -> None:
         """A member or the PodGroup of `key` changed: plan now if that completes a held gang.
@@ -68,31 +89,31 @@ class GangWatch(GangParts):
         sends none. The plan's annotations on the members are that event. Only groups
         kube-scheduler has asked about are planned here.
         """
-        state = self.groups.get(key)
-        if state is None or not state.waiting or key in self.ledger.plans:
+        state = self.shared.groups.get(key)
+        if state is None or not state.waiting or key in self.shared.ledger.plans:
             return
-        spec = self.snapshot.group_spec(key)
+        spec = self.shared.snapshot.group_spec(key)
         if spec is None or spec.error is not None:
             return
-        cast("GangCore", self)._try_plan(key, state, spec, now, asking=None, candidates=None)
+        self.plan_group(key, state, spec, now, queue=True)
 
     def forget_pod(self, uid: str, now: float) -> None:
-        pod = self.snapshot.delete_pod(uid)
-        if self.restrictions.pop(uid, None) is not None:
-            self.restrictions_version += 1
-        self.offered.pop(uid, None)
-        self.evicting.discard(uid)
+        pod = self.shared.snapshot.delete_pod(uid)
+        if self.shared.restrictions.pop(uid, None) is not None:
+            self.shared.restrictions_version += 1
+        self.barrier.offered.pop(uid, None)
+        self.preemption.evicting.discard(uid)
         if pod is not None and pod.placeholder_for is not None:
-            self.placeholder_requests.pop(("delete", pod.name), None)
-            self._placeholder_gone(pod.placeholder_for, now)
+            self.starvation.placeholder_requests.pop(("delete", pod.name), None)
+            self.barrier.placeholder_gone(pod.placeholder_for, now)
             return
         if pod is not None and pod.holds_capacity:
-            self._freed_on(pod.node_name, now)
-        plan = self.ledger.plan_of(uid)
+            self.starvation.freed_on(pod.node_name, now)
+        plan = self.shared.ledger.plan_of(uid)
         if plan is not None:
-            self._member_gone(plan, uid, f"member {plan.names[uid]} was deleted", now)
+            self.barrier.member_gone(plan, uid, f"member {plan.names[uid]} was deleted", now)
         elif pod is not None:
-            self._bound_member_gone(pod, f"member {pod.ref} was deleted", now)
+            self.barrier.bound_member_gone(pod, f"member {pod.ref} was deleted", now)
         if pod is not None and pod.group is not None:
             self.forget_group_if_gone(pod.group)
 
@@ -101,10 +122,10 @@ class GangWatch(GangParts):
         reservation and clock with it: a gang re-created under the same name starts
         afresh instead of inheriting the old one's reservation (the watch can deliver
         the new objects before the next reservation pass)."""
-        if self.snapshot.members(key) or self.snapshot.podgroup(key) is not None:
+        if self.shared.snapshot.members(key) or self.shared.snapshot.podgroup(key) is not None:
             return
-        self.groups.pop(key, None)
-        self.shortfalls.forget(key)
-        self.held_since.pop(key, None)
-        self.given_up.pop(key, None)
-        self._end_reservation(key)
+        self.shared.groups.pop(key, None)
+        self.shared.shortfalls.forget(key)
+        self.starvation.held_since.pop(key, None)
+        self.starvation.given_up.pop(key, None)
+        self.starvation.end_reservation(key)

@@ -1,6 +1,6 @@
 """The order held gangs are planned in: pod priority first, then age.
 
-Pure. Before `GangCore._try_plan` (domain/gang.py) plans a gang, the core's queue
+Pure. Before `GangPlanning.try_plan` (domain/gang_planning.py) plans a gang, the core's queue
 part (domain/gang_queue.py) asks `gangs_ahead` and plans the held gangs ahead of
 it first, so a lower gang only gets what the gangs ahead cannot use now (backfill).
 Plain pods are not queued here: they keep kube-scheduler's own order.

@@ -1,6 +1,6 @@
 """Held gangs known not to fit, and the cluster changes that can end that.
 
-Pure. `GangCore._try_plan` (domain/gang.py) plans a held gang at O(nodes); with
+Pure. `GangPlanning.try_plan` (domain/gang_planning.py) plans a held gang at O(nodes); with
 many gangs held, re-planning each of them after every cluster change cost the
 service O(held gangs x nodes) per event (1,000 held gangs: 2.7 s of CPU per node
 event). A gang that did not fit is remembered here with what could change that:

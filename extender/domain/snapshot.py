@@ -59,7 +59,7 @@ class ClusterSnapshot:
         # Bumped only on a change that can alter a gang's plan or why it waits: a node
         # that changed, capacity a pod holds, a group's members, a PodGroup. Not on a
         # node's heartbeat or a plain pod's status that changes neither: the core
-        # memoises "this gang does not fit" on it (GangCore._try_plan), so such events
+        # memoises "this gang does not fit" on it (GangPlanning.try_plan), so such events
         # cost held gangs nothing.
         self.planning_generation = 0
         # Nodes whose allocatable or used capacity changed since the core last
@@ -77,7 +77,7 @@ class ClusterSnapshot:
         self.relabelled: set[str] = set()
         self.replaced = False
         # Groups whose version moved since the held-gang queue view last looked
-        # (drained by GangCore._held_queue): it reads these, not every group's version.
+        # (drained by the queue part, gang_queue.QueueOrder.held_queue_view): it reads these, not every group's version.
         self.held_changed: set[GroupKey] = set()
         # Priorities of the pods that hold capacity, counted: the lowest one says
         # whether a gang of some priority has anything to preempt.

@@ -9,7 +9,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from extender.domain.gang import GangCore
+from extender.domain.core_api import SchedulingCore
+from extender.domain.gang_state import HoldReason
 from extender.domain.membership import MIN_AVAILABLE_ANNOTATION, SCHEDULER_NAME, GroupKey
 from extender.domain.model import (
     UPSTREAM_PODGROUP_SOURCE,
@@ -17,7 +18,6 @@ from extender.domain.model import (
     GroupSpec,
     PodInfo,
 )
-from extender.domain.selection import MembersMissing, choose_members
 
 
 @dataclass(frozen=True)
@@ -210,7 +210,7 @@ def _size_disagreement(key: GroupKey, spec: GroupSpec, members: list[PodInfo]) -
     )
 
 
-def group_status(core: GangCore, key: GroupKey) -> GroupStatus | None:
+def group_status(core: SchedulingCore, key: GroupKey) -> GroupStatus | None:
     """Phase, counts and the condition for `key`; None when nothing declares its size.
 
     Pending's reason, in this order (the first that applies):
@@ -239,8 +239,9 @@ def group_status(core: GangCore, key: GroupKey) -> GroupStatus | None:
     active = [p for p in pods if p.is_active_member]
     counts = MemberCounts.of(pods)
     scheduled = counts.scheduled
-    state = core.groups.get(key)
-    message = state.message if state and state.message else ""
+    # The core's word (domain/gang_state.py `HoldReason`): mapped here, not re-derived.
+    word = core.word_on(key)
+    message = word.message if word is not None else ""
     planned = key in core.ledger.plans
     refused = [
         (p, reason)
@@ -250,15 +251,10 @@ def group_status(core: GangCore, key: GroupKey) -> GroupStatus | None:
     phase = counts.phase(spec.min_member, planned=planned)
     if spec.error:
         phase, reason, message = "Pending", "InvalidSpec", f"gang {key}: {spec.error}"
-    elif (
-        phase == "Pending"
-        and state is not None
-        and state.fault is not None
-        and state.fault[0] == core.snapshot.group_version(key)
-    ):
-        # Planning it raised (GangCore._try_plan): held until its members or PodGroup
+    elif phase == "Pending" and word is not None and word.reason is HoldReason.FAULTED:
+        # Planning it raised (GangPlanning.try_plan): held until its members or PodGroup
         # change; not planned again here either (gang_ahead_of would).
-        reason, message = "InvalidSpec", state.fault[1]
+        reason = word.reason.condition_reason
     elif phase != "Pending":
         reason = PHASE_REASONS[phase]
     else:
@@ -268,17 +264,13 @@ def group_status(core: GangCore, key: GroupKey) -> GroupStatus | None:
             reason, message = "Unschedulable", _refusal_message(key, refused)
         elif len(active) < spec.min_member:
             reason, message = "WaitingForMembers", _waiting_message(key, spec, len(active))
-        elif isinstance(
-            missing := choose_members(
-                active, min_member=spec.min_member, task_minimums=spec.min_task_member
-            ),
-            MembersMissing,
-        ):
-            reason = "WaitingForMembers"
-            message = f"gang {key}: {missing}; waiting for the rest to be created"
+        elif (short := core.members_short(key)) is not None:
+            reason, message = short.reason.condition_reason, short.message
         else:
             reason = "Unschedulable"
-        if reason == "Unschedulable" and "waiting behind" not in message:
+        if reason == "Unschedulable" and (
+            word is None or word.reason is not HoldReason.BEHIND_GANG
+        ):
             # Also when kube-scheduler never asked (its own filters refuse every node):
             # the gang ahead goes first when room appears.
             ahead = core.gang_ahead_of(key)

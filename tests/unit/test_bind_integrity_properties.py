@@ -23,11 +23,10 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from extender.domain.decisions import BindVerdict, GangBroken, Verdict
-from extender.domain.gang import GangCore, Timeouts
 from extender.domain.membership import GroupKey
 from extender.domain.model import NodeInfo, PodInfo
-from extender.domain.policy import Policy
 from tests.builders import make_node, make_pod
+from tests.core_builder import make_core
 
 GPU = "nvidia.com/gpu"
 T0 = 1_000_000.0
@@ -52,10 +51,10 @@ class World:
     """The core plus what kube-scheduler and the binder would be doing around it."""
 
     def __init__(self, node_gpus: list[int], gangs: list[list[int]]) -> None:
-        self.core = GangCore(policy=Policy(), timeouts=Timeouts(60, 30, 2))
+        self.core = make_core()
         self.now = T0
         for i, gpus in enumerate(node_gpus):
-            self.core.snapshot.upsert_node(NodeInfo.from_api(make_node(f"n{i}").gpus(gpus).obj()))
+            self.core.apply_node(NodeInfo.from_api(make_node(f"n{i}").gpus(gpus).obj()))
         self.members: list[list[str]] = []  # group index -> member uids
         self.min_member: list[int] = []
         for g, member_gpus in enumerate(gangs):

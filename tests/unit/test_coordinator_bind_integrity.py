@@ -7,12 +7,11 @@ from typing import Any
 
 from extender.coordinator import SchedulingCoordinator
 from extender.domain.decisions import Effect, GangBroken, MemberBindFailed
-from extender.domain.gang import GangCore, Timeouts
 from extender.domain.model import NodeInfo, PodInfo
-from extender.domain.policy import Policy
 from extender.metrics import Metrics
 from extender.ports.binding import BindError
 from tests.builders import make_node, make_pod
+from tests.core_builder import make_core
 
 T0 = 1_000_000.0
 
@@ -32,8 +31,8 @@ class FailingBinder:
 
 
 def setup(failures: dict[str, BindError]) -> tuple[SchedulingCoordinator, list[Effect], Metrics]:
-    core = GangCore(policy=Policy(), timeouts=Timeouts(60, 30, 2))
-    core.snapshot.upsert_node(NodeInfo.from_api(make_node("n1").gpus(4).obj()))
+    core = make_core()
+    core.apply_node(NodeInfo.from_api(make_node("n1").gpus(4).obj()))
     pods = [make_pod(f"w{i}").group("g").min_available(2).gpus(2).obj() for i in range(2)]
     for pod in pods:
         core.observe_pod(PodInfo.from_api(pod), T0)

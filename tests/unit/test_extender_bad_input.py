@@ -13,11 +13,10 @@ import pytest
 from extender.api.wire import ExtenderBindingArgs
 from extender.coordinator import SchedulingCoordinator
 from extender.domain.decisions import Verdict
-from extender.domain.gang import GangCore, Timeouts
 from extender.domain.model import GroupSpec, NodeInfo, PodInfo
-from extender.domain.policy import Policy
 from extender.metrics import Metrics
 from tests.builders import make_node, make_pod, make_podgroup
+from tests.core_builder import make_core
 from tests.unit.test_extender_wire import ROOMY, RecordingBinder, build, seed_pods
 
 
@@ -154,15 +153,13 @@ def counter(metrics: Metrics, name: str) -> float:
 
 async def test_a_barrier_expired_by_the_periodic_tick_counts_as_one_barrier_timeout() -> None:
     clock = Clock(1_000.0)
-    core = GangCore(policy=Policy(), timeouts=Timeouts(60, 30, 2))
+    core = make_core()
     for node in (make_node("n1").gpus(4).obj(),):
-        core.snapshot.upsert_node(NodeInfo.from_api(node))
+        core.apply_node(NodeInfo.from_api(node))
     members = [make_pod(f"w{i}").group("job").gpus(1).obj() for i in range(2)]
     for pod in members:
         core.observe_pod(PodInfo.from_api(pod), clock.now)
-    core.snapshot.upsert_podgroup(
-        GroupSpec.from_podgroup(make_podgroup("job", 2), source="PodGroup")
-    )
+    core.apply_group_spec(GroupSpec.from_podgroup(make_podgroup("job", 2), source="PodGroup"))
     metrics = Metrics()
     binder = RecordingBinder()
     coordinator = SchedulingCoordinator(
@@ -217,16 +214,14 @@ async def test_two_plain_binds_in_flight_cannot_both_take_the_last_room_beside_a
     # n1 and n2 have 4 GPUs; the gang reserves 3 on each. kube-scheduler may not see
     # the reservation (a member it has not assumed), so the extender's bind is the guard.
     clock = Clock(1_000.0)
-    core = GangCore(policy=Policy(), timeouts=Timeouts(60, 30, 2))
+    core = make_core()
     for name in ("n1", "n2"):
-        core.snapshot.upsert_node(NodeInfo.from_api(make_node(name).gpus(4).obj()))
+        core.apply_node(NodeInfo.from_api(make_node(name).gpus(4).obj()))
     members = [make_pod(f"big-{i}").group("big").gpus(3).obj() for i in range(2)]
     plain = [make_pod(f"plain-{i}").gpus(1).obj() for i in range(2)]
     for pod in [*members, *plain]:
         core.observe_pod(PodInfo.from_api(pod), clock.now)
-    core.snapshot.upsert_podgroup(
-        GroupSpec.from_podgroup(make_podgroup("big", 2), source="PodGroup")
-    )
+    core.apply_group_spec(GroupSpec.from_podgroup(make_podgroup("big", 2), source="PodGroup"))
     binder = GatedBinder()
     coordinator = SchedulingCoordinator(
         core, binder, Metrics(), effect_sink=lambda e: None, clock=clock

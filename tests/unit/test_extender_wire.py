@@ -14,12 +14,12 @@ import pytest
 
 from extender.api.extender import create_extender_app
 from extender.coordinator import SchedulingCoordinator
-from extender.domain.gang import GangCore, Timeouts
+from extender.domain.gang import GangCore
 from extender.domain.model import GroupSpec, NodeInfo, PodInfo
-from extender.domain.policy import Policy
 from extender.metrics import Metrics
 from extender.ports.binding import BindError
 from tests.builders import make_node, make_pod, make_podgroup
+from tests.core_builder import make_core
 from tests.golden_files import expected_golden
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "extender"
@@ -51,14 +51,12 @@ def seed_pods() -> list[dict[str, Any]]:
 def build(
     nodes: list[dict[str, Any]], pods: list[dict[str, Any]]
 ) -> tuple[httpx.AsyncClient, RecordingBinder, GangCore]:
-    core = GangCore(policy=Policy(), timeouts=Timeouts(60, 30, 2))
+    core = make_core()
     for n in nodes:
-        core.snapshot.upsert_node(NodeInfo.from_api(n))
+        core.apply_node(NodeInfo.from_api(n))
     for p in pods:
         core.observe_pod(PodInfo.from_api(p), T0)
-    core.snapshot.upsert_podgroup(
-        GroupSpec.from_podgroup(make_podgroup("job", 4), source="PodGroup")
-    )
+    core.apply_group_spec(GroupSpec.from_podgroup(make_podgroup("job", 4), source="PodGroup"))
     binder = RecordingBinder()
     coordinator = SchedulingCoordinator(
         core, binder, Metrics(), effect_sink=lambda effects: None, clock=lambda: T0

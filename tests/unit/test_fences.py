@@ -129,9 +129,7 @@ def fences(effects: list[Effect]) -> list[Effect]:
 def add_tolerating_gang(
     core: GangCore, name: str, size: int, *, tolerate: bool = True
 ) -> list[PodInfo]:
-    core.snapshot.upsert_podgroup(
-        GroupSpec.from_podgroup(make_podgroup(name, size), source="PodGroup")
-    )
+    core.apply_group_spec(GroupSpec.from_podgroup(make_podgroup(name, size), source="PodGroup"))
     pods = []
     for i in range(size):
         pod = make_pod(f"{name}-{i}").group(name).gpus(1).created(CREATED_AT_T0)
@@ -150,7 +148,7 @@ def starving_core(*, tolerate: bool = True) -> tuple[GangCore, list[PodInfo], li
     big = add_tolerating_gang(core, "big", 4, tolerate=tolerate)
     core.filter(big[0], ["n1"], T0)
     core.expire(T0 + 6)
-    assert BIG in core.reservations
+    assert BIG in core.starvation.reservations
     return core, smalls, big
 
 
@@ -167,7 +165,7 @@ def show_fences(core: GangCore, now: float) -> None:
             if isinstance(change, FenceNode)
             else ()
         )
-        core.snapshot.upsert_node(
+        core.apply_node(
             NodeInfo(
                 name, dict(node.allocatable), dict(node.labels), kept + added, node.unschedulable
             )
@@ -205,7 +203,7 @@ def test_one_pending_member_without_the_toleration_keeps_the_fence_down() -> Non
     core.observe_pod(untolerating, T0)  # replaces big-3: same name and uid, no toleration
     core.filter(big[0], ["n1"], T0)
     core.expire(T0 + 6)
-    assert BIG in core.reservations
+    assert BIG in core.starvation.reservations
     assert fences(core.drain_effects()) == []
     assert "not fenced" in core.groups[BIG].message
 
@@ -222,8 +220,8 @@ def test_bound_members_need_not_tolerate_the_fence_only_pending_ones() -> None:
         make_pod("big-3").group("big").gpus(1).node("n0").created(CREATED_AT_T0).obj()
     )
     core.observe_pod(bound_member, T0)
-    assert core._fence_tolerated(BIG)
-    assert not core._fence_tolerated(GroupKey("default", "nobody"))  # no pending member
+    assert core.starvation._fence_tolerated(BIG)
+    assert not core.starvation._fence_tolerated(GroupKey("default", "nobody"))  # no pending member
 
 
 def test_switched_off_no_fence_and_the_message_does_not_mention_one() -> None:
@@ -234,7 +232,7 @@ def test_switched_off_no_fence_and_the_message_does_not_mention_one() -> None:
     big = add_tolerating_gang(core, "big", 4)
     core.filter(big[0], ["n1"], T0)
     core.expire(T0 + 6)
-    assert BIG in core.reservations
+    assert BIG in core.starvation.reservations
     assert fences(core.drain_effects()) == []
     assert "taint" not in core.groups[BIG].message and "fenced" not in core.groups[BIG].message
 
@@ -266,7 +264,7 @@ def test_the_fence_stays_while_the_gang_planned_on_it_binds_and_goes_once_it_is_
     assert [e.plan.group for e in effects if isinstance(e, PlanCreated)] == [BIG]
     assert fences(effects) == []  # planned: another scheduler must not take a GPU now
     for member in big:
-        core.offered[member.uid] = frozenset({"n1"})
+        core.barrier.offered[member.uid] = frozenset({"n1"})
         core.arrive(member.uid, "n1", T0 + 12)
     for member in big[:-1]:
         core.binding_succeeded(member.uid, "n1", T0 + 12)
@@ -283,11 +281,11 @@ def test_a_dropped_plan_takes_its_fence_down_with_it() -> None:
     for small in smalls:
         finish(core, small, T0 + 8)
     core.expire(T0 + 8)
-    assert BIG in core.fenced_plans
+    assert BIG in core.starvation.fenced_plans
     plan = core.ledger.plans[BIG]
-    core._drop(plan, "test: the plan is dropped", T0 + 9)
+    core.shared.drop(plan, "test: the plan is dropped", T0 + 9)
     core.expire(T0 + 9)
-    assert BIG not in core.fenced_plans and BIG not in core.reservations
+    assert BIG not in core.starvation.fenced_plans and BIG not in core.starvation.reservations
     assert fences(core.drain_effects()) == [UnfenceNode("n1", "default.big")]
 
 
@@ -296,19 +294,19 @@ def test_a_fence_nobody_wants_is_taken_down() -> None:
     assert core.snapshot.fences == {"n1": "default.gone"}
     core.expire(T0)
     assert fences(core.drain_effects()) == [UnfenceNode("n1", "default.gone")]
-    core.snapshot.delete_node("n1")
+    core.forget_node("n1")
     assert core.snapshot.fences == {}
 
 
 def test_a_reservation_that_gives_up_moves_its_fence_to_the_nodes_it_chooses_next() -> None:
     core, _, _ = starving_core()
-    core.snapshot.upsert_node(NodeInfo.from_api(make_node("n3").gpus(4).obj()))
+    core.apply_node(NodeInfo.from_api(make_node("n3").gpus(4).obj()))
     for i in range(4):
         bound_small(core, f"t{i}", "n3")
     show_fences(core, T0 + 7)
     assert core.snapshot.fences == {"n1": "default.big"}
     core.expire(T0 + 6 + 31)  # past reservation_max_seconds (30 in core_with)
-    assert core.reservations[BIG].nodes == ("n3",)
+    assert core.starvation.reservations[BIG].nodes == ("n3",)
     assert fences(core.drain_effects()) == [
         UnfenceNode("n1", "default.big"),
         FenceNode(BIG, "n3", "default.big"),
@@ -328,7 +326,7 @@ def test_a_tolerating_gang_planned_without_a_reservation_puts_up_no_fence() -> N
     big = add_tolerating_gang(core, "big", 4)
     assert core.filter(big[0], ["n1"], T0).verdict is Verdict.PLANNED
     assert fences(core.drain_effects()) == []
-    assert BIG not in core.fenced_plans
+    assert BIG not in core.starvation.fenced_plans
 
 
 def test_a_reservation_ended_by_its_plan_has_the_gangs_status_written_again() -> None:
@@ -337,5 +335,5 @@ def test_a_reservation_ended_by_its_plan_has_the_gangs_status_written_again() ->
     for small in smalls:
         finish(core, small, T0 + 8)
     core.expire(T0 + 8)
-    assert BIG in core.ledger.plans and BIG not in core.reservations
+    assert BIG in core.ledger.plans and BIG not in core.starvation.reservations
     assert BIG in core.drain_touched()

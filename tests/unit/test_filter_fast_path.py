@@ -11,11 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from extender.domain.decisions import FilterDecision, Verdict
-from extender.domain.gang import GangCore, Timeouts
+from extender.domain.gang import GangCore
 from extender.domain.model import PodInfo
-from extender.domain.policy import Policy
 from extender.domain.snapshot import fits
 from tests.builders import make_pod
+from tests.core_builder import make_core
 from tests.strategies import NODE_NAMES, apply_change, snapshot_changes
 
 
@@ -39,7 +39,7 @@ def reference_filter_plain(core: GangCore, pod: PodInfo, candidates: list[str]) 
 )
 @settings(max_examples=300, deadline=None)
 def test_plain_pod_filter_equals_the_per_node_loop(ops, candidates, gpus) -> None:
-    core = GangCore(policy=Policy(), timeouts=Timeouts(60, 30, 2))
+    core = make_core()
     for step, (op, i, g) in enumerate(ops):
         apply_change(core, op, i, g, step)
     pod = PodInfo.from_api(make_pod("plain").gpus(gpus).obj())

@@ -29,14 +29,13 @@ from extender.domain.foreign_status import (
     volcano_status,
     with_schedule_start,
 )
-from extender.domain.gang import GangCore, Timeouts
 from extender.domain.limits import MAX_GROUP_SIZE
 from extender.domain.membership import GroupKey, task_name
 from extender.domain.model import GroupSpec, NodeInfo, PodInfo
-from extender.domain.policy import Policy
 from extender.domain.status import GroupStatus, group_status
 from extender.kube.rawapi import KubeError
 from tests.builders import make_node, make_pod, make_podgroup
+from tests.core_builder import make_core
 
 KEY = GroupKey("team-a", "train")
 
@@ -283,13 +282,13 @@ def test_task_minimums_come_from_the_first_podgroup_that_states_them() -> None:
 
 
 def test_a_conflict_holds_the_gang_and_its_status_says_which_podgroups_to_reconcile() -> None:
-    core = GangCore(policy=Policy(), timeouts=Timeouts(60, 30, 2))
-    core.snapshot.upsert_node(NodeInfo.from_api(make_node("n0").gpus(8).obj()))
+    core = make_core()
+    core.apply_node(NodeInfo.from_api(make_node("n0").gpus(8).obj()))
     for i in range(4):
         pod = make_pod(f"train-{i}", "team-a").annotation("scheduling.k8s.io/group-name", "train")
         core.observe_pod(PodInfo.from_api(pod.gpus(1).obj()), 0.0)
-    core.snapshot.upsert_podgroup(volcano_group_spec(volcano_podgroup(minMember=4)))
-    core.snapshot.upsert_podgroup(
+    core.apply_group_spec(volcano_group_spec(volcano_podgroup(minMember=4)))
+    core.apply_group_spec(
         GroupSpec.from_podgroup(make_podgroup("train", 3, "team-a"), source=SOURCE_OURS)
     )
     status = group_status(core, KEY)
@@ -443,7 +442,7 @@ class RecordingRaw:
 def writer_with(
     *podgroups: tuple[str, dict[str, Any]], scheduler: str = "gang-extender", raw: Any = None
 ) -> tuple[ForeignStatusWriter, ClusterState, Any]:
-    core = GangCore(policy=Policy(), timeouts=Timeouts(60, 30, 2))
+    core = make_core()
     state = ClusterState(core, flush_effects=lambda: None)
     state.on_page("nodes", [make_node("n0").gpus(8).obj()], True, True)
     pods = [
@@ -533,7 +532,7 @@ def test_the_watch_cache_reads_volcano_podgroups_when_served_and_forgets_them_wh
     assert VOLCANO_PODGROUPS.optional, "a cluster without Volcano's CRD must still sync"
     assert VOLCANO_PODGROUPS.path == "/apis/scheduling.volcano.sh/v1beta1/podgroups"
     assert VOLCANO_PODGROUPS in inspect.signature(WatchCache).parameters["resources"].default
-    core = GangCore(policy=Policy(), timeouts=Timeouts(60, 30, 2))
+    core = make_core()
     state = ClusterState(core, flush_effects=lambda: None)
     state.on_page("volcano-podgroups", [volcano_podgroup(minMember=4)], True, True)
     spec = core.snapshot.group_spec(KEY)

@@ -26,9 +26,9 @@ from extender.coordinator import SchedulingCoordinator
 from extender.domain.gang import GangCore, Timeouts
 from extender.domain.membership import GroupKey
 from extender.domain.model import GroupSpec, NodeInfo
-from extender.domain.policy import Policy
 from extender.metrics import Metrics
 from tests.builders import make_node, make_pod, make_podgroup
+from tests.core_builder import make_core
 from tests.unit.test_admitter import FakeAllocator
 from tests.unit.test_extender_wire import RecordingBinder
 
@@ -222,12 +222,10 @@ BIND_ARGS = st.one_of(
 
 def _extender_client() -> tuple[TestClient, GangCore]:
     # A barrier that opens or fails at once: a generated bind may join a plan.
-    core = GangCore(policy=Policy(), timeouts=Timeouts(60, 0.01, 0))
+    core = make_core(timeouts=Timeouts(60, 0.01, 0))
     for node in (make_node("n1").gpus(4).obj(), make_node("n2").gpus(4).obj()):
-        core.snapshot.upsert_node(NodeInfo.from_api(node))
-    core.snapshot.upsert_podgroup(
-        GroupSpec.from_podgroup(make_podgroup("job", 2), source="PodGroup")
-    )
+        core.apply_node(NodeInfo.from_api(node))
+    core.apply_group_spec(GroupSpec.from_podgroup(make_podgroup("job", 2), source="PodGroup"))
     coordinator = SchedulingCoordinator(
         core, RecordingBinder(), Metrics(), effect_sink=lambda effects: None
     )
@@ -334,7 +332,7 @@ GARBAGE_NODES = (nodes() | JSON).filter(_not_good)
 def test_a_list_page_applies_every_good_object_whatever_else_it_holds(
     bad_pods: list[Any], bad_nodes: list[Any], seed: Any
 ) -> None:
-    core = GangCore(policy=Policy(), timeouts=Timeouts(60, 30, 2))
+    core = make_core()
     state = ClusterState(core, flush_effects=lambda: None, metrics=Metrics())
     pod_page = [_good_pod(i) for i in range(3)] + copy.deepcopy(bad_pods)
     node_page = [_good_node(i) for i in range(2)] + copy.deepcopy(bad_nodes)
@@ -364,7 +362,7 @@ def test_a_list_page_applies_every_good_object_whatever_else_it_holds(
 def test_watch_events_with_generated_objects_never_crash_nor_lose_good_objects(
     events: list[tuple[str, str, Any]],
 ) -> None:
-    core = GangCore(policy=Policy(), timeouts=Timeouts(60, 30, 2))
+    core = make_core()
     state = ClusterState(core, flush_effects=lambda: None, metrics=Metrics())
     state.on_page("pods", [_good_pod(0)], True, True)
     state.on_page("nodes", [_good_node(0)], True, True)
@@ -392,7 +390,7 @@ def test_the_poisoned_quantity_of_the_issue_is_a_400_naming_the_field() -> None:
 
 
 def test_a_poisoned_object_in_a_page_is_counted_and_the_rest_applied() -> None:
-    core = GangCore(policy=Policy(), timeouts=Timeouts(60, 30, 2))
+    core = make_core()
     metrics = Metrics()
     state = ClusterState(core, flush_effects=lambda: None, metrics=metrics)
     poisoned = make_node("bad").obj()

@@ -17,22 +17,17 @@ from extender.domain.decisions import (
     PlanDropped,
     Verdict,
 )
-from extender.domain.gang import GangCore, Timeouts
-from extender.domain.model import NodeInfo, PodInfo
-from extender.domain.policy import Policy
+from extender.domain.gang import GangCore
+from extender.domain.model import PodInfo
 from tests.builders import make_node, make_pod
+from tests.core_builder import make_core
 
 T0 = 1_000_000.0
 GPU = "nvidia.com/gpu"
 
 
 def core_with(nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> GangCore:
-    core = GangCore(policy=Policy(), timeouts=Timeouts(60, 30, 2))
-    for n in nodes:
-        core.snapshot.upsert_node(NodeInfo.from_api(n))
-    for p in pods:
-        core.observe_pod(PodInfo.from_api(p), T0)
-    return core
+    return make_core(nodes, pods, now=T0)
 
 
 def pod_info(core: GangCore, name: str) -> PodInfo:
@@ -250,7 +245,7 @@ def test_a_released_member_whose_planned_node_is_gone_breaks_the_gang() -> None:
     planned = core.ledger.plan_of(pod_info(core, "w1").uid)
     assert planned is not None
     node = planned.placements[pod_info(core, "w1").uid]
-    core.snapshot.delete_node(node)
+    core.forget_node(node)
     core.filter(pod_info(core, "w1"), [], T0 + 4)
     broken = [e for e in core.drain_effects() if isinstance(e, GangBroken)]
     assert [(b.member, b.cause) for b in broken] == [

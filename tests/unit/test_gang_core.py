@@ -8,11 +8,12 @@ from typing import Any
 import pytest
 
 from extender.domain.decisions import BindVerdict, GangBound, PlanCreated, PlanDropped, Verdict
-from extender.domain.gang import GangCore, Timeouts
+from extender.domain.gang import GangCore
 from extender.domain.membership import GroupKey
-from extender.domain.model import GroupSpec, NodeInfo, PodInfo
+from extender.domain.model import PodInfo
 from extender.domain.policy import Policy, Strategy
 from tests.builders import make_node, make_pod, make_podgroup
+from tests.core_builder import make_core
 
 T0 = 1_000_000.0
 
@@ -20,14 +21,7 @@ T0 = 1_000_000.0
 def core_with(
     nodes: list[dict[str, Any]], pods: list[dict[str, Any]] = (), groups: list[dict[str, Any]] = ()
 ) -> GangCore:
-    core = GangCore(policy=Policy(), timeouts=Timeouts(60, 30, 2))
-    for n in nodes:
-        core.snapshot.upsert_node(NodeInfo.from_api(n))
-    for p in pods:
-        core.observe_pod(PodInfo.from_api(p), T0)
-    for g in groups:
-        core.snapshot.upsert_podgroup(GroupSpec.from_podgroup(g, source="PodGroup"))
-    return core
+    return make_core(nodes, pods, groups, now=T0)
 
 
 def names(nodes: list[dict[str, Any]]) -> list[str]:
@@ -283,7 +277,7 @@ def test_prioritize_binpacks_plain_pods(node_gpus: int, expected: int) -> None:
 def test_a_node_without_gpus_scores_0_under_every_strategy(strategy: Strategy) -> None:
     """Only GPU fill is scored: a CPU-only node, or one the snapshot does not know, scores 0."""
     core = core_with([make_node("cpu").cpu_only().obj(), make_node("gpu").gpus(4).obj()])
-    core.policy = Policy(strategy=strategy)
+    core.shared.policy = Policy(strategy=strategy)
     core.observe_pod(PodInfo.from_api(make_pod("plain").obj()), T0)
     scores = core.prioritize(pod_info(core, "plain"), ["cpu", "gpu", "unknown"])
     assert scores["cpu"] == 0

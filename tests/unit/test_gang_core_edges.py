@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-import extender.domain.gang as gang_module
+import extender.domain.gang_filter as gang_filter_module
 from extender.domain.decisions import BindDecision, BindVerdict, PlaceholderCreate, Verdict
 from extender.domain.gang import GangCore
 from extender.domain.ledger import Plan
@@ -76,7 +76,7 @@ def test_a_released_member_whose_node_is_not_offered_keeps_its_reservation_and_s
     core, plan = planned_apart()
     for name in ("g-0", "g-1"):
         member = pod_info(core, name)
-        core.offered[member.uid] = frozenset({plan.placements[member.uid]})
+        core.barrier.offered[member.uid] = frozenset({plan.placements[member.uid]})
         core.arrive(member.uid, plan.placements[member.uid], T0 + 1)
     assert plan.released
     member = pod_info(core, "g-1")
@@ -99,15 +99,15 @@ def test_only_the_gangs_own_placeholders_on_its_planned_nodes_keep_a_member_wait
     key = GroupKey("default", "g")
     placeholder_on(core, "other", "n1")  # another gang's, on the planned node
     placeholder_on(core, "g", "n2")  # its own, on another node
-    assert not core._placeholders_on(key, {"n1"})
-    core.placeholder_creating["x"] = (
+    assert not core.starvation.placeholders_on(key, {"n1"})
+    core.starvation.placeholder_creating["x"] = (
         T0,
         PlaceholderCreate(GroupKey("default", "other"), "x", "n1", 1),
     )
-    core.placeholder_creating["y"] = (T0, PlaceholderCreate(key, "y", "n3", 1))
-    assert not core._placeholders_on(key, {"n1"})
-    core.placeholder_creating["z"] = (T0, PlaceholderCreate(key, "z", "n1", 1))
-    assert core._placeholders_on(key, {"n1"})
+    core.starvation.placeholder_creating["y"] = (T0, PlaceholderCreate(key, "y", "n3", 1))
+    assert not core.starvation.placeholders_on(key, {"n1"})
+    core.starvation.placeholder_creating["z"] = (T0, PlaceholderCreate(key, "z", "n1", 1))
+    assert core.starvation.placeholders_on(key, {"n1"})
 
 
 def test_a_member_without_a_plan_reaching_bind_is_refused_saying_why() -> None:
@@ -153,7 +153,7 @@ def test_a_plain_pod_whose_node_a_starving_gang_holds_is_refused_at_bind() -> No
     late = PodInfo.from_api(make_pod("late").gpus(1).obj())
     core.observe_pod(late, T0)
     core.expire(T0 + 6)
-    assert BIG in core.reservations
+    assert BIG in core.starvation.reservations
     finish(core, smalls[0], T0 + 7)
     decision = core.arrive(late.uid, "n1", T0 + 7)
     assert decision == BindDecision(
@@ -187,12 +187,12 @@ def test_a_deleted_pod_takes_what_kube_scheduler_said_of_it_along() -> None:
     core = core_with(nodes, gang_pods("g", 3, 1))
     held = pod_info(core, "g-0")
     assert core.filter(held, ["n1"], T0).nodes == []
-    core.offered[held.uid] = frozenset({"n1"})
+    core.barrier.offered[held.uid] = frozenset({"n1"})
     assert held.uid in core.restrictions
     version = core.restrictions_version
     core.forget_pod(held.uid, T0 + 1)
     assert held.uid not in core.restrictions
-    assert held.uid not in core.offered
+    assert held.uid not in core.barrier.offered
     assert core.restrictions_version == version + 1
     core.forget_pod(pod_info(core, "g-1").uid, T0 + 1)  # never restricted: nothing moves
     assert core.restrictions_version == version + 1
@@ -214,11 +214,11 @@ def test_a_gang_without_a_podgroup_is_forgotten_with_its_last_member_one_with_is
     for name in ("a-0", "b-0"):
         assert core.filter(pod_info(core, name), ["n1"], T0).nodes == []  # held: 2 GPUs, 1 node
     a, b = GroupKey("default", "a"), GroupKey("default", "b")
-    assert a in core.groups and a in core.shortfalls and b in core.groups
+    assert a in core.groups and a in core.shared.shortfalls and b in core.groups
     core.forget_pod(pod_info(core, "a-0").uid, T0 + 1)
     assert a in core.groups  # a-1 is left
     core.forget_pod(pod_info(core, "a-1").uid, T0 + 1)
-    assert a not in core.groups and a not in core.shortfalls
+    assert a not in core.groups and a not in core.shared.shortfalls
     for name in ("b-0", "b-1"):
         core.forget_pod(pod_info(core, name).uid, T0 + 1)
     assert b in core.groups  # its PodGroup still says it exists
@@ -235,9 +235,9 @@ def test_a_freed_gpu_off_any_reservation_does_not_start_one_before_the_tick() ->
     big = add_gang(core, "big", 4, 1)
     core.filter(big[0], ["n1", "n2"], T0)
     finish(core, elsewhere, T0 + 6)
-    assert BIG not in core.reservations
+    assert BIG not in core.starvation.reservations
     core.expire(T0 + 6)
-    assert core.reservations[BIG].nodes == ("n1",)
+    assert core.starvation.reservations[BIG].nodes == ("n1",)
     assert smalls  # still bound on n1
 
 
@@ -252,7 +252,7 @@ def offered_to(core: GangCore, member: PodInfo, nodes: list[str]) -> NodeRestric
 def test_what_kube_scheduler_offers_a_member_is_kept_as_the_smaller_list(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(gang_module, "RESTRICTION_MEMORY_LIMIT", 2)
+    monkeypatch.setattr(gang_filter_module, "RESTRICTION_MEMORY_LIMIT", 2)
     names = [f"n{i}" for i in range(6)]
     core = core_with([make_node(n).gpus(1).obj() for n in names], gang_pods("g", 8, 1))
     member = pod_info(core, "g-0")
@@ -319,7 +319,7 @@ def test_the_asking_member_is_planned_only_on_nodes_kube_scheduler_offered(
 ) -> None:
     # Offered 3 of 6 nodes with a memory limit of 2, kube-scheduler's word is not kept
     # for later; this filter still plans within it, though n5 is binpack's choice.
-    monkeypatch.setattr(gang_module, "RESTRICTION_MEMORY_LIMIT", 2)
+    monkeypatch.setattr(gang_filter_module, "RESTRICTION_MEMORY_LIMIT", 2)
     names = [f"n{i}" for i in range(5)]
     nodes = [make_node(n).gpus(2).obj() for n in names] + [make_node("n5").gpus(4).obj()]
     core = core_with(

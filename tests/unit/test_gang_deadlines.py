@@ -13,8 +13,8 @@ from extender.domain.decisions import BindVerdict, PlanDropped, Verdict
 from extender.domain.gang import GangCore, Timeouts
 from extender.domain.membership import GroupKey
 from extender.domain.model import GroupSpec, NodeInfo, PodInfo
-from extender.domain.policy import Policy
 from tests.builders import make_node, make_pod, make_podgroup
+from tests.core_builder import make_core
 
 T0 = 1_000_000.0
 SCHEDULE_TIMEOUT, BARRIER_TIMEOUT, BACKOFF = 60.0, 30.0, 2.0
@@ -22,15 +22,15 @@ GROUP = GroupKey("default", "g")
 
 
 def two_member_gang(*, podgroup: dict[str, Any] | None = None) -> GangCore:
-    core = GangCore(policy=Policy(), timeouts=Timeouts(SCHEDULE_TIMEOUT, BARRIER_TIMEOUT, BACKOFF))
-    core.snapshot.upsert_node(NodeInfo.from_api(make_node("n1").gpus(4).obj()))
+    core = make_core(timeouts=Timeouts(SCHEDULE_TIMEOUT, BARRIER_TIMEOUT, BACKOFF))
+    core.apply_node(NodeInfo.from_api(make_node("n1").gpus(4).obj()))
     for i in range(2):
         builder = make_pod(f"w{i}").group("g").gpus(1)
         if podgroup is None:
             builder = builder.min_available(2)
         core.observe_pod(PodInfo.from_api(builder.obj()), T0)
     if podgroup is not None:
-        core.snapshot.upsert_podgroup(GroupSpec.from_podgroup(podgroup, source="PodGroup"))
+        core.apply_group_spec(GroupSpec.from_podgroup(podgroup, source="PodGroup"))
     return core
 
 

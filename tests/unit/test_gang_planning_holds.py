@@ -29,7 +29,7 @@ def busy(core: GangCore, node: str, gpus: int) -> None:
 
 def add_gang(core: GangCore, name: str, pods: list[dict[str, Any]], now: float) -> None:
     """Gang `name` (minMember: all of `pods`) created now; kube-scheduler has not asked."""
-    core.snapshot.upsert_podgroup(
+    core.apply_group_spec(
         GroupSpec.from_podgroup(make_podgroup(name, len(pods)), source="PodGroup")
     )
     for p in pods:
@@ -176,6 +176,6 @@ def test_a_starving_gang_planned_from_its_reservation_ends_it_at_once() -> None:
         finish(core, pod, T0 + 7)
 
     assert BIG in core.ledger.plans
-    assert core.reservations == {}
+    assert core.starvation.reservations == {}
     assert core.starving_holds() == {}
     assert planned_groups(core) == [BIG.name]

@@ -9,12 +9,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from extender.domain.decisions import BindDecision, BindVerdict, PlanCreated, Verdict
-from extender.domain.gang import GangCore, Timeouts
+from extender.domain.gang import GangCore
+from extender.domain.gang_queue import QueueOrder
 from extender.domain.membership import GroupKey
 from extender.domain.model import GroupSpec, NodeInfo, PodInfo
-from extender.domain.policy import Policy
 from extender.domain.queue import QueueRank, gangs_ahead, queue_order, rank_of
 from tests.builders import make_node, make_pod, make_podgroup
+from tests.core_builder import make_core
 
 T0 = 1_000_000.0
 
@@ -33,11 +34,11 @@ def gang(
 
 
 def core_with(nodes: list[dict[str, Any]], gangs: dict[str, list[dict[str, Any]]]) -> GangCore:
-    core = GangCore(policy=Policy(), timeouts=Timeouts(60, 30, 2))
+    core = make_core()
     for n in nodes:
-        core.snapshot.upsert_node(NodeInfo.from_api(n))
+        core.apply_node(NodeInfo.from_api(n))
     for name, pods in gangs.items():
-        core.snapshot.upsert_podgroup(
+        core.apply_group_spec(
             GroupSpec.from_podgroup(make_podgroup(name, len(pods)), source="PodGroup")
         )
         for p in pods:
@@ -153,9 +154,7 @@ def test_a_gang_ahead_short_of_members_does_not_block_anyone() -> None:
     nodes = [make_node("n1").gpus(2).obj()]
     ahead = gang("ahead", 2, 1, priority=1000)[:1]  # 1 of 2 members exists
     core = core_with(nodes, {"small": gang("small", 2, 1)})
-    core.snapshot.upsert_podgroup(
-        GroupSpec.from_podgroup(make_podgroup("ahead", 2), source="PodGroup")
-    )
+    core.apply_group_spec(GroupSpec.from_podgroup(make_podgroup("ahead", 2), source="PodGroup"))
     core.observe_pod(PodInfo.from_api(ahead[0]), T0)
     core.filter(member(core, "ahead-0"), ["n1"], T0)
     decision = core.filter(member(core, "small-0"), ["n1"], T0 + 1)
@@ -225,9 +224,7 @@ def test_a_gang_behind_is_not_planned_by_the_gang_aheads_attempt() -> None:
     core = core_with(nodes, {"low": gang("low", 2, 1)})
     core.filter(member(core, "low-0"), [], T0)
     core.restrictions.clear()
-    core.snapshot.upsert_podgroup(
-        GroupSpec.from_podgroup(make_podgroup("high", 2), source="PodGroup")
-    )
+    core.apply_group_spec(GroupSpec.from_podgroup(make_podgroup("high", 2), source="PodGroup"))
     for pod in gang("high", 2, 1, priority=7):
         core.observe_pod(PodInfo.from_api(pod), T0)
     assert core.filter(member(core, "high-0"), ["n1"], T0 + 1).verdict is Verdict.PLANNED
@@ -278,7 +275,7 @@ def test_a_gang_ahead_without_a_size_or_with_a_bad_one_is_skipped_and_the_next_g
     # A PodGroup whose minMember is not a number: an invalid spec, never planned.
     bad = make_podgroup("bad", 1)
     bad["spec"]["minMember"] = "1"
-    core.snapshot.upsert_podgroup(GroupSpec.from_podgroup(bad, source="PodGroup"))
+    core.apply_group_spec(GroupSpec.from_podgroup(bad, source="PodGroup"))
     for pod in gang("bad", 1, 1, priority=900):
         core.observe_pod(PodInfo.from_api(pod), T0)
     assert core.snapshot.group_spec(key("bad")).error
@@ -372,18 +369,18 @@ def test_the_status_writers_question_is_answered_once_per_inputs(monkeypatch) ->
     core = core_with(nodes, {"low": gang("low", 2, 1), "high": gang("high", 2, 1, priority=9)})
     core.observe_pod(PodInfo.from_api(make_pod("holder").gpus(2).node("n1").obj()), T0)
     computed: list[GroupKey] = []
-    real = GangCore._fits_when_empty
+    real = QueueOrder.fits_on_empty_nodes
 
     def counted(self, key, members, nodes, allowed):  # type: ignore[no-untyped-def]
         computed.append(key)
         return real(self, key, members, nodes, allowed)
 
-    monkeypatch.setattr(GangCore, "_fits_when_empty", counted)
+    monkeypatch.setattr(QueueOrder, "fits_on_empty_nodes", counted)
     high = QueueRank(key("high"), 9, core.gang_ahead_of(key("low")).created)  # type: ignore[union-attr]
     for _ in range(3):
         assert core.gang_ahead_of(key("low")) == high
     assert computed == [key("low")]
-    core.snapshot.upsert_node(NodeInfo.from_api(make_node("n2").gpus(1).obj()))
+    core.apply_node(NodeInfo.from_api(make_node("n2").gpus(1).obj()))
     assert core.gang_ahead_of(key("low")) == high
     assert computed == [key("low")] * 2  # a node changed
     core.observe_pod(PodInfo.from_api(gang("low", 3, 1)[2]), T0)  # a third member
@@ -393,8 +390,8 @@ def test_the_status_writers_question_is_answered_once_per_inputs(monkeypatch) ->
     assert core.gang_ahead_of(key("low")) == high
     assert computed == [key("low")] * 4
     # Asked with other members or kube-scheduler's word (a filter's own): not kept.
-    core.gang_ahead_of(key("low"), core.snapshot.members(key("low")))
-    core.gang_ahead_of(key("low"), core.snapshot.members(key("low")))
+    core.queue.gang_ahead_of(key("low"), core.snapshot.members(key("low")))
+    core.queue.gang_ahead_of(key("low"), core.snapshot.members(key("low")))
     assert computed == [key("low")] * 6
     # Too big for the empty nodes it wants: no gang ahead, and that is kept too.
     core.observe_pod(PodInfo.from_api(make_pod("big").group("low").gpus(8).obj()), T0)
@@ -404,11 +401,9 @@ def test_the_status_writers_question_is_answered_once_per_inputs(monkeypatch) ->
 
 
 def held_core(pods: list[dict[str, Any]], **spec: Any) -> GangCore:
-    core = GangCore(policy=Policy(), timeouts=Timeouts(60, 30, 2))
-    core.snapshot.upsert_node(NodeInfo.from_api(make_node("n1").gpus(4).obj()))
-    core.snapshot.upsert_podgroup(
-        GroupSpec.from_podgroup(make_podgroup("g", 2, **spec), source="PodGroup")
-    )
+    core = make_core()
+    core.apply_node(NodeInfo.from_api(make_node("n1").gpus(4).obj()))
+    core.apply_group_spec(GroupSpec.from_podgroup(make_podgroup("g", 2, **spec), source="PodGroup"))
     for pod in pods:
         core.observe_pod(PodInfo.from_api(pod), T0)
     return core
@@ -418,22 +413,24 @@ def test_which_groups_are_held() -> None:
     two = [make_pod(f"g-{i}").group("g").gpus(1).obj() for i in range(2)]
     core = held_core(two)
     members = core.snapshot.members(key("g"))
-    assert core._is_held(key("g"), members)  # pending, with a quorum
+    assert core.queue.is_held(key("g"), members)  # pending, with a quorum
     core.filter(member(core, "g-0"), ["n1"], T0)
     plan = core.ledger.plans[key("g")]
-    assert core._is_held(key("g"), members)  # planned, binding
+    assert core.queue.is_held(key("g"), members)  # planned, binding
     plan.released = True
-    assert not core._is_held(key("g"), members)  # released: no longer waits for room
+    assert not core.queue.is_held(key("g"), members)  # released: no longer waits for room
     bound = held_core([make_pod(f"g-{i}").group("g").gpus(1).node("n1").obj() for i in range(2)])
-    assert not bound._is_held(key("g"), bound.snapshot.members(key("g")))  # nothing pending
+    assert not bound.queue.is_held(key("g"), bound.snapshot.members(key("g")))  # nothing pending
     bad = held_core(two, minTaskMember={"worker": "x"})
-    assert not bad._is_held(key("g"), bad.snapshot.members(key("g")))  # a spec error
+    assert not bad.queue.is_held(key("g"), bad.snapshot.members(key("g")))  # a spec error
     # minTaskMember asks for a master none of the members is: short of members.
     tasks = held_core(two, minTaskMember={"master": 1})
-    assert not tasks._is_held(key("g"), tasks.snapshot.members(key("g")))
-    assert not tasks._fits_when_empty(key("g"), tasks.snapshot.members(key("g")), {"n1"}, {})
-    assert not core._fits_when_empty(key("none"), [], {"n1"}, {})  # no PodGroup
-    assert held_core(two)._fits_when_empty(key("g"), members, {"n1"}, {})
+    assert not tasks.queue.is_held(key("g"), tasks.snapshot.members(key("g")))
+    assert not tasks.queue.fits_on_empty_nodes(
+        key("g"), tasks.snapshot.members(key("g")), {"n1"}, {}
+    )
+    assert not core.queue.fits_on_empty_nodes(key("none"), [], {"n1"}, {})  # no PodGroup
+    assert held_core(two).queue.fits_on_empty_nodes(key("g"), members, {"n1"}, {})
 
 
 def test_a_gang_waits_behind_no_one_on_nodes_kube_scheduler_does_not_offer_it() -> None:
@@ -455,7 +452,7 @@ def test_a_gang_waits_behind_no_one_on_nodes_kube_scheduler_does_not_offer_it() 
         core.filter(member(core, name), ["n2"], T0)
     assert core.gang_ahead_of(key("low")) is None
     members = core.snapshot.members(key("low"))
-    assert core.gang_ahead_of(key("low"), members, core.restrictions) is None
+    assert core.queue.gang_ahead_of(key("low"), members, core.restrictions) is None
 
 
 def high_ahead_of_low() -> GangCore:
@@ -476,7 +473,7 @@ def test_a_gang_ahead_that_stops_being_held_is_no_longer_the_one_ahead() -> None
     # A group held by its spec error waits for a fix, not for room.
     core = high_ahead_of_low()
     assert core.groups[key("low")].message.endswith("waiting behind default/high (priority 1000)")
-    core.snapshot.upsert_podgroup(
+    core.apply_group_spec(
         GroupSpec.from_podgroup(make_podgroup("high", 2, preemptible="no"), source="PodGroup")
     )
     assert core.gang_ahead_of(key("low")) is None
@@ -484,7 +481,7 @@ def test_a_gang_ahead_that_stops_being_held_is_no_longer_the_one_ahead() -> None
 
 def test_a_deleted_gang_is_no_longer_the_one_ahead() -> None:
     core = high_ahead_of_low()
-    core.snapshot.delete_podgroup("PodGroup", key("high"))
+    core.forget_group_spec("PodGroup", key("high"))
     for name in ("high-0", "high-1"):
         core.forget_pod(member(core, name).uid, T0 + 2)
     assert key("high") not in core.groups
@@ -533,7 +530,7 @@ def test_held_gangs_of_one_template_share_one_plan_on_the_empty_nodes(monkeypatc
     first = [core.gang_ahead_of(key(name)) for name in gangs]
     assert first[0] is None and all(a is not None for a in first[1:])  # g0 heads the queue
     assert len(planned) == 2  # one template, and "other" with its nodeSelector
-    core.snapshot.upsert_node(NodeInfo.from_api(make_node("n0").gpus(2).label("pool", "b").obj()))
+    core.apply_node(NodeInfo.from_api(make_node("n0").gpus(2).label("pool", "b").obj()))
     planned.clear()
     assert [core.gang_ahead_of(key(name)) for name in gangs] == first
     assert len(planned) == 2
@@ -662,20 +659,20 @@ def test_kept_empty_nodes_answers_are_the_answers_asked_afresh(
     shape, is what asking with no memo at all says; also after a node changes."""
     keys = sorted(
         core.groups.keys()
-        | core.unasked
+        | core.queue.unasked
         | {p.group for p in core.snapshot.pods.values() if p.group}
     )
     for step in range(2):
         kept = {k: core.gang_ahead_of(k) for k in keys}
         kept_again = {k: core.gang_ahead_of(k) for k in keys}
         for k in keys:
-            core.fits_when_empty.clear()
-            core.fits_by_shape.clear()
+            core.queue.fits_when_empty.clear()
+            core.queue.fits_by_shape.clear()
             assert core.gang_ahead_of(k) == kept[k] == kept_again[k], k
         if step == 0 and f"n{relabel}" in core.snapshot.nodes:
             node = core.snapshot.nodes[f"n{relabel}"]
             changed = make_node(node.name).gpus(node.allocatable.get("nvidia.com/gpu", 0) + 2)
-            core.snapshot.upsert_node(NodeInfo.from_api(changed.label("pool", "a").obj()))
+            core.apply_node(NodeInfo.from_api(changed.label("pool", "a").obj()))
 
 
 TAINTED = {"key": "dedicated", "operator": "Exists"}
@@ -742,7 +739,7 @@ def test_gangs_that_want_the_same_nodes_but_place_differently_get_their_own_answ
                 uid = member(core, f"{name}-{i}").uid
                 core.restrictions[uid] = NodeRestriction(allowed=frozenset({how["allowed"]}))
     core.restrictions_version += 1
-    queue = core._held_queue()
+    queue = core.queue.held_queue_view()
     wanted = {k: queue.wanted.of_gang(core.snapshot.members(key(k))) for k in ("fits", "never")}
     assert wanted["fits"] == wanted["never"] == {"n0", "n1"}
     ahead_rank = core.gang_ahead_of(key("fits"))

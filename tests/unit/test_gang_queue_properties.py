@@ -12,13 +12,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from extender.domain.decisions import PlanCreated, Verdict
-from extender.domain.gang import GangCore, Timeouts
+from extender.domain.gang import GangCore
 from extender.domain.membership import GroupKey
 from extender.domain.model import GroupSpec, NodeInfo, PodInfo, Resources
 from extender.domain.planner import Placement, plan_gang
-from extender.domain.policy import Policy
 from extender.domain.queue import rank_of
 from tests.builders import make_node, make_pod, make_podgroup
+from tests.core_builder import make_core
 
 T0 = 1_000_000.0
 
@@ -36,14 +36,12 @@ node_gpus_st = st.lists(st.integers(min_value=0, max_value=8), min_size=1, max_s
 
 
 def build(gangs: list[tuple[int, int, int]], node_gpus: list[int]) -> GangCore:
-    core = GangCore(policy=Policy(), timeouts=Timeouts(60, 30, 2))
+    core = make_core()
     for i, gpus in enumerate(node_gpus):
-        core.snapshot.upsert_node(NodeInfo.from_api(make_node(f"n{i}").gpus(gpus).obj()))
+        core.apply_node(NodeInfo.from_api(make_node(f"n{i}").gpus(gpus).obj()))
     for g, (priority, size, gpus) in enumerate(gangs):
         name = f"g{g}"
-        core.snapshot.upsert_podgroup(
-            GroupSpec.from_podgroup(make_podgroup(name, size), source="PodGroup")
-        )
+        core.apply_group_spec(GroupSpec.from_podgroup(make_podgroup(name, size), source="PodGroup"))
         for m in range(size):
             pod = (
                 make_pod(f"{name}-{m}")

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from extender.domain.gang import GangCore, Timeouts
 from extender.domain.membership import GroupKey
 from extender.domain.model import GroupSpec, NodeInfo, PodInfo
-from extender.domain.policy import Policy
 from extender.domain.status import GroupStatus, group_status
 from tests.builders import make_node, make_pod, make_podgroup
+from tests.core_builder import make_core
 
 T0 = 1_000_000.0
 KEY = GroupKey("default", "train")
@@ -25,13 +24,13 @@ GPU_REFUSAL = (
 
 
 def status_of(*pods: dict[str, Any], podgroup: dict[str, Any] | None = None) -> GroupStatus:
-    core = GangCore(policy=Policy(), timeouts=Timeouts(60, 30, 2))
+    core = make_core()
     for n in range(3):
-        core.snapshot.upsert_node(NodeInfo.from_api(make_node(f"n{n}").gpus(4).obj()))
+        core.apply_node(NodeInfo.from_api(make_node(f"n{n}").gpus(4).obj()))
     for p in pods:
         core.observe_pod(PodInfo.from_api(p), T0)
     if podgroup is not None:
-        core.snapshot.upsert_podgroup(GroupSpec.from_podgroup(podgroup, source="PodGroup"))
+        core.apply_group_spec(GroupSpec.from_podgroup(podgroup, source="PodGroup"))
     status = group_status(core, KEY)
     assert status is not None
     return status
@@ -151,13 +150,11 @@ def test_members_of_a_created_podgroup_that_disagree_are_told_to_agree() -> None
 def test_the_cores_word_wins_over_a_refusal_once_a_member_reached_the_extender() -> None:
     pods = [make_pod(f"train-{i}").group("train").gpus(1).obj() for i in range(2)]
     pods.append(make_pod("train-2").group("train").gpus(1).unschedulable(GPU_REFUSAL).obj())
-    core = GangCore(policy=Policy(), timeouts=Timeouts(60, 30, 2))
-    core.snapshot.upsert_node(NodeInfo.from_api(make_node("n0").gpus(2).obj()))
+    core = make_core()
+    core.apply_node(NodeInfo.from_api(make_node("n0").gpus(2).obj()))
     for p in pods:
         core.observe_pod(PodInfo.from_api(p), T0)
-    core.snapshot.upsert_podgroup(
-        GroupSpec.from_podgroup(make_podgroup("train", 3), source="PodGroup")
-    )
+    core.apply_group_spec(GroupSpec.from_podgroup(make_podgroup("train", 3), source="PodGroup"))
     core.filter(core.snapshot.pods["uid-default-train-0"], ["n0"], T0)
     status = group_status(core, KEY)
     assert status is not None

@@ -12,29 +12,26 @@ from typing import Any
 
 import pytest
 
-from extender.domain.gang import GangCore, Timeouts
+from extender.domain.gang import GangCore
 from extender.domain.membership import GroupKey
-from extender.domain.model import GroupSpec, NodeInfo, PodInfo, upstream_podgroup_spec
-from extender.domain.policy import Policy
+from extender.domain.model import GroupSpec, PodInfo, upstream_podgroup_spec
 from extender.domain.status import GroupStatus, group_status
 from tests.builders import make_node, make_pod, make_podgroup
+from tests.core_builder import make_core
 
 T0 = 1_000_000.0
 KEY = GroupKey("default", "train")
 
 
 def new_core() -> GangCore:
-    core = GangCore(policy=Policy(), timeouts=Timeouts(60, 30, 2))
-    for n in range(3):
-        core.snapshot.upsert_node(NodeInfo.from_api(make_node(f"n{n}").gpus(4).obj()))
-    return core
+    return make_core(make_node(f"n{n}").gpus(4).obj() for n in range(3))
 
 
 def status_in(core: GangCore, *pods: dict[str, Any], min_member: int | None) -> GroupStatus:
     for p in pods:
         core.observe_pod(PodInfo.from_api(p), T0)
     if min_member is not None:
-        core.snapshot.upsert_podgroup(
+        core.apply_group_spec(
             GroupSpec.from_podgroup(make_podgroup("train", min_member), source="PodGroup")
         )
     status = group_status(core, KEY)
@@ -141,9 +138,7 @@ def test_a_planned_gang_is_scheduling_while_its_members_are_bound() -> None:
     pods = [member(0), member(1)]
     for p in pods:
         core.observe_pod(PodInfo.from_api(p), T0)
-    core.snapshot.upsert_podgroup(
-        GroupSpec.from_podgroup(make_podgroup("train", 2), source="PodGroup")
-    )
+    core.apply_group_spec(GroupSpec.from_podgroup(make_podgroup("train", 2), source="PodGroup"))
     core.filter(core.snapshot.pods["uid-default-train-0"], ["n0", "n1", "n2"], T0)
     status = group_status(core, KEY)
     assert status is not None
@@ -308,7 +303,7 @@ def test_a_bound_member_once_refused_is_not_reported_as_refused() -> None:
 
 def test_too_few_members_of_an_upstream_podgroup_say_to_change_its_gang_min_count() -> None:
     core = new_core()
-    core.snapshot.upsert_podgroup(
+    core.apply_group_spec(
         upstream_podgroup_spec(
             {
                 "metadata": {"name": "train", "namespace": "default"},

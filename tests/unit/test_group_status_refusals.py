@@ -4,12 +4,12 @@ period, whatever letters they end in and however the sentences are separated."""
 
 from __future__ import annotations
 
-from extender.domain.gang import GangCore, Timeouts
+from extender.domain.gang import GangCore
 from extender.domain.membership import GroupKey
 from extender.domain.model import GroupSpec, NodeInfo, PodInfo
-from extender.domain.policy import Policy
 from extender.domain.status import MemberCounts, group_status, kube_scheduler_refusal
 from tests.builders import make_node, make_pod, make_podgroup
+from tests.core_builder import make_core
 
 T0 = 1_000_000.0
 KEY = GroupKey("default", "train")
@@ -18,13 +18,11 @@ FIX = "; lower the per-pod request, or add nodes that have that much free"
 
 
 def refused_status_message(refusal: str) -> str:
-    core = GangCore(policy=Policy(), timeouts=Timeouts(60, 30, 2))
-    core.snapshot.upsert_node(NodeInfo.from_api(make_node("n0").gpus(4).obj()))
+    core = make_core()
+    core.apply_node(NodeInfo.from_api(make_node("n0").gpus(4).obj()))
     pod = make_pod("train-0").group("train").unschedulable(refusal).obj()
     core.observe_pod(PodInfo.from_api(pod), T0)
-    core.snapshot.upsert_podgroup(
-        GroupSpec.from_podgroup(make_podgroup("train", 1), source="PodGroup")
-    )
+    core.apply_group_spec(GroupSpec.from_podgroup(make_podgroup("train", 1), source="PodGroup"))
     status = group_status(core, KEY)
     assert status is not None
     assert (status.phase, status.reason) == ("Pending", "Unschedulable")
@@ -63,12 +61,10 @@ def _gang(name: str, size: int, *, priority: int = 0) -> list[PodInfo]:
 
 def held_behind_high(*, low_members: int, low_size: int = 2) -> GangCore:
     """One 2-GPU node a plain pod fills; gang high (priority 9) and gang low both wait."""
-    core = GangCore(policy=Policy(), timeouts=Timeouts(60, 30, 2))
-    core.snapshot.upsert_node(NodeInfo.from_api(make_node("n1").gpus(2).obj()))
+    core = make_core()
+    core.apply_node(NodeInfo.from_api(make_node("n1").gpus(2).obj()))
     for name, size in (("high", 2), ("low", low_size)):
-        core.snapshot.upsert_podgroup(
-            GroupSpec.from_podgroup(make_podgroup(name, size), source="PodGroup")
-        )
+        core.apply_group_spec(GroupSpec.from_podgroup(make_podgroup(name, size), source="PodGroup"))
     for pod in _gang("high", 2, priority=9) + _gang("low", low_members):
         core.observe_pod(pod, T0)
     core.observe_pod(PodInfo.from_api(make_pod("holder").gpus(2).node("n1").obj()), T0)

@@ -15,10 +15,10 @@ import copy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from extender.domain.gang import GangCore, Timeouts
+from extender.domain.gang import GangCore
 from extender.domain.model import NodeInfo, PodInfo
-from extender.domain.policy import Policy
 from tests.builders import make_node, make_pod
+from tests.core_builder import make_core
 
 NODE_GPUS = [4, 4, 2]
 
@@ -44,9 +44,9 @@ events = st.lists(
 
 
 def held_core() -> GangCore:
-    core = GangCore(policy=Policy(), timeouts=Timeouts(60, 30, 2))
+    core = make_core()
     for i, gpus in enumerate(NODE_GPUS):
-        core.snapshot.upsert_node(NodeInfo.from_api(make_node(f"n{i}").gpus(gpus).obj()))
+        core.apply_node(NodeInfo.from_api(make_node(f"n{i}").gpus(gpus).obj()))
     return core
 
 
@@ -70,11 +70,9 @@ class Replay:
         self.now += 1.0
         now, plain, sizes = self.now, self.plain, self.sizes
         if op == "heartbeat":
-            core.snapshot.upsert_node(
-                NodeInfo.from_api(make_node(f"n{i}").gpus(NODE_GPUS[i]).obj())
-            )
+            core.apply_node(NodeInfo.from_api(make_node(f"n{i}").gpus(NODE_GPUS[i]).obj()))
         elif op == "resize":
-            core.snapshot.upsert_node(NodeInfo.from_api(make_node(f"n{i}").gpus(n).obj()))
+            core.apply_node(NodeInfo.from_api(make_node(f"n{i}").gpus(n).obj()))
         elif op == "bind-plain":
             pod = PodInfo.from_api(make_pod(f"p{step}").gpus(1).node(f"n{i}").obj())
             plain.append(pod)
@@ -110,7 +108,7 @@ def test_a_memoised_shortfall_is_what_a_fresh_plan_says(ops) -> None:
         for key, state in core.groups.items():
             if not state.waiting or key in core.ledger.plans:
                 continue
-            if state.shortfall_generation != core._planning_inputs():
+            if state.shortfall_generation != core.room.planning_inputs():
                 continue
             # The memo holds: a fresh attempt must agree.
             fresh = copy.deepcopy(core)
@@ -129,16 +127,16 @@ def test_heartbeats_and_plain_pod_status_leave_held_gangs_memoised() -> None:
     first = core.snapshot.pods[member(0, 0, 4).uid]
     held = core.filter(first, list(core.snapshot.nodes), 1.0)
     assert held.nodes == []
-    inputs = core._planning_inputs()
-    core.snapshot.upsert_node(NodeInfo.from_api(make_node("n1").gpus(4).obj()))  # heartbeat
+    inputs = core.room.planning_inputs()
+    core.apply_node(NodeInfo.from_api(make_node("n1").gpus(4).obj()))  # heartbeat
     running = make_pod("busy").gpus(1).node("n0").phase("Running").obj()
     core.observe_pod(PodInfo.from_api(running), 2.0)  # status of a bound plain pod
     core.observe_pod(PodInfo.from_api(make_pod("later").gpus(1).obj()), 2.0)  # pending plain
-    assert core._planning_inputs() == inputs
+    assert core.room.planning_inputs() == inputs
     # A change that can help is not memoised away: the busy pod finishes, n0 frees up.
     done = make_pod("busy").gpus(1).node("n0").phase("Succeeded").obj()
     core.observe_pod(PodInfo.from_api(done), 3.0)
-    assert core._planning_inputs() != inputs
+    assert core.room.planning_inputs() != inputs
 
 
 @given(events)
@@ -152,5 +150,5 @@ def test_the_kept_answer_to_which_gang_is_ahead_is_a_fresh_ones(ops) -> None:
         for key in list(replay.core.groups):
             kept = replay.core.gang_ahead_of(key)
             fresh = copy.deepcopy(replay.core)
-            fresh.fits_when_empty.clear()
+            fresh.queue.fits_when_empty.clear()
             assert fresh.gang_ahead_of(key) == kept, (step, op, key)

@@ -13,14 +13,15 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from extender.domain.gang import GangCore, Timeouts
+from extender.domain.gang_queue import QueueOrder
 from extender.domain.held_queue import WantedNodes, held_queue
 from extender.domain.membership import GroupKey
 from extender.domain.model import NodeInfo, PodInfo
 from extender.domain.planner import NodeRestriction, node_accepts
-from extender.domain.policy import Policy
 from extender.domain.queue import QueueRank
 from extender.domain.snapshot import fits
 from tests.builders import make_node, make_pod
+from tests.core_builder import make_core
 
 NODE_SHAPES = [(8, "a", False), (4, "a", True), (2, "b", False), (8, "b", False), (0, "a", False)]
 
@@ -158,28 +159,28 @@ def test_heads_stop_once_the_gangs_ahead_want_every_node() -> None:
 
 def test_a_member_event_recomputes_only_its_groups_entry_in_the_queue_view(monkeypatch) -> None:
     core, looked_at = twenty_held_gangs(monkeypatch)
-    core._held_queue()
+    core.queue.held_queue_view()
     looked_at.clear()
     core.snapshot.upsert_pod(sized_member(7, 2))  # a third member of g7
-    queue = core._held_queue()
+    queue = core.queue.held_queue_view()
     assert looked_at == [GroupKey("default", "g7")]
     assert [rank.key.name for rank, _ in queue.order][:3] == ["g0", "g1", "g10"]
     looked_at.clear()
-    assert core._held_queue() is queue and looked_at == []  # nothing changed: same view
+    assert core.queue.held_queue_view() is queue and looked_at == []  # nothing changed: same view
 
 
 def test_the_view_looks_at_every_group_that_moved_past_the_planned_ones(monkeypatch) -> None:
     """Groups with a plan are looked at on every ask and are mostly unchanged; the
     groups after them (in name order) that moved are recomputed all the same."""
     core, looked_at = twenty_held_gangs(monkeypatch)
-    core.snapshot.upsert_node(NodeInfo.from_api(make_node("n1").gpus(8).obj()))
+    core.apply_node(NodeInfo.from_api(make_node("n1").gpus(8).obj()))
     for g in (0, 1):  # room for two gangs: planned
         core.filter(core.snapshot.pods[sized_member(g, 0).uid], ["n1"], 2.0)
     assert {GroupKey("default", "g0"), GroupKey("default", "g1")} <= core.ledger.plans.keys()
-    core._held_queue()
+    core.queue.held_queue_view()
     looked_at.clear()
     core.snapshot.upsert_pod(sized_member(7, 2))  # g7 sorts after g0 and g1
-    queue = core._held_queue()
+    queue = core.queue.held_queue_view()
     assert looked_at == [GroupKey("default", "g7")]
     assert [m.uid for rank, members in queue.order if rank.key.name == "g7" for m in members] == [
         sized_member(7, i).uid for i in range(3)
@@ -247,18 +248,18 @@ def test_the_look_for_starving_gangs_rereads_only_groups_whose_version_moved(mon
     starvationSeconds) comes from the group's members and PodGroup only, so it is kept
     per group version: 20 held gangs and two member events re-read two groups."""
     core, looked_at = twenty_held_gangs(monkeypatch, starvation_seconds=600)
-    assert core._starving_heads(10.0) == []
-    assert len(core.held_since) == 20
+    assert core.starvation._starving_heads(10.0) == []
+    assert len(core.starvation.held_since) == 20
     looked_at.clear()
-    assert core._starving_heads(11.0) == []
+    assert core.starvation._starving_heads(11.0) == []
     assert looked_at == []  # nothing changed
     core.snapshot.upsert_pod(sized_member(7, 2))  # a third member of g7
     core.forget_pod(sized_member(3, 0).uid, 12.0)  # g3 is one short: no longer held
-    assert core._starving_heads(12.0) == []
+    assert core.starvation._starving_heads(12.0) == []
     assert sorted(k.name for k in looked_at) == ["g3", "g7"]
-    assert GroupKey("default", "g3") not in core.held_since
+    assert GroupKey("default", "g3") not in core.starvation.held_since
     # Past starvationSeconds every held gang starves: the kept figures still count.
-    assert core._starving_heads(10.0 + 600.5) != []
+    assert core.starvation._starving_heads(10.0 + 600.5) != []
 
 
 def sized_member(gang: int, index: int) -> PodInfo:
@@ -271,42 +272,50 @@ def sized_member(gang: int, index: int) -> PodInfo:
 def twenty_held_gangs(monkeypatch, **timeouts: float) -> tuple[GangCore, list[GroupKey]]:
     """A full 8-GPU node and 20 held gangs of two 1-GPU members, each asked about once;
     the returned list collects the groups `_is_held` looks at from then on."""
-    core = GangCore(policy=Policy(), timeouts=Timeouts(60, 30, 2, **timeouts))
-    core.snapshot.upsert_node(nodes_of(1)["n0"])
+    core = make_core(timeouts=Timeouts(60, 30, 2, **timeouts))
+    core.apply_node(nodes_of(1)["n0"])
     core.observe_pod(PodInfo.from_api(make_pod("busy").gpus(8).node("n0").obj()), 0.0)
     for g in range(20):
         for i in range(2):
             core.observe_pod(sized_member(g, i), 0.0)
         core.filter(core.snapshot.pods[sized_member(g, 0).uid], ["n0"], 1.0)
     looked_at: list[GroupKey] = []
-    real = GangCore._is_held
+    real = QueueOrder.is_held
 
     def counted(self, key, members):  # type: ignore[no-untyped-def]
         looked_at.append(key)
         return real(self, key, members)
 
-    monkeypatch.setattr(GangCore, "_is_held", counted)
+    monkeypatch.setattr(QueueOrder, "is_held", counted)
     return core, looked_at
 
 
 def view_of(core: GangCore) -> list[tuple[QueueRank, tuple[str, ...]]]:
-    return [(rank, tuple(m.uid for m in members)) for rank, members in core._held_queue().order]
+    return [
+        (rank, tuple(m.uid for m in members))
+        for rank, members in core.queue.held_queue_view().order
+    ]
 
 
 def view_afresh(core: GangCore) -> list[tuple[QueueRank, tuple[str, ...]]]:
     """The view from no kept entry at all; the core's own kept state is put back."""
-    kept = (dict(core.held_entries), set(core.held_planned), core.held_view, core.held_view_inputs)
-    core.held_entries.clear()
-    core.held_planned.clear()
-    core.held_view = None
+    kept = (
+        dict(core.queue.held_entries),
+        set(core.queue.held_planned),
+        core.queue.held_view,
+        core.queue.held_view_inputs,
+    )
+    core.queue.held_entries.clear()
+    core.queue.held_planned.clear()
+    core.queue.held_view = None
     try:
         return view_of(core)
     finally:
-        entries, planned, core.held_view, core.held_view_inputs = kept
-        core.held_entries.clear()
-        core.held_entries.update(entries)
-        core.held_planned.clear()
-        core.held_planned.update(planned)
+        entries, planned, core.queue.held_view, core.queue.held_view_inputs = kept
+        core.queue.held_entries.clear()
+        core.queue.held_entries.update(entries)
+        core.queue.held_planned.clear()
+        core.queue.held_planned.update(planned)
 
 
 events = st.lists(
@@ -338,9 +347,9 @@ def test_the_kept_queue_view_is_the_view_built_afresh_after_any_events(steps) ->
     from extender.domain.model import GroupSpec
     from tests.builders import make_podgroup
 
-    core = GangCore(policy=Policy(), timeouts=Timeouts(60, 30, 2))
+    core = make_core()
     for node in nodes_of(4).values():
-        core.snapshot.upsert_node(node)
+        core.apply_node(node)
     now = 1.0
     for kind, g, i in steps:
         now += 1.0
@@ -360,12 +369,12 @@ def test_the_kept_queue_view_is_the_view_built_afresh_after_any_events(steps) ->
         elif kind == "ask" and pod.uid in core.snapshot.pods:
             core.filter(core.snapshot.pods[pod.uid], list(core.snapshot.nodes), now)
         elif kind == "node":
-            core.snapshot.upsert_node(
+            core.apply_node(
                 NodeInfo.from_api(make_node(f"n{i}").gpus(2 * g).label("pool", "a").obj())
             )
         elif kind == "podgroup":
             spec = GroupSpec.from_podgroup(make_podgroup(f"g{g}", 1 + i), source="PodGroup")
-            core.snapshot.upsert_podgroup(spec)
+            core.apply_group_spec(spec)
             core.group_changed(spec.key, now)
         elif kind == "arrive":  # every planned member at bind: the barrier releases the plan
             plan = core.ledger.plans.get(GroupKey("default", f"g{g}"))
@@ -374,7 +383,7 @@ def test_the_kept_queue_view_is_the_view_built_afresh_after_any_events(steps) ->
         elif kind == "drop":
             plan = core.ledger.plans.get(GroupKey("default", f"g{g}"))
             if plan is not None:
-                core._drop(plan, "test: dropped", now)
+                core.shared.drop(plan, "test: dropped", now)
         assert view_of(core) == view_afresh(core), (kind, g, i)
         # What it looks at each time besides moved groups: the groups it knows with a plan.
-        assert core.held_planned == core.ledger.plans.keys() & core.held_entries.keys()
+        assert core.queue.held_planned == core.ledger.plans.keys() & core.queue.held_entries.keys()

@@ -8,10 +8,9 @@ from typing import Any
 import pytest
 
 from extender.domain.decisions import Verdict
-from extender.domain.gang import GangCore, Timeouts
+from extender.domain.gang import GangCore
 from extender.domain.membership import TASKS_ANNOTATION, GroupKey
 from extender.domain.model import GroupSpec, NodeInfo, PodInfo
-from extender.domain.policy import Policy
 from extender.domain.selection import (
     MemberSets,
     MembersMissing,
@@ -22,6 +21,7 @@ from extender.domain.selection import (
 from extender.domain.snapshot import ClusterSnapshot
 from extender.domain.status import group_status
 from tests.builders import make_node, make_pod, make_podgroup
+from tests.core_builder import make_core
 
 T0 = 1_000_000.0
 JOB = GroupKey("default", "job")
@@ -371,14 +371,7 @@ def test_a_finished_member_no_longer_decides_the_layout() -> None:
 def core_with(
     nodes: list[dict[str, Any]], pods: list[PodInfo], podgroup: dict[str, Any] | None
 ) -> GangCore:
-    core = GangCore(policy=Policy(), timeouts=Timeouts(60, 30, 2))
-    for node in nodes:
-        core.snapshot.upsert_node(NodeInfo.from_api(node))
-    for pod in pods:
-        core.observe_pod(pod, T0)
-    if podgroup is not None:
-        core.snapshot.upsert_podgroup(GroupSpec.from_podgroup(podgroup, source="PodGroup"))
-    return core
+    return make_core(nodes, pods, [podgroup] if podgroup is not None else [], now=T0)
 
 
 HOROVOD_GROUP = make_podgroup("job", 4, minTaskMember=HOROVOD)
@@ -506,5 +499,5 @@ def test_a_gang_that_does_not_fit_is_not_planned_again_until_something_changes(
     again = core.filter(workers(1, gpus=1)[0], ["n1"], T0 + 1)
     assert again.unresolvable == first.unresolvable
     assert calls == [6, 4], "nothing changed: the shortfall is remembered, not re-planned"
-    core.snapshot.upsert_node(NodeInfo.from_api(make_node("n2").gpus(1).obj()))
+    core.apply_node(NodeInfo.from_api(make_node("n2").gpus(1).obj()))
     assert core.filter(workers(1, gpus=1)[0], ["n1", "n2"], T0 + 2).verdict is Verdict.PLANNED

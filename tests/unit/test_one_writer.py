@@ -13,15 +13,15 @@ from extender.controller.cluster_state import ClusterState
 from extender.controller.effects import EffectWriter, GroupQueues
 from extender.controller.failover import Failover, LeaderOnlyBinder
 from extender.domain.decisions import PlanDropped
-from extender.domain.gang import GangCore, Timeouts
+from extender.domain.gang import GangCore
 from extender.domain.membership import PLANNED_NODE_ANNOTATION, GroupKey
 from extender.domain.model import GroupSpec, NodeInfo, PodInfo
-from extender.domain.policy import Policy
 from extender.kube.leader import LeaderElector
 from extender.kube.rawapi import KubeError
 from extender.metrics import Metrics
 from extender.ports.binding import BindError
 from tests.builders import make_node, make_pod, make_podgroup
+from tests.core_builder import make_core
 
 T0 = 1_800_000_000.0
 LEASE = 10.0
@@ -128,9 +128,7 @@ async def deposed_client() -> httpx.AsyncClient:
     leader = elector(api, clock)
     await leader.round()  # it led once...
     clock.now += LEASE  # ...and its lease ran out (another replica renews it now)
-    failover = Failover(
-        GangCore(Policy(), Timeouts(60, 30, 2)), leader, Metrics(), flush_effects=lambda: None
-    )
+    failover = Failover(make_core(), leader, Metrics(), flush_effects=lambda: None)
     app = create_extender_app(
         port=NeverCalled(), metrics=Metrics(), max_request_bytes=1 << 20, acting=failover.acting
     )
@@ -188,12 +186,10 @@ async def test_a_binding_is_refused_when_the_lease_was_lost_while_it_waited() ->
 
 def planned_core() -> GangCore:
     """Two 4-GPU nodes; gang job (2 x 4 GPU) annotated onto n1, n2 by a previous leader."""
-    core = GangCore(Policy(), Timeouts(60, 30, 2))
+    core = make_core()
     for node in (make_node("n1").gpus(4).obj(), make_node("n2").gpus(4).obj()):
-        core.snapshot.upsert_node(NodeInfo.from_api(node))
-    core.snapshot.upsert_podgroup(
-        GroupSpec.from_podgroup(make_podgroup("job", 2), source="PodGroup")
-    )
+        core.apply_node(NodeInfo.from_api(node))
+    core.apply_group_spec(GroupSpec.from_podgroup(make_podgroup("job", 2), source="PodGroup"))
     for i, node in enumerate(("n1", "n2")):
         pod = make_pod(f"w{i}").group("job").gpus(4).annotation(PLANNED_NODE_ANNOTATION, node)
         core.observe_pod(PodInfo.from_api(pod.obj()), T0)

@@ -138,7 +138,7 @@ def reserving_core() -> tuple[GangCore, list[PodInfo]]:
     """The churned 4-GPU node with the big gang's reservation started."""
     core, smalls = churned_core()
     core.expire(T0 + 6)
-    assert BIG in core.reservations
+    assert BIG in core.starvation.reservations
     core.drain_effects()
     return core, smalls
 
@@ -170,7 +170,9 @@ def test_a_placeholder_is_counted_used_by_others_and_free_for_its_gang() -> None
     assert core.free_for_planning(OTHER)["n1"]["nvidia.com/gpu"] == 0
     assert core.free_for_planning(BIG)["n1"]["nvidia.com/gpu"] == 1
     # The reservation still holds that GPU, and nothing more is asked for it.
-    assert core.reservations[BIG] and core._held(core.reservations[BIG]) == {"n1": 1}
+    assert core.starvation.reservations[BIG] and core.starvation._held(
+        core.starvation.reservations[BIG]
+    ) == {"n1": 1}
     # Already taken from everyone by the pod itself; a plain pod whose kube-scheduler
     # has not seen the placeholder yet is still refused by the extender.
     assert core.starving_holds() == {"n1": (BIG, 0)}
@@ -236,7 +238,7 @@ def test_a_planned_member_waits_while_kube_scheduler_does_not_offer_the_node_of_
 def test_the_barrier_releases_only_after_the_placeholders_are_seen_gone() -> None:
     core, big, placeholders = planned_with_placeholders()
     for member in big:
-        core.offered[member.uid] = frozenset({"n1"})
+        core.barrier.offered[member.uid] = frozenset({"n1"})
     decisions = [core.arrive(m.uid, "n1", T0 + 8) for m in big]
     plan = core.ledger.plans[BIG]
     # complete, but the placeholders are there: the last waits on the same barrier
@@ -254,7 +256,7 @@ def test_the_barrier_releases_only_after_the_placeholders_are_seen_gone() -> Non
 def test_a_node_short_when_the_placeholders_go_drops_the_plan_instead_of_releasing() -> None:
     core, big, placeholders = planned_with_placeholders()
     for member in big:
-        core.offered[member.uid] = frozenset({"n1"})
+        core.barrier.offered[member.uid] = frozenset({"n1"})
         core.arrive(member.uid, "n1", T0 + 8)
     plan = core.ledger.plans[BIG]
     for p in placeholders[:-1]:
@@ -297,12 +299,12 @@ def test_an_ended_reservation_deletes_its_placeholders() -> None:
     for member in core.snapshot.members(BIG):
         core.forget_pod(member.uid, T0 + 8)  # the gang was deleted
     core.expire(T0 + 8)
-    assert BIG not in core.reservations
+    assert BIG not in core.starvation.reservations
     assert deletes(core.drain_effects()) == [PlaceholderDelete(BIG, "big-hold-n1-1")]
-    assert ("delete", "big-hold-n1-1") in core.placeholder_requests
+    assert ("delete", "big-hold-n1-1") in core.starvation.placeholder_requests
     placeholder = next(iter(core.snapshot.placeholders.values()))
     core.forget_pod(placeholder.uid, T0 + 9)  # the watch saw it go: no delete is pending
-    assert ("delete", "big-hold-n1-1") not in core.placeholder_requests
+    assert ("delete", "big-hold-n1-1") not in core.starvation.placeholder_requests
 
 
 def test_a_placeholder_someone_else_deleted_is_just_gone() -> None:
@@ -313,7 +315,7 @@ def test_a_placeholder_someone_else_deleted_is_just_gone() -> None:
     placeholder = next(iter(core.snapshot.placeholders.values()))
     core.forget_pod(placeholder.uid, T0 + 8)  # kubectl delete: no request of ours pending
     assert core.snapshot.placeholders == {}
-    assert BIG in core.reservations
+    assert BIG in core.starvation.reservations
 
 
 def test_switched_off_no_placeholder_is_made() -> None:
@@ -344,9 +346,9 @@ def test_a_placeholder_asked_for_and_not_seen_yet_holds_the_barrier_until_it_is(
         finish(core, small, T0 + 7)
     assert BIG in core.ledger.plans  # planned on the free node meanwhile
     for member in core.snapshot.members(BIG):
-        core.offered[member.uid] = frozenset({"n1"})
+        core.barrier.offered[member.uid] = frozenset({"n1"})
         assert core.arrive(member.uid, "n1", T0 + 7).verdict is BindVerdict.WAIT
-    asked = [create for _, create in core.placeholder_creating.values()]
+    asked = [create for _, create in core.starvation.placeholder_creating.values()]
     assert [c.name for c in asked] == ["big-hold-n1-1", "big-hold-n1-2", "big-hold-n1-3"]
     landed = [placeholder_pod_info(c) for c in asked]
     for pod in landed:
@@ -362,7 +364,7 @@ def test_a_create_never_seen_stops_holding_the_barrier_when_its_retry_is_due() -
     for small in smalls:
         finish(core, small, T0 + 7)
     for member in core.snapshot.members(BIG):
-        core.offered[member.uid] = frozenset({"n1"})
+        core.barrier.offered[member.uid] = frozenset({"n1"})
         core.arrive(member.uid, "n1", T0 + 7)
     assert not core.ledger.plans[BIG].released
     core.expire(T0 + 7 + PLACEHOLDER_RETRY_SECONDS)

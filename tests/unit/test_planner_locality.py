@@ -7,7 +7,6 @@ from typing import Any
 import pytest
 
 from extender.domain.decisions import Verdict
-from extender.domain.gang import GangCore, Timeouts
 from extender.domain.model import GroupSpec, NodeInfo, PodInfo
 from extender.domain.planner import Placement, Shortfall, plan_gang
 from extender.domain.policy import (
@@ -32,6 +31,7 @@ from tests.builders import (
     racks,
     zones,
 )
+from tests.core_builder import make_core
 
 GPU = "nvidia.com/gpu"
 
@@ -255,13 +255,11 @@ def test_kueue_required_annotation_keeps_the_gang_in_one_zone() -> None:
 
 
 def test_a_podgroup_topology_reaches_the_planner_through_the_core() -> None:
-    core = GangCore(policy=Policy(), timeouts=Timeouts(60, 30, 2))
+    core = make_core()
     # Fewest nodes alone would take b2 and a1 (two zones).
     for info in zones(a=(1,), b=(1, 1)):
-        core.snapshot.upsert_node(info)
-    core.snapshot.upsert_podgroup(
-        GroupSpec.from_podgroup(podgroup({"required": ZONE}), source="PodGroup")
-    )
+        core.apply_node(info)
+    core.apply_group_spec(GroupSpec.from_podgroup(podgroup({"required": ZONE}), source="PodGroup"))
     members = [PodInfo.from_api(make_pod(f"m{i}").group("g").gpus(1).obj()) for i in range(2)]
     for pod in members:
         core.observe_pod(pod, 0.0)

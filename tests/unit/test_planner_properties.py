@@ -12,11 +12,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from extender.domain.decisions import Verdict
-from extender.domain.gang import GangCore, Timeouts
+from extender.domain.gang import GangCore
 from extender.domain.model import NodeInfo, PodInfo
 from extender.domain.planner import Placement, Shortfall, node_accepts, plan_gang
 from extender.domain.policy import GroupTopology, Policy, Strategy, Topology
 from tests.builders import make_node, make_pod
+from tests.core_builder import make_core
 from tests.strategies import NODE_NAMES, apply_change, snapshot_changes
 
 GPU = "nvidia.com/gpu"
@@ -105,9 +106,9 @@ gangs = st.lists(
 def test_gangs_filtered_in_any_order_never_half_hold_or_overcommit(
     nodes_gpu, gang_shapes, rnd
 ) -> None:
-    core = GangCore(policy=Policy(), timeouts=Timeouts(60, 30, 2))
+    core = make_core()
     for node in build_nodes(nodes_gpu).values():
-        core.snapshot.upsert_node(node)
+        core.apply_node(node)
     pods: list[PodInfo] = []
     for g, (size, gpus) in enumerate(gang_shapes):
         for i in range(size):
@@ -153,7 +154,7 @@ operations = snapshot_changes(max_size=40)
 def test_prioritize_scores_stay_current_through_any_sequence_of_changes(ops, policy) -> None:
     # The score board is updated incrementally; after every change it must equal
     # a fresh computation for every node, including removed and unknown ones.
-    core = GangCore(policy=policy, timeouts=Timeouts(60, 30, 2))
+    core = make_core(policy=policy)
     probe = PodInfo.from_api(make_pod("probe").gpus(1).obj())
     names = [*NODE_NAMES, "unknown"]
     spread = policy.strategy is Strategy.SPREAD

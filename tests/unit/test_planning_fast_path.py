@@ -10,7 +10,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from extender.domain.gang import GangCore, Timeouts
+from extender.domain.gang import GangCore
 from extender.domain.membership import GroupKey
 from extender.domain.model import PodInfo
 from extender.domain.node_order import NodeOrder
@@ -19,6 +19,7 @@ from extender.domain.policy import Policy, Strategy
 from extender.domain.quantity import GPU
 from extender.domain.reservations import Reservation
 from tests.builders import make_pod
+from tests.core_builder import make_core
 from tests.strategies import apply_change, snapshot_changes
 
 change_rounds = st.lists(snapshot_changes(max_size=30), min_size=1, max_size=5)
@@ -28,7 +29,7 @@ gang_gpu_counts = st.lists(st.integers(min_value=0, max_value=4), min_size=1, ma
 
 def probe_core(policy: Policy, gang_gpus: list[int]) -> tuple[GangCore, list[PodInfo]]:
     """An empty core and the members of the gang whose plans are compared."""
-    core = GangCore(policy=policy, timeouts=Timeouts(60, 30, 2))
+    core = make_core(policy=policy)
     members = [
         PodInfo.from_api(make_pod(f"probe-{i}").group("probe").gpus(g).obj())
         for i, g in enumerate(gang_gpus)
@@ -84,19 +85,19 @@ def test_the_kept_node_order_is_a_fresh_sort_and_plans_the_same(
         if starving and core.snapshot.nodes:
             # Another gang holds GPUs on one node: that node's room, and place, differ.
             node = sorted(core.snapshot.nodes)[step % len(core.snapshot.nodes)]
-            core.reservations[GroupKey("default", "starving")] = Reservation(
+            core.starvation.reservations[GroupKey("default", "starving")] = Reservation(
                 group=GroupKey("default", "starving"),
                 nodes=(node,),
                 need=8,
                 started=0.0,
                 deadline=1e9,
             )
-        free, order = core.planning_room(GroupKey("default", "probe"))
+        free, order = core.room.planning_room(GroupKey("default", "probe"))
         assert order == NodeOrder.of(policy.strategy, free)
         assert plan_gang(members, free, core.snapshot.nodes, policy, order=order) == plan_gang(
             members, free, core.snapshot.nodes, policy
         )
-        core.reservations.clear()
+        core.starvation.reservations.clear()
 
 
 def test_a_node_order_moves_only_the_node_that_changed() -> None:

@@ -16,11 +16,11 @@ import pytest
 from extender.api.extender import create_extender_app
 from extender.coordinator import SchedulingCoordinator
 from extender.domain.decisions import Effect, EvictVictims
-from extender.domain.gang import GangCore, Timeouts
+from extender.domain.gang import GangCore
 from extender.domain.model import GroupSpec, NodeInfo, PodInfo
-from extender.domain.policy import Policy
 from extender.metrics import Metrics
 from tests.builders import make_node, make_pod, make_podgroup
+from tests.core_builder import make_core
 from tests.golden_files import expected_golden
 from tests.unit.test_extender_wire import RecordingBinder
 
@@ -48,14 +48,12 @@ PODS = [
 
 
 def build(*, acting: bool = True) -> tuple[httpx.AsyncClient, GangCore, list[Effect]]:
-    core = GangCore(policy=Policy(), timeouts=Timeouts(60, 30, 2))
+    core = make_core()
     core.preemption_enabled = True
     for n in ("n1", "n2", "n3", "n4"):
-        core.snapshot.upsert_node(NodeInfo.from_api(make_node(n).gpus(2).obj()))
+        core.apply_node(NodeInfo.from_api(make_node(n).gpus(2).obj()))
     for name in ("a", "b"):
-        core.snapshot.upsert_podgroup(
-            GroupSpec.from_podgroup(make_podgroup(name, 2), source="PodGroup")
-        )
+        core.apply_group_spec(GroupSpec.from_podgroup(make_podgroup(name, 2), source="PodGroup"))
     for p in PODS:
         core.observe_pod(PodInfo.from_api(p), T0)
     core.drain_effects()
@@ -125,7 +123,7 @@ async def test_gang_victims_are_widened_and_a_split_gangs_node_dropped() -> None
 async def test_a_gang_member_gets_no_node_and_its_gang_is_tried_whole() -> None:
     client, core, sunk = build()
     high = [make_pod(f"h-{i}").group("h").gpus(2).priority(1000).obj() for i in range(2)]
-    core.snapshot.upsert_podgroup(GroupSpec.from_podgroup(make_podgroup("h", 2), source="PodGroup"))
+    core.apply_group_spec(GroupSpec.from_podgroup(make_podgroup("h", 2), source="PodGroup"))
     for i, obj in enumerate(high):
         obj["metadata"]["uid"] = f"uid-h-{i}"
         core.observe_pod(PodInfo.from_api(obj), T0)

@@ -12,7 +12,6 @@ from extender.domain.gang import GangCore, Timeouts
 from extender.domain.lifecycle import Member, _failure_of
 from extender.domain.membership import GroupKey
 from extender.domain.model import GroupSpec, NodeInfo, PodInfo
-from extender.domain.policy import Policy
 from extender.domain.preemption import (
     PREEMPTED_BY_ANNOTATION,
     SCHEDULER_PREEMPTION_REASON,
@@ -28,6 +27,7 @@ from extender.domain.preemption import (
 )
 from extender.domain.snapshot import fits
 from tests.builders import make_node, make_pod, make_podgroup
+from tests.core_builder import make_core
 
 T0 = 1_000_000.0
 GPU = "nvidia.com/gpu"
@@ -57,16 +57,19 @@ def pod(
 def core_with(
     nodes: dict[str, int], pods: list[dict[str, Any]], groups: dict[str, dict[str, Any]]
 ) -> GangCore:
-    core = GangCore(policy=Policy(), timeouts=Timeouts(60, 30, 2, preemption_hold_seconds=120))
-    core.preemption_enabled = True
-    for name, gpus in nodes.items():
-        core.snapshot.upsert_node(NodeInfo.from_api(make_node(name).gpus(gpus).obj()))
+    podgroups = []
     for name, spec in groups.items():
         pg = make_podgroup(name, spec.pop("minMember"))
         pg["spec"].update(spec)
-        core.snapshot.upsert_podgroup(GroupSpec.from_podgroup(pg, source="PodGroup"))
-    for p in pods:
-        core.observe_pod(PodInfo.from_api(p), T0)
+        podgroups.append(pg)
+    core = make_core(
+        [make_node(name).gpus(gpus).obj() for name, gpus in nodes.items()],
+        pods,
+        podgroups,
+        timeouts=Timeouts(60, 30, 2, preemption_hold_seconds=120),
+        preemption=True,
+        now=T0,
+    )
     core.drain_effects()
     return core
 
@@ -168,7 +171,7 @@ def test_the_annotation_form_opts_a_gang_out_too() -> None:
         [*low, *high_gang()],
         {"low": {"minMember": 2}, "high": {"minMember": 2}},
     )
-    assert not core.group_preemptible(GroupKey("default", "low"))
+    assert not core.preemption.group_preemptible(GroupKey("default", "low"))
     assert ask(core, "high-0") is Verdict.WAIT
 
 
@@ -558,7 +561,7 @@ def test_the_hold_is_a_whole_plan_and_the_eviction_names_the_preemptor() -> None
     eviction = next(e for e in effects if isinstance(e, EvictVictims))
     assert eviction.group == high
     assert eviction.message == state.message
-    assert core.evicting == {"uid-low-0", "uid-low-1"}
+    assert core.preemption.evicting == {"uid-low-0", "uid-low-1"}
 
 
 def test_a_refusal_ends_exactly_at_its_time() -> None:
@@ -573,17 +576,15 @@ def test_a_refusal_ends_exactly_at_its_time() -> None:
 def test_a_required_topology_is_kept_when_choosing_victims() -> None:
     # Zone a: n0 (low gang), n1 (plain p1); zone b: n2 (low gang), n3 (plain p2). The
     # two plain pods alone would free one GPU in each zone: not enough inside one.
-    core = GangCore(policy=Policy(), timeouts=Timeouts(60, 30, 2))
+    core = make_core()
     core.preemption_enabled = True
     for name, zone in (("n0", "a"), ("n1", "a"), ("n2", "b"), ("n3", "b")):
         node = make_node(name).gpus(1).label("zone", zone).obj()
-        core.snapshot.upsert_node(NodeInfo.from_api(node))
+        core.apply_node(NodeInfo.from_api(node))
     pg = make_podgroup("high", 2)
     pg["spec"]["topology"] = {"required": "zone"}
-    core.snapshot.upsert_podgroup(GroupSpec.from_podgroup(pg, source="PodGroup"))
-    core.snapshot.upsert_podgroup(
-        GroupSpec.from_podgroup(make_podgroup("low", 2), source="PodGroup")
-    )
+    core.apply_group_spec(GroupSpec.from_podgroup(pg, source="PodGroup"))
+    core.apply_group_spec(GroupSpec.from_podgroup(make_podgroup("low", 2), source="PodGroup"))
     running = [
         pod("low-0", node="n0", group="low", priority=10),
         pod("low-1", node="n2", group="low", priority=10),
@@ -639,9 +640,7 @@ def labelled_core(nodes: dict[str, tuple[int, str]], pods: list[dict[str, Any]])
     """`nodes`: name -> (GPUs, zone)."""
     core = core_with({}, [], {})
     for name, (gpus, zone) in nodes.items():
-        core.snapshot.upsert_node(
-            NodeInfo.from_api(make_node(name).gpus(gpus).label(ZONE, zone).obj())
-        )
+        core.apply_node(NodeInfo.from_api(make_node(name).gpus(gpus).label(ZONE, zone).obj()))
     for p in pods:
         core.observe_pod(PodInfo.from_api(p), T0)
     core.drain_effects()
@@ -666,9 +665,7 @@ def test_a_preemptor_evicts_only_on_the_nodes_kube_scheduler_allows_and_is_plann
             pod("high-0", group="high", priority=1000),
         ],
     )
-    core.snapshot.upsert_podgroup(
-        GroupSpec.from_podgroup(make_podgroup("high", 1), source="PodGroup")
-    )
+    core.apply_group_spec(GroupSpec.from_podgroup(make_podgroup("high", 1), source="PodGroup"))
     member = core.snapshot.pods["uid-high-0"]
     assert core.filter(member, ["n1"], T0).verdict is Verdict.PLANNED
     assert evicted_refs(core) == ["default/dear"]
@@ -691,7 +688,7 @@ def test_a_preemptor_with_a_bound_member_evicts_and_is_planned_in_that_members_z
     )
     pg = make_podgroup("high", 2)
     pg["spec"]["topology"] = {"required": ZONE}
-    core.snapshot.upsert_podgroup(GroupSpec.from_podgroup(pg, source="PodGroup"))
+    core.apply_group_spec(GroupSpec.from_podgroup(pg, source="PodGroup"))
     member = core.snapshot.pods["uid-high-1"]
     assert core.filter(member, sorted(core.snapshot.nodes), T0).verdict is Verdict.PLANNED
     assert evicted_refs(core) == ["default/in-a"]
@@ -722,13 +719,13 @@ def test_a_starving_gang_that_then_preempts_ends_its_reservation() -> None:
     high = GroupKey("default", "high")
     assert ask(core, "high-0") is Verdict.WAIT
     core.expire(T0 + 6)
-    assert core.reservations[high].nodes == ("n0",)
-    core.snapshot.upsert_node(NodeInfo.from_api(make_node("n1").gpus(2).obj()))
+    assert core.starvation.reservations[high].nodes == ("n0",)
+    core.apply_node(NodeInfo.from_api(make_node("n1").gpus(2).obj()))
     core.observe_pod(PodInfo.from_api(pod("low", gpus=2, node="n1", priority=1)), T0 + 7)
     member = core.snapshot.pods["uid-high-1"]
     assert core.filter(member, ["n0", "n1"], T0 + 7).verdict is Verdict.PLANNED
     assert evicted_refs(core) == ["default/low"]
-    assert high not in core.reservations
+    assert high not in core.starvation.reservations
 
 
 def test_victims_once_gone_are_not_remembered_as_being_evicted() -> None:
@@ -739,10 +736,10 @@ def test_victims_once_gone_are_not_remembered_as_being_evicted() -> None:
         {"n0": 1, "n1": 1}, [*low, *high_gang()], {"low": low_spec, "high": {"minMember": 2}}
     )
     assert ask(core, "high-0") is Verdict.PLANNED
-    assert core.evicting == {"uid-low-0", "uid-low-1"}
+    assert core.preemption.evicting == {"uid-low-0", "uid-low-1"}
     for uid in ("uid-low-0", "uid-low-1"):
         core.forget_pod(uid, T0 + 1)
-    assert core.evicting == set()
+    assert core.preemption.evicting == set()
 
 
 BUDGET: dict[str, Any] = {"refusal": EvictionRefusal.BUDGET, "why": "a PodDisruptionBudget"}
@@ -784,4 +781,4 @@ def test_only_units_refused_lately_are_remembered() -> None:
     core.eviction_refused("pod default/plain", T0, preemptor=None, **BUDGET)
     later = T0 + core.timeouts.preemption_hold_seconds + 1
     core.eviction_refused("gang default/low", later, preemptor=None, **BUDGET)
-    assert list(core.refused_evictions) == ["gang default/low"]
+    assert list(core.preemption.refused_evictions) == ["gang default/low"]

@@ -116,7 +116,7 @@ async def test_a_pdb_refusal_is_reported_to_the_core_and_the_mark_taken_back(
         for body in requests(raw, "PATCH", "/pods/guarded")
     ]
     assert marks == ["gang default/high (priority 1000)", None]
-    assert "pod default/guarded" in service.core.refused_evictions
+    assert "pod default/guarded" in service.core.preemption.refused_evictions
     refused = raw.events("PreemptionRefused")
     assert [e["involvedObject"]["name"] for e in refused] == ["guarded"]
     assert "disruption budget" in refused[0]["message"]
@@ -132,7 +132,7 @@ async def test_a_gang_whose_first_member_a_budget_protects_is_left_whole(
     )
     await service.queues.join()
     assert [a for a in raw.attempts if "/pods/low-1" in a[1]] == [], "low-1 is not touched"
-    assert "gang default/low" in service.core.refused_evictions
+    assert "gang default/low" in service.core.preemption.refused_evictions
 
 
 async def test_a_later_member_refused_is_tried_again_so_the_gang_does_not_run_short(
@@ -156,7 +156,7 @@ async def test_a_later_member_refused_is_tried_again_so_the_gang_does_not_run_sh
         "low-0",
         "low-1",
     ]
-    assert service.core.refused_evictions == {}
+    assert service.core.preemption.refused_evictions == {}
 
 
 def evictions_counted(svc: GangService) -> dict[str, float]:
@@ -213,7 +213,7 @@ async def test_a_forbidden_mark_is_a_refused_eviction_the_core_is_told_of(
     assert [a for a in raw.attempts if a[1].endswith("/eviction")] == [], "nothing evicted"
     assert [a for a in raw.attempts if "/pods/low-1" in a[1]] == [], "the gang is left whole"
     # Left out for the forbidden time, not just one hold: not chosen again after it.
-    until = service.core.refused_evictions["gang default/low"]
+    until = service.core.preemption.refused_evictions["gang default/low"]
     assert until >= before + service.settings.preemption_forbidden_seconds
     [refused] = raw.events("PreemptionRefused")
     assert refused["involvedObject"]["name"] == "low-0"
@@ -232,7 +232,7 @@ async def test_a_mark_failing_transiently_is_retried_then_the_victim_evicted(
     await service.queues.join()
     assert len([a for a in raw.attempts if a[0] == "PATCH"]) == 3
     assert len(requests(raw, "POST", "/pods/low-0/eviction")) == 1
-    assert service.core.refused_evictions == {}
+    assert service.core.preemption.refused_evictions == {}
     assert evictions_counted(service) == {"evicted": 1.0}
 
 
@@ -246,7 +246,7 @@ async def test_a_mark_failing_through_every_retry_is_left_out_for_one_hold(
     await service.queues.join()
     assert len([a for a in raw.attempts if a[0] == "PATCH"]) == attempts
     assert [a for a in raw.attempts if a[1].endswith("/eviction")] == []
-    until = service.core.refused_evictions["pod default/low-0"]
+    until = service.core.preemption.refused_evictions["pod default/low-0"]
     hold = service.settings.preemption_hold_seconds
     assert before + hold <= until < before + service.settings.preemption_forbidden_seconds
     assert "status 503" in raw.events("PreemptionRefused")[0]["message"]
@@ -268,7 +268,7 @@ async def test_a_forbidden_eviction_is_told_to_the_core_and_the_mark_taken_back(
         for body in requests(raw, "PATCH", "/pods/low-0")
     ]
     assert marks == ["gang default/high (priority 1000)", None]
-    assert "pod default/low-0" in service.core.refused_evictions
+    assert "pod default/low-0" in service.core.preemption.refused_evictions
     assert "evict it (status 403 Forbidden)" in raw.events("PreemptionRefused")[0]["message"]
 
 
@@ -281,4 +281,4 @@ async def test_a_later_member_that_cannot_be_marked_is_evicted_unmarked_not_left
     )
     await service.queues.join()
     assert len(requests(raw, "POST", "/pods/low-1/eviction")) == 1
-    assert service.core.refused_evictions == {}
+    assert service.core.preemption.refused_evictions == {}

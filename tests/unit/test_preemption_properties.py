@@ -16,13 +16,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from extender.domain.decisions import EvictVictims, PlanCreated
-from extender.domain.gang import GangCore, Timeouts
+from extender.domain.gang import GangCore
 from extender.domain.membership import GroupKey
 from extender.domain.model import GroupSpec, NodeInfo, PodInfo
 from extender.domain.planner import Placement, plan_gang
-from extender.domain.policy import Policy
 from extender.domain.preemption import NodeVictims, free_without, gang_aware_victims
 from tests.builders import make_node, make_pod, make_podgroup
+from tests.core_builder import make_core
 
 GPU = "nvidia.com/gpu"
 T0 = 1_000_000.0
@@ -49,11 +49,11 @@ preemptor_st = st.tuples(
 def build(
     node_gpus: list[int], units: list[tuple[int, int, int, bool]], preemptor: tuple[int, int, int]
 ) -> GangCore:
-    core = GangCore(policy=Policy(), timeouts=Timeouts(60, 30, 2))
+    core = make_core()
     core.preemption_enabled = True
     free = {f"n{i}": g for i, g in enumerate(node_gpus)}
     for name, gpus in free.items():
-        core.snapshot.upsert_node(NodeInfo.from_api(make_node(name).gpus(gpus).obj()))
+        core.apply_node(NodeInfo.from_api(make_node(name).gpus(gpus).obj()))
     serial = 0
     for u, (size, gpus, priority, preemptible) in enumerate(units):
         placed: list[dict[str, Any]] = []
@@ -72,11 +72,11 @@ def build(
         if size and placed:
             pg = make_podgroup(f"u{u}", len(placed))
             pg["spec"]["preemptible"] = preemptible
-            core.snapshot.upsert_podgroup(GroupSpec.from_podgroup(pg, source="PodGroup"))
+            core.apply_group_spec(GroupSpec.from_podgroup(pg, source="PodGroup"))
         for obj in placed:
             core.observe_pod(PodInfo.from_api(obj), T0)
     members, gpus, priority = preemptor
-    core.snapshot.upsert_podgroup(
+    core.apply_group_spec(
         GroupSpec.from_podgroup(make_podgroup("high", members), source="PodGroup")
     )
     for i in range(members):
@@ -106,7 +106,7 @@ def test_gang_preemption_invariants(node_gpus, units, preemptor) -> None:
         pod = by_uid[uid]
         assert pod.priority < priority
         if pod.group is not None:
-            assert core.group_preemptible(pod.group)
+            assert core.preemption.group_preemptible(pod.group)
             whole = {m.uid for m in core.snapshot.members(pod.group) if m.holds_capacity}
             assert whole <= victims, f"partial victim gang {pod.group}"
     # The hold never over-commits the room the victims leave.
@@ -153,7 +153,11 @@ def test_kube_schedulers_victims_never_leave_part_of_a_gang_on_a_kept_node(
     }
     preemptor = PodInfo.from_api(make_pod("plain-high").gpus(1).priority(priority).obj())
     answer = gang_aware_victims(
-        preemptor, proposed, core.snapshot.pods, core._group_pods, core.group_preemptible
+        preemptor,
+        proposed,
+        core.snapshot.pods,
+        core.preemption.group_pods,
+        core.preemption.group_preemptible,
     )
     for node, victims in answer.nodes.items():
         assert set(proposed[node].uids) <= set(victims.uids)
@@ -161,6 +165,6 @@ def test_kube_schedulers_victims_never_leave_part_of_a_gang_on_a_kept_node(
             pod = pods[uid]
             if pod.group is None:
                 continue
-            assert pod.priority < priority and core.group_preemptible(pod.group)
+            assert pod.priority < priority and core.preemption.group_preemptible(pod.group)
             on_node = {m.uid for m in core.snapshot.members(pod.group) if m.node_name == node}
             assert on_node <= set(victims.uids), f"part of {pod.group} left on {node}"

@@ -15,11 +15,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from extender.api.extender import HostPriorityEncoder
-from extender.domain.gang import GangCore, Timeouts
+from extender.domain.gang import GangCore
 from extender.domain.model import NodeInfo, PodInfo
 from extender.domain.policy import Policy, Strategy
 from extender.domain.scoring import NodeScoreBoard, Priorities
 from tests.builders import make_node, make_pod
+from tests.core_builder import make_core
 from tests.strategies import NODE_NAMES, apply_change, snapshot_changes
 
 changes = snapshot_changes(max_size=30)
@@ -30,8 +31,8 @@ def scoring_core(
     policy: Policy, journal_limit: int
 ) -> tuple[GangCore, HostPriorityEncoder, PodInfo]:
     """A core whose board keeps a journal of `journal_limit`, an encoder, a plain pod."""
-    core = GangCore(policy=policy, timeouts=Timeouts(60, 30, 2))
-    core.score_board = NodeScoreBoard(journal_min_limit=journal_limit)
+    core = make_core(policy=policy)
+    core.room.score_board = NodeScoreBoard(journal_min_limit=journal_limit)
     return core, HostPriorityEncoder(), PodInfo.from_api(make_pod("probe").gpus(1).obj())
 
 
@@ -77,11 +78,11 @@ def test_fast_prioritize_is_the_plain_answer_without_zeros(rounds, policy, journ
 def test_the_journal_names_every_node_whose_score_changed(rescored, limit) -> None:
     # A reader that replays `changed_since` from its position, or re-reads everything
     # when told to (None), always ends with the board's scores.
-    core = GangCore(policy=Policy(), timeouts=Timeouts(60, 30, 2))
+    core = make_core()
     board = NodeScoreBoard(journal_min_limit=limit)
-    core.score_board = board
+    core.room.score_board = board
     for name in NODE_NAMES:
-        core.snapshot.upsert_node(NodeInfo.from_api(make_node(name).gpus(4).obj()))
+        core.apply_node(NodeInfo.from_api(make_node(name).gpus(4).obj()))
     copy: dict[str, int] = {}
     position = board.position - 1  # before the start: the first read is a full one
     for step, name in enumerate(rescored):
@@ -152,9 +153,9 @@ def test_a_second_board_is_answered_from_its_own_scores() -> None:
     candidates = list(NODE_NAMES)
     answers = []
     for gpus in (2, 4):
-        core = GangCore(policy=Policy(), timeouts=Timeouts(60, 30, 2))
+        core = make_core()
         for name in NODE_NAMES[:2]:
-            core.snapshot.upsert_node(NodeInfo.from_api(make_node(name).gpus(8).obj()))
+            core.apply_node(NodeInfo.from_api(make_node(name).gpus(8).obj()))
             pod = make_pod(f"{name}-used").gpus(gpus).node(name).obj()
             core.observe_pod(PodInfo.from_api(pod), 1.0)
         probe = PodInfo.from_api(make_pod("probe").gpus(1).obj())

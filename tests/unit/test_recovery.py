@@ -6,13 +6,12 @@ from typing import Any
 
 import pytest
 
-from extender.domain.gang import GangCore, Timeouts
 from extender.domain.membership import PLANNED_NODE_ANNOTATION, GroupKey
 from extender.domain.model import GroupSpec, NodeInfo, PodInfo
-from extender.domain.policy import Policy
 from extender.domain.recovery import RecoveredPlan, Recovery, Refused, recover_plans
 from extender.domain.snapshot import ClusterSnapshot
 from tests.builders import PodBuilder, make_node, make_pod, make_podgroup
+from tests.core_builder import make_core
 
 T0 = 1_800_000_000.0
 JOB = GroupKey("default", "job")
@@ -43,12 +42,10 @@ def snapshot(
 
 def test_the_plan_the_leader_made_is_rebuilt_as_it_was() -> None:
     # The previous leader planned 3 x 2 GPU onto n1, n1, n2 and annotated them.
-    core = GangCore(Policy(), Timeouts(60, 30, 2))
+    core = make_core()
     for node in ("n1", "n2"):
-        core.snapshot.upsert_node(NodeInfo.from_api(make_node(node).gpus(4).obj()))
-    core.snapshot.upsert_podgroup(
-        GroupSpec.from_podgroup(make_podgroup("job", 3), source="PodGroup")
-    )
+        core.apply_node(NodeInfo.from_api(make_node(node).gpus(4).obj()))
+    core.apply_group_spec(GroupSpec.from_podgroup(make_podgroup("job", 3), source="PodGroup"))
     for i in range(3):
         core.observe_pod(PodInfo.from_api(member(f"w{i}").obj()), T0)
     decision = core.filter(core.snapshot.pods["uid-default-w0"], ["n1", "n2"], T0)
@@ -64,9 +61,10 @@ def test_the_plan_the_leader_made_is_rebuilt_as_it_was() -> None:
 
 
 def test_recovered_plans_reserve_in_the_core_and_a_plain_pod_is_kept_off() -> None:
-    core = GangCore(Policy(), Timeouts(60, 30, 2))
-    core.snapshot = snapshot(
-        [member("w0", "n1").obj(), member("w1", "n1").obj(), member("w2", "n2").obj()]
+    core = make_core(
+        snapshot=snapshot(
+            [member("w0", "n1").obj(), member("w1", "n1").obj(), member("w2", "n2").obj()]
+        ),
     )
     found = core.recover(T0)
     assert len(found.plans) == 1 and not core.drain_effects()  # nothing to write again
@@ -267,19 +265,20 @@ def test_a_group_that_lost_its_podgroup_is_refused_saying_so() -> None:
 
 
 def test_a_recovered_plan_is_a_fresh_plan_of_the_groups_timeout_and_its_status_says_so() -> None:
-    core = GangCore(Policy(), Timeouts(60, 30, 2))
-    core.snapshot = snapshot(
-        [member("w0", "n1").obj(), member("w1", "n1").obj(), member("w2", "n2").obj()]
+    core = make_core(
+        snapshot=snapshot(
+            [member("w0", "n1").obj(), member("w1", "n1").obj(), member("w2", "n2").obj()]
+        ),
     )
-    core.snapshot.upsert_podgroup(
+    core.apply_group_spec(
         GroupSpec.from_podgroup(
             make_podgroup("job", 3, scheduleTimeoutSeconds=15), source="PodGroup"
         )
     )
     before = core.ledger.new_plan_id()
-    core.shortfalls.remember(JOB, core.snapshot.members(JOB), topology=False, priority=0)
+    core.shared.shortfalls.remember(JOB, core.snapshot.members(JOB), topology=False, priority=0)
     core.recover(T0)
-    assert JOB not in core.shortfalls  # planned now: its "does not fit" is void
+    assert JOB not in core.shared.shortfalls  # planned now: its "does not fit" is void
     plan = core.ledger.plans[JOB]
     assert plan.plan_id == before + 1
     assert (plan.created_at, plan.deadline) == (T0, T0 + 15)
@@ -292,13 +291,12 @@ def test_a_recovered_plan_is_a_fresh_plan_of_the_groups_timeout_and_its_status_s
 def test_a_recovery_gives_no_node_twice_and_leaves_planned_groups_alone() -> None:
     # The new leader planned "other" on n1 before the old plan of "job" was recovered:
     # job's members annotated onto n1 cannot be given that room again.
-    core = GangCore(Policy(), Timeouts(60, 30, 2))
-    core.snapshot = snapshot(
-        [member("w0", "n1").obj(), member("w1", "n1").obj(), member("w2", "n2").obj()]
+    core = make_core(
+        snapshot=snapshot(
+            [member("w0", "n1").obj(), member("w1", "n1").obj(), member("w2", "n2").obj()]
+        ),
     )
-    core.snapshot.upsert_podgroup(
-        GroupSpec.from_podgroup(make_podgroup("other", 1), source="PodGroup")
-    )
+    core.apply_group_spec(GroupSpec.from_podgroup(make_podgroup("other", 1), source="PodGroup"))
     other = PodInfo.from_api(make_pod("o0").group("other").gpus(4).obj())
     core.observe_pod(other, T0)
     assert core.filter(other, ["n1"], T0).nodes == ["n1"]
@@ -311,9 +309,10 @@ def test_a_recovery_gives_no_node_twice_and_leaves_planned_groups_alone() -> Non
 
 
 def test_a_replica_that_stands_down_drops_every_plan_saying_why() -> None:
-    core = GangCore(Policy(), Timeouts(60, 30, 2))
-    core.snapshot = snapshot(
-        [member("w0", "n1").obj(), member("w1", "n1").obj(), member("w2", "n2").obj()]
+    core = make_core(
+        snapshot=snapshot(
+            [member("w0", "n1").obj(), member("w1", "n1").obj(), member("w2", "n2").obj()]
+        ),
     )
     core.recover(T0)
     core.stand_down(T0 + 1)

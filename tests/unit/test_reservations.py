@@ -10,8 +10,7 @@ import pytest
 from extender.domain.decisions import BindVerdict, PlanCreated, Verdict
 from extender.domain.gang import GangCore, Timeouts
 from extender.domain.membership import GroupKey
-from extender.domain.model import STARVATION_ANNOTATION, GroupSpec, NodeInfo, PodInfo
-from extender.domain.policy import Policy
+from extender.domain.model import STARVATION_ANNOTATION, GroupSpec, PodInfo
 from extender.domain.reservations import (
     NodeGpus,
     Reservation,
@@ -22,6 +21,7 @@ from extender.domain.reservations import (
 )
 from extender.domain.status import group_status
 from tests.builders import make_node, make_pod, make_podgroup
+from tests.core_builder import make_core
 
 T0 = 1_000_000.0
 CREATED_AT_T0 = "1970-01-12T13:46:40Z"  # T0 as an API timestamp
@@ -86,19 +86,16 @@ def test_the_message_names_nodes_and_free_over_needed() -> None:
 
 # ------------------------------------------------------------------------ the core
 def core_with(nodes: list[dict[str, Any]], *, starvation: float = 5, max_s: float = 30) -> GangCore:
-    core = GangCore(
-        policy=Policy(),
+    return make_core(
+        nodes,
         timeouts=Timeouts(60, 30, 2, starvation_seconds=starvation, reservation_max_seconds=max_s),
     )
-    for n in nodes:
-        core.snapshot.upsert_node(NodeInfo.from_api(n))
-    return core
 
 
 def add_gang(
     core: GangCore, name: str, size: int, gpus: int, *, spec: dict[str, Any] | None = None
 ) -> list[PodInfo]:
-    core.snapshot.upsert_podgroup(
+    core.apply_group_spec(
         GroupSpec.from_podgroup(make_podgroup(name, size, **(spec or {})), source="PodGroup")
     )
     pods = [
@@ -140,13 +137,13 @@ def test_before_starvation_seconds_a_freed_gpu_goes_to_a_small_pod() -> None:
     finish(core, smalls[0], T0 + 1)
     decision = core.filter(plain("new"), ["n1"], T0 + 2)
     assert decision.nodes == ["n1"]
-    assert core.reservations == {}
+    assert core.starvation.reservations == {}
 
 
 def test_after_starvation_seconds_a_freed_gpu_is_held_for_the_gang() -> None:
     core, smalls = churned_core()
     core.expire(T0 + 6)
-    assert core.reservations[BIG].nodes == ("n1",)
+    assert core.starvation.reservations[BIG].nodes == ("n1",)
     finish(core, smalls[0], T0 + 7)
     decision = core.filter(plain("new"), ["n1"], T0 + 7)
     core.expire(T0 + 7)  # the reconcile tick brings the message up to date
@@ -184,7 +181,7 @@ def test_a_failed_binding_on_a_reserved_node_gives_the_room_back_and_keeps_the_r
     assert assumption is not None and core.snapshot.pods[cpu_only.uid].node_name == "n1"
     assert core.undo_assumption(assumption, T0 + 8)  # the binding call failed
     assert core.snapshot.pods[cpu_only.uid].node_name is None
-    assert core.reservations[BIG].nodes == ("n1",)
+    assert core.starvation.reservations[BIG].nodes == ("n1",)
     assert core.starving_holds()["n1"] == (BIG, 1)
 
 
@@ -196,14 +193,16 @@ def test_gpus_free_beyond_what_a_reservation_holds_stay_open_to_plain_pods() -> 
     big = add_gang(core, "big", 4, 1)
     core.filter(big[0], ["n1"], T0)
     core.expire(T0 + 6)
-    assert core.reservations[BIG].need == 4
+    assert core.starvation.reservations[BIG].need == 4
     finish(core, smalls[0], T0 + 7)  # 3 free: all held for the gang (need 4)
     assert core.filter(plain("p1"), ["n1"], T0 + 7).nodes == []
     held = core.starving_holds()["n1"]
     assert held == (BIG, 3)
     # The refusal counts what the gang holds there, not what is free.
-    assert core._starving_refusal(plain("p2"), "n1", (BIG, 2)) == ""
-    assert core._starving_refusal(plain("p3"), "n1", (BIG, 3)).startswith("3 free GPU(s) on n1")
+    assert core.starvation.starving_refusal(plain("p2"), "n1", (BIG, 2)) == ""
+    assert core.starvation.starving_refusal(plain("p3"), "n1", (BIG, 3)).startswith(
+        "3 free GPU(s) on n1"
+    )
 
 
 def test_a_small_pod_that_passed_filter_before_the_reservation_is_refused_at_bind() -> None:
@@ -228,7 +227,7 @@ def test_the_gang_is_planned_once_every_gpu_it_needs_is_free_there() -> None:
         core.expire(T0 + 7 + i)
     planned = [e.plan.group for e in core.drain_effects() if isinstance(e, PlanCreated)]
     assert planned == [BIG]
-    assert BIG not in core.reservations  # the plan holds the room now
+    assert BIG not in core.starvation.reservations  # the plan holds the room now
 
 
 def test_another_gang_is_not_planned_into_held_gpus() -> None:
@@ -253,7 +252,7 @@ def test_a_gang_ahead_in_the_queue_keeps_the_one_behind_from_reserving() -> None
         core.observe_pod(PodInfo.from_api(again.obj()), T0)
     core.expire(T0)  # both seen held from here
     core.expire(T0 + 6)
-    assert set(core.reservations) == {GroupKey("default", "high")}
+    assert set(core.starvation.reservations) == {GroupKey("default", "high")}
 
 
 def test_a_reservation_gives_up_at_its_bound_and_chooses_other_nodes() -> None:
@@ -264,12 +263,12 @@ def test_a_reservation_gives_up_at_its_bound_and_chooses_other_nodes() -> None:
     add_gang(core, "big", 4, 1)
     core.expire(T0)
     core.expire(T0 + 6)
-    first = core.reservations[BIG]
+    first = core.starvation.reservations[BIG]
     assert first.deadline == T0 + 6 + 30
     core.expire(T0 + 6 + 29)
-    assert core.reservations[BIG] == first
+    assert core.starvation.reservations[BIG] == first
     core.expire(T0 + 6 + 30)
-    again = core.reservations[BIG]
+    again = core.starvation.reservations[BIG]
     assert again.started == T0 + 36
     assert set(again.nodes).isdisjoint(first.nodes)
 
@@ -281,9 +280,9 @@ def test_spec_starvation_seconds_wins_over_the_default() -> None:
     add_gang(core, "big", 4, 1, spec={"starvationSeconds": 100})
     core.expire(T0)
     core.expire(T0 + 50)
-    assert core.reservations == {}
+    assert core.starvation.reservations == {}
     core.expire(T0 + 101)
-    assert BIG in core.reservations
+    assert BIG in core.starvation.reservations
 
 
 def test_the_annotation_form_sets_it_for_a_group_declared_by_annotation() -> None:
@@ -302,7 +301,7 @@ def test_the_annotation_form_sets_it_for_a_group_declared_by_annotation() -> Non
         core.observe_pod(PodInfo.from_api(pod.obj()), T0)
     core.expire(T0)
     core.expire(T0 + 8)
-    assert GroupKey("default", "ann") in core.reservations
+    assert GroupKey("default", "ann") in core.starvation.reservations
 
 
 @pytest.mark.parametrize("value", ["soon", "0", "-3", "inf"])
@@ -322,15 +321,13 @@ def test_a_bad_spec_starvation_seconds_is_an_invalid_spec(value: Any) -> None:
 
 def test_a_gang_that_needs_no_gpu_does_not_reserve() -> None:
     core = core_with([make_node("n1").gpus(4).obj()])
-    core.snapshot.upsert_podgroup(
-        GroupSpec.from_podgroup(make_podgroup("cpu", 1), source="PodGroup")
-    )
+    core.apply_group_spec(GroupSpec.from_podgroup(make_podgroup("cpu", 1), source="PodGroup"))
     pod = make_pod("cpu-0").group("cpu").created(CREATED_AT_T0).obj()
     pod["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "999"}}
     core.observe_pod(PodInfo.from_api(pod), T0)
     core.expire(T0)
     core.expire(T0 + 60)
-    assert core.reservations == {}
+    assert core.starvation.reservations == {}
 
 
 def test_the_wait_counts_from_when_the_service_first_saw_the_gang_held() -> None:
@@ -340,30 +337,28 @@ def test_the_wait_counts_from_when_the_service_first_saw_the_gang_held() -> None
         bound_small(core, f"s{i}", "n1")
     add_gang(core, "big", 4, 1)  # created at T0
     core.expire(T0 + 100)
-    assert core.reservations == {}
+    assert core.starvation.reservations == {}
     core.expire(T0 + 105)
-    assert core.reservations == {}
+    assert core.starvation.reservations == {}
     core.expire(T0 + 106)
-    assert BIG in core.reservations
+    assert BIG in core.starvation.reservations
 
 
 def test_a_gang_no_longer_held_starts_its_wait_again() -> None:
     core, smalls = churned_core()
     core.expire(T0 + 3)
-    core.snapshot.upsert_podgroup(
+    core.apply_group_spec(
         GroupSpec.from_podgroup(make_podgroup("big", 5), source="PodGroup")
     )  # now short of a member: not held
     core.expire(T0 + 4)
-    assert BIG not in core.held_since
-    core.snapshot.upsert_podgroup(
-        GroupSpec.from_podgroup(make_podgroup("big", 4), source="PodGroup")
-    )
+    assert BIG not in core.starvation.held_since
+    core.apply_group_spec(GroupSpec.from_podgroup(make_podgroup("big", 4), source="PodGroup"))
     core.expire(T0 + 5)
     core.expire(T0 + 10)
-    assert core.reservations == {}
+    assert core.starvation.reservations == {}
     core.expire(T0 + 10.5)  # within the check interval: not looked at
     core.expire(T0 + 11)
-    assert BIG in core.reservations
+    assert BIG in core.starvation.reservations
 
 
 def test_a_dropped_plan_does_not_restart_the_wait() -> None:
@@ -378,7 +373,7 @@ def test_a_dropped_plan_does_not_restart_the_wait() -> None:
     for i in range(4):
         bound_small(core, f"again{i}", "n1")
     core.expire(T0 + 12)  # past the replan backoff: reserving again at once
-    assert BIG in core.reservations
+    assert BIG in core.starvation.reservations
 
 
 @pytest.mark.parametrize("podgroup_last", [False, True], ids=["podgroup first", "podgroup last"])
@@ -390,10 +385,10 @@ def test_a_reserving_gang_deleted_and_recreated_under_its_name_starts_afresh(
     # old one's starvation clock.
     core, _ = churned_core()
     core.expire(T0 + 6)
-    assert BIG in core.reservations
+    assert BIG in core.starvation.reservations
 
     def drop_podgroup() -> None:
-        core.snapshot.delete_podgroup("PodGroup", BIG)
+        core.forget_group_spec("PodGroup", BIG)
         core.forget_group_if_gone(BIG)  # what the watch's PodGroup deletion does
 
     if not podgroup_last:
@@ -402,10 +397,10 @@ def test_a_reserving_gang_deleted_and_recreated_under_its_name_starts_afresh(
         core.forget_pod(member.uid, T0 + 7)
     if podgroup_last:
         drop_podgroup()
-    assert BIG not in core.reservations and BIG not in core.groups
+    assert BIG not in core.starvation.reservations and BIG not in core.groups
     new = add_gang(core, "big", 4, 1)
     core.filter(new[0], ["n1"], T0 + 8)
     core.expire(T0 + 8)
-    assert BIG not in core.reservations  # its clock starts now, not at T0
+    assert BIG not in core.starvation.reservations  # its clock starts now, not at T0
     core.expire(T0 + 14)
-    assert core.reservations[BIG].started == T0 + 14
+    assert core.starvation.reservations[BIG].started == T0 + 14

@@ -10,14 +10,14 @@ from __future__ import annotations
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from extender.domain.gang import GangCore, Timeouts
+from extender.domain.gang import Timeouts
 from extender.domain.ledger import Plan
 from extender.domain.membership import GroupKey
 from extender.domain.model import GroupSpec, NodeInfo, PodInfo
-from extender.domain.policy import Policy
 from extender.domain.quantity import GPU
 from extender.domain.reservations import NodeGpus, Reservation, choose_nodes, hold
 from tests.builders import make_node, make_pod, make_podgroup
+from tests.core_builder import make_core
 
 T0 = 1_000_000.0
 CREATED_AT_T0 = "1970-01-12T13:46:40Z"
@@ -116,14 +116,13 @@ def test_a_held_gpu_is_never_planned_for_another_gang_nor_offered_and_reservatio
     steps: list[tuple[str, int]],
     max_seconds: int,
 ) -> None:
-    core = GangCore(
-        policy=Policy(),
-        timeouts=Timeouts(60, 30, 0, starvation_seconds=5, reservation_max_seconds=max_seconds),
+    core = make_core(
+        timeouts=Timeouts(60, 30, 0, starvation_seconds=5, reservation_max_seconds=max_seconds)
     )
     nodes = [f"n{i}" for i in range(len(node_gpus))]
     smalls: list[PodInfo] = []
     for name, gpus, used in zip(nodes, node_gpus, fill, strict=False):
-        core.snapshot.upsert_node(NodeInfo.from_api(make_node(name).gpus(gpus).obj()))
+        core.apply_node(NodeInfo.from_api(make_node(name).gpus(gpus).obj()))
         for j in range(min(used, gpus)):
             pod = PodInfo.from_api(make_pod(f"s-{name}-{j}").gpus(1).node(name).obj())
             core.observe_pod(pod, T0)
@@ -131,7 +130,7 @@ def test_a_held_gpu_is_never_planned_for_another_gang_nor_offered_and_reservatio
 
     def gang(name: str, size: int, gpus: int, created: str | None) -> list[PodInfo]:
         spec = make_podgroup(name, size)
-        core.snapshot.upsert_podgroup(GroupSpec.from_podgroup(spec, source="PodGroup"))
+        core.apply_group_spec(GroupSpec.from_podgroup(spec, source="PodGroup"))
         pods = []
         for i in range(size):
             builder = make_pod(f"{name}-{i}").group(name).gpus(gpus)
@@ -174,7 +173,7 @@ def test_a_held_gpu_is_never_planned_for_another_gang_nor_offered_and_reservatio
         free_before = {n: free(n) for n in nodes}
         # Never over-committed: held GPUs are free ones.
         assert all(0 < held[n] <= free_before[n] for n in held)
-        reservation = core.reservations.get(BIG)
+        reservation = core.starvation.reservations.get(BIG)
         if kind == "finish" and smalls:
             core.forget_pod(smalls.pop(arg % len(smalls)).uid, now)
         elif kind == "gang":
@@ -191,9 +190,9 @@ def test_a_held_gpu_is_never_planned_for_another_gang_nor_offered_and_reservatio
             now += arg
             core.expire(now)
             if reservation is not None and reservation.expired(now):
-                assert core.reservations.get(BIG) != reservation
+                assert core.starvation.reservations.get(BIG) != reservation
         core.drain_effects()
-        current = core.reservations.get(BIG)
+        current = core.starvation.reservations.get(BIG)
         if current is not None:
             assert current.deadline == current.started + max_seconds
             assert now < current.deadline

@@ -46,16 +46,14 @@ from extender.domain.policy import GroupTopology, Policy
 from extender.injection.admission import AdmissionDenied, read_membership
 from extender.injection.layout import resolve_layout
 from tests.builders import cluster, gang, gpu_node, make_node, make_pod, make_podgroup
+from tests.core_builder import make_core
 
 T0 = 1_800_000_000.0
 GPU = "nvidia.com/gpu"
 
 
 def core_with_nodes(count: int) -> GangCore:
-    core = GangCore(policy=Policy(), timeouts=Timeouts(60, 30, 2))
-    for i in range(count):
-        core.snapshot.upsert_node(NodeInfo.from_api(make_node(f"node-{i:04d}").gpus(8).obj()))
-    return core
+    return make_core(make_node(f"node-{i:04d}").gpus(8).obj() for i in range(count))
 
 
 def answer_bytes(core: GangCore, pod: dict[str, Any], nodes: list[str]) -> tuple[int, Any]:
@@ -518,9 +516,9 @@ def test_a_starving_gangs_error_holds_that_gang_not_every_filter(
         real_start(self, key, now)
 
     monkeypatch.setattr(StarvationReservations, "_start_reservation", exploding)
-    core = GangCore(policy=Policy(), timeouts=Timeouts(60, 30, 2, starvation_seconds=1.0))
+    core = make_core(timeouts=Timeouts(60, 30, 2, starvation_seconds=1.0))
     for name in ("node-0", "node-1"):
-        core.snapshot.upsert_node(NodeInfo.from_api(make_node(name).gpus(8).obj()))
+        core.apply_node(NodeInfo.from_api(make_node(name).gpus(8).obj()))
     core.observe_pod(
         PodInfo.from_api(make_pod("hog", "other").gpus(8).node("node-0").phase("Running").obj()),
         T0,

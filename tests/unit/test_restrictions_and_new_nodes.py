@@ -136,7 +136,7 @@ def held_seed_gang() -> GangCore:
         member = pod_info(core, name)
         assert core.filter(member, offered(core, member), T0).verdict is not Verdict.PLANNED
     assert core.restrictions[pod_info(core, "job-worker-0").uid].allowed == {"gpu-small-0"}
-    core.snapshot.upsert_node(NodeInfo.from_api(make_node("gpu-big-0").gpus(4).obj()))
+    core.apply_node(NodeInfo.from_api(make_node("gpu-big-0").gpus(4).obj()))
     return core
 
 
@@ -194,7 +194,7 @@ def test_nodes_joining_after_members_were_asked_span_no_more_nodes_than_a_fresh_
         core.filter(member, offered(core, member), T0)
     for i, gpus in enumerate(after):
         node = make_node(f"new-{i}").gpus(gpus) if gpus else make_node(f"new-{i}").cpu_only()
-        core.snapshot.upsert_node(NodeInfo.from_api(node.obj()))
+        core.apply_node(NodeInfo.from_api(node.obj()))
     again = members[asked % size]
     core.filter(again, offered(core, again), T0 + 1)
 

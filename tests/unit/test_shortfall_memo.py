@@ -25,9 +25,10 @@ import extender.domain.gang_starvation as gang_starvation_module
 from extender.domain.gang import GangCore, Timeouts
 from extender.domain.membership import GroupKey
 from extender.domain.model import GroupSpec, NodeInfo, PodInfo
-from extender.domain.policy import KUEUE_PREFERRED_TOPOLOGY, Policy
+from extender.domain.policy import KUEUE_PREFERRED_TOPOLOGY
 from extender.domain.shortfalls import MemberShape, NodeChange, ShortfallMemo
 from tests.builders import make_node, make_pod, make_podgroup
+from tests.core_builder import make_core
 
 RACK = "example.com/rack"
 # The modules of the core that call the planner (GangCore's parts: the queue asks it
@@ -83,10 +84,10 @@ def pod(name: str, **spec: Any) -> PodInfo:
 def held_cluster(gangs: int, *, preemption: bool = False) -> GangCore:
     """Four 8-GPU nodes full but one GPU, and `gangs` gangs of two 1-GPU members: each
     member alone fits the free GPU, no gang does. Every gang asked about once."""
-    core = GangCore(policy=Policy(), timeouts=Timeouts(60, 30, 2))
+    core = make_core()
     core.preemption_enabled = preemption
     for i in range(4):
-        core.snapshot.upsert_node(node(f"n{i}", 8))
+        core.apply_node(node(f"n{i}", 8))
         used = 7 if i == 0 else 8
         core.observe_pod(pod(f"busy{i}", gpus=used, node=f"n{i}"), 0.0)
     for g in range(gangs):
@@ -104,20 +105,20 @@ def ask(core: GangCore, gang: int, now: float) -> list[str]:
 
 def test_a_node_change_no_held_member_can_use_re_plans_no_gang() -> None:
     core = held_cluster(30)
-    assert len(core.shortfalls) == 30
+    assert len(core.shared.shortfalls) == 30
     with counting_plans() as calls:
         # A label change, then an allocatable-cpu change, on a node whose GPUs are all taken.
         relabelled = NodeInfo.from_api(
             make_node("n2").gpus(8).label(RACK, "r0").label("team", "b").obj()
         )
-        core.snapshot.upsert_node(relabelled)
+        core.apply_node(relabelled)
         assert ask(core, 17, 2.0) == []
-        core.snapshot.upsert_node(
+        core.apply_node(
             NodeInfo.from_api(make_node("n3").gpus(8).label(RACK, "r0").cpu("64").obj())
         )
         assert ask(core, 3, 3.0) == []
     assert calls == []
-    assert len(core.shortfalls) == 30
+    assert len(core.shared.shortfalls) == 30
 
 
 def test_room_that_fits_a_member_wakes_the_gangs_it_fits_and_the_first_is_planned() -> None:
@@ -138,15 +139,15 @@ def test_a_gang_whose_own_member_changes_is_planned_again_and_only_it() -> None:
         # short: three 1-GPU members, one GPU free), and no other held gang.
         core.observe_pod(pod("g1-2", group="g1", gpus=1), 2.0)
     assert set(calls) == {"default/g1"}
-    assert GroupKey("default", "g1") in core.shortfalls
+    assert GroupKey("default", "g1") in core.shared.shortfalls
     assert "1/2 members placeable" in core.groups[GroupKey("default", "g1")].message
 
 
 def two_racks(*, used: int) -> GangCore:
     """Node a in rack r0 and b in r1, 4 GPUs each, `used` of them taken on each."""
-    core = GangCore(policy=Policy(), timeouts=Timeouts(60, 30, 2))
+    core = make_core()
     for name, rack in (("a", "r0"), ("b", "r1")):
-        core.snapshot.upsert_node(node(name, 4, rack))
+        core.apply_node(node(name, 4, rack))
         core.observe_pod(pod(f"busy-{name}", gpus=used, node=name), 0.0)
     return core
 
@@ -157,17 +158,17 @@ def test_a_topology_gang_is_woken_by_free_gpus_moving_between_racks() -> None:
         core.observe_pod(pod(f"t-{m}", group="t", gpus=2, rack_topology=True), 0.0)
     key = GroupKey("default", "t")
     assert core.filter(core.snapshot.pods[pod("t-0", group="t").uid], ["a", "b"], 1.0).nodes == []
-    assert key in core.shortfalls
+    assert key in core.shared.shortfalls
     # b's one free GPU is taken: no 2-GPU member fits there before or after, but the
     # planner sums a rack's free GPUs over all its nodes, so the gang is tried again.
     core.observe_pod(pod("one-b", gpus=1, node="b"), 2.0)
-    core._absorb_changes()
-    assert key not in core.shortfalls
+    core.room.absorb_changes()
+    assert key not in core.shared.shortfalls
 
 
 def test_a_plain_gang_ignores_free_gpus_no_member_can_use() -> None:
-    core = GangCore(policy=Policy(), timeouts=Timeouts(60, 30, 2))
-    core.snapshot.upsert_node(node("a", 4))
+    core = make_core()
+    core.apply_node(node("a", 4))
     core.observe_pod(pod("busy-a", gpus=4, node="a"), 0.0)
     for m in range(2):
         core.observe_pod(pod(f"p-{m}", group="p", gpus=2), 0.0)
@@ -175,45 +176,45 @@ def test_a_plain_gang_ignores_free_gpus_no_member_can_use() -> None:
     assert core.filter(core.snapshot.pods[pod("p-0", group="p").uid], ["a"], 1.0).nodes == []
     core.observe_pod(pod("busy-a", gpus=4, node="a", phase="Succeeded"), 2.0)
     core.observe_pod(pod("busy-a2", gpus=3, node="a"), 2.0)
-    core._absorb_changes()
-    assert key in core.shortfalls  # one GPU free: no 2-GPU member fits, nor did before
+    core.room.absorb_changes()
+    assert key in core.shared.shortfalls  # one GPU free: no 2-GPU member fits, nor did before
 
 
 def test_with_preemption_a_lower_priority_pod_gives_a_memoised_gang_something_to_evict() -> None:
-    core = GangCore(policy=Policy(), timeouts=Timeouts(60, 30, 2))
+    core = make_core()
     core.preemption_enabled = True
-    core.snapshot.upsert_node(node("a", 4))
+    core.apply_node(node("a", 4))
     core.observe_pod(pod("busy-a", gpus=4, node="a", priority=100), 0.0)
     for m in range(2):
         core.observe_pod(pod(f"h-{m}", group="h", gpus=2, priority=50), 0.0)
     key = GroupKey("default", "h")
     assert core.filter(core.snapshot.pods[pod("h-0", group="h").uid], ["a"], 1.0).nodes == []
-    assert key in core.shortfalls
-    core.snapshot.upsert_node(node("b", 1))
+    assert key in core.shared.shortfalls
+    core.apply_node(node("b", 1))
     core.observe_pod(pod("low", cpu="100m", node="b"), 2.0)  # priority 0 < 50, cpu only
-    core._absorb_changes()
-    assert key not in core.shortfalls
+    core.room.absorb_changes()
+    assert key not in core.shared.shortfalls
 
 
 def test_a_gang_that_could_preempt_is_not_memoised_per_gang() -> None:
-    core = GangCore(policy=Policy(), timeouts=Timeouts(60, 30, 2))
+    core = make_core()
     core.preemption_enabled = True
-    core.snapshot.upsert_node(node("a", 4))
+    core.apply_node(node("a", 4))
     core.observe_pod(pod("low", gpus=1, node="a"), 0.0)
     core.observe_pod(pod("busy", gpus=3, node="a", priority=100), 0.0)
     for m in range(2):
         core.observe_pod(pod(f"h-{m}", group="h", gpus=2, priority=50), 0.0)
     assert core.filter(core.snapshot.pods[pod("h-0", group="h").uid], ["a"], 1.0).nodes == []
-    assert GroupKey("default", "h") not in core.shortfalls
+    assert GroupKey("default", "h") not in core.shared.shortfalls
 
 
 def test_a_starving_gang_is_not_memoised_per_gang() -> None:
     core = held_cluster(1)
     key = GroupKey("default", "g0")
     core.timeouts.starvation_seconds = 0.0
-    core.update_reservations(10.0)
-    assert key in core.reservations
-    assert key not in core.shortfalls
+    core.starvation.update_reservations(10.0)
+    assert key in core.starvation.reservations
+    assert key not in core.shared.shortfalls
 
 
 @pytest.mark.parametrize(
@@ -323,13 +324,13 @@ gang_sizes = st.lists(st.integers(min_value=1, max_value=3), min_size=2, max_siz
 def test_a_gang_the_memo_holds_is_one_a_fresh_attempt_would_not_plan(
     gangs, ops, preemption
 ) -> None:
-    core = GangCore(policy=Policy(), timeouts=Timeouts(5, 30, 0))
+    core = make_core(timeouts=Timeouts(5, 30, 0))
     core.preemption_enabled = preemption
     nodes: dict[str, list[Any]] = {
         f"n{i}": [gpus, f"r{i % 2}", False, False] for i, gpus in enumerate([4, 4, 2, 8])
     }
     for name, (gpus, rack, tainted, cordoned) in nodes.items():
-        core.snapshot.upsert_node(_node_object(name, gpus, rack, tainted, cordoned))
+        core.apply_node(_node_object(name, gpus, rack, tainted, cordoned))
     plain: list[PodInfo] = []
     for i, gpus in enumerate([3, 2, 1, 6]):  # most of the cluster taken: gangs are held
         plain.append(pod(f"busy{i}", gpus=gpus, node=f"n{i}", priority=5 * (i % 2)))
@@ -363,13 +364,13 @@ def test_a_gang_the_memo_holds_is_one_a_fresh_attempt_would_not_plan(
                 state[2] = not state[2]
             elif op == "cordon":
                 state[3] = not state[3]
-            core.snapshot.upsert_node(_node_object(name, *state))
+            core.apply_node(_node_object(name, *state))
         elif op == "add-node" and name not in nodes:
             nodes[name] = [n + 1, "r0", False, False]
-            core.snapshot.upsert_node(_node_object(name, *nodes[name]))
+            core.apply_node(_node_object(name, *nodes[name]))
         elif op == "delete-node" and name in nodes:
             del nodes[name]
-            core.snapshot.delete_node(name)
+            core.forget_node(name)
         elif op == "bind-plain" and name in nodes:
             bound = pod(f"p{step}", gpus=n % 4 + 1, node=name, priority=5 * (n % 2))
             plain.append(bound)
@@ -396,14 +397,14 @@ def test_a_gang_the_memo_holds_is_one_a_fresh_attempt_would_not_plan(
         elif op == "expire":
             now += 10.0
             core.expire(now)
-        core._absorb_changes()
+        core.room.absorb_changes()
         for key, group_state in list(core.groups.items()):
-            if key not in core.shortfalls:
+            if key not in core.shared.shortfalls:
                 continue
             assert group_state.waiting and key not in core.ledger.plans
             # The memo holds: a fresh attempt must not plan the gang either.
             fresh = copy.deepcopy(core)
-            fresh.shortfalls.forget(key)
+            fresh.shared.shortfalls.forget(key)
             fresh.groups[key].shortfall_generation = None
             fresh.groups[key].retry_after = 0.0
             spec = fresh.snapshot.group_spec(key)
@@ -472,8 +473,8 @@ def test_after_a_relist_every_memoised_gang_is_tried_again() -> None:
     core = held_cluster(3)
     snapshot = core.snapshot
     snapshot.replace_all(list(snapshot.nodes.values()), list(snapshot.pods.values()), [])
-    core._absorb_changes()
-    assert len(core.shortfalls) == 0
+    core.room.absorb_changes()
+    assert len(core.shared.shortfalls) == 0
     assert all(
         core.groups[GroupKey("default", f"g{g}")].shortfall_generation is None for g in range(3)
     )
@@ -481,9 +482,9 @@ def test_after_a_relist_every_memoised_gang_is_tried_again() -> None:
 
 def test_after_the_room_journal_overflowed_every_memoised_gang_is_tried_again() -> None:
     core = held_cluster(3)
-    core.score_board.rooms_overflowed = True
-    core._absorb_changes()
-    assert len(core.shortfalls) == 0
+    core.room.score_board.rooms_overflowed = True
+    core.room.absorb_changes()
+    assert len(core.shared.shortfalls) == 0
 
 
 def test_a_node_whose_room_changed_twice_since_the_last_look_wakes_by_its_first_and_last() -> None:
@@ -492,10 +493,10 @@ def test_a_node_whose_room_changed_twice_since_the_last_look_wakes_by_its_first_
     # would look like room going away.
     core = held_cluster(2)
     core.observe_pod(pod("busy1", gpus=8, node="n1", phase="Succeeded"), 2.0)
-    core.score_board.refresh(core.snapshot, core.ledger, core.policy)  # first change: 0 -> 8
+    core.room.score_board.refresh(core.snapshot, core.ledger, core.policy)  # first change: 0 -> 8
     core.observe_pod(pod("back", gpus=7, node="n1"), 2.0)  # second: 8 -> 1
-    core._absorb_changes()
-    assert len(core.shortfalls) == 0
+    core.room.absorb_changes()
+    assert len(core.shared.shortfalls) == 0
 
 
 def test_a_node_relabelled_into_a_rack_wakes_a_gang_that_needs_one_rack() -> None:
@@ -503,12 +504,12 @@ def test_a_node_relabelled_into_a_rack_wakes_a_gang_that_needs_one_rack() -> Non
     core = two_racks(used=2)
     pg = make_podgroup("t", 2)
     pg["spec"]["topology"] = {"required": RACK}
-    core.snapshot.upsert_podgroup(GroupSpec.from_podgroup(pg, source="PodGroup"))
+    core.apply_group_spec(GroupSpec.from_podgroup(pg, source="PodGroup"))
     for m in range(2):
         core.observe_pod(pod(f"t-{m}", group="t", gpus=2), 0.0)
     key = GroupKey("default", "t")
     assert core.filter(core.snapshot.pods[pod("t-0", group="t").uid], ["a", "b"], 1.0).nodes == []
-    assert key in core.shortfalls
-    core.snapshot.upsert_node(node("b", 4, "r0"))
-    core._absorb_changes()
-    assert key not in core.shortfalls
+    assert key in core.shared.shortfalls
+    core.apply_node(node("b", 4, "r0"))
+    core.room.absorb_changes()
+    assert key not in core.shared.shortfalls

@@ -56,7 +56,7 @@ def test_a_gang_with_a_cpu_only_launcher_reserves_its_workers_gpus_where_most_ar
     core = cluster()
     members = launcher_and_workers(core, workers=4, min_member=5)
     starve(core, members[1])
-    reservation = core.reservations[JOB]
+    reservation = core.starvation.reservations[JOB]
     assert (reservation.nodes, reservation.need) == (("n2",), 4)
     assert core.groups[JOB].message == (
         "gang default/job: reserving n2: 1/4 GPUs free; it has waited longer than its "
@@ -70,14 +70,14 @@ def test_a_gang_with_more_members_than_min_member_reserves_for_the_fewest() -> N
     core = cluster()
     members = launcher_and_workers(core, workers=5, min_member=5)  # launcher + 4 of 5
     starve(core, members[1])
-    assert core.reservations[JOB].need == 4
+    assert core.starvation.reservations[JOB].need == 4
 
 
 def test_among_full_nodes_the_one_with_a_free_gpu_is_reserved() -> None:
     core = cluster()
     members = launcher_and_workers(core, workers=4, min_member=5)
     starve(core, members[1])
-    assert core.reservations[JOB].nodes == ("n2",)  # n1 holds as much, none free now
+    assert core.starvation.reservations[JOB].nodes == ("n2",)  # n1 holds as much, none free now
 
 
 def test_a_member_no_node_can_hold_whole_reserves_nothing() -> None:
@@ -86,7 +86,7 @@ def test_a_member_no_node_can_hold_whole_reserves_nothing() -> None:
     bound_small(core, "a0", "n1")
     (member,) = add_gang(core, "job", 1, 4)
     starve(core, member)
-    assert JOB not in core.reservations
+    assert JOB not in core.starvation.reservations
 
 
 def test_a_gangs_own_starvation_seconds_wins_over_the_cluster_default() -> None:
@@ -94,9 +94,9 @@ def test_a_gangs_own_starvation_seconds_wins_over_the_cluster_default() -> None:
     spec = {"starvationSeconds": 30}
     members = add_gang(core, "job", 4, 1, spec=spec)
     starve(core, members[0])  # 6 s: past the default 5 s, not the gang's 30 s
-    assert JOB not in core.reservations
+    assert JOB not in core.starvation.reservations
     core.expire(T0 + 31)
-    assert core.reservations[JOB].nodes == ("n2",)
+    assert core.starvation.reservations[JOB].nodes == ("n2",)
     assert "starvationSeconds (30 s)" in core.groups[JOB].message
 
 
@@ -113,14 +113,14 @@ def test_a_gang_with_task_minimums_reserves_for_the_members_its_tasks_need() -> 
     launcher = (
         make_pod("job-l").group("job").task("launcher").cpu("1").created("2026-01-01T00:00:09Z")
     )
-    core.snapshot.upsert_podgroup(
+    core.apply_group_spec(
         GroupSpec.from_podgroup(make_podgroup("job", 3, **spec), source="PodGroup")
     )
     infos = [PodInfo.from_api(b.obj()) for b in (*workers, launcher)]
     for info in infos:
         core.observe_pod(info, T0)
     starve(core, infos[0])
-    assert core.reservations[JOB].need == 2
+    assert core.starvation.reservations[JOB].need == 2
 
 
 def test_starvation_seconds_from_the_members_annotation_is_the_one_shown() -> None:
@@ -149,4 +149,4 @@ def test_nodes_whose_gpus_add_up_but_cannot_hold_the_members_are_not_reserved() 
             bound_small(core, f"{node}{i}", node)
     members = add_gang(core, "job", 3, 2)
     starve(core, members[0])
-    assert JOB not in core.reservations
+    assert JOB not in core.starvation.reservations

@@ -40,9 +40,7 @@ def core_with_alpha() -> tuple[GangCore, list[PodInfo]]:
     core = core_with([make_node("n1").gpus(4).obj(), make_node("n2").gpus(8).obj()])
     for i in range(4):
         bound_small(core, f"s{i}", "n1")
-    core.snapshot.upsert_podgroup(
-        GroupSpec.from_podgroup(make_podgroup("alpha", 1), source="PodGroup")
-    )
+    core.apply_group_spec(GroupSpec.from_podgroup(make_podgroup("alpha", 1), source="PodGroup"))
     alpha = PodInfo.from_api(
         make_pod("alpha-0").group("alpha").gpus(8).created(CREATED_LATER).obj()
     )
@@ -58,7 +56,7 @@ def test_a_planned_gang_earlier_in_name_order_does_not_hide_a_starving_one() -> 
     core, _ = core_with_alpha()
     core.expire(T0 + 7)
     assert ALPHA in core.ledger.plans
-    assert set(core.reservations) == {BIG}
+    assert set(core.starvation.reservations) == {BIG}
 
 
 def test_a_gang_backing_off_earlier_in_name_order_does_not_hide_a_starving_one() -> None:
@@ -68,7 +66,7 @@ def test_a_gang_backing_off_earlier_in_name_order_does_not_hide_a_starving_one()
     core.observe_pod(PodInfo.from_api(make_pod("hog").gpus(8).node("n2").obj()), T0 + 6)
     assert core.groups[ALPHA].retry_after > T0 + 7
     core.expire(T0 + 7)
-    assert set(core.reservations) == {BIG}
+    assert set(core.starvation.reservations) == {BIG}
 
 
 def test_a_dropped_gang_reserves_again_the_moment_its_replan_backoff_ends() -> None:
@@ -82,7 +80,7 @@ def test_a_dropped_gang_reserves_again_the_moment_its_replan_backoff_ends() -> N
         bound_small(core, f"again{i}", "n1")
     assert core.groups[BIG].retry_after == T0 + 11
     core.expire(T0 + 11)
-    assert BIG in core.reservations
+    assert BIG in core.starvation.reservations
 
 
 # ------------------------------------------------------ what the reserving gang is told
@@ -98,9 +96,7 @@ def test_a_gangs_status_is_written_again_only_when_its_reservation_message_chang
 
 def add_pinned_gang(core: GangCore, name: str, pool: str) -> list[PodInfo]:
     """A gang of two 1-GPU members whose nodeSelector asks for nodes of `pool`."""
-    core.snapshot.upsert_podgroup(
-        GroupSpec.from_podgroup(make_podgroup(name, 2), source="PodGroup")
-    )
+    core.apply_group_spec(GroupSpec.from_podgroup(make_podgroup(name, 2), source="PodGroup"))
     pods = []
     for i in range(2):
         obj = make_pod(f"{name}-{i}").group(name).gpus(1).created(CREATED_AT_T0).obj()
@@ -126,13 +122,13 @@ def test_a_reservation_started_as_another_gang_is_planned_from_its_own_is_told_s
     add_pinned_gang(core, "two", "b")
     core.expire(T0 + 3)  # two seen held from here
     core.expire(T0 + 6)
-    assert set(core.reservations) == {ONE}
+    assert set(core.starvation.reservations) == {ONE}
     finish(core, on_n1[0], T0 + 7)
     core.drain_touched()
     # The last GPU one needs frees just as two has waited past its 5 s: one is planned
     # and two reserves in the same pass.
     finish(core, on_n1[1], T0 + 8.5)
-    assert ONE in core.ledger.plans and set(core.reservations) == {TWO}
+    assert ONE in core.ledger.plans and set(core.starvation.reservations) == {TWO}
     assert core.groups[TWO].message.startswith(
         "gang default/two: reserving n2: 0/2 GPUs free; it has waited longer than its "
         "starvationSeconds (5 s)"
@@ -153,7 +149,7 @@ def test_a_fence_taken_down_is_asked_for_once_until_the_watch_shows_it_or_the_re
     None
 ):
     core = core_with([])
-    core.snapshot.upsert_node(fenced_node("default.gone"))
+    core.apply_node(fenced_node("default.gone"))
     core.expire(T0)
     assert fences(core.drain_effects()) == [UnfenceNode("n1", "default.gone")]
     core.expire(T0 + 1)
@@ -163,13 +159,13 @@ def test_a_fence_taken_down_is_asked_for_once_until_the_watch_shows_it_or_the_re
 
 
 def check_a_fence_that_comes_back_is_taken_down_again_at_once(core: GangCore) -> None:
-    core.snapshot.upsert_node(fenced_node("default.gone"))
+    core.apply_node(fenced_node("default.gone"))
     core.expire(T0)
     assert fences(core.drain_effects()) == [UnfenceNode("n1", "default.gone")]
-    core.snapshot.upsert_node(unfenced_node())  # the watch shows it done
+    core.apply_node(unfenced_node())  # the watch shows it done
     core.expire(T0 + 1)
     assert fences(core.drain_effects()) == []
-    core.snapshot.upsert_node(fenced_node("default.gone"))  # a previous leader's write lands
+    core.apply_node(fenced_node("default.gone"))  # a previous leader's write lands
     core.expire(T0 + 2)
     assert fences(core.drain_effects()) == [UnfenceNode("n1", "default.gone")]
 
@@ -186,10 +182,10 @@ def test_switched_off_leftover_fences_are_still_taken_down() -> None:
 
 def test_a_removal_still_awaited_on_one_node_does_not_hold_back_another_nodes() -> None:
     core = core_with([])
-    core.snapshot.upsert_node(fenced_node("default.gone"))
+    core.apply_node(fenced_node("default.gone"))
     core.expire(T0)
     assert fences(core.drain_effects()) == [UnfenceNode("n1", "default.gone")]
-    core.snapshot.upsert_node(
+    core.apply_node(
         NodeInfo.from_api(make_node("n2").gpus(4).taint(FENCE_TAINT_KEY, "default.old").obj())
     )
     core.expire(T0 + 1)
@@ -198,7 +194,7 @@ def test_a_removal_still_awaited_on_one_node_does_not_hold_back_another_nodes() 
 
 def test_a_fence_taint_without_a_value_is_taken_down_naming_the_empty_value() -> None:
     core = core_with([])
-    core.snapshot.upsert_node(fenced_node(""))
+    core.apply_node(fenced_node(""))
     assert core.snapshot.fences == {"n1": ""}
     core.expire(T0)
     assert fences(core.drain_effects()) == [UnfenceNode("n1", "")]
@@ -212,7 +208,7 @@ def leftover(group: GroupKey, name: str, node: str = "n1") -> PodInfo:
 def test_switched_off_leftover_placeholders_are_deleted_and_none_is_made() -> None:
     core, smalls = churned_core()
     core.placeholders = False
-    core.snapshot.upsert_node(NodeInfo.from_api(make_node("n2").gpus(1).obj()))
+    core.apply_node(NodeInfo.from_api(make_node("n2").gpus(1).obj()))
     core.observe_pod(leftover(OTHER, "other-hold-n2-1", "n2"), T0)  # a previous leader's
     core.expire(T0 + 6)
     finish(core, smalls[0], T0 + 7)  # the reservation holds the freed GPU
@@ -266,7 +262,7 @@ def test_a_create_never_seen_whose_node_was_taken_meanwhile_drops_the_plan_at_it
     for small in smalls:  # a placeholder asked for each freed GPU, none seen
         finish(core, small, T0 + 7)
     for member in core.snapshot.members(BIG):
-        core.offered[member.uid] = frozenset({"n1"})
+        core.barrier.offered[member.uid] = frozenset({"n1"})
         assert core.arrive(member.uid, "n1", T0 + 7).verdict is BindVerdict.WAIT
     core.observe_pod(PodInfo.from_api(make_pod("intruder").gpus(1).node("n1").obj()), T0 + 8)
     core.expire(T0 + 7 + PLACEHOLDER_RETRY_SECONDS)

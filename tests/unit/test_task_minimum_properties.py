@@ -14,12 +14,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from extender.domain.decisions import Verdict
-from extender.domain.gang import GangCore, Timeouts
 from extender.domain.membership import GroupKey
 from extender.domain.model import GroupSpec, NodeInfo, PodInfo
 from extender.domain.policy import Policy, Strategy
 from extender.domain.selection import MemberSets, MembersMissing, choose_members
 from tests.builders import make_node, make_pod, make_podgroup
+from tests.core_builder import make_core
 
 GPU = "nvidia.com/gpu"
 TASKS = ("master", "worker", "ps")
@@ -113,12 +113,12 @@ def test_a_plan_meets_every_task_minimum_and_minmember_and_never_overcommits(
     if sum(minimums.values()) > min_member:
         min_member = sum(minimums.values())  # else the spec is refused (unit-tested)
     nodes, members = build(shapes, node_gpus)
-    core = GangCore(policy=policy, timeouts=Timeouts(60, 30, 2))
+    core = make_core(policy=policy)
     for node in nodes.values():
-        core.snapshot.upsert_node(node)
+        core.apply_node(node)
     for pod in members:
         core.observe_pod(pod, 0.0)
-    core.snapshot.upsert_podgroup(
+    core.apply_group_spec(
         GroupSpec.from_podgroup(
             make_podgroup("g", min_member, minTaskMember=minimums), source="PodGroup"
         )

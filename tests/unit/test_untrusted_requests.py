@@ -13,23 +13,18 @@ import pytest
 
 from extender.coordinator import SchedulingCoordinator
 from extender.domain.decisions import PlanCreated, Verdict
-from extender.domain.gang import GangCore, Timeouts
-from extender.domain.model import GroupSpec, NodeInfo, PodInfo
-from extender.domain.policy import Policy
+from extender.domain.gang import GangCore
+from extender.domain.model import GroupSpec, PodInfo
 from extender.metrics import Metrics
 from tests.builders import make_node, make_pod, make_podgroup
+from tests.core_builder import make_core
 from tests.unit.test_extender_wire import RecordingBinder
 
 T0 = 1_000_000.0
 
 
 def core_with(nodes: list[dict[str, Any]], pods: list[dict[str, Any]] = ()) -> GangCore:
-    core = GangCore(policy=Policy(), timeouts=Timeouts(60, 30, 2))
-    for node in nodes:
-        core.snapshot.upsert_node(NodeInfo.from_api(node))
-    for pod in pods:
-        core.observe_pod(PodInfo.from_api(pod), T0)
-    return core
+    return make_core(nodes, pods, now=T0)
 
 
 def coordinated(core: GangCore) -> tuple[SchedulingCoordinator, RecordingBinder]:
@@ -45,7 +40,7 @@ def state_size(core: GangCore) -> tuple[int, int, int, int, int]:
         len(core.snapshot.pods),
         len(core.groups),
         len(core.restrictions),
-        len(core.offered),
+        len(core.barrier.offered),
         len(core.ledger.plans),
     )
 
@@ -216,7 +211,7 @@ def test_memory_does_not_grow_with_forged_filters() -> None:
 def test_a_forged_member_does_not_complete_a_quorum() -> None:
     real = make_pod("real").group("g").min_available(2).gpus(1).obj()
     core = core_with(NODES, [real])
-    core.snapshot.upsert_podgroup(GroupSpec.from_podgroup(make_podgroup("g", 2), source="PodGroup"))
+    core.apply_group_spec(GroupSpec.from_podgroup(make_podgroup("g", 2), source="PodGroup"))
     forged = make_pod("forged").group("g").min_available(2).gpus(1).obj()
     assert core.filter(core.asked_about(forged), ["n1"], T0).verdict is Verdict.WAIT
     held = core.filter(core.asked_about(real), ["n1"], T0 + 1)
