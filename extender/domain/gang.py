@@ -170,8 +170,9 @@ class GangCore:
     """The gang scheduler's decisions: the shared state, and the parts that own the rest.
 
     Keeps what every part reads (`shared`: policy, timeouts, snapshot, ledger, groups,
-    effects) and the filter's steps; each part keeps its own state and is given only
-    what it uses of the others (see the module docstring for who does what).
+    effects), wires the parts and answers for them (`SchedulingCore`); each part keeps
+    its own state and is given only what it uses of the others (see the module
+    docstring for who does what). Prioritize and expiry are its own.
     """
 
     def __init__(
@@ -184,13 +185,6 @@ class GangCore:
         fences: bool = True,
         snapshot: ClusterSnapshot | None = None,
     ) -> None:
-        # The filter's steps 4-8 for a held gang, which the queue and the starvation
-        # check (made before the planning part, which reads them) are given.
-        def plan_held(
-            key: GroupKey, state: GroupState, spec: GroupSpec, now: float, *, queue: bool
-        ) -> Plan | str:
-            return self.planning.plan_held(key, state, spec, now, queue=queue)
-
         shared = SharedState(
             policy,
             timeouts,
@@ -202,24 +196,24 @@ class GangCore:
         self.shared = shared
         self.room = GangRoom(
             shared,
-            starving_holds=lambda: self.starvation.starving_holds(),
-            reserving=lambda key: self.starvation.reserving(key),
-            holds_a_place=lambda key: self.queue.holds_a_place(key),
+            starving_holds=self.starving_holds,
+            reserving=self._reserving,
+            holds_a_place=self._holds_a_place,
         )
         self.queue = QueueOrder(
-            shared, absorb_changes=self.room.absorb_changes, plan_group=plan_held
+            shared, absorb_changes=self.room.absorb_changes, plan_group=self._plan_held
         )
         self.starvation = StarvationReservations(
             shared,
             queue=self.queue,
             room=self.room,
-            plan_group=plan_held,
-            placeholder_gone=lambda group, now: self.barrier.placeholder_gone(group, now),
+            plan_group=self._plan_held,
+            placeholder_gone=self._placeholder_gone,
         )
         self.preemption = GangPreemption(
             shared,
             end_reservation=self.starvation.end_reservation,
-            group_changed=lambda key, now: self.watch.group_changed(key, now),
+            group_changed=self.group_changed,
         )
         self.planning = GangPlanning(
             shared,
@@ -233,8 +227,8 @@ class GangCore:
             room=self.room,
             starvation=self.starvation,
             expire=self.expire,
-            observe_pod=lambda pod, now: self.watch.observe_pod(pod, now),
-            group_changed=lambda key, now: self.watch.group_changed(key, now),
+            observe_pod=self.observe_pod,
+            group_changed=self.group_changed,
         )
         self.watch = GangWatch(
             shared,
@@ -253,6 +247,22 @@ class GangCore:
             barrier=self.barrier,
             expire=self.expire,
         )
+
+    # A part made before another is given the core's method that reaches it: bound
+    # methods, so a copy of the core (copy.deepcopy) calls its own parts.
+    def _plan_held(
+        self, key: GroupKey, state: GroupState, spec: GroupSpec, now: float, *, queue: bool
+    ) -> Plan | str:
+        return self.planning.plan_held(key, state, spec, now, queue=queue)
+
+    def _reserving(self, key: GroupKey) -> bool:
+        return self.starvation.reserving(key)
+
+    def _holds_a_place(self, key: GroupKey) -> bool:
+        return self.queue.holds_a_place(key)
+
+    def _placeholder_gone(self, group: GroupKey, now: float) -> None:
+        self.barrier.placeholder_gone(group, now)
 
     # ------------------------------------------------------ the shared state
     @property

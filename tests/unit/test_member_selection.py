@@ -478,16 +478,16 @@ def test_a_planned_gang_says_how_many_members_it_binds() -> None:
 def test_a_gang_that_does_not_fit_is_not_planned_again_until_something_changes(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import extender.domain.gang as gang_module
+    import extender.domain.gang_planning as gang_planning_module
 
     calls: list[int] = []
-    real = gang_module.plan_gang
+    real = gang_planning_module.plan_gang
 
     def counted(*args: Any, **kwargs: Any) -> Any:
         calls.append(len(args[0]))
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(gang_module, "plan_gang", counted)
+    monkeypatch.setattr(gang_planning_module, "plan_gang", counted)
     core = core_with(
         [make_node("n1").gpus(3).obj()],
         [*workers(5, gpus=1), member("m", 30, "master", gpus=1)],

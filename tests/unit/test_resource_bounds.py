@@ -357,17 +357,17 @@ def test_one_gangs_planning_error_holds_that_gang_and_no_other(
 ) -> None:
     """The hostile gang is older, so the queue pass plans it first on the team's filter:
     its exception (a RecursionError, in the issue) answered the team's /filter too."""
-    from extender.domain import gang as gang_module
+    from extender.domain import gang_planning as gang_planning_module
     from extender.domain.decisions import GangFaulted
 
-    real_plan_gang = gang_module.plan_gang
+    real_plan_gang = gang_planning_module.plan_gang
 
     def exploding(members: Any, *args: Any, **kwargs: Any) -> Any:
         if any(m.namespace == "hostile" for m in members):
             raise RecursionError("maximum recursion depth exceeded")
         return real_plan_gang(members, *args, **kwargs)
 
-    monkeypatch.setattr(gang_module, "plan_gang", exploding)
+    monkeypatch.setattr(gang_planning_module, "plan_gang", exploding)
     core = core_with_nodes(4)
     nodes = sorted(core.snapshot.nodes)
     hostile = [
@@ -396,7 +396,7 @@ def test_one_gangs_planning_error_holds_that_gang_and_no_other(
     assert again.message == held.message
     assert not [e for e in core.drain_effects() if isinstance(e, GangFaulted)]
     # A change to the gang (here its members) plans it afresh: the error is new news.
-    monkeypatch.setattr(gang_module, "plan_gang", real_plan_gang)
+    monkeypatch.setattr(gang_planning_module, "plan_gang", real_plan_gang)
     core.observe_pod(
         PodInfo.from_api(make_pod("h2", "hostile").group("big").gpus(1).min_available(2).obj()),
         T0 + 6,

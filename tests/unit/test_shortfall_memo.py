@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import extender.domain.gang as gang_module
+import extender.domain.gang_planning as gang_planning_module
 import extender.domain.gang_preemption as gang_preemption_module
 import extender.domain.gang_queue as gang_queue_module
 import extender.domain.gang_starvation as gang_starvation_module
@@ -33,14 +33,19 @@ from tests.core_builder import make_core
 RACK = "example.com/rack"
 # The modules of the core that call the planner (GangCore's parts: the queue asks it
 # whom a held gang waits behind).
-PLANNING_MODULES = (gang_module, gang_queue_module, gang_starvation_module, gang_preemption_module)
+PLANNING_MODULES = (
+    gang_planning_module,
+    gang_queue_module,
+    gang_starvation_module,
+    gang_preemption_module,
+)
 
 
 @contextmanager
 def counting_plans() -> Iterator[list[str]]:
     """The gangs the core asks the planner to place, one entry a call."""
     calls: list[str] = []
-    real = gang_module.plan_gang
+    real = gang_planning_module.plan_gang
 
     def counted(members: Any, *args: Any, **kwargs: Any) -> Any:
         calls.extend({str(m.group) for m in members})
@@ -409,7 +414,7 @@ def test_a_gang_the_memo_holds_is_one_a_fresh_attempt_would_not_plan(
             fresh.groups[key].retry_after = 0.0
             spec = fresh.snapshot.group_spec(key)
             assert spec is not None
-            fresh._try_plan(
+            fresh.planning.try_plan(
                 key, fresh.groups[key], spec, now, asking=None, candidates=None, queue=False
             )
             assert key not in fresh.ledger.plans, (step, op, group_state.message)
