@@ -141,7 +141,7 @@ from extender.domain.policy import Policy
 from extender.domain.quantity import GPU
 from extender.domain.queue import rank_of
 from extender.domain.reservations import Reservation
-from extender.domain.restrictions import CurrentRestrictions, learnt_now
+from extender.domain.restrictions import CurrentRestrictions, UnseenNodes, learnt_now, waiting_on
 from extender.domain.scoring import MAX_SCORE, NodeScoreBoard, Priorities
 from extender.domain.selection import MembersMissing, choose_members, tasks_left_out
 from extender.domain.shortfalls import ShortfallMemo
@@ -174,6 +174,9 @@ class GangCore(GangRoom, GangWatch, StarvationReservations, GangPreemption, Bind
     # Per member uid: nodes kube-scheduler last offered (or refused) it, so a plan
     # avoids nodes the scheduler's own filters reject (affinity, ports, ...).
     restrictions: dict[str, NodeRestriction] = field(default_factory=dict)
+    # Nodes whose joining or change no filter's candidates named yet: kube-scheduler's
+    # informer may lag ours, so their absence from a member's candidates is no refusal.
+    unseen_nodes: UnseenNodes = field(default_factory=UnseenNodes)
     # Per uid of a pod in the watch cache: the nodes this service's last filter answer
     # offered it (None: more than RESTRICTION_MEMORY_LIMIT, not kept). `bind_refusal`
     # refuses a bind to anything else; forgotten with the pod.
@@ -266,6 +269,8 @@ class GangCore(GangRoom, GangWatch, StarvationReservations, GangPreemption, Bind
 
     # ------------------------------------------------------------------ filter
     def filter(self, pod: PodInfo, candidates: Sequence[str], now: float) -> FilterDecision:
+        self._catch_up_unseen(now)
+        self.unseen_nodes.saw(candidates)
         known = self.snapshot.pods.get(pod.uid)
         if known is None:
             return self._filter_unknown(pod, candidates, now)
@@ -342,6 +347,8 @@ class GangCore(GangRoom, GangWatch, StarvationReservations, GangPreemption, Bind
                     f"gang {key}: {pod.ref} waits for the placeholder pods on its planned "
                     f"node {node} to be deleted",
                 )
+            if self.unseen_nodes.unseen(node):
+                return self._hold(candidates, Verdict.WAIT, self._not_seen_yet(plan, pod, node))
             self._drop(
                 plan,
                 f"kube-scheduler no longer offers planned node {node} for {pod.ref}",
@@ -438,7 +445,8 @@ class GangCore(GangRoom, GangWatch, StarvationReservations, GangPreemption, Bind
         free, order = self.planning_room(key)
         allowed = CurrentRestrictions(self.restrictions, self.snapshot)
         if asking is not None and candidates is not None:
-            asked = learnt_now(self.snapshot, allowed=frozenset(candidates))
+            offered = self.unseen_nodes.offered_or_unseen(candidates, self.snapshot.nodes)
+            asked = learnt_now(self.snapshot, allowed=frozenset(offered))
             allowed = allowed.with_asked(asking.uid, asked)
         # Bound members anchor the gang's topology domain and its nodes.
         bound = [m for m in members if m.is_bound]
@@ -540,9 +548,30 @@ class GangCore(GangRoom, GangWatch, StarvationReservations, GangPreemption, Bind
                 Verdict.WAIT,
                 f"gang {plan.group}: being placed without this member; it is scheduled after",
             )
+        if node not in candidates:  # planned where kube-scheduler has not seen the node yet
+            return self._hold(candidates, Verdict.WAIT, self._not_seen_yet(plan, pod, node))
         return FilterDecision(Verdict.PLANNED, [node], {}, {}, f"planned on {node}")
 
+    @staticmethod
+    def _not_seen_yet(plan: Plan, pod: PodInfo, node: str) -> str:
+        return (
+            f"gang {plan.group}: {pod.ref} is planned on {node}, which joined or changed "
+            "just now and kube-scheduler has not offered yet; waiting for it to"
+        )
+
+    def _catch_up_unseen(self, now: float) -> None:
+        """Note node news; drop the plans a node nobody was offered in its grace holds up."""
+        for node in self.unseen_nodes.catch_up(self.snapshot, now):
+            for plan in waiting_on(self.ledger.plans.values(), node):
+                self._drop(
+                    plan,
+                    f"kube-scheduler offered node {node} to no pod within "
+                    f"{self.unseen_nodes.grace_seconds:g}s of its joining or changing",
+                    now,
+                )
+
     def _remember_candidates(self, uid: str, candidates: Sequence[str]) -> None:
+        candidates = self.unseen_nodes.offered_or_unseen(candidates, self.snapshot.nodes)
         before = self.restrictions.get(uid)
         total = len(self.snapshot.nodes)
         if len(candidates) >= total:
@@ -611,7 +640,9 @@ class GangCore(GangRoom, GangWatch, StarvationReservations, GangPreemption, Bind
 
     # --------------------------------------------------------------- expiry
     def expire(self, now: float) -> None:
-        """Drop plans past their deadline, then bring the starvation reservations up to date."""
+        """Drop plans past their deadline, and the ones a node kube-scheduler never offered
+        holds up; then bring the starvation reservations up to date."""
+        self._catch_up_unseen(now)
         self._expire_plans(now)
         self.update_reservations(now)
 
