@@ -154,7 +154,8 @@ class UnseenNodes:
     def saw(self, candidates: Sequence[str]) -> None:
         """A filter's candidates: kube-scheduler has seen the news of every node named."""
         if self.noticed:
-            for name in self.noticed.keys() & candidates:
+            # One C-level pass over the candidates, which stops once all are found.
+            for name in set(self.noticed).intersection(candidates):
                 del self.noticed[name]
 
     def unseen(self, node: str) -> bool:
