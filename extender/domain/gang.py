@@ -151,6 +151,7 @@ from extender.domain.policy import Policy
 from extender.domain.preemption import EvictionRefusal, GangAwareAnswer, NodeVictims
 from extender.domain.queue import QueueRank
 from extender.domain.recovery import Recovery
+from extender.domain.restrictions import UnseenNodes
 from extender.domain.scoring import MAX_SCORE, Priorities
 from extender.domain.snapshot import ClusterSnapshot
 
@@ -300,6 +301,10 @@ class GangCore:
     @restrictions_version.setter
     def restrictions_version(self, value: int) -> None:
         self.shared.restrictions_version = value
+
+    @property
+    def unseen_nodes(self) -> UnseenNodes:
+        return self.shared.unseen_nodes
 
     @property
     def preemption_enabled(self) -> bool:
@@ -456,7 +461,9 @@ class GangCore:
 
     # --------------------------------------------------------------- expiry
     def expire(self, now: float) -> None:
-        """Drop plans past their deadline, then bring the starvation reservations up to date."""
+        """Drop plans past their deadline, and the ones a node kube-scheduler never offered
+        holds up; then bring the starvation reservations up to date."""
+        self.shared.catch_up_unseen(now)
         self._expire_plans(now)
         self.starvation.update_reservations(now)
 

@@ -56,6 +56,8 @@ class GangFilter:
         self.expire = expire
 
     def filter(self, pod: PodInfo, candidates: Sequence[str], now: float) -> FilterDecision:
+        self.shared.catch_up_unseen(now)
+        self.shared.unseen_nodes.saw(candidates)
         known = self.shared.snapshot.pods.get(pod.uid)
         if known is None:
             return self._filter_unknown(pod, candidates, now)
@@ -137,6 +139,8 @@ class GangFilter:
                     f"gang {key}: {pod.ref} waits for the placeholder pods on its planned "
                     f"node {node} to be deleted",
                 )
+            if self.shared.unseen_nodes.unseen(node):
+                return self._hold(candidates, Verdict.WAIT, self._not_seen_yet(plan, pod, node))
             self.shared.drop(
                 plan,
                 f"kube-scheduler no longer offers planned node {node} for {pod.ref}",
@@ -175,9 +179,21 @@ class GangFilter:
                 Verdict.WAIT,
                 f"gang {plan.group}: being placed without this member; it is scheduled after",
             )
+        if node not in candidates:  # planned where kube-scheduler has not seen the node yet
+            return self._hold(candidates, Verdict.WAIT, self._not_seen_yet(plan, pod, node))
         return FilterDecision(Verdict.PLANNED, [node], {}, {}, f"planned on {node}")
 
+    @staticmethod
+    def _not_seen_yet(plan: Plan, pod: PodInfo, node: str) -> str:
+        return (
+            f"gang {plan.group}: {pod.ref} is planned on {node}, which joined or changed "
+            "just now and kube-scheduler has not offered yet; waiting for it to"
+        )
+
     def _remember_candidates(self, uid: str, candidates: Sequence[str]) -> None:
+        candidates = self.shared.unseen_nodes.offered_or_unseen(
+            candidates, self.shared.snapshot.nodes
+        )
         before = self.shared.restrictions.get(uid)
         total = len(self.shared.snapshot.nodes)
         if len(candidates) >= total:

@@ -129,7 +129,10 @@ class GangPlanning:
         free, order = self.room.planning_room(key)
         allowed = CurrentRestrictions(self.shared.restrictions, self.shared.snapshot)
         if asking is not None and candidates is not None:
-            asked = learnt_now(self.shared.snapshot, allowed=frozenset(candidates))
+            offered = self.shared.unseen_nodes.offered_or_unseen(
+                candidates, self.shared.snapshot.nodes
+            )
+            asked = learnt_now(self.shared.snapshot, allowed=frozenset(offered))
             allowed = allowed.with_asked(asking.uid, asked)
         # Bound members anchor the gang's topology domain and its nodes.
         bound = [m for m in members if m.is_bound]

@@ -25,6 +25,7 @@ from extender.domain.model import GroupSpec, PodInfo
 from extender.domain.planner import NodeRestriction, Placement
 from extender.domain.policy import Policy
 from extender.domain.queue import QueueRank
+from extender.domain.restrictions import UnseenNodes, waiting_on
 from extender.domain.selection import MembersMissing, choose_members
 from extender.domain.shortfalls import ShortfallMemo
 from extender.domain.snapshot import ClusterSnapshot
@@ -154,6 +155,9 @@ class SharedState:
     restrictions: dict[str, NodeRestriction] = field(default_factory=dict)
     # Bumped when kube-scheduler's last word on a member (`restrictions`) changes.
     restrictions_version: int = 0
+    # Nodes whose joining or change no filter's candidates named yet: kube-scheduler's
+    # informer may lag ours, so their absence from a member's candidates is no refusal.
+    unseen_nodes: UnseenNodes = field(default_factory=UnseenNodes)
     # Groups whose hold message changed outside a filter or plan (a reservation
     # started, moved or ended): the controller re-writes their status (`drain_touched`).
     touched: set[GroupKey] = field(default_factory=set)
@@ -169,6 +173,17 @@ class SharedState:
         state.waiting = True
         say(state, HoldReason.PLAN_DROPPED, f"gang {plan.group}: plan dropped: {reason}")
         self.effects.append(PlanDropped(plan, reason, timed_out))
+
+    def catch_up_unseen(self, now: float) -> None:
+        """Note node news; drop the plans a node nobody was offered in its grace holds up."""
+        for node in self.unseen_nodes.catch_up(self.snapshot, now):
+            for plan in waiting_on(self.ledger.plans.values(), node):
+                self.drop(
+                    plan,
+                    f"kube-scheduler offered node {node} to no pod within "
+                    f"{self.unseen_nodes.grace_seconds:g}s of its joining or changing",
+                    now,
+                )
 
     def fault(self, key: GroupKey, state: GroupState, err: Exception, version: int) -> str:
         """Hold `key` with what went wrong; the service logs the traceback once (`GangFaulted`)."""

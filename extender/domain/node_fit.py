@@ -18,16 +18,17 @@ class NodeRestriction:
     """Nodes a member may use, as kube-scheduler's own filters last said for it.
 
     Kept as whichever of allow-list or deny-list is smaller, so memory stays
-    bounded on large clusters. `learnt_at` is the snapshot's node arrival count when
-    kube-scheduler said it (None: not known, read as given): a node that joined
-    later was never judged, so an allow-list does not refuse it
-    (domain/restrictions.py widens it).
+    bounded on large clusters. `learnt_at` is the snapshot's node news count when
+    kube-scheduler said it (None: not known, read as given): a node that joined or
+    changed later was judged as it was, or not at all, so an allow-list does not
+    refuse it (domain/restrictions.py widens it, and reads a node kube-scheduler has
+    not offered anyone since its news as not refused either).
     """
 
     allowed: frozenset[str] | None = None
     denied: frozenset[str] = frozenset()
     # Not compared: the same word said again after a node joined changes no memo that
-    # the node's arrival (nodes_generation) did not already void.
+    # the node's news (nodes_generation) did not already void.
     learnt_at: int | None = field(default=None, compare=False)
 
     def permits(self, node: str) -> bool:

@@ -3,22 +3,39 @@
 The core keeps, per member, the nodes kube-scheduler's own filters offered it the
 last time it asked (`NodeRestriction`, an allow- or a deny-list), so that a plan
 avoids nodes those filters refuse (affinity, ports, volumes). That word is about
-the nodes that existed then: a node that joined the cluster afterwards was never
-judged, so it is not refused. Reading an allow-list as given would refuse it, and a
-gang whose members were last asked before a big node joined was split over the old
-nodes instead of planned onto the new one (issue: the demo's gang over two nodes).
+the nodes as kube-scheduler saw them then. Two ways it goes stale, both read here:
 
-`CurrentRestrictions` reads the kept restrictions through the snapshot's arrival
-order: an allow-list learnt before some nodes joined is widened by them, once (the
-widened one is kept), so a node event costs nothing here and a read costs the
-nodes that joined since. A deny-list already admits every node it does not name.
-Pure: no I/O, no clock.
+- A node joined, or changed in a way the core reads (became ready and lost its
+  not-ready taint, was uncordoned, relabelled, resized), after the word was said:
+  the word judged the old node or none. `CurrentRestrictions` reads the kept words
+  through the snapshot's node news order: an allow-list learnt before some nodes'
+  news is widened by them, once (the widened one is kept), so a node event costs
+  nothing here and a read costs the nodes with news since. A deny-list already
+  admits every node it does not name.
+- kube-scheduler had not seen that news yet when it asked: its informer lags our
+  watch, so a member asked just after a node's news is offered the candidates of
+  kube-scheduler's older view, which omit the node. `UnseenNodes` keeps the nodes
+  with news that no filter's candidates (anyone's) have named since: their absence
+  from a member's candidates is not a refusal (`offered_or_unseen`), and a member
+  planned on one waits for kube-scheduler to offer it rather than dropping the
+  plan. A node named in any filter's candidates after its news is seen: from then
+  on its absence is kube-scheduler's refusal, kept (kube-scheduler asks one pod at a
+  time, so each later filter is answered from a view that has the node). A node
+  nobody is offered within `UNSEEN_GRACE_SECONDS` counts as seen too (a node every
+  pod's filters refuse, for reasons the planner does not model), and a plan still
+  waiting for a member there is dropped and made again.
+
+Without these, the demo's gang (held on a 2-GPU node, a 4-GPU node joining) was
+split over both nodes: members asked while the new node was not ready, or before
+kube-scheduler saw it ready, kept to the old node. Pure: no I/O; time is passed in.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, MutableMapping
+from collections.abc import Container, Iterable, Iterator, Mapping, MutableMapping, Sequence
+from dataclasses import dataclass, field
 
+from extender.domain.ledger import Plan
 from extender.domain.planner import NodeRestriction
 from extender.domain.snapshot import ClusterSnapshot
 
@@ -69,12 +86,12 @@ class CurrentRestrictions(Mapping[str, NodeRestriction]):
         return uid in self._asked or uid in self._kept
 
     def _current(self, uid: str, kept: NodeRestriction) -> NodeRestriction:
-        arrivals = self._snapshot.node_arrivals
-        if kept.allowed is None or kept.learnt_at is None or kept.learnt_at >= arrivals:
+        news = self._snapshot.node_news
+        if kept.allowed is None or kept.learnt_at is None or kept.learnt_at >= news:
             return kept
-        newer = self._snapshot.arrived_since(kept.learnt_at)
+        newer = self._snapshot.news_since(kept.learnt_at)
         widened = NodeRestriction(
-            allowed=kept.allowed.union(newer) if newer else kept.allowed, learnt_at=arrivals
+            allowed=kept.allowed.union(newer) if newer else kept.allowed, learnt_at=news
         )
         self._kept[uid] = widened
         return widened
@@ -87,4 +104,77 @@ def learnt_now(
     denied: frozenset[str] = frozenset(),
 ) -> NodeRestriction:
     """kube-scheduler's word on a member as it says it, about the nodes there are now."""
-    return NodeRestriction(allowed=allowed, denied=denied, learnt_at=snapshot.node_arrivals)
+    return NodeRestriction(allowed=allowed, denied=denied, learnt_at=snapshot.node_news)
+
+
+# How long after a node's news (noticed on this service's clock) its absence from the
+# filters' candidates is not read as a refusal, unless some filter names it first.
+# kube-scheduler's informer lag is well under a second on a healthy control plane;
+# the bound is what a node that no pod is ever offered costs a plan placed on it.
+UNSEEN_GRACE_SECONDS = 10.0
+
+
+@dataclass
+class UnseenNodes:
+    """The nodes whose news (joining, a change) no filter's candidates have named yet.
+
+    Read lazily: `catch_up` notes the snapshot's node news since the last call with
+    the time it is called at (the reconcile tick and every filter call it), `saw`
+    takes out the nodes a filter's candidates name. Costs nothing while empty, which
+    is all but the moments after a node's news.
+    """
+
+    grace_seconds: float = UNSEEN_GRACE_SECONDS
+    # Node -> when its news was noticed, oldest first (news again moves it last).
+    noticed: dict[str, float] = field(default_factory=dict)
+    # The snapshot's node news read so far; None before the first look, which takes
+    # the nodes there are then as seen (kube-scheduler schedules nothing before its
+    # caches have synced, and this service starts beside it).
+    news_read: int | None = None
+
+    def catch_up(self, snapshot: ClusterSnapshot, now: float) -> list[str]:
+        """Note the news since the last call; the nodes whose grace ran out unseen."""
+        news = snapshot.node_news
+        if self.news_read is None:
+            self.news_read = news
+        elif news != self.news_read:
+            for name in reversed(snapshot.news_since(self.news_read)):
+                self.noticed.pop(name, None)
+                self.noticed[name] = now
+            self.news_read = news
+        expired: list[str] = []
+        for name, since in self.noticed.items():
+            if now - since < self.grace_seconds:
+                break
+            expired.append(name)
+        for name in expired:
+            del self.noticed[name]
+        return [name for name in expired if name in snapshot.nodes]
+
+    def saw(self, candidates: Sequence[str]) -> None:
+        """A filter's candidates: kube-scheduler has seen the news of every node named."""
+        if self.noticed:
+            # One C-level pass over the candidates, which stops once all are found.
+            for name in set(self.noticed).intersection(candidates):
+                del self.noticed[name]
+
+    def unseen(self, node: str) -> bool:
+        return node in self.noticed
+
+    def offered_or_unseen(self, candidates: Sequence[str], nodes: Container[str]) -> Sequence[str]:
+        """A member's candidates read as kube-scheduler's word: the nodes it offered and
+        the ones (of `nodes`, the snapshot's) it has not seen yet (after
+        `saw(candidates)`, none of them offered)."""
+        if not self.noticed:
+            return candidates
+        return [*candidates, *(name for name in self.noticed if name in nodes)]
+
+
+def waiting_on(plans: Iterable[Plan], node: str) -> list[Plan]:
+    """The plans not released yet with a member planned on `node` that has not reached
+    bind there: what a node kube-scheduler never offered holds up."""
+    return [
+        plan
+        for plan in plans
+        if not plan.released and any(plan.placements[uid] == node for uid in plan.waiting_for)
+    ]

@@ -82,19 +82,24 @@ class ClusterSnapshot:
         # Priorities of the pods that hold capacity, counted: the lowest one says
         # whether a gang of some priority has anything to preempt.
         self._holding_priorities: Counter[int] = Counter()
-        # Every node's place in the order nodes joined (a name deleted and added again
-        # joins anew), oldest first: kube-scheduler's last word on a member says nothing
-        # of a node that joined after it (`arrived_since`, domain/restrictions.py).
-        self._arrival: dict[str, int] = {}
-        self.node_arrivals = 0
+        # Every node's place in the order of node news, oldest first: a node's news is
+        # its joining (a name deleted and added again joins anew) or a change the core
+        # reads (labels, taints, cordon, allocatable; not a status heartbeat).
+        # kube-scheduler's last word on a member says nothing of a node whose news came
+        # after it (`news_since`, domain/restrictions.py): that word judged the node as
+        # it was (not ready, tainted), or not at all.
+        self._news: dict[str, int] = {}
+        self.node_news = 0
 
     # ---- nodes ----
-    def upsert_node(self, node: NodeInfo) -> None:
+    def upsert_node(self, node: NodeInfo, *, was: NodeInfo | None = None) -> None:
+        """Store a node; `was`: what it was before a re-list (`replace_all`), for its news."""
         old = self.nodes.get(node.name)
         self.nodes[node.name] = node
-        if node.name not in self._arrival:
-            self.node_arrivals += 1
-            self._arrival[node.name] = self.node_arrivals
+        if (old or was) != node or node.name not in self._news:
+            self._news.pop(node.name, None)  # to the newest end
+            self.node_news += 1
+            self._news[node.name] = self.node_news
         fence = observed_fence(node.taints)
         if fence is None:
             self.fences.pop(node.name, None)
@@ -111,22 +116,23 @@ class ClusterSnapshot:
 
     def delete_node(self, name: str) -> None:
         self.fences.pop(name, None)
-        self._arrival.pop(name, None)
+        self._news.pop(name, None)
         if self.nodes.pop(name, None) is not None:
             self.capacity_changed.add(name)
             self.generation += 1
             self.planning_generation += 1
             self.nodes_generation += 1
 
-    def arrived_since(self, arrivals: int) -> list[str]:
-        """The nodes that joined after the `arrivals`-th arrival and are still here.
+    def news_since(self, news: int) -> list[str]:
+        """The nodes (still here) that joined or changed after the `news`-th node news,
+        newest first.
 
-        Costs the nodes returned: the arrival order is kept oldest first, so it is read
-        from the newest end until an older node.
+        Costs the nodes returned: the news order is kept oldest first, so it is read
+        from the newest end until an older one.
         """
         newer: list[str] = []
-        for name, seq in reversed(self._arrival.items()):
-            if seq <= arrivals:
+        for name, seq in reversed(self._news.items()):
+            if seq <= news:
                 break
             newer.append(name)
         return newer
@@ -205,11 +211,12 @@ class ClusterSnapshot:
         """Rebuild from a fresh list (start-up, or a watch that expired with 410)."""
         self.capacity_changed.update(self.nodes)
         nodes = list(nodes)
-        # A node listed again keeps its place in the arrival order: a re-list is no news
-        # to kube-scheduler, and its last word on members still covers that node.
+        # A node listed again unchanged keeps its place in the news order: a re-list is
+        # no news to kube-scheduler, and its last word on members still covers that node.
+        # One that changed while unwatched is news (`upsert_node` compares).
         listed = {node.name for node in nodes}
-        self._arrival = {name: seq for name, seq in self._arrival.items() if name in listed}
-        self.nodes = {}
+        self._news = {name: seq for name, seq in self._news.items() if name in listed}
+        before, self.nodes = self.nodes, {}
         self.pods = {}
         self._used = defaultdict(dict)
         self._members = defaultdict(set)
@@ -225,7 +232,7 @@ class ClusterSnapshot:
         self.placeholders = {}
         self.fences = {}
         for node in nodes:
-            self.upsert_node(node)
+            self.upsert_node(node, was=before.get(node.name))
         for pod in pods:
             self.upsert_pod(pod)
         for spec in groups:

@@ -13,7 +13,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from extender.domain.decisions import Verdict
+from extender.domain.decisions import PlanDropped, Verdict
 from extender.domain.gang import GangCore
 from extender.domain.membership import GroupKey
 from extender.domain.model import NodeInfo, PodInfo
@@ -36,42 +36,50 @@ def add(snapshot: ClusterSnapshot, name: str, gpus: int = 1) -> None:
     snapshot.upsert_node(NodeInfo.from_api(make_node(name).gpus(gpus).obj()))
 
 
-# ---- the snapshot's arrival order ----
+# ---- the snapshot's node news order ----
 
 
-def test_nodes_that_joined_since_an_arrival_count_are_named_newest_first() -> None:
+def test_nodes_that_joined_since_a_news_count_are_named_newest_first() -> None:
     snapshot = snapshot_of("a", "b")
-    assert snapshot.node_arrivals == 2
+    assert snapshot.node_news == 2
     add(snapshot, "c")
     add(snapshot, "d")
-    assert snapshot.arrived_since(2) == ["d", "c"]
-    assert snapshot.arrived_since(4) == []
-    assert snapshot.arrived_since(0) == ["d", "c", "b", "a"]
+    assert snapshot.news_since(2) == ["d", "c"]
+    assert snapshot.news_since(4) == []
+    assert snapshot.news_since(0) == ["d", "c", "b", "a"]
 
 
-def test_a_node_updated_in_place_has_not_joined_again() -> None:
+def test_a_node_changed_in_place_is_news_again_and_a_heartbeat_is_not() -> None:
     snapshot = snapshot_of("a", "b")
-    add(snapshot, "a", gpus=8)  # relabelled, resized: the same node
-    assert snapshot.node_arrivals == 2
-    assert snapshot.arrived_since(2) == []
+    add(snapshot, "a", gpus=1)  # the same node again (a status heartbeat)
+    assert snapshot.node_news == 2
+    assert snapshot.news_since(2) == []
+    add(snapshot, "a", gpus=8)  # resized (or relabelled, untainted): judged anew
+    assert snapshot.node_news == 3
+    assert snapshot.news_since(2) == ["a"]
+    assert snapshot.news_since(0) == ["a", "b"]
 
 
 def test_a_node_deleted_and_added_again_joins_anew_and_a_gone_one_is_not_named() -> None:
     snapshot = snapshot_of("a", "b", "c")
     snapshot.delete_node("a")
     snapshot.delete_node("c")
-    assert snapshot.arrived_since(0) == ["b"]
+    assert snapshot.news_since(0) == ["b"]
     add(snapshot, "a")
-    assert snapshot.node_arrivals == 4
-    assert snapshot.arrived_since(3) == ["a"]
+    assert snapshot.node_news == 4
+    assert snapshot.news_since(3) == ["a"]
 
 
-def test_a_relist_keeps_the_arrival_of_the_nodes_listed_again() -> None:
-    snapshot = snapshot_of("a", "b")
-    relisted = [NodeInfo.from_api(make_node(n).gpus(1).obj()) for n in ("b", "new")]
+def test_a_relist_keeps_the_place_of_the_nodes_listed_again_unchanged() -> None:
+    snapshot = snapshot_of("a", "b", "c")
+    relisted = [
+        NodeInfo.from_api(make_node("b").gpus(1).obj()),
+        NodeInfo.from_api(make_node("c").gpus(4).obj()),  # changed while unwatched
+        NodeInfo.from_api(make_node("new").gpus(1).obj()),
+    ]
     snapshot.replace_all(relisted, [], [])
-    assert snapshot.arrived_since(2) == ["new"]  # b is no news; a is gone
-    assert snapshot.arrived_since(0) == ["new", "b"]
+    assert snapshot.news_since(3) == ["new", "c"]  # b is no news; a is gone
+    assert snapshot.news_since(0) == ["new", "c", "b"]
 
 
 # ---- reading a kept restriction now ----
@@ -90,7 +98,7 @@ def test_an_allow_list_admits_the_nodes_that_joined_after_it_was_learnt() -> Non
     widened = view.get("m")
     assert widened is not None and widened.allowed == frozenset({"a", "d"})
     assert widened.permits("d") and not widened.permits("b")
-    assert kept["m"] is widened and widened.learnt_at == snapshot.node_arrivals  # kept once
+    assert kept["m"] is widened and widened.learnt_at == snapshot.node_news  # kept once
 
 
 def test_a_deny_list_and_a_restriction_of_unknown_age_are_read_as_given() -> None:
@@ -149,15 +157,110 @@ def test_a_gang_held_on_a_small_node_goes_whole_onto_a_bigger_node_that_joins() 
     assert set(plan.placements.values()) == {"gpu-big-0"}
 
 
-def test_a_node_kube_scheduler_refused_a_member_after_it_joined_stays_refused() -> None:
+def test_a_node_kube_scheduler_refused_a_member_after_it_saw_the_node_stays_refused() -> None:
     core = held_seed_gang()
-    # Worker 0 is asked again and kube-scheduler's filters refuse it the new node
-    # (say, an anti-affinity): that word, said after the node joined, holds.
+    # The master is offered the new node (kube-scheduler has seen it) and its gang is
+    # planned there. Worker 0 is then asked and its filters refuse it the node (say,
+    # an anti-affinity): the plan is dropped, and that word holds in the next one.
+    master = pod_info(core, "job-master")
+    assert core.filter(master, offered(core, master), T0 + 1).verdict is Verdict.PLANNED
     core.filter(pod_info(core, "job-worker-0"), ["gpu-small-0"], T0 + 1)
+    assert GroupKey("default", "job") not in core.ledger.plans
     worker = pod_info(core, "job-worker-2")
-    core.filter(worker, offered(core, worker), T0 + 2)
+    core.filter(worker, offered(core, worker), T0 + 1 + core.timeouts.replan_backoff_seconds)
     plan = core.ledger.plans[GroupKey("default", "job")]
     assert plan.placements[pod_info(core, "job-worker-0").uid] == "gpu-small-0"
+
+
+# ---- the core: kube-scheduler has not seen the node yet (its informer lags ours) ----
+
+
+def test_members_asked_before_kube_scheduler_saw_a_node_do_not_refuse_it() -> None:
+    core = held_seed_gang()
+    # kube-scheduler tries members again from its older view: the new node is not
+    # among their candidates, and no filter has named it yet.
+    # The gang is planned whole onto it at the first of them; each waits for the node.
+    for name in ("job-master", "job-worker-0", "job-worker-1"):
+        decision = core.filter(pod_info(core, name), ["cpu-0", "gpu-small-0"], T0 + 1)
+        assert decision.verdict is Verdict.WAIT and decision.nodes == []
+        plan = core.ledger.plans[GroupKey("default", "job")]
+        assert set(plan.placements.values()) == {"gpu-big-0"}
+    worker = pod_info(core, "job-worker-2")
+    assert core.filter(worker, offered(core, worker), T0 + 2).verdict is Verdict.PLANNED
+    plan = core.ledger.plans[GroupKey("default", "job")]
+    assert set(plan.placements.values()) == {"gpu-big-0"}
+
+
+def test_a_member_asked_from_the_older_view_is_planned_with_its_gang_and_waits_for_the_node() -> (
+    None
+):
+    core = held_seed_gang()
+    worker = pod_info(core, "job-worker-2")
+    held = core.filter(worker, ["cpu-0", "gpu-small-0"], T0 + 1)
+    plan = core.ledger.plans[GroupKey("default", "job")]
+    assert set(plan.placements.values()) == {"gpu-big-0"}
+    # Its answer names only candidates (kube-scheduler refuses any other node name).
+    assert held.verdict is Verdict.WAIT and held.nodes == []
+    assert "gpu-big-0" in held.message and "has not offered yet" in held.message
+    # Asked again before kube-scheduler sees the node: still waiting, plan kept.
+    assert core.filter(worker, ["cpu-0", "gpu-small-0"], T0 + 2).verdict is Verdict.WAIT
+    assert core.ledger.plans[GroupKey("default", "job")] is plan
+    # kube-scheduler sees the node: every member goes there.
+    for name in ("job-master", "job-worker-0", "job-worker-1", "job-worker-2"):
+        member = pod_info(core, name)
+        decision = core.filter(member, offered(core, member), T0 + 3)
+        assert decision.verdict is Verdict.PLANNED and decision.nodes == ["gpu-big-0"]
+
+
+def test_a_node_no_filter_names_within_the_grace_counts_as_refused_and_its_plan_is_dropped() -> (
+    None
+):
+    core = held_seed_gang()
+    key = GroupKey("default", "job")
+    worker = pod_info(core, "job-worker-2")
+    core.filter(worker, ["cpu-0", "gpu-small-0"], T0 + 1)
+    assert key in core.ledger.plans
+    core.drain_effects()
+    core.expire(T0 + 1 + core.unseen_nodes.grace_seconds - 0.5)
+    assert key in core.ledger.plans  # still within the grace
+    core.expire(T0 + 1 + core.unseen_nodes.grace_seconds + 0.5)
+    assert key not in core.ledger.plans
+    (dropped,) = [e for e in core.drain_effects() if isinstance(e, PlanDropped)]
+    assert "offered node gpu-big-0 to no pod within" in dropped.reason
+    # From now on its absence from a member's candidates is a refusal: once each member
+    # was asked again, every one's word refuses it, and the gang (3 GPUs) waits.
+    later = T0 + 1 + core.unseen_nodes.grace_seconds + 5
+    members = [pod_info(core, n) for n in ("job-master", "job-worker-0", "job-worker-1")]
+    for _ in range(2):
+        for member in [*members, worker]:
+            later += core.timeouts.replan_backoff_seconds
+            core.filter(member, ["cpu-0", "gpu-small-0"], later)
+    assert not any(core.restrictions[m.uid].permits("gpu-big-0") for m in [*members, worker])
+    assert key not in core.ledger.plans
+
+
+def test_members_asked_while_the_node_was_not_ready_do_not_refuse_it_once_ready() -> None:
+    """The demo's own sequence: the node joins with the not-ready taint (refused by
+    kube-scheduler and the planner alike), members are asked, the taint goes."""
+    core = held_seed_gang()
+    core.snapshot.upsert_node(
+        NodeInfo.from_api(
+            make_node("gpu-big-0").gpus(4).taint("node.kubernetes.io/not-ready", "").obj()
+        )
+    )
+    master = pod_info(core, "job-master")
+    core.filter(master, ["cpu-0", "gpu-small-0"], T0 + 1)  # the taint refuses gpu-big-0
+    for name in ("job-worker-0", "job-worker-1"):
+        core.filter(pod_info(core, name), ["gpu-small-0"], T0 + 1)
+    # A pod that tolerates the taint is offered the node: kube-scheduler has seen it.
+    core.unseen_nodes.saw(["gpu-big-0"])
+    core.filter(pod_info(core, "job-worker-0"), ["gpu-small-0"], T0 + 2)
+    assert GroupKey("default", "job") not in core.ledger.plans
+    core.snapshot.upsert_node(NodeInfo.from_api(make_node("gpu-big-0").gpus(4).obj()))
+    worker = pod_info(core, "job-worker-2")
+    assert core.filter(worker, offered(core, worker), T0 + 3).verdict is Verdict.PLANNED
+    plan = core.ledger.plans[GroupKey("default", "job")]
+    assert set(plan.placements.values()) == {"gpu-big-0"}
 
 
 # ---- property: stale words never cost a gang a node ----
