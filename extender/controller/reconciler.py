@@ -98,6 +98,10 @@ class _Problem(NamedTuple):
     message: str
 
 
+# A group's reconcile this slow is logged by name (a few API calls take milliseconds).
+SLOW_RECONCILE_SECONDS = 5.0
+
+
 def _utc_now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
@@ -144,6 +148,7 @@ class GroupReconciler:
         # The last error a group's reconcile raised, as shown (`_reconcile_failed`):
         # its PodGroup condition and Event carry it until a reconcile succeeds.
         self._faults: dict[GroupKey, str] = {}
+        self.clock: Callable[[], float] = time.monotonic  # times each group's reconcile
         # Status of the group's scheduler-plugins / Volcano PodGroups, in their schema.
         self.foreign_status = ForeignStatusWriter(raw=raw, core=core, state=state)
 
@@ -175,6 +180,7 @@ class GroupReconciler:
     async def reconcile_contained(self, key: GroupKey) -> None:
         """`reconcile_group(key)`, whatever it raises kept to this group: retried on the
         next pass (an API error, a defect), or left to its reported problem."""
+        started = self.clock()
         try:
             await self.reconcile_group(key)
             if self._faults.pop(key, None) is not None:
@@ -192,6 +198,17 @@ class GroupReconciler:
         except Exception as err:  # contained: the other groups are reconciled
             self.state.dirty.add(key)
             await self._reconcile_failed(key, err)
+        finally:
+            self._time_taken(key, self.clock() - started)
+
+    def _time_taken(self, key: GroupKey, seconds: float) -> None:
+        """Observed per group; a slow one named in the log, since it delays every group
+        after it in the pass (their wiring, status and lifecycle)."""
+        self.metrics.reconcile_seconds.observe(seconds)
+        if seconds >= SLOW_RECONCILE_SECONDS:
+            log.warning(
+                "reconcile of %s took %.1fs; the groups after it in this pass waited", key, seconds
+            )
 
     async def _reconcile_failed(self, key: GroupKey, err: Exception) -> None:
         """One group's reconcile raised: counted every time; once per distinct error its

@@ -641,6 +641,45 @@ async def test_one_groups_reconcile_error_is_counted_each_pass_logged_once_and_k
     assert fault_samples(service) == {"reconcile": 4.0}
 
 
+async def test_a_slow_group_reconcile_is_timed_and_named_in_the_log(
+    service: GangService, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Groups are reconciled one after another: one that takes long delays the wiring
+    of every group after it, so it is observed in a histogram and named in the log."""
+    from extender.controller import reconciler as reconciler_module
+
+    observe_injected_job(service)
+    now = [100.0]
+    monkeypatch.setattr(service.reconciler, "clock", lambda: now[0])
+    real = service.reconciler.reconcile_group
+
+    async def slow(key: GroupKey) -> None:
+        await real(key)
+        now[0] += reconciler_module.SLOW_RECONCILE_SECONDS + 1
+
+    service.reconciler.reconcile_group = slow  # type: ignore[method-assign]
+    with caplog.at_level(logging.WARNING):
+        await service.reconciler.reconcile_contained(GROUP)
+    service.reconciler.reconcile_group = real  # type: ignore[method-assign]
+    with caplog.at_level(logging.WARNING):
+        await service.reconciler.reconcile_contained(GROUP)
+    slow_lines = [r.getMessage() for r in caplog.records if "took" in r.getMessage()]
+    assert slow_lines == [
+        f"reconcile of {GROUP} took 6.0s; the groups after it in this pass waited"
+    ]
+    counts = {
+        sample.name: sample.value
+        for family in text_string_to_metric_families(scrape(service))
+        if family.name == "gang_extender_reconcile_duration_seconds"
+        for sample in family.samples
+        if sample.name.endswith("_count") or sample.name.endswith("_sum")
+    }
+    assert counts == {
+        "gang_extender_reconcile_duration_seconds_count": 2.0,
+        "gang_extender_reconcile_duration_seconds_sum": 6.0,
+    }
+
+
 async def test_a_reconcile_fault_is_shown_on_that_group_only_once_per_error_until_it_passes(
     service: GangService, raw: FakeRaw, wiring: FakeWiring, caplog: pytest.LogCaptureFixture
 ) -> None:
