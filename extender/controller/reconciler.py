@@ -157,25 +157,37 @@ class GroupReconciler:
         last_resync = 0.0
         while True:
             await asyncio.sleep(self.settings.reconcile_interval_seconds)
-            self.tick()
-            if not caches_synced():
-                continue
-            if not self.acting():
-                continue
-            now = time.time()
-            if now - last_resync > self.settings.resync_seconds:
-                self.state.dirty.update(self.core.snapshot.group_keys())
-                last_resync = now
-            if self.lifecycle is not None:
-                self.state.dirty.update(self.lifecycle.due(now))
-            # A starvation reservation started, moved or ended: its gang's status says so.
-            self.state.dirty.update(self.core.drain_touched())
-            dirty, self.state.dirty = self.state.dirty, set()
-            for key in sorted(dirty):
-                if not self.acting():  # deposed meanwhile: the new leader reconciles all
-                    self.metrics.not_leader_refusals.labels(what="reconcile").inc()
-                    break
+            try:
+                last_resync = await self._one_pass(caches_synced, last_resync)
+            except Exception:  # noqa: BLE001 -- the loop must outlive any one pass
+                # A dead loop would leave every group unwired while filters still answer.
+                self.metrics.gang_faults.labels(where="reconcile-pass").inc()
+                log.exception("a reconcile pass failed; the next pass runs as usual")
+
+    async def _one_pass(self, caches_synced: Callable[[], bool], last_resync: float) -> float:
+        """The coordinator's tick, then every group marked changed; the last resync time."""
+        self.tick()
+        if not caches_synced() or not self.acting():
+            return last_resync
+        now = time.time()
+        if now - last_resync > self.settings.resync_seconds:
+            self.state.dirty.update(self.core.snapshot.group_keys())
+            last_resync = now
+        if self.lifecycle is not None:
+            self.state.dirty.update(self.lifecycle.due(now))
+        # A starvation reservation started, moved or ended: its gang's status says so.
+        self.state.dirty.update(self.core.drain_touched())
+        pending, self.state.dirty = sorted(self.state.dirty), set()
+        for done, key in enumerate(pending):
+            if not self.acting():  # deposed meanwhile: the new leader reconciles all
+                self.metrics.not_leader_refusals.labels(what="reconcile").inc()
+                break
+            try:
                 await self.reconcile_contained(key)
+            except BaseException:
+                self.state.dirty.update(pending[done:])  # not lost: the next pass has them
+                raise
+        return last_resync
 
     async def reconcile_contained(self, key: GroupKey) -> None:
         """`reconcile_group(key)`, whatever it raises kept to this group: retried on the
