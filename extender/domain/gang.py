@@ -35,7 +35,9 @@ Filter decision order for a pod:
  3. Group has a plan that includes the pod -> PLANNED on its node (if kube-scheduler
     still offers that node; else the plan is dropped and the gang waits, unless its
     barrier released: then the member waits for its node, and a node that is gone
-    loses the member, GangBroken).
+    loses the member, GangBroken; or the node joined or changed and no filter has
+    named it since: kube-scheduler has not seen it yet, the member waits,
+    domain/restrictions.py `UnseenNodes`).
  4. Group backing off after a dropped plan, or fewer members than minMember or
     than a task's minimum (minTaskMember) -> WAIT.
  5. Nothing that could make it fit changed since its last failed attempt -> WAIT
