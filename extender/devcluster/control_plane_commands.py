@@ -155,19 +155,27 @@ class ControlPlaneCommands:
         listed = ",".join(f"{name}={str(on).lower()}" for name, on in sorted(gates.items()))
         return [f"--feature-gates={listed}"]
 
-    def controller_manager(self) -> list[str]:
+    def _served_component(self, name: str) -> list[str]:
+        """The binary, its kubeconfig and its HTTPS health port (its serving cert, our CA)."""
         p = self.pki
         assert p is not None
-        kubeconfig = component_kubeconfig(self.workdir, "kube-controller-manager")
+        kubeconfig = component_kubeconfig(self.workdir, name)
         return [
-            self._bin("kube-controller-manager"),
+            self._bin(name),
             f"--kubeconfig={kubeconfig}",
             f"--authorization-kubeconfig={kubeconfig}",
             "--bind-address=127.0.0.1",
-            f"--secure-port={self.ports['kube-controller-manager']}",
-            f"--tls-cert-file={self.pki_dir / 'kube-controller-manager-serving.crt'}",
-            f"--tls-private-key-file={self.pki_dir / 'kube-controller-manager-serving.key'}",
+            f"--secure-port={self.ports[name]}",
+            f"--tls-cert-file={self.pki_dir / f'{name}-serving.crt'}",
+            f"--tls-private-key-file={self.pki_dir / f'{name}-serving.key'}",
             f"--client-ca-file={p.ca.cert}",
+        ]
+
+    def controller_manager(self) -> list[str]:
+        p = self.pki
+        assert p is not None
+        return [
+            *self._served_component("kube-controller-manager"),
             f"--service-account-private-key-file={p.sa_private_key}",
             f"--root-ca-file={p.ca.cert}",
             f"--cluster-signing-cert-file={p.ca.cert}",
@@ -184,18 +192,8 @@ class ControlPlaneCommands:
         ]
 
     def scheduler(self) -> list[str]:
-        p = self.pki
-        assert p is not None
-        kubeconfig = component_kubeconfig(self.workdir, "kube-scheduler")
         return [
-            self._bin("kube-scheduler"),
-            f"--kubeconfig={kubeconfig}",
-            f"--authorization-kubeconfig={kubeconfig}",
-            "--bind-address=127.0.0.1",
-            f"--secure-port={self.ports['kube-scheduler']}",
-            f"--tls-cert-file={self.pki_dir / 'kube-scheduler-serving.crt'}",
-            f"--tls-private-key-file={self.pki_dir / 'kube-scheduler-serving.key'}",
-            f"--client-ca-file={p.ca.cert}",
+            *self._served_component("kube-scheduler"),
             "--leader-elect=false",
             "--profiling=false",
             "--v=2",
