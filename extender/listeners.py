@@ -45,6 +45,19 @@ def server_configs(
     hook_client_ca: Path | None,
 ) -> list[uvicorn.Config]:
     """One config a listener; no extender listener when `client_ca` is None (wiring-only)."""
+
+    def config(app: Any, port: int, **extra: Any) -> uvicorn.Config:
+        return uvicorn.Config(
+            app,
+            host=s.bind_address,
+            port=port,
+            log_level="warning",
+            access_log=False,
+            timeout_graceful_shutdown=s.shutdown_grace_seconds,
+            **extra,
+        )
+
+    served = {"ssl_certfile": str(tls.cert_path), "ssl_keyfile": str(tls.key_path)}
     # Mutual TLS: a caller without a certificate from client_ca is refused in the
     # handshake; one whose certificate names none of the accepted identities is
     # disconnected before its request is read (extender.api.client_auth).
@@ -52,29 +65,22 @@ def server_configs(
         []
         if client_ca is None
         else [
-            uvicorn.Config(
+            config(
                 extender_app,
-                host=s.bind_address,
-                port=s.extender_port,
-                ssl_certfile=str(tls.cert_path),
-                ssl_keyfile=str(tls.key_path),
+                s.extender_port,
+                **served,
                 ssl_cert_reqs=ssl.CERT_REQUIRED,
                 ssl_ca_certs=str(client_ca),
                 http=http_protocol("extender", s.extender_client_names),
-                log_level="warning",
-                access_log=False,
-                timeout_graceful_shutdown=s.shutdown_grace_seconds,
                 timeout_keep_alive=s.extender_keep_alive_seconds,
-            ),
+            )
         ]
     )
     configs += [
-        uvicorn.Config(
+        config(
             webhook_app,
-            host=s.bind_address,
-            port=s.webhook_port,
-            ssl_certfile=str(tls.cert_path),
-            ssl_keyfile=str(tls.key_path),
+            s.webhook_port,
+            **served,
             ssl_cert_reqs=ssl.CERT_NONE if hook_client_ca is None else ssl.CERT_REQUIRED,
             ssl_ca_certs=None if hook_client_ca is None else str(hook_client_ca),
             http=(
@@ -82,18 +88,8 @@ def server_configs(
                 if hook_client_ca is None
                 else http_protocol("webhook", s.webhook_client_names)
             ),
-            log_level="warning",
-            access_log=False,
-            timeout_graceful_shutdown=s.shutdown_grace_seconds,
         ),
-        uvicorn.Config(
-            health_app,
-            host=s.bind_address,
-            port=s.metrics_port,
-            log_level="warning",
-            access_log=False,
-            timeout_graceful_shutdown=s.shutdown_grace_seconds,
-        ),
+        config(health_app, s.metrics_port),
     ]
     return configs
 
