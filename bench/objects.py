@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from extender.devcluster.cluster import KWOK_NODE_ANNOTATION, KWOK_NODE_ANNOTATION_VALUE
+from extender.devcluster.control_plane_commands import (
+    KWOK_NODE_ANNOTATION,
+    KWOK_NODE_ANNOTATION_VALUE,
+)
 from extender.domain.membership import GROUP_LABEL, MIN_AVAILABLE_ANNOTATION, SCHEDULER_NAME
 from extender.domain.quantity import GPU
 

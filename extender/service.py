@@ -17,21 +17,16 @@ shared CA, the webhook app) is made in exactly one place here.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import signal
-import ssl
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import uvicorn
 import uvloop
-from uvicorn.config import HTTP_PROTOCOLS
-from uvicorn.importer import import_from_string
 
 from extender.admitter import Admitter
-from extender.api.client_auth import identity_checked
 from extender.api.extender import create_extender_app
 from extender.api.health import create_health_app, time_admission
 from extender.api.webhook import create_webhook_app
@@ -46,7 +41,7 @@ from extender.bootstrap import (
     serving_tls,
     webhook_client_ca,
 )
-from extender.config import WIRING_ONLY, Settings
+from extender.config import Settings
 from extender.controller.cluster_state import ClusterState
 from extender.controller.effects import EffectWriter, GroupQueues
 from extender.controller.failover import Failover, LeaderOnlyBinder
@@ -72,6 +67,7 @@ from extender.kube.rawapi import KubeError, RawApi
 from extender.kube.webhook_config import write_client_config
 from extender.kube.wiring import WiringController
 from extender.kube.writers import ApiBinder
+from extender.listeners import EXTENDER, QuietServer, listeners, server_configs
 from extender.metrics import Metrics
 from extender.tls import SCHEDULER_CLIENT_NAME, TLSMaterial
 
@@ -230,57 +226,16 @@ class GangService:
         )
         time_admission(webhook_app, self.metrics)
         webhook_asgi: Any = webhook_app if token is None else behind_secret_path(webhook_app, token)
-        # Mutual TLS: a caller without a certificate from client_ca is refused in the
-        # handshake; one whose certificate names none of the accepted identities is
-        # disconnected before its request is read (extender.api.client_auth).
-        configs = (
-            []
-            if client_ca is None
-            else [
-                uvicorn.Config(
-                    extender_app,
-                    host=s.bind_address,
-                    port=s.extender_port,
-                    ssl_certfile=str(tls.cert_path),
-                    ssl_keyfile=str(tls.key_path),
-                    ssl_cert_reqs=ssl.CERT_REQUIRED,
-                    ssl_ca_certs=str(client_ca),
-                    http=_http_protocol("extender", s.extender_client_names),
-                    log_level="warning",
-                    access_log=False,
-                    timeout_graceful_shutdown=s.shutdown_grace_seconds,
-                    timeout_keep_alive=s.extender_keep_alive_seconds,
-                ),
-            ]
+        configs = server_configs(
+            s,
+            tls,
+            extender_app=extender_app,
+            webhook_app=webhook_asgi,
+            health_app=create_health_app(self.ready, self.metrics, self.update_gauges),
+            client_ca=client_ca,
+            hook_client_ca=hook_client_ca,
         )
-        configs += [
-            uvicorn.Config(
-                webhook_asgi,
-                host=s.bind_address,
-                port=s.webhook_port,
-                ssl_certfile=str(tls.cert_path),
-                ssl_keyfile=str(tls.key_path),
-                ssl_cert_reqs=ssl.CERT_NONE if hook_client_ca is None else ssl.CERT_REQUIRED,
-                ssl_ca_certs=None if hook_client_ca is None else str(hook_client_ca),
-                http=(
-                    "auto"
-                    if hook_client_ca is None
-                    else _http_protocol("webhook", s.webhook_client_names)
-                ),
-                log_level="warning",
-                access_log=False,
-                timeout_graceful_shutdown=s.shutdown_grace_seconds,
-            ),
-            uvicorn.Config(
-                create_health_app(self.ready, self.metrics, self.update_gauges),
-                host=s.bind_address,
-                port=s.metrics_port,
-                log_level="warning",
-                access_log=False,
-                timeout_graceful_shutdown=s.shutdown_grace_seconds,
-            ),
-        ]
-        self._servers = [_QuietServer(c) for c in configs]
+        self._servers = [QuietServer(c) for c in configs]
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.shutdown)
         tasks.append(asyncio.create_task(self.reconciler.run(cache.synced), name="reconcile"))
@@ -353,18 +308,6 @@ class GangService:
     def shutdown(self) -> None:
         for server in self._servers:
             server.should_exit = True
-
-
-EXTENDER, WEBHOOK, METRICS = "extender", "webhook", "metrics"
-
-
-def listeners(settings: Settings) -> tuple[str, ...]:
-    """The listeners `run` opens. Wiring-only mode answers no extender verb, so it opens
-    no extender port at all: a kube-scheduler still pointed at it fails to connect, and
-    its log says so, rather than being told "not a gang" and placing pods piecemeal."""
-    if settings.mode == WIRING_ONLY:
-        return (WEBHOOK, METRICS)
-    return (EXTENDER, WEBHOOK, METRICS)
 
 
 def create_service(settings: Settings, deps: Deps | None = None) -> GangService:
@@ -511,22 +454,6 @@ def create_service(settings: Settings, deps: Deps | None = None) -> GangService:
         webhook_path=webhook_path,
         seal=seal,
     )
-
-
-def _http_protocol(listener: str, names: list[str]) -> type[asyncio.Protocol] | str:
-    """uvicorn's HTTP protocol, checking the client certificate's identity when names are set."""
-    if not names:
-        return "auto"
-    base = import_from_string(HTTP_PROTOCOLS["auto"])
-    return identity_checked(base, listener=listener, allowed=names)
-
-
-class _QuietServer(uvicorn.Server):
-    """Signals are handled once for all three servers by GangService."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
 
 
 def serve(settings: Settings) -> None:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
+from extender.domain.foreign_podgroups import SOURCE_COSCHEDULING, SOURCE_OURS, SOURCE_VOLCANO
 from extender.domain.membership import (
     SCHEDULER_NAME,
     GroupKey,
@@ -28,16 +29,27 @@ from extender.domain.membership import (
     task_name,
     workload_ref,
 )
-from extender.domain.model import PodInfo, upstream_podgroup_spec, upstream_workload_spec
+from extender.domain.model import (
+    UPSTREAM_PODGROUP_SOURCE,
+    UPSTREAM_WORKLOAD_SOURCE,
+    PodInfo,
+    upstream_podgroup_spec,
+    upstream_workload_spec,
+)
 from extender.domain.queue import queue_order, rank_of
 from extender.domain.status import MemberCounts, other_scheduler_message
 
-# SOURCE: where a group's size comes from.
-SOURCE_OURS = "gang-extender"  # a scheduling.gang-extender.io PodGroup (its status is ours)
-SOURCE_COSCHEDULING = "scheduler-plugins"  # scheduling.x-k8s.io PodGroup
-SOURCE_VOLCANO = "volcano"  # scheduling.volcano.sh PodGroup
+# The SOURCE column: where a group's size comes from (docs/podgroup.md), by the
+# GroupSpec.source the service gives it (the words its messages use).
 SOURCE_PODS = "pods"  # no PodGroup: only the members' group label or annotation
 SOURCE_UPSTREAM = "kubernetes"  # scheduling.k8s.io PodGroup or 1.35 Workload (read only)
+SOURCE_COLUMN = {
+    SOURCE_OURS: "gang-extender",  # a scheduling.gang-extender.io PodGroup (its status is ours)
+    SOURCE_COSCHEDULING: "scheduler-plugins",  # scheduling.x-k8s.io PodGroup
+    SOURCE_VOLCANO: "volcano",  # scheduling.volcano.sh PodGroup
+    UPSTREAM_PODGROUP_SOURCE: SOURCE_UPSTREAM,
+    UPSTREAM_WORKLOAD_SOURCE: SOURCE_UPSTREAM,
+}
 PLACED_PHASES = ("Scheduled", "Running", "Succeeded")
 NOT_QUEUED = "-"  # the QUEUE of a group that is not held
 SERVICE_LEASE = ("gang-system", "gang-extender-service")  # the leader Lease deploy/ uses
@@ -296,7 +308,7 @@ def group_rows(objects: StatusObjects) -> list[GroupRow]:
         size = (pg.get("spec") or {}).get("minMember")
         rows[_key(pg)] = build(
             _key(pg),
-            SOURCE_OURS,
+            SOURCE_COLUMN[SOURCE_OURS],
             size if isinstance(size, int) else None,
             status=status if status.get("phase") else None,
             conditions=tuple(status.get("conditions") or ()),
@@ -311,7 +323,7 @@ def group_rows(objects: StatusObjects) -> list[GroupRow]:
         status = pg.get("status") or {}
         rows[_key(pg)] = build(
             _key(pg),
-            SOURCE_VOLCANO if volcano else SOURCE_COSCHEDULING,
+            SOURCE_COLUMN[SOURCE_VOLCANO if volcano else SOURCE_COSCHEDULING],
             int(size) if isinstance(size, int) else None,
             their_phase=str(status.get("phase") or ""),
             conditions=tuple(status.get("conditions") or ()),
@@ -320,7 +332,7 @@ def group_rows(objects: StatusObjects) -> list[GroupRow]:
         if _key(pg) not in rows:  # as the service: ours, then scheduler-plugins', then these
             spec = upstream_podgroup_spec(pg)
             rows[_key(pg)] = build(
-                _key(pg), SOURCE_UPSTREAM, None if spec.error else spec.min_member
+                _key(pg), SOURCE_COLUMN[spec.source], None if spec.error else spec.min_member
             )
     _rows_from_pods(objects, members, rows, build)
     return _with_queue(rows, members)
@@ -348,7 +360,9 @@ def _rows_from_pods(
         workload = by_workload.get((key[0], ref.workload)) if ref is not None else None
         if ref is not None and workload is not None:
             spec = upstream_workload_spec(workload, ref)
-            rows[key] = build(key, SOURCE_UPSTREAM, None if spec.error else spec.min_member)
+            rows[key] = build(
+                key, SOURCE_COLUMN[spec.source], None if spec.error else spec.min_member
+            )
             continue
         sizes = set()
         for pod in group:

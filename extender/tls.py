@@ -80,12 +80,12 @@ def ensure_serving_cert(tls_dir: Path, hosts: list[str]) -> TLSMaterial:
     ca = _load_valid_ca(paths, now)
     if ca is None:
         ca = _new_ca(now)
-        _write(paths.ca_key, private_key_pem(ca.key), PRIVATE_FILE_MODE)
-        _write(paths.ca_cert, cert_pem(ca.cert), PUBLIC_FILE_MODE)
+        write_atomically(paths.ca_key, private_key_pem(ca.key), PRIVATE_FILE_MODE)
+        write_atomically(paths.ca_cert, cert_pem(ca.cert), PUBLIC_FILE_MODE)
     if not _serving_cert_usable(paths, ca.cert, hosts, now):
         key, cert = _new_serving_cert(ca, hosts, now)
-        _write(paths.key, private_key_pem(key), PRIVATE_FILE_MODE)
-        _write(paths.cert, cert_pem(cert), PUBLIC_FILE_MODE)
+        write_atomically(paths.key, private_key_pem(key), PRIVATE_FILE_MODE)
+        write_atomically(paths.cert, cert_pem(cert), PUBLIC_FILE_MODE)
     return TLSMaterial(
         cert_path=paths.cert,
         key_path=paths.key,
@@ -326,7 +326,7 @@ def _read_key(path: Path) -> PrivateKeyTypes:
         raise TLSError(f"{path} is not an unencrypted PEM private key: {error}") from None
 
 
-def _write(path: Path, content: bytes, mode: int) -> None:
+def write_atomically(path: Path, content: bytes, mode: int) -> None:
     """Write atomically with `mode` from the first byte (a key is never briefly world-readable)."""
     fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:

@@ -49,22 +49,9 @@ mkdir -p "$bin" "$images" "$stamps"
 start=$(date +%s)
 built=0
 
-step() {
-  local label="$1"; shift
-  local t0; t0=$(date +%s)
-  printf '  %s... ' "$label" >&2
-  echo "== $label: $*" >> "$log"
-  if "$@" >> "$log" 2>&1; then
-    echo "$(( $(date +%s) - t0 )) s" >&2
-  else
-    local code=$?
-    echo "FAILED after $(( $(date +%s) - t0 )) s (exit $code)" >&2
-    echo "---- last 30 lines of $log" >&2
-    tail -n 30 "$log" >&2
-    echo "---- full build log: $log" >&2
-    exit "$code"
-  fi
-}
+# step "label" command...: one line on stderr a step; the output goes to "$log".
+# shellcheck source=lib/steps.sh
+source "$here/lib/steps.sh"
 
 # fresh PIECE WANT FILE...: true when every FILE exists and the piece's stamp says WANT.
 fresh() {

@@ -3,13 +3,16 @@
 
     .venv/bin/python hack/import-facts.py
 
-Prints the largest modules, the modules that import the `kubernetes` package, and
-every import that runs against the layers in pyproject.toml's import-linter
-contract (to a higher layer, or between independent siblings), plus `api -> kube`.
+Prints the largest modules, the modules that import the `kubernetes` package, the
+modules outside kube/ that import kube/rawapi.py or send a request themselves
+(`raw.call(...)`: a REST path built outside kube/), and every import that runs
+against the layers in pyproject.toml's import-linter contract (to a higher layer,
+or between independent siblings), plus `api -> kube`.
 """
 
 from __future__ import annotations
 
+import ast
 import sys
 import tomllib
 from pathlib import Path
@@ -34,6 +37,17 @@ def position(module: str, table: list[list[str]]) -> tuple[int, str] | None:
     return None
 
 
+def raw_requests(path: Path) -> int:
+    """How many `<...>raw.call/stream/pieces` a module uses (called, or handed to a thread)."""
+    found = 0
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Attribute) and node.attr in {"call", "stream", "pieces"}:
+            holder = node.value
+            name = holder.attr if isinstance(holder, ast.Attribute) else getattr(holder, "id", "")
+            found += name == "raw"
+    return found
+
+
 def main() -> int:
     sys.path.insert(0, str(ROOT))
     graph = grimp.build_graph("extender", include_external_packages=True, cache_dir=None)
@@ -51,6 +65,23 @@ def main() -> int:
         if m.startswith("extender.") and "kubernetes" in graph.find_modules_directly_imported_by(m)
     )
     print(f"modules importing kubernetes: {len(kube_users)}: {', '.join(kube_users)}")
+    rawapi_users = sorted(
+        m
+        for m in graph.modules
+        if m.startswith("extender.")
+        and not m.startswith("extender.kube")
+        and "extender.kube.rawapi" in graph.find_modules_directly_imported_by(m)
+    )
+    print(
+        f"modules outside kube/ importing kube.rawapi: {len(rawapi_users)}: {', '.join(rawapi_users)}"
+    )
+    requests = {
+        str(p.relative_to(ROOT)): n
+        for p in sorted((ROOT / "extender").rglob("*.py"))
+        if p.relative_to(ROOT / "extender").parts[0] != "kube" and (n := raw_requests(p))
+    }
+    listed = ", ".join(f"{name} ({n})" for name, n in requests.items())
+    print(f"requests sent outside kube/: {sum(requests.values())}: {listed}")
     table = layer_table()
     wrong: list[str] = []
     for importer in sorted(m for m in graph.modules if m.startswith("extender.")):

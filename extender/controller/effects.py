@@ -39,8 +39,8 @@ from extender.domain.decisions import (
 )
 from extender.domain.fences import FenceNode, UnfenceNode
 from extender.domain.membership import GroupKey
+from extender.kube.client import RawApi
 from extender.kube.ownership import OwnershipSeal
-from extender.kube.rawapi import RawApi
 from extender.kube.writers import (
     PODGROUP_API,
     create_placeholder,

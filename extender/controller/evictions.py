@@ -36,8 +36,8 @@ from extender.controller.api_writes import ApiWrites
 from extender.domain.decisions import EvictVictims, Victim
 from extender.domain.membership import GroupKey
 from extender.domain.preemption import PREEMPTED_EVENT, PREEMPTING_EVENT, EvictionRefusal
+from extender.kube.client import KubeError
 from extender.kube.evictions import HTTP_TOO_MANY_REQUESTS, evict_pod, mark_preempted
-from extender.kube.rawapi import KubeError
 from extender.kube.writers import api_error_summary, is_transient
 
 log = logging.getLogger(__name__)

@@ -31,7 +31,7 @@ from extender.domain.foreign_status import (
 )
 from extender.domain.membership import SCHEDULER_NAME, GroupKey
 from extender.domain.status import group_status
-from extender.kube.rawapi import KubeError, RawApi
+from extender.kube.client import KubeError, RawApi
 from extender.kube.writers import HTTP_NOT_FOUND, write_foreign_podgroup_status
 
 log = logging.getLogger(__name__)

@@ -70,7 +70,7 @@ from extender.domain.lifecycle_policy import (
 )
 from extender.domain.membership import GroupKey
 from extender.domain.model import GroupSpec
-from extender.kube.rawapi import RawApi
+from extender.kube.client import RawApi
 from extender.kube.writers import write_podgroup_status
 from extender.metrics import Metrics
 

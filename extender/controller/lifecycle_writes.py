@@ -24,14 +24,17 @@ from extender.config import Settings
 from extender.controller.api_writes import namespace_terminating
 from extender.controller.cluster_state import ClusterState
 from extender.controller.effects import EffectWriter
-from extender.domain.lifecycle import (
-    DISRUPTION_TARGET,
-    POLICY_DISRUPTION_REASON,
-    RESTART_GENERATION_LABEL,
-    recreated_pod,
-)
+from extender.domain.lifecycle import recreated_pod
 from extender.domain.membership import GroupKey
-from extender.kube.rawapi import KubeError, RawApi, path_of
+from extender.kube.client import KubeError, RawApi
+from extender.kube.pod_lifecycle import (
+    create_pod,
+    delete_pod,
+    label_restart_generation,
+    mark_disrupted_by_policy,
+    namespace_is_terminating,
+    read_pod,
+)
 from extender.kube.writers import emit_event
 from extender.metrics import Metrics
 
@@ -48,11 +51,6 @@ RECREATE_SETTLE_SECONDS = 1.0
 
 def utc(when: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when))
-
-
-def _pod_path(namespace: str, name: str | None = None, *sub: str) -> str:
-    parts = ["api", "v1", "namespaces", namespace, "pods"]
-    return path_of(*parts, *([name] if name else []), *sub)
 
 
 @dataclass
@@ -92,35 +90,19 @@ class LifecycleWrites:
         if self.state.terminating(namespace):
             return True
         try:
-            answer = await asyncio.to_thread(
-                self.raw.call,
-                "GET",
-                path_of("api", "v1", "namespaces"),
-                query={"fieldSelector": f"metadata.name={namespace}"},
+            return await asyncio.to_thread(
+                namespace_is_terminating,
+                self.raw,
+                namespace,
                 timeout=self.settings.api_write_timeout_seconds,
             )
         except KubeError as err:  # a question, not a write: the restart goes on
             log.info("could not ask whether namespace %s is terminating: %s", namespace, err)
             return False
-        return any(
-            (item.get("metadata") or {}).get("deletionTimestamp")
-            or (item.get("status") or {}).get("phase") == "Terminating"
-            for item in answer.get("items") or []
-        )
 
     def label(self, pod: dict[str, Any], generation: int) -> None:
-        meta = pod["metadata"]
-        self.raw.call(
-            "PATCH",
-            _pod_path(meta["namespace"], meta["name"]),
-            body={
-                "metadata": {
-                    "uid": meta.get("uid"),
-                    "labels": {RESTART_GENERATION_LABEL: str(generation)},
-                }
-            },
-            content_type="application/merge-patch+json",
-            timeout=self.settings.api_write_timeout_seconds,
+        label_restart_generation(
+            self.raw, pod, generation, timeout=self.settings.api_write_timeout_seconds
         )
 
     def announce(self, key: GroupKey, reason: str, message: str, kind: str = "Warning") -> None:
@@ -156,37 +138,17 @@ class LifecycleWrites:
     ) -> None:
         by_uid = {p["metadata"].get("uid"): p for p in pods}
 
+        timeout = self.settings.api_write_timeout_seconds
+
         def delete(meta: dict[str, Any]) -> None:
             # Marked as disrupted first, as the scheduler marks a pod it preempts: a Job
             # whose podFailurePolicy ignores DisruptionTarget then neither counts the
             # member against backoffLimit nor delays its replacement by its backoff.
             with contextlib.suppress(KubeError):  # a pod gone already; the delete says so
-                self.raw.call(
-                    "PATCH",
-                    _pod_path(meta["namespace"], meta["name"], "status"),
-                    body={
-                        "metadata": {"uid": meta.get("uid")},
-                        "status": {
-                            "conditions": [
-                                {
-                                    "type": DISRUPTION_TARGET,
-                                    "status": "True",
-                                    "reason": POLICY_DISRUPTION_REASON,
-                                    "message": reason[:1024],
-                                    "lastTransitionTime": utc(self.clock()),
-                                }
-                            ]
-                        },
-                    },
-                    content_type="application/strategic-merge-patch+json",
-                    timeout=self.settings.api_write_timeout_seconds,
+                mark_disrupted_by_policy(
+                    self.raw, meta, reason[:1024], utc(self.clock()), timeout=timeout
                 )
-            self.raw.call(
-                "DELETE",
-                _pod_path(meta["namespace"], meta["name"]),
-                body={"preconditions": {"uid": meta.get("uid")}},
-                timeout=self.settings.api_write_timeout_seconds,
-            )
+            delete_pod(self.raw, meta, timeout=timeout)
 
         await asyncio.gather(
             *(
@@ -216,9 +178,10 @@ class LifecycleWrites:
     async def _name_free(self, namespace: str, name: str) -> bool:
         try:
             await asyncio.to_thread(
-                self.raw.call,
-                "GET",
-                _pod_path(namespace, name),
+                read_pod,
+                self.raw,
+                namespace,
+                name,
                 timeout=self.settings.api_write_timeout_seconds,
             )
         except KubeError as err:
@@ -240,10 +203,10 @@ class LifecycleWrites:
         while True:
             try:
                 await asyncio.to_thread(
-                    self.raw.call,
-                    "POST",
-                    _pod_path(namespace),
-                    body=body,
+                    create_pod,
+                    self.raw,
+                    namespace,
+                    body,
                     timeout=self.settings.api_write_timeout_seconds,
                 )
                 log.info(

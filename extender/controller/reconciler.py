@@ -40,7 +40,7 @@ from extender.domain.membership import (
 )
 from extender.domain.model import GroupSpec
 from extender.domain.status import GroupStatus, group_status
-from extender.kube.rawapi import KubeError, RawApi
+from extender.kube.client import KubeError, RawApi
 from extender.kube.wiring import WiringConflictError
 from extender.kube.writers import (
     api_error_summary,

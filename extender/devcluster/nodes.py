@@ -14,10 +14,10 @@ from typing import Any
 
 from kubernetes import client as k8s
 
-from extender.devcluster.cluster import (
+from extender.devcluster.cluster import ClusterError
+from extender.devcluster.control_plane_commands import (
     KWOK_NODE_ANNOTATION,
     KWOK_NODE_ANNOTATION_VALUE,
-    ClusterError,
 )
 
 GPU_RESOURCE = "nvidia.com/gpu"

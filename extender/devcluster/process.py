@@ -15,7 +15,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 _PR_SET_PDEATHSIG = 1
@@ -43,6 +45,53 @@ def _die_with_parent_hook() -> Callable[[], None] | None:
             os.kill(os.getpid(), signal.SIGTERM)
 
     return hook
+
+
+@dataclass(frozen=True)
+class ScriptRun:
+    """What a build script did: its exit code, its stdout, its last stderr lines."""
+
+    code: int
+    stdout: str
+    stderr_tail: str
+
+    @property
+    def last_line(self) -> str | None:
+        """The last non-blank stdout line (the build scripts print their output dir last)."""
+        lines = [ln.strip() for ln in self.stdout.splitlines() if ln.strip()]
+        return lines[-1] if lines else None
+
+
+def run_build_script(
+    argv: Sequence[str], *, env: Mapping[str, str] | None = None, name: str = "build"
+) -> ScriptRun:
+    """Run a hack/build-*.sh script to its end, its progress lines on our stderr.
+
+    Raises OSError when it cannot be started.
+    """
+    tail: deque[str] = deque(maxlen=40)
+    proc = subprocess.Popen(
+        list(argv),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(env) if env is not None else None,
+    )
+
+    def pump_stderr() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            tail.append(line)
+            sys.stderr.write(line)
+
+    pump = threading.Thread(target=pump_stderr, name=f"{name}-stderr", daemon=True)
+    pump.start()
+    assert proc.stdout is not None
+    stdout = proc.stdout.read()
+    code = proc.wait()
+    pump.join(10)
+    return ScriptRun(code, stdout, "".join(tail))
 
 
 class ManagedProcess:

@@ -19,11 +19,8 @@ come from ``hack/build-node.sh`` (cached). KWOK manages only nodes annotated
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
-import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -32,7 +29,8 @@ from typing import Any
 from extender.devcluster import node_commands as plan
 from extender.devcluster import nodehost
 from extender.devcluster.cluster import ClusterError, LocalCluster
-from extender.devcluster.process import ManagedProcess
+from extender.devcluster.loopback import wait_for
+from extender.devcluster.process import ManagedProcess, run_build_script
 from extender.kube.rawapi import RawApi
 
 REPO = Path(__file__).resolve().parents[2]
@@ -81,30 +79,10 @@ def ensure_node_pieces() -> Path:
     if override:
         pieces = Path(override).expanduser().resolve()
     else:
-        tail: deque[str] = deque(maxlen=40)
-        proc = subprocess.Popen(
-            ["bash", str(BUILD_SCRIPT)],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-
-        def pump() -> None:
-            assert proc.stderr is not None
-            for line in proc.stderr:
-                tail.append(line)
-                sys.stderr.write(line)
-
-        pumper = threading.Thread(target=pump, name="build-node-stderr", daemon=True)
-        pumper.start()
-        assert proc.stdout is not None
-        out = proc.stdout.read()
-        code = proc.wait()
-        pumper.join(10)
-        if code != 0 or not out.strip():
-            raise ClusterError(f"{BUILD_SCRIPT} failed ({code}):\n" + "".join(tail))
-        pieces = Path(out.strip().splitlines()[-1])
+        run = run_build_script(["bash", str(BUILD_SCRIPT)], name="build-node")
+        if run.code != 0 or run.last_line is None:
+            raise ClusterError(f"{BUILD_SCRIPT} failed ({run.code}):\n" + run.stderr_tail)
+        pieces = Path(run.last_line)
     missing = [b for b in REQUIRED if not os.access(pieces / "bin" / b, os.X_OK)]
     missing += [i for i in IMAGES if not (pieces / "images" / i).is_file()]
     if missing:
@@ -293,17 +271,12 @@ class RealNodes:
     def _await(
         self, what: str, procs: list[ManagedProcess], check: Callable[[], bool], deadline: float
     ) -> None:
-        while True:
-            for proc in procs:
-                if not proc.alive():
-                    raise ClusterError(
-                        f"{what}: {proc.name} exited with {proc.returncode}; see {proc.log_path}"
-                    )
-            if check():
-                return
-            if time.monotonic() > deadline:
-                raise ClusterError(f"timed out: {what}")
-            time.sleep(0.2)
+        def exited(proc: ManagedProcess) -> ClusterError:
+            return ClusterError(
+                f"{what}: {proc.name} exited with {proc.returncode}; see {proc.log_path}"
+            )
+
+        wait_for(what, deadline, procs, check, exited=exited, poll_seconds=0.2)
 
     def _wait_ready(self, deadline: float) -> None:
         assert self.layout is not None

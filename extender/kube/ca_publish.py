@@ -23,13 +23,11 @@ from __future__ import annotations
 
 import base64
 import logging
-import os
 import secrets
-import tempfile
 from pathlib import Path
 from typing import Any
 
-from extender.kube.rawapi import KubeError, RawApi, path_of
+from extender.kube.rawapi import REQUEST_TIMEOUT_SECONDS, KubeError, RawApi, path_of
 from extender.tls import (
     CA_CERT_FILE,
     CA_KEY_FILE,
@@ -41,6 +39,7 @@ from extender.tls import (
     client_cert_usable,
     ensure_serving_cert,
     issue_client_cert,
+    write_atomically,
 )
 
 log = logging.getLogger(__name__)
@@ -51,7 +50,6 @@ HTTP_NOT_FOUND = 404
 HTTP_CONFLICT = 409
 # Replicas starting together race to store their CA; the loser re-reads and adopts.
 MAX_CONFLICT_RETRIES = 5
-REQUEST_TIMEOUT_SECONDS = 10.0
 FIELD_MANAGER = "gang-extender"
 LABELS = {
     "app.kubernetes.io/name": "gang-extender",
@@ -121,8 +119,8 @@ def _shared(raw: RawApi, namespace: str, local: TLSMaterial, hosts: list[str]) -
         cert, key = _secret_pair(stored, namespace)
         if cert == material.ca_pem and key == (tls_dir / CA_KEY_FILE).read_bytes():
             return material
-        _write(tls_dir / CA_KEY_FILE, key, PRIVATE_FILE_MODE)
-        _write(tls_dir / CA_CERT_FILE, cert, PUBLIC_FILE_MODE)
+        write_atomically(tls_dir / CA_KEY_FILE, key, PRIVATE_FILE_MODE)
+        write_atomically(tls_dir / CA_CERT_FILE, cert, PUBLIC_FILE_MODE)
         material = ensure_serving_cert(tls_dir, hosts)
         if material.ca_pem == cert:
             log.info("adopted the shared CA from Secret %s/%s", namespace, CA_OBJECT_NAME)
@@ -342,16 +340,3 @@ def _create(raw: RawApi, resource: str, namespace: str, body: dict[str, Any]) ->
             return False
         raise
     return True
-
-
-def _write(path: Path, content: bytes, mode: int) -> None:
-    """Atomic, with `mode` from the first byte (the CA key is never briefly world-readable)."""
-    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(content)
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise

@@ -29,11 +29,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import itertools
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -52,6 +50,7 @@ from extender.kube.resources import (
     VOLCANO_PODGROUPS,
     Resource,
 )
+from extender.kube.sync_gc import pause_gc_until_synced
 from extender.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -440,38 +439,13 @@ class WatchCache:
             self.on_synced()
 
     def start(self) -> None:
-        """Start every watcher, with the cyclic GC paused until the first lists are applied.
-
-        Why: a list of 50,000 pods allocates millions of JSON containers that all
-        live until their page is applied, and the generational GC traverses them
-        again and again as they survive (a 500-pod page parses ~6x slower with it
-        on). Once synced, the cache's long-lived objects are frozen out of later
-        collections (`gc.freeze`), so full collections, and the pauses they put
-        into request handling, stay small. Frozen objects that become garbage are
-        still freed by reference counting (the cache's objects hold no reference
-        cycles), and GC resumes even if a list hangs.
-        """
-        if gc.isenabled():
-            gc.disable()
-            threading.Thread(
-                target=self._resume_gc_after_sync, name="gc-after-sync", daemon=True
-            ).start()
+        """Start every watcher, with the cyclic GC paused until the first lists are
+        applied (kube/sync_gc.py says why)."""
+        pause_gc_until_synced(
+            [w.synced for w in self.watchers], self.loop, self.tuning.sync_gc_pause_max_seconds
+        )
         for watcher in self.watchers:
             watcher.start()
-
-    def _resume_gc_after_sync(self) -> None:
-        deadline = time.monotonic() + self.tuning.sync_gc_pause_max_seconds
-        for watcher in self.watchers:
-            watcher.synced.wait(max(0.0, deadline - time.monotonic()))
-        if not self.synced():
-            gc.enable()
-            return
-        # `synced` is set on the loop once the final pages are applied, so the cache's
-        # objects exist by now; the freeze runs on the loop after whatever is queued.
-        try:
-            self.loop.call_soon_threadsafe(_freeze_and_enable_gc)
-        except RuntimeError:  # the loop is closed: nothing left to protect
-            gc.enable()
 
     def stop(self) -> None:
         for watcher in self.watchers:
@@ -501,9 +475,3 @@ def _type_items(page: dict[str, Any], items: list[dict[str, Any]]) -> None:
         if isinstance(item, dict):
             item.setdefault("apiVersion", api_version)
             item.setdefault("kind", kind)
-
-
-def _freeze_and_enable_gc() -> None:
-    gc.collect()
-    gc.freeze()
-    gc.enable()

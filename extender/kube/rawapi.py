@@ -17,7 +17,19 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.config.config_exception import ConfigException as KubeconfigError
 
-__all__ = ["KubeError", "KubeconfigError", "RawApi", "load_api_client", "path_of"]
+__all__ = [
+    "REQUEST_TIMEOUT_SECONDS",
+    "KubeError",
+    "KubeconfigError",
+    "RawApi",
+    "load_api_client",
+    "path_of",
+]
+
+# The start-up and reconcile requests for one small object (the webhook configuration,
+# the CA Secret, a job's wiring objects): a slow API server should fail the step (its
+# caller retries) rather than hold the worker thread.
+REQUEST_TIMEOUT_SECONDS = 10.0
 
 
 class KubeError(Exception):

@@ -12,7 +12,7 @@ import logging
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from extender.kube.rawapi import KubeError, RawApi, path_of
+from extender.kube.rawapi import REQUEST_TIMEOUT_SECONDS, KubeError, RawApi, path_of
 
 log = logging.getLogger(__name__)
 
@@ -20,7 +20,6 @@ HTTP_NOT_FOUND = 404
 HTTP_CONFLICT = 409
 # A concurrent edit (kubectl apply of deploy/) makes our write conflict; re-read and retry.
 MAX_CONFLICT_RETRIES = 5
-REQUEST_TIMEOUT_SECONDS = 10.0
 FIELD_MANAGER = "gang-extender"
 
 

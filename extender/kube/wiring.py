@@ -56,15 +56,12 @@ from extender.injection.ssh import (
     render_secret_data,
 )
 from extender.kube.ownership import SEAL_ANNOTATION, OwnershipSeal
-from extender.kube.rawapi import KubeError, RawApi, path_of
+from extender.kube.rawapi import REQUEST_TIMEOUT_SECONDS, KubeError, RawApi, path_of
 
 log = logging.getLogger(__name__)
 
 HTTP_NOT_FOUND = 404
 HTTP_CONFLICT = 409
-# Each call is one small object; a slow API server should fail the reconcile (the
-# caller retries) rather than hold the worker thread.
-REQUEST_TIMEOUT_SECONDS = 10.0
 
 
 class WiringConflictError(RuntimeError):

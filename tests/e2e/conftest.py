@@ -21,10 +21,13 @@ from kubernetes import client as k8s
 
 from extender.devcluster.cluster import LocalCluster, ensure_binaries, new_namespace
 from extender.devcluster.nodes import add_gpu_nodes, wait_for_nodes_ready
+from tests.e2e import cluster_fixtures
 
 # The product under test (service + gang scheduler) and helpers for its scenarios.
 from tests.e2e.gang_fixtures import delete_namespace, gang_stack, injected_namespace, raw  # noqa: F401
 
+# The session cluster's clients (shared with tests/real): fixtures named here are served.
+api, apps, core = cluster_fixtures.api, cluster_fixtures.apps, cluster_fixtures.core
 E2E_DIR = Path(__file__).parent
 _SESSION_CLUSTER = pytest.StashKey[LocalCluster]()
 # Namespaces already reported as stuck: reported once, not again after every module.
@@ -104,22 +107,6 @@ def cluster(
     finally:
         del pytestconfig.stash[_SESSION_CLUSTER]
         local.stop()
-
-
-@pytest.fixture(scope="session")
-def api(cluster: LocalCluster) -> Iterator[k8s.ApiClient]:
-    with cluster.api_client() as client:
-        yield client
-
-
-@pytest.fixture(scope="session")
-def core(api: k8s.ApiClient) -> k8s.CoreV1Api:
-    return k8s.CoreV1Api(api)
-
-
-@pytest.fixture(scope="session")
-def apps(api: k8s.ApiClient) -> k8s.AppsV1Api:
-    return k8s.AppsV1Api(api)
 
 
 def _dns_label(text: str, limit: int = 40) -> str:

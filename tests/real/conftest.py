@@ -15,15 +15,15 @@ from collections.abc import Generator, Iterator
 from pathlib import Path
 
 import pytest
-from kubernetes import client as k8s
 
-from extender.devcluster.cluster import LocalCluster, ensure_binaries, new_namespace
+from extender.devcluster.cluster import LocalCluster, ensure_binaries
 from extender.devcluster.realnode import RealNodes, cannot_run_containers
-from extender.devcluster.stack import GangStack
-from extender.domain.membership import INJECT_NAMESPACE_LABEL
-from extender.kube.rawapi import RawApi
-from tests.e2e.gang_fixtures import delete_namespace
+from tests.e2e import cluster_fixtures, gang_fixtures
 
+# The e2e tier's fixtures, on this tier's session cluster: fixtures named here are served.
+api, core = cluster_fixtures.api, cluster_fixtures.core
+gang_stack, raw = gang_fixtures.gang_stack, gang_fixtures.raw
+injected_namespace = gang_fixtures.injected_namespace
 REAL_DIR = Path(__file__).parent
 REAL_NODE_COUNT = 2
 GPUS_PER_NODE = 2
@@ -80,35 +80,7 @@ def real_node_names(real_nodes: RealNodes) -> list[str]:
     return real_nodes.names
 
 
-@pytest.fixture(scope="session")
-def api(cluster: LocalCluster) -> Iterator[k8s.ApiClient]:
-    with cluster.api_client() as client:
-        yield client
-
-
-@pytest.fixture(scope="session")
-def core(api: k8s.ApiClient) -> k8s.CoreV1Api:
-    return k8s.CoreV1Api(api)
-
-
-@pytest.fixture(scope="session")
-def raw(api: k8s.ApiClient) -> RawApi:
-    return RawApi(api)
-
-
-@pytest.fixture(scope="session")
-def gang_stack(cluster: LocalCluster) -> Iterator[GangStack]:
-    stack = GangStack(cluster)
-    stack.start()
-    try:
-        yield stack
-    finally:
-        stack.stop()
-
-
 @pytest.fixture
-def namespace(api: k8s.ApiClient, core: k8s.CoreV1Api, gang_stack: GangStack) -> Iterator[str]:
-    """A fresh namespace labelled for injection, deleted afterwards."""
-    name = new_namespace(api, "real", labels={INJECT_NAMESPACE_LABEL: "enabled"})
-    yield name
-    delete_namespace(core, name)
+def namespace(injected_namespace: str) -> str:
+    """Every real test's namespace is labelled for injection (and deleted afterwards)."""
+    return injected_namespace

@@ -26,8 +26,8 @@ from extender.injection.admission import AdmissionDenied, pod_group
 from extender.kube.cache import Watcher
 from extender.kube.rawapi import KubeError
 from extender.kube.resources import UPSTREAM_PODGROUPS
+from extender.listeners import EXTENDER, METRICS, WEBHOOK, listeners
 from extender.metrics import Metrics
-from extender.service import EXTENDER, METRICS, WEBHOOK, listeners
 from tests.builders import (
     ImmediateLoop,
     PageNamesSink,
@@ -427,8 +427,10 @@ def test_feature_gates_are_given_per_component(tmp_path: Any) -> None:
         feature_gates={"kube-apiserver": {"GenericWorkload": True, "B": False}},
         runtime_config=["scheduling.k8s.io/v1beta1=true"],
     )
-    assert cluster._gate_flags("kube-apiserver") == ["--feature-gates=B=false,GenericWorkload=true"]
-    assert cluster._gate_flags("kube-scheduler") == []
+    assert cluster.commands.gate_flags("kube-apiserver") == [
+        "--feature-gates=B=false,GenericWorkload=true"
+    ]
+    assert cluster.commands.gate_flags("kube-scheduler") == []
     assert cluster.runtime_config == ("scheduling.k8s.io/v1beta1=true",)
 
 
