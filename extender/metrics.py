@@ -96,6 +96,13 @@ class Metrics:
             ["where"],
             registry=r,
         )
+        self.reconcile_seconds = Histogram(
+            "gang_extender_reconcile_duration_seconds",
+            "Time one group's reconcile took (wiring, lifecycle, status); groups are "
+            "reconciled one after another, so a slow one delays the rest.",
+            buckets=WAIT_BUCKETS,
+            registry=r,
+        )
         self.bind_retries = Counter(
             "gang_extender_bind_retries_total",
             "Binding requests tried again after a transient failure (no answer, 408, "

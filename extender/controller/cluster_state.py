@@ -271,6 +271,7 @@ class ClusterState(CacheSink):
             self.dirty.add(spec.key)
         elif kind == "namespaces":
             name = obj["metadata"]["name"]
+            was = self.injected(name)
             if deleted:
                 self.namespace_labels.pop(name, None)
                 self.terminating_namespaces.discard(name)
@@ -280,6 +281,10 @@ class ClusterState(CacheSink):
                     self.terminating_namespaces.add(name)
                 else:
                     self.terminating_namespaces.discard(name)
+            if self.injected(name) != was:
+                # Its groups' wiring depends on the label: a namespace seen (or labelled)
+                # after its pods must not wait for a resync to be wired.
+                self.dirty.update(k for k in self.core.snapshot.group_keys() if k.namespace == name)
 
     def _podgroup_store(self, kind: str) -> dict[GroupKey, dict[str, Any]]:
         return {

@@ -98,6 +98,10 @@ class _Problem(NamedTuple):
     message: str
 
 
+# A group's reconcile this slow is logged by name (a few API calls take milliseconds).
+SLOW_RECONCILE_SECONDS = 5.0
+
+
 def _utc_now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
@@ -144,6 +148,7 @@ class GroupReconciler:
         # The last error a group's reconcile raised, as shown (`_reconcile_failed`):
         # its PodGroup condition and Event carry it until a reconcile succeeds.
         self._faults: dict[GroupKey, str] = {}
+        self.clock: Callable[[], float] = time.monotonic  # times each group's reconcile
         # Status of the group's scheduler-plugins / Volcano PodGroups, in their schema.
         self.foreign_status = ForeignStatusWriter(raw=raw, core=core, state=state)
 
@@ -152,29 +157,42 @@ class GroupReconciler:
         last_resync = 0.0
         while True:
             await asyncio.sleep(self.settings.reconcile_interval_seconds)
-            self.tick()
-            if not caches_synced():
-                continue
-            if not self.acting():
-                continue
-            now = time.time()
-            if now - last_resync > self.settings.resync_seconds:
-                self.state.dirty.update(self.core.snapshot.group_keys())
-                last_resync = now
-            if self.lifecycle is not None:
-                self.state.dirty.update(self.lifecycle.due(now))
-            # A starvation reservation started, moved or ended: its gang's status says so.
-            self.state.dirty.update(self.core.drain_touched())
-            dirty, self.state.dirty = self.state.dirty, set()
-            for key in sorted(dirty):
-                if not self.acting():  # deposed meanwhile: the new leader reconciles all
-                    self.metrics.not_leader_refusals.labels(what="reconcile").inc()
-                    break
+            try:
+                last_resync = await self._one_pass(caches_synced, last_resync)
+            except Exception:  # noqa: BLE001 -- the loop must outlive any one pass
+                # A dead loop would leave every group unwired while filters still answer.
+                self.metrics.gang_faults.labels(where="reconcile-pass").inc()
+                log.exception("a reconcile pass failed; the next pass runs as usual")
+
+    async def _one_pass(self, caches_synced: Callable[[], bool], last_resync: float) -> float:
+        """The coordinator's tick, then every group marked changed; the last resync time."""
+        self.tick()
+        if not caches_synced() or not self.acting():
+            return last_resync
+        now = time.time()
+        if now - last_resync > self.settings.resync_seconds:
+            self.state.dirty.update(self.core.snapshot.group_keys())
+            last_resync = now
+        if self.lifecycle is not None:
+            self.state.dirty.update(self.lifecycle.due(now))
+        # A starvation reservation started, moved or ended: its gang's status says so.
+        self.state.dirty.update(self.core.drain_touched())
+        pending, self.state.dirty = sorted(self.state.dirty), set()
+        for done, key in enumerate(pending):
+            if not self.acting():  # deposed meanwhile: the new leader reconciles all
+                self.metrics.not_leader_refusals.labels(what="reconcile").inc()
+                break
+            try:
                 await self.reconcile_contained(key)
+            except BaseException:
+                self.state.dirty.update(pending[done:])  # not lost: the next pass has them
+                raise
+        return last_resync
 
     async def reconcile_contained(self, key: GroupKey) -> None:
         """`reconcile_group(key)`, whatever it raises kept to this group: retried on the
         next pass (an API error, a defect), or left to its reported problem."""
+        started = self.clock()
         try:
             await self.reconcile_group(key)
             if self._faults.pop(key, None) is not None:
@@ -192,6 +210,17 @@ class GroupReconciler:
         except Exception as err:  # contained: the other groups are reconciled
             self.state.dirty.add(key)
             await self._reconcile_failed(key, err)
+        finally:
+            self._time_taken(key, self.clock() - started)
+
+    def _time_taken(self, key: GroupKey, seconds: float) -> None:
+        """Observed per group; a slow one named in the log, since it delays every group
+        after it in the pass (their wiring, status and lifecycle)."""
+        self.metrics.reconcile_seconds.observe(seconds)
+        if seconds >= SLOW_RECONCILE_SECONDS:
+            log.warning(
+                "reconcile of %s took %.1fs; the groups after it in this pass waited", key, seconds
+            )
 
     async def _reconcile_failed(self, key: GroupKey, err: Exception) -> None:
         """One group's reconcile raised: counted every time; once per distinct error its

@@ -537,7 +537,7 @@ def plan_gang(
     return Shortfall(
         len(placed),
         len(members),
-        _shortfall_text(members, placed, misfit, free),
+        _shortfall_text(members, placed, misfit, free, _room_for(misfit, free, nodes, allowed)),
         unplaced=tuple(m.uid for m in members if m.uid not in placed),
     )
 
@@ -574,13 +574,32 @@ def _need_text(members: Sequence[PodInfo]) -> str:
     return f"needs {gpus} {GPU} in all" if gpus else "needs cpu/memory for every member"
 
 
+def _room_for(
+    pod: PodInfo,
+    free: Mapping[str, Resources],
+    nodes: Mapping[str, NodeInfo],
+    allowed: Mapping[str, NodeRestriction],
+) -> dict[str, Resources]:
+    """The free room of the nodes `pod` may use: a hold counts no node the member cannot go to."""
+    choices = allowed.get(pod.uid)
+    return {
+        name: room
+        for name, room in free.items()
+        if node_accepts(nodes[name], pod) and (choices is None or choices.permits(name))
+    }
+
+
 def _shortfall_text(
     members: Sequence[PodInfo],
     placed: Mapping[str, str],
     misfit: PodInfo,
+    cluster: Mapping[str, Resources],
     free: Mapping[str, Resources],
 ) -> str:
+    """Why `misfit` found no room; `free` is only the room of the nodes it may use."""
     head = f"{len(placed)}/{len(members)} members placeable"
+    if cluster and not free:
+        return _no_eligible_node(head, misfit)
     need_gpus = sum(p.requests.get(GPU, 0) for p in members)
     free_gpus = sum(max(0, r.get(GPU, 0)) for r in free.values())
     largest = max((r.get(GPU, 0) for r in free.values()), default=0)
@@ -598,6 +617,10 @@ def _shortfall_text(
                 f"{head}: {misfit.name} needs {resource} {shown_units(resource, amount)}, "
                 f"largest free node has {shown_units(resource, best)}"
             )
+    return _no_eligible_node(head, misfit)
+
+
+def _no_eligible_node(head: str, misfit: PodInfo) -> str:
     return (
         f"{head}: no eligible node left for {misfit.name} (taints, nodeSelector or cordoned nodes)"
     )

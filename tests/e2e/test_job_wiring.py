@@ -272,12 +272,6 @@ def fingerprint(secret: str) -> str:
 # ---- 3. an Indexed Job, DeepSpeed style: 4 workers x 2 GPUs ----
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason=(
-        "in the full e2e session (after test_hostile_tenant) its ConfigMap once came later than 90 s (CI of 3f88df9 and f0bc2f1); passes alone and paired: order-dependent, cause not found; issue 30's open item, to be removed when fixed"
-    ),
-)
 def test_indexed_job_members_take_the_job_index_and_two_slots_each(
     gang_stack: GangStack, raw: RawApi, injected_namespace: str
 ) -> None:

@@ -77,12 +77,6 @@ def test_scheduler_plugins_podgroup_and_label_are_honoured(
     )
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason=(
-        "in the full e2e session the hold message counted GPUs of nodes outside the pods' pool ('6 free, largest free node has 4'; CI of ccdaed6 and f0bc2f1); passes alone: order-dependent, cause not found; to be removed when fixed"
-    ),
-)
 def test_status_command_lists_groups_with_phase_and_waiting_reason(
     gang_stack, cluster, raw, namespace, gpu_nodes
 ) -> None:

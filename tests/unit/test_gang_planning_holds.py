@@ -141,9 +141,10 @@ def test_an_offer_naming_an_undelivered_node_still_bounds_whom_a_gang_waits_behi
 
     decision = core.filter(member(core, "behind-0"), ["n2", "n3"], T0)
 
+    # The hold counts only the room behind-0 may use: n2 (offered), not n1 (not offered).
     message = (
         "gang default/behind: 0/1 members placeable: needs 3 nvidia.com/gpu in all "
-        "(3 for behind-0), 5 free, largest free node has 3"
+        "(3 for behind-0), 2 free, largest free node has 2"
     )
     assert (decision.verdict, decision.message) == (Verdict.WAIT, message)
     assert decision.unresolvable == {"n2": message, "n3": message}

@@ -155,6 +155,50 @@ def test_nodes_without_gpus_count_as_no_free_gpus_in_a_shortfall() -> None:
     )
 
 
+def pool_member(name: str, gpus: int, pool: str) -> PodInfo:
+    obj = make_pod(name).group("g").gpus(gpus).obj()
+    obj["spec"]["nodeSelector"] = {"pool": pool}
+    return PodInfo.from_api(obj)
+
+
+def test_a_shortfall_counts_only_the_nodes_the_member_may_use() -> None:
+    # A big node outside the members' pool is no room for them: the hold must not
+    # say "6 free, largest free node has 4" when the pool has 2.
+    nodes, free = nodes_and_free(
+        make_node("pool-0").gpus(2).label("pool", "a").obj(),
+        make_node("other-0").gpus(4).label("pool", "b").obj(),
+        make_node("tainted").gpus(8).label("pool", "a").taint("dedicated", "x").obj(),
+    )
+    outcome = plan_gang(
+        [pool_member("m0", 2, "a"), pool_member("m1", 2, "a")], free, nodes, Policy()
+    )
+    assert isinstance(outcome, Shortfall)
+    assert outcome.message == (
+        f"1/2 members placeable: needs 4 {GPU} in all (2 for m1), 2 free, largest free node has 2"
+    )
+
+
+def test_a_shortfall_counts_only_the_nodes_kube_scheduler_left_the_member() -> None:
+    nodes, free = nodes_and_free(make_node("n1").gpus(4).obj(), make_node("n2").gpus(1).obj())
+    m0 = member("m0", 2)
+    outcome = plan_gang(
+        [m0], free, nodes, Policy(), allowed={m0.uid: NodeRestriction(allowed=frozenset({"n2"}))}
+    )
+    assert isinstance(outcome, Shortfall)
+    assert outcome.message == (
+        f"0/1 members placeable: needs 2 {GPU} in all (2 for m0), 1 free, largest free node has 1"
+    )
+
+
+def test_nodes_that_no_member_may_use_make_a_no_eligible_node_shortfall() -> None:
+    nodes, free = nodes_and_free(make_node("other-0").gpus(4).label("pool", "b").obj())
+    outcome = plan_gang([pool_member("m0", 1, "a")], free, nodes, Policy())
+    assert isinstance(outcome, Shortfall)
+    assert outcome.message == (
+        "0/1 members placeable: no eligible node left for m0 (taints, nodeSelector or cordoned nodes)"
+    )
+
+
 def test_an_empty_cluster_is_a_cpu_shortfall_with_zeros() -> None:
     pod = PodInfo.from_api(make_pod("m0").group("g").cpu("1").obj())
     outcome = plan_gang([pod], {}, {}, Policy())

@@ -7,6 +7,7 @@ real effect queues, writer, reconciler, gauges and metrics.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -367,6 +368,65 @@ def conditions_of(status: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {c["type"]: c for c in status["conditions"]}
 
 
+async def test_a_namespace_seen_after_its_pods_gets_their_group_wired_at_once(
+    service: GangService, wiring: FakeWiring
+) -> None:
+    """The namespaces and pods watches are separate streams: the pods of a new injected
+    namespace may arrive first. Their group is not wired then; the namespace's arrival
+    marks it for the next pass (it used to wait for the next resync)."""
+    pg = make_podgroup("job", 2)
+    pg["metadata"]["resourceVersion"] = "1"
+    observe(service, "podgroups", pg)
+    observe(service, "pods", *[make_pod(n).group("job").obj() for n in ("w0", "w1")])
+    for key in sorted(service.state.dirty):
+        await service.reconciler.reconcile_contained(key)
+    service.state.dirty.clear()
+    assert wiring.calls == 0  # not injected, as far as the service knows yet
+
+    observe(service, "namespaces", injected_namespace())
+
+    assert service.state.dirty == {GROUP}
+    await service.reconciler.reconcile_contained(GROUP)
+    assert wiring.calls == 1
+    # A namespace event that changes nothing of it marks nothing.
+    service.state.dirty.clear()
+    observe(service, "namespaces", injected_namespace())
+    assert service.state.dirty == set()
+
+
+async def test_a_failing_reconcile_pass_keeps_its_groups_and_the_loop_goes_on(
+    service: GangService, wiring: FakeWiring, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A pass that raises outside any one group (here the coordinator's tick) used to
+    end the reconcile loop for good: filters still answered, nothing was wired again."""
+    observe_injected_job(service)
+    service.settings.reconcile_interval_seconds = 0.001
+    ticks = [0]
+    real_tick = service.reconciler.tick
+
+    def tick_failing_once() -> None:
+        ticks[0] += 1
+        if ticks[0] == 1:
+            raise RuntimeError("a defect in the tick")
+        real_tick()
+
+    service.reconciler.tick = tick_failing_once
+    with caplog.at_level(logging.ERROR):
+        loop = asyncio.create_task(service.reconciler.run(lambda: True))
+        try:
+            async with asyncio.timeout(30):  # a hang guard, not a timing assertion
+                while wiring.calls == 0:
+                    await asyncio.sleep(0.001)
+        finally:
+            loop.cancel()
+    assert ticks[0] >= 2
+    assert wiring.calls >= 1
+    assert fault_samples(service) == {"reconcile-pass": 1.0}
+    assert [r.getMessage() for r in caplog.records if r.exc_info] == [
+        "a reconcile pass failed; the next pass runs as usual"
+    ]
+
+
 async def test_a_wiring_conflict_is_told_to_the_user(
     service: GangService, raw: FakeRaw, wiring: FakeWiring
 ) -> None:
@@ -639,6 +699,45 @@ async def test_one_groups_reconcile_error_is_counted_each_pass_logged_once_and_k
     tracebacks = [r for r in caplog.records if r.exc_info and "OverflowError" in r.getMessage()]
     assert len(tracebacks) == 2
     assert fault_samples(service) == {"reconcile": 4.0}
+
+
+async def test_a_slow_group_reconcile_is_timed_and_named_in_the_log(
+    service: GangService, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Groups are reconciled one after another: one that takes long delays the wiring
+    of every group after it, so it is observed in a histogram and named in the log."""
+    from extender.controller import reconciler as reconciler_module
+
+    observe_injected_job(service)
+    now = [100.0]
+    monkeypatch.setattr(service.reconciler, "clock", lambda: now[0])
+    real = service.reconciler.reconcile_group
+
+    async def slow(key: GroupKey) -> None:
+        await real(key)
+        now[0] += reconciler_module.SLOW_RECONCILE_SECONDS + 1
+
+    service.reconciler.reconcile_group = slow  # type: ignore[method-assign]
+    with caplog.at_level(logging.WARNING):
+        await service.reconciler.reconcile_contained(GROUP)
+    service.reconciler.reconcile_group = real  # type: ignore[method-assign]
+    with caplog.at_level(logging.WARNING):
+        await service.reconciler.reconcile_contained(GROUP)
+    slow_lines = [r.getMessage() for r in caplog.records if "took" in r.getMessage()]
+    assert slow_lines == [
+        f"reconcile of {GROUP} took 6.0s; the groups after it in this pass waited"
+    ]
+    counts = {
+        sample.name: sample.value
+        for family in text_string_to_metric_families(scrape(service))
+        if family.name == "gang_extender_reconcile_duration_seconds"
+        for sample in family.samples
+        if sample.name.endswith("_count") or sample.name.endswith("_sum")
+    }
+    assert counts == {
+        "gang_extender_reconcile_duration_seconds_count": 2.0,
+        "gang_extender_reconcile_duration_seconds_sum": 6.0,
+    }
 
 
 async def test_a_reconcile_fault_is_shown_on_that_group_only_once_per_error_until_it_passes(
