@@ -2,7 +2,7 @@
 #   make demo   local control plane + gang-extender + the seed Horovod gang job
 #   make test   every test: unit, property, golden, packaging, and e2e on the real control plane
 #   make test-oldest   the gang, wiring and HA scenarios on the oldest supported Kubernetes
-#   make demo-real     the seed Horovod job for real: mpirun over SSH on 2 real nodes (root)
+#   make demo-real     the Horovod, DeepSpeed and MPI examples for real: mpirun over SSH on 2 real nodes (root)
 #   make test-real     the real tier: jobs on real nodes (kubelet, containerd, CNI, DNS, SSH)
 # K8S_VERSION=v1.35.4 picks the control plane's release (default: the newest,
 # DEFAULT_K8S_VERSION in hack/build-control-plane.sh); each is built once and cached.

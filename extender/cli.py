@@ -12,6 +12,10 @@ from typing import Any
 
 from extender import __version__
 
+#: The example jobs `demo --real-nodes` runs (extender.devcluster.demo_jobs.JOB_KEYS,
+#: named here so that building the parser imports no cluster code).
+REAL_DEMO_JOBS = ("horovod", "deepspeed", "mpijob")
+
 DEFAULT_DEV_DIR = Path(os.environ.get("GANG_DEV_DIR", ".dev/cluster"))
 
 
@@ -232,7 +236,11 @@ def _demo(args: argparse.Namespace) -> int:
         if problem:
             print(f"error: {problem}", file=sys.stderr)
             return 2
-        return run_real_demo(Path(args.workdir), nodes=args.real_nodes)
+        return run_real_demo(
+            Path(args.workdir),
+            nodes=args.real_nodes,
+            jobs=tuple(args.real_job) if args.real_job else None,
+        )
 
     from extender.devcluster.devenv import run_demo
 
@@ -323,7 +331,13 @@ def build_parser(prog: str = "gang-extender") -> argparse.ArgumentParser:
         "--real-nodes",
         type=int,
         default=0,
-        help="run the seed job for real (mpirun over SSH) on this many real nodes (root)",
+        help="run the example jobs for real (mpirun over SSH) on this many real nodes (root)",
+    )
+    demo.add_argument(
+        "--real-job",
+        action="append",
+        choices=REAL_DEMO_JOBS,
+        help="with --real-nodes: only this example job (repeatable; default: all, in order)",
     )
     demo.set_defaults(func=_demo)
 

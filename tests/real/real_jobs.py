@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import subprocess
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from extender.devcluster.cluster import LocalCluster
 from extender.devcluster.node_commands import JOB_IMAGE
@@ -119,3 +122,37 @@ def configmap_data(raw: RawApi, namespace: str, group: str) -> dict[str, str]:
         "GET", path_of("api", "v1", "namespaces", namespace, "configmaps", f"{group}-svc")
     )
     return dict(cm.get("data") or {})
+
+
+def apply_example(
+    cluster: LocalCluster, namespace: str, docs: list[dict[str, Any]], manifest: Path
+) -> None:
+    """``kubectl apply`` an example's objects, as a user applies the file."""
+    manifest.write_text(yaml.safe_dump_all(docs, sort_keys=False))
+    cluster.kubectl("apply", "-n", namespace, "-f", str(manifest))
+
+
+def finished(raw: RawApi, namespace: str, selector: str) -> dict[str, Any]:
+    """Wait until the one pod ``selector`` picks has Succeeded or Failed; that pod."""
+    pod: dict[str, Any] = wait_until(
+        lambda: next(
+            (
+                p
+                for p in list_pods(raw, namespace, selector)
+                if p["status"].get("phase") in ("Succeeded", "Failed")
+            ),
+            None,
+        ),
+        timeout=START_SECONDS,
+        what=f"the pod {selector} to finish",
+    )
+    return pod
+
+
+def rank_lines(text: str) -> list[str]:
+    """The allreduce's lines, `rank <r> of <n> on <host>: allreduce(rank + 1) = <sum>`, sorted."""
+    return sorted(line for line in text.splitlines() if line.startswith("rank "))
+
+
+def rank_host(line: str) -> str:
+    return line.split(" on ", 1)[1].split(":", 1)[0]

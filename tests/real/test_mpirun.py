@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from extender.devcluster.cluster import LocalCluster
-from extender.devcluster.demo_real import MPIRUN
+from extender.devcluster.demo_jobs import MPIRUN
 from extender.domain.lifecycle import RESTART_GENERATION_LABEL
 from extender.domain.membership import GROUP_LABEL
 from extender.kube.rawapi import RawApi
