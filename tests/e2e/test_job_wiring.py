@@ -27,7 +27,14 @@ from extender.domain.membership import (
     TASKS_ANNOTATION,
 )
 from extender.kube.rawapi import KubeError, RawApi, path_of
-from tests.e2e.gang_fixtures import gang_pod, get_or_none, get_podgroup, podgroup, wait_until
+from tests.e2e.gang_fixtures import (
+    gang_pod,
+    get_or_none,
+    get_podgroup,
+    hold_unready,
+    podgroup,
+    wait_until,
+)
 
 WIRED_ENV = {
     "VC_TASK_INDEX",
@@ -275,7 +282,11 @@ def fingerprint(secret: str) -> str:
 def test_indexed_job_members_take_the_job_index_and_two_slots_each(
     gang_stack: GangStack, raw: RawApi, injected_namespace: str
 ) -> None:
-    template = gang_pod("", "ds", gpus=2, annotations={MIN_AVAILABLE_ANNOTATION: "4"})
+    # Created gated and let go with a pod IP: KWOK marks a Job's pod Succeeded the moment
+    # it runs, and a group whose members all finished is not wired (nobody would read it).
+    # Under load the pods finished before the service made the group's PodGroup, and the
+    # ConfigMap never came (the order-dependent failure of issue 30).
+    template = gang_pod("", "ds", gpus=2, annotations={MIN_AVAILABLE_ANNOTATION: "4"}, gated=True)
     template["metadata"].pop("name")
     template["spec"]["restartPolicy"] = "Never"
     job = {
@@ -294,6 +305,8 @@ def test_indexed_job_members_take_the_job_index_and_two_slots_each(
         lambda: len(found := group_pods(raw, injected_namespace, "ds")) == 4 and found,
         what="the 4 Indexed Job pods",
     )
+    for pod in pods:
+        hold_unready(raw, injected_namespace, pod["metadata"]["name"])
     for pod in pods:
         completion = pod["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"]
         assert index_of(pod) == int(completion)
