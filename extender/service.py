@@ -238,6 +238,7 @@ class GangService:
         self._servers = [QuietServer(c) for c in configs]
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.shutdown)
+        loop.add_signal_handler(signal.SIGUSR2, log_task_stacks)
         tasks.append(asyncio.create_task(self.reconciler.run(cache.synced), name="reconcile"))
         if self.schedules:
             log.info(
@@ -472,3 +473,11 @@ def serve(settings: Settings) -> None:
     # with httptools (picked by uvicorn's http="auto") it is most of an extender call.
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         runner.run(service.run(tls))
+
+
+def log_task_stacks() -> None:
+    """SIGUSR2: every asyncio task and where it waits, in the log (where a stuck loop is)."""
+    for task in asyncio.all_tasks():
+        frames = task.get_stack(limit=12)
+        where = " <- ".join(f"{f.f_code.co_name}:{f.f_lineno}" for f in reversed(frames))
+        log.warning("task %s: %s", task.get_name(), where or "(no frames)")

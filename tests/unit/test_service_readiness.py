@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
+
+import pytest
 
 from extender.bootstrap import CaBundle, readiness
 from extender.config import Settings
@@ -14,7 +17,7 @@ from extender.kube.rawapi import KubeError
 from extender.kube.resources import Resource
 from extender.kube.webhook_config import WebhookConfigError
 from extender.metrics import Metrics
-from extender.service import Deps, create_service
+from extender.service import Deps, create_service, log_task_stacks
 from tests.watch_fakes import PAGED
 
 PODS = Resource("pods", "/api/v1/pods")
@@ -272,3 +275,24 @@ def test_the_cache_says_when_every_first_list_is_in_so_recovery_need_not_wait_fo
     loop.run_pending()
     assert told == [True]  # once, on the loop, with everything synced
     cache.stop()
+
+
+async def test_sigusr2_logs_every_task_and_the_line_it_waits_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """What an operator reads when a loop seems stuck (docs/troubleshooting.md)."""
+
+    async def waits_for_a_wiring_write() -> None:
+        await asyncio.sleep(3600)
+
+    task = asyncio.create_task(waits_for_a_wiring_write(), name="reconcile")
+    await asyncio.sleep(0)
+    try:
+        with caplog.at_level(logging.WARNING, logger="extender.service"):
+            log_task_stacks()
+    finally:
+        task.cancel()
+    lines = [r.getMessage() for r in caplog.records]
+    assert any(line.startswith("task reconcile: waits_for_a_wiring_write:") for line in lines), (
+        lines
+    )
