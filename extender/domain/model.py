@@ -128,6 +128,9 @@ class PodInfo:
     # A placeholder pod holding GPUs for this group's starvation reservation
     # (label gang-extender.io/placeholder, in the group's namespace); never a member.
     placeholder_for: GroupKey | None = None
+    # The ReplicaSet controlling the pod (a Deployment's), from its ownerReferences:
+    # names the rolling update behind members that disagree on their group's size.
+    replica_set: str | None = None
 
     @property
     def ref(self) -> str:
@@ -210,7 +213,24 @@ class PodInfo:
             preemptible=_preemptible_annotation(annotations),
             disruption=disruption,
             placeholder_for=_placeholder_for(meta),
+            replica_set=_replica_set(meta),
         )
+
+
+def _replica_set(meta: Mapping[str, Any]) -> str | None:
+    """The name of the ReplicaSet that controls the pod, if one does."""
+    refs = meta.get("ownerReferences")
+    if not isinstance(refs, list):
+        return None
+    for ref in refs:
+        if (
+            isinstance(ref, dict)
+            and ref.get("controller") is True
+            and ref.get("kind") == "ReplicaSet"
+        ):
+            name = ref.get("name")
+            return name[:253] if isinstance(name, str) else None
+    return None
 
 
 def _toleration(key: Any, operator: Any, value: Any, effect: Any) -> Toleration:

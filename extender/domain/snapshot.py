@@ -8,7 +8,7 @@ no I/O, no clocks.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 from extender.domain.fences import observed_fence
 from extender.domain.foreign_podgroups import PODGROUP_SOURCES, pick_podgroup
@@ -342,7 +342,7 @@ class ClusterSnapshot:
                 min_member=max(sizes),
                 source="annotation",
                 error=f"members disagree on gang-extender.io/min-available ({named}); "
-                "give every member the same value",
+                f"give every member the same value{rolling_update_hint(members)}",
             )
         return GroupSpec(key=key, min_member=sizes.pop(), source="annotation")
 
@@ -367,3 +367,17 @@ class ClusterSnapshot:
 
     def free_gpus(self, node: str) -> int:
         return self.free(node).get(GPU, 0)
+
+
+def rolling_update_hint(members: Sequence[PodInfo]) -> str:
+    """When members of two ReplicaSets of one Deployment disagree: a rolling update
+    (old members beside new ones) after the size changed, and its fix."""
+    sets = sorted({p.replica_set for p in members if p.replica_set and p.min_available})
+    deployments = {name.rsplit("-", 1)[0] for name in sets if "-" in name}
+    if len(sets) < 2 or len(deployments) != 1:
+        return ""
+    return (
+        f"; they belong to ReplicaSets {listing(sets)} of Deployment {deployments.pop()}: "
+        "a rolling update keeps old members beside new ones, so set the Deployment's "
+        "strategy to Recreate (spec.strategy.type: Recreate) and the old members go first"
+    )

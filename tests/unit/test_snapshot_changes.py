@@ -5,6 +5,8 @@ pods hold."""
 
 from __future__ import annotations
 
+import pytest
+
 from extender.domain.decisions import PlaceholderCreate
 from extender.domain.fences import FENCE_TAINT_KEY
 from extender.domain.membership import GroupKey
@@ -212,6 +214,57 @@ def test_members_annotating_the_size_give_the_groups_spec_or_say_they_disagree()
         source="annotation",
         error="members disagree on gang-extender.io/min-available (a=2, b=2, d=3); give "
         "every member the same value",
+    )
+
+
+def rs_member(name: str, replica_set: str, size: int, *, controller: bool = True) -> PodInfo:
+    pod = (
+        make_pod(name)
+        .group("g")
+        .min_available(size)
+        .owned_by("ReplicaSet", replica_set, controller=controller)
+    )
+    return PodInfo.from_api(pod.obj())
+
+
+@pytest.mark.parametrize(
+    ("members", "hint"),
+    [
+        pytest.param(
+            [("a", "train-5d8f", 2, True), ("b", "train-7c9b", 3, True)],
+            "; they belong to ReplicaSets train-5d8f, train-7c9b of Deployment train: a "
+            "rolling update keeps old members beside new ones, so set the Deployment's "
+            "strategy to Recreate (spec.strategy.type: Recreate) and the old members go first",
+            id="two ReplicaSets of one Deployment: the rolling update named",
+        ),
+        pytest.param(
+            [("a", "train-5d8f", 2, True), ("b", "serve-7c9b", 3, True)],
+            "",
+            id="ReplicaSets of two Deployments: no hint",
+        ),
+        pytest.param(
+            [("a", "train-5d8f", 2, True), ("b", "train-5d8f", 3, True)],
+            "",
+            id="one ReplicaSet: no hint",
+        ),
+        pytest.param(
+            [("a", "train-5d8f", 2, False), ("b", "train-7c9b", 3, False)],
+            "",
+            id="owner references that are not controllers: no hint",
+        ),
+    ],
+)
+def test_members_of_a_deployments_rolling_update_that_disagree_are_told_to_recreate(
+    members: list[tuple[str, str, int, bool]], hint: str
+) -> None:
+    snapshot = ClusterSnapshot()
+    for name, replica_set, size, controller in members:
+        snapshot.upsert_pod(rs_member(name, replica_set, size, controller=controller))
+    spec = snapshot.group_spec(G)
+    assert spec is not None
+    assert spec.error == (
+        "members disagree on gang-extender.io/min-available (a=2, b=3); give every "
+        f"member the same value{hint}"
     )
 
 
