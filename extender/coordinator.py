@@ -54,11 +54,15 @@ class SchedulingCoordinator:
         *,
         effect_sink: Callable[[list[Effect]], None],
         clock: Callable[[], float] = time.time,
+        namespace_deleted: Callable[[str], bool] = lambda namespace: False,
     ) -> None:
         self.core = core
         self.binder = binder
         self.metrics = metrics
         self.clock = clock
+        # Whether a namespace is being deleted (the watch cache's word): a gang whose
+        # members go with their namespace mid-bind is going away whole, not partial.
+        self.namespace_deleted = namespace_deleted
         self._effect_sink = effect_sink
         self._barriers: dict[int, asyncio.Event] = {}
 
@@ -177,7 +181,13 @@ class SchedulingCoordinator:
                 log.error("gang %s held: %s\n%s", effect.group, effect.message, effect.details)
                 self.metrics.gang_faults.labels(where=effect.where).inc()
             if isinstance(effect, GangBroken):
-                if effect.first:
+                if effect.first and self.namespace_deleted(effect.plan.group.namespace):
+                    log.info(
+                        "gang %s: members gone with their namespace while binding: the "
+                        "whole gang is being deleted, not counted as partial",
+                        effect.plan.group,
+                    )
+                elif effect.first:
                     self.metrics.partial_gangs.inc()
                 plan = effect.plan
                 if self.core.barrier_state(plan.plan_id, plan.group) is BindVerdict.ERROR:

@@ -400,6 +400,7 @@ def create_service(settings: Settings, deps: Deps | None = None) -> GangService:
         LeaderOnlyBinder(binder, failover.acting, metrics),
         metrics,
         effect_sink=effect_sink,
+        namespace_deleted=state.terminating,
     )
     wiring = deps.wiring if deps.wiring is not None else WiringController(deps.raw, seal=seal)
     allocator = IndexAllocator(

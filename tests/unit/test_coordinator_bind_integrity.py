@@ -85,6 +85,16 @@ async def test_a_member_gone_at_binding_counts_one_partial_gang() -> None:
     assert partial_gangs(metrics) == 1
 
 
+async def test_members_gone_with_their_namespace_while_binding_are_no_partial_gang() -> None:
+    # The namespace is being deleted: the whole gang goes, so the partial-gang metric
+    # (an alert: "must stay 0") is not raised; the core still records the break.
+    coordinator, effects, metrics = setup({"w1": BindError("deleted", gone=True)})
+    coordinator.namespace_deleted = lambda namespace: namespace == "default"
+    await bind_both(coordinator)
+    assert [e.member for e in effects if isinstance(e, GangBroken)] == ["default/w1"]
+    assert partial_gangs(metrics) == 0
+
+
 async def test_a_member_someone_else_bound_counts_as_bound_not_partial() -> None:
     coordinator, effects, metrics = setup({"w1": BindError("elsewhere", bound_to="n1")})
     await bind_both(coordinator)
