@@ -18,7 +18,7 @@ OLDEST_SUITE := tests/e2e/test_control_plane.py tests/e2e/test_gang_scheduling.p
 	tests/e2e/test_gang_preemption.py
 
 .PHONY: demo demo-real test test-oldest test-real unit e2e lint typecheck bench mutate \
-	control-plane node dev-up dev-down clean
+	control-plane kueue node dev-up dev-down clean
 
 # One line with its time; pip's output goes to $(VENV)/install.log (tail and path on failure).
 $(BIN)/gang-extender: pyproject.toml
@@ -33,6 +33,10 @@ $(BIN)/gang-extender: pyproject.toml
 control-plane:
 	@hack/build-control-plane.sh $(K8S_VERSION) >/dev/null
 
+# Kueue's manager, CRDs and webhooks (tests/e2e/test_with_kueue.py; cached, ~150 s once).
+kueue:
+	@hack/build-kueue.sh >/dev/null
+
 # kubelet, containerd, CoreDNS, the fake GPU plugin and the job image (root; cached).
 node:
 	@hack/build-node.sh >/dev/null
@@ -45,7 +49,7 @@ demo-real: $(BIN)/gang-extender control-plane node
 
 # What CI runs (.ci/run): the layers, ruff and mypy; every test on the default
 # release; the gang, wiring and HA scenarios on the oldest supported one.
-test: $(BIN)/gang-extender control-plane
+test: $(BIN)/gang-extender control-plane kueue
 	@$(MAKE) --no-print-directory lint
 	$(BIN)/pytest tests --ignore=tests/real $(PYTEST_ARGS)
 	@$(MAKE) --no-print-directory test-oldest PYTEST_ARGS="$(PYTEST_ARGS)"
@@ -65,7 +69,7 @@ test-real: $(BIN)/gang-extender control-plane
 unit: $(BIN)/gang-extender
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
 
-e2e: $(BIN)/gang-extender control-plane
+e2e: $(BIN)/gang-extender control-plane kueue
 	$(BIN)/pytest tests/e2e $(PYTEST_ARGS)
 
 lint: $(BIN)/gang-extender

@@ -7,7 +7,8 @@ gang-extender PodGroup carries its status; for the others (a Volcano or
 scheduler-plugins PodGroup, Kubernetes' PodGroups, 1.35's Workloads, or members
 naming a group that has no PodGroup) the phase comes from the members and the
 reason from their latest `GangWaiting` Event (else kube-scheduler's
-`FailedScheduling`). PLACED and RUNNING count members of any scheduler, as
+`FailedScheduling`). A group whose Job Kueue has not admitted (a Workload without
+admission) waits for Kueue, and says so. PLACED and RUNNING count members of any scheduler, as
 `kubectl get pods` shows them.
 """
 
@@ -51,6 +52,7 @@ SOURCE_COLUMN = {
     UPSTREAM_WORKLOAD_SOURCE: SOURCE_UPSTREAM,
 }
 PLACED_PHASES = ("Scheduled", "Running", "Succeeded")
+KUEUE_WAITING = "waiting for Kueue admission"
 NOT_QUEUED = "-"  # the QUEUE of a group that is not held
 SERVICE_LEASE = ("gang-system", "gang-extender-service")  # the leader Lease deploy/ uses
 SERVICE_CHECK = "check: kubectl -n gang-system get pods,lease"
@@ -69,6 +71,8 @@ class StatusObjects:
     events: list[dict[str, Any]] = field(default_factory=list)
     nodes: list[dict[str, Any]] | None = None
     lease: dict[str, Any] | None = None
+    kueue_workloads: list[dict[str, Any]] | None = None  # kueue.x-k8s.io Workloads
+    kueue_local_queues: list[dict[str, Any]] | None = None
 
 
 @dataclass(frozen=True)
@@ -335,7 +339,52 @@ def group_rows(objects: StatusObjects) -> list[GroupRow]:
                 _key(pg), SOURCE_COLUMN[spec.source], None if spec.error else spec.min_member
             )
     _rows_from_pods(objects, members, rows, build)
+    for key, (size, reason) in kueue_holds(objects).items():
+        row = rows.get(key) or build(key, SOURCE_PODS, size)
+        if row.phase not in PLACED_PHASES:
+            rows[key] = replace(row, phase="Pending", waiting_for=reason)
     return _with_queue(rows, members)
+
+
+def _conditions(obj: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {
+        str(c.get("type")): c for c in (obj.get("status") or {}).get("conditions") or []
+    }
+
+
+def kueue_holds(objects: StatusObjects) -> dict[tuple[str, str], tuple[int | None, str]]:
+    """Groups whose Job Kueue has not admitted yet (its Workload has no admission):
+    their size and "waiting for Kueue admission (ClusterQueue ..., LocalQueue ...):
+    <Kueue's reason>". Such a Job stays suspended, so the group has no pod yet and
+    nothing gang-extender could place: the wait is Kueue's quota, not ours."""
+    cluster_queue = {
+        _key(q): str((q.get("spec") or {}).get("clusterQueue") or "?")
+        for q in objects.kueue_local_queues or []
+    }
+    holds: dict[tuple[str, str], tuple[int | None, str]] = {}
+    for workload in objects.kueue_workloads or []:
+        status, spec = workload.get("status") or {}, workload.get("spec") or {}
+        conditions = _conditions(workload)
+        if status.get("admission") or conditions.get("Finished", {}).get("status") == "True":
+            continue
+        for pod_set in spec.get("podSets") or []:
+            meta = (pod_set.get("template") or {}).get("metadata") or {}
+            try:
+                group, size = group_name(meta), min_available(meta)
+            except MembershipError:
+                continue  # the webhook denies its pods, saying why, once admitted
+            if group is None:
+                continue
+            namespace = _key(workload)[0]
+            queue = str(spec.get("queueName") or "?")
+            said = str(conditions.get("QuotaReserved", {}).get("message") or "")
+            reason = (
+                f"{KUEUE_WAITING} (ClusterQueue {cluster_queue.get((namespace, queue), '?')}, "
+                f"LocalQueue {queue})"
+            )
+            holds[(namespace, group)] = (size, f"{reason}: {said}" if said else reason)
+            break
+    return holds
 
 
 def _rows_from_pods(

@@ -162,4 +162,11 @@ class StatusReader:
             "events": events,
             "nodes": self.nodes() if nodes else None,
             "lease": self.lease(*lease),
+            # Kueue's queued Jobs: their groups wait for Kueue's admission, not for us.
+            "kueue_workloads": self.items(
+                "apis", "kueue.x-k8s.io", "v1beta2", resource="workloads", optional=True
+            ),
+            "kueue_local_queues": self.items(
+                "apis", "kueue.x-k8s.io", "v1beta2", resource="localqueues", optional=True
+            ),
         }

@@ -1,0 +1,360 @@
+"""Kueue's real manager run beside a :class:`LocalCluster`, outside the cluster.
+
+    kueue_dir = ensure_kueue()                      # hack/build-kueue.sh, cached
+    with KueueManager(cluster, kueue_dir, namespace_labels={"team": "a"}) as kueue:
+        ...                                         # ClusterQueue, LocalQueue, Jobs
+
+Kueue normally runs in a Pod behind a Service; here it listens on 127.0.0.1 and
+everything that would name its Service names a URL instead:
+
+- certificates: Kueue's own rotator keeps a CA and a serving certificate in the
+  Secret ``kueue-webhook-server-cert``. We write that Secret first (an RSA CA in
+  PKCS#1 whose SAN is ``kueue-ca``, and a serving certificate for both the
+  Service's DNS name and 127.0.0.1, valid for a year) so the rotator accepts it
+  rather than making one without the IP; it never writes the files itself, so
+  they are copied into its ``certDir`` too.
+- CRDs: applied server-side (they are too big for a client-side apply); the five
+  with a conversion webhook get its URL and CA bundle, or the rotator's CA
+  injection fails and the manager exits.
+- webhooks: only Kueue's own resources and ``batch/v1`` Jobs are kept (the other
+  integrations' webhooks fail closed and would block every Pod with no controller
+  behind them), pointed at the URL, and limited to namespaces carrying
+  ``namespace_labels`` so other tenants of a shared cluster are untouched. They
+  are deleted before the manager stops, so a stopped Kueue never blocks a write.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import os
+import subprocess
+import time
+import urllib.request
+from collections.abc import Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+from kubernetes import client as k8s
+
+from extender.devcluster.cluster import ClusterError, LocalCluster, free_ports
+from extender.devcluster.process import ManagedProcess
+from extender.x509build import build_leaf, cert_pem, subject
+
+__all__ = ["KUEUE_NAMESPACE", "KueueManager", "KueueUnavailable", "ensure_kueue"]
+
+BUILD_SCRIPT = Path(__file__).resolve().parents[2] / "hack" / "build-kueue.sh"
+KUEUE_DIR_ENV = "GANG_E2E_KUEUE_DIR"
+KUEUE_NAMESPACE = "kueue-system"
+QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
+_SERVICE_DNS = f"kueue-webhook-service.{KUEUE_NAMESPACE}.svc"
+_SECRET = "kueue-webhook-server-cert"
+_CA_NAME = "kueue-ca"  # Kueue's rotator accepts a CA only when its SAN is this name
+_WEBHOOK_CONFIGS = {
+    "MutatingWebhookConfiguration": "kueue-mutating-webhook-configuration",
+    "ValidatingWebhookConfiguration": "kueue-validating-webhook-configuration",
+}
+_VALIDITY = dt.timedelta(days=365)
+
+
+class KueueUnavailable(ClusterError):
+    """Kueue could not be built (no Go, no module proxy) or its build output is incomplete."""
+
+
+def ensure_kueue() -> Path:
+    """The directory holding ``bin/kueue``, ``crd/`` and ``webhook/``, building it if needed.
+
+    ``$GANG_E2E_KUEUE_DIR`` names a prebuilt directory; otherwise runs
+    ``hack/build-kueue.sh`` (a no-op when cached; ~150 s the first time) with its
+    progress on our stderr.
+    """
+    override = os.environ.get(KUEUE_DIR_ENV)
+    if override:
+        out = Path(override)
+    else:
+        try:
+            result = subprocess.run(
+                [str(BUILD_SCRIPT)], stdout=subprocess.PIPE, text=True, timeout=3600
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise KueueUnavailable(f"cannot run {BUILD_SCRIPT.name}: {exc}") from exc
+        if result.returncode != 0:
+            raise KueueUnavailable(
+                f"{BUILD_SCRIPT.name} failed (exit {result.returncode}); its log is printed above"
+            )
+        out = Path(result.stdout.strip().splitlines()[-1])
+    missing = [
+        part
+        for part in ("bin/kueue", "crd", "webhook/manifests.yaml")
+        if not (out / part).exists()
+    ]
+    if missing:
+        raise KueueUnavailable(f"{out} lacks {', '.join(missing)}")
+    return out
+
+
+def _rsa_key_pem(key: rsa.RSAPrivateKey) -> bytes:
+    # PKCS#1 ("BEGIN RSA PRIVATE KEY"): the only form Kueue's rotator parses for its CA.
+    return key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.TraditionalOpenSSL,
+        serialization.NoEncryption(),
+    )
+
+
+def make_certificates(cert_dir: Path) -> dict[str, bytes]:
+    """``ca.crt``, ``ca.key``, ``tls.crt``, ``tls.key`` as Kueue's rotator accepts them,
+    also written into ``cert_dir``."""
+    now = dt.datetime.now(dt.UTC)
+    ca_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    name = subject(common_name=_CA_NAME, organizations=["kueue"])
+    ca_cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + _VALIDITY * 10)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=True,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(_CA_NAME)]), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    leaf = build_leaf(
+        ca_cert=ca_cert,
+        ca_key=ca_key,
+        public_key=key.public_key(),
+        common_name=_SERVICE_DNS,
+        organizations=["kueue"],
+        sans=[_SERVICE_DNS, "127.0.0.1"],
+        server=True,
+        client=False,
+        key_encipherment=True,
+        not_before=now - dt.timedelta(minutes=5),
+        not_after=now + _VALIDITY,
+    )
+    files = {
+        "ca.crt": cert_pem(ca_cert),
+        "ca.key": _rsa_key_pem(ca_key),
+        "tls.crt": cert_pem(leaf),
+        "tls.key": _rsa_key_pem(key),
+    }
+    cert_dir.mkdir(parents=True, exist_ok=True)
+    for file in ("tls.crt", "tls.key"):
+        (cert_dir / file).write_bytes(files[file])
+        (cert_dir / file).chmod(0o600)
+    return files
+
+
+def _kept_webhook(webhook: Mapping[str, Any]) -> bool:
+    path = str(((webhook.get("clientConfig") or {}).get("service") or {}).get("path", ""))
+    return "kueue-x-k8s-io" in path or path.endswith("-batch-v1-job")
+
+
+def webhook_configurations(
+    manifests: str, base_url: str, ca_bundle: str, namespace_labels: Mapping[str, str]
+) -> list[dict[str, Any]]:
+    """Kueue's webhook configurations, kept to its own resources and batch/v1 Jobs,
+    pointed at ``base_url`` and limited to namespaces labelled ``namespace_labels``."""
+    out = []
+    for doc in yaml.safe_load_all(manifests):
+        if not doc or doc.get("kind") not in _WEBHOOK_CONFIGS:
+            continue
+        hooks = []
+        for hook in doc.get("webhooks") or []:
+            if not _kept_webhook(hook):
+                continue
+            path = hook["clientConfig"]["service"]["path"]
+            hook["clientConfig"] = {"url": f"{base_url}{path}", "caBundle": ca_bundle}
+            if namespace_labels:
+                hook["namespaceSelector"] = {"matchLabels": dict(namespace_labels)}
+            hooks.append(hook)
+        doc["metadata"] = {"name": _WEBHOOK_CONFIGS[doc["kind"]]}
+        doc["webhooks"] = hooks
+        out.append(doc)
+    return out
+
+
+# The CRDs Kueue serves in two versions, converting by its webhook (the module's bases
+# leave conversion out: its kustomize patches add it). Without it the rotator's CA
+# injection into these fails and the manager never becomes ready.
+CONVERTED_CRDS = (
+    "localqueues.kueue.x-k8s.io",
+    "clusterqueues.kueue.x-k8s.io",
+    "cohorts.kueue.x-k8s.io",
+    "workloads.kueue.x-k8s.io",
+    "multikueueclusters.kueue.x-k8s.io",
+)
+
+
+def crds_with_conversion_url(crd_dir: Path, url: str, ca_bundle: str) -> list[dict[str, Any]]:
+    """Kueue's CRDs; those converting by webhook call ``url`` (not the Service)."""
+    crds = []
+    for path in sorted(crd_dir.glob("*.yaml")):
+        crd = yaml.safe_load(path.read_text())
+        if crd["metadata"]["name"] in CONVERTED_CRDS:
+            crd["spec"]["conversion"] = {
+                "strategy": "Webhook",
+                "webhook": {
+                    "clientConfig": {"url": url, "caBundle": ca_bundle},
+                    "conversionReviewVersions": ["v1"],
+                },
+            }
+        crds.append(crd)
+    return crds
+
+
+class KueueManager:
+    """Kueue's manager as a child process of ``cluster`` (see the module docstring)."""
+
+    def __init__(
+        self,
+        cluster: LocalCluster,
+        kueue_dir: Path,
+        *,
+        namespace_labels: Mapping[str, str] | None = None,
+        extra_config: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.cluster = cluster
+        self.kueue_dir = kueue_dir
+        self.namespace_labels = dict(namespace_labels or {})
+        self.extra_config = dict(extra_config or {})
+        self.workdir = cluster.workdir / "kueue"
+        self._proc: ManagedProcess | None = None
+        self.webhook_port, self.health_port, self.metrics_port = free_ports(3)
+
+    def __enter__(self) -> KueueManager:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    @property
+    def base_url(self) -> str:
+        return f"https://127.0.0.1:{self.webhook_port}"
+
+    def config(self) -> dict[str, Any]:
+        """Kueue's Configuration: everything on 127.0.0.1, no leader election, Jobs only."""
+        return {
+            "apiVersion": "config.kueue.x-k8s.io/v1beta2",
+            "kind": "Configuration",
+            "namespace": KUEUE_NAMESPACE,
+            "health": {"healthProbeBindAddress": f"127.0.0.1:{self.health_port}"},
+            "metrics": {"bindAddress": f"127.0.0.1:{self.metrics_port}"},
+            "webhook": {
+                "host": "127.0.0.1",
+                "port": self.webhook_port,
+                "certDir": str(self.workdir / "certs"),
+            },
+            "leaderElection": {"leaderElect": False},
+            # Off, the manager wants a metrics certificate at a fixed path and exits.
+            "internalCertManagement": {"enable": True},
+            "featureGates": {"VisibilityOnDemand": False},
+            "integrations": {"frameworks": ["batch/job"]},
+            **self.extra_config,
+        }
+
+    def start(self, timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        files = make_certificates(self.workdir / "certs")
+        ca_bundle = base64.b64encode(files["ca.crt"]).decode()
+        with self.cluster.api_client() as api:
+            core = k8s.CoreV1Api(api)
+            try:
+                core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=KUEUE_NAMESPACE)))
+            except k8s.ApiException as exc:
+                if exc.status != 409:
+                    raise
+            secret = k8s.V1Secret(
+                metadata=k8s.V1ObjectMeta(name=_SECRET, namespace=KUEUE_NAMESPACE),
+                data={k: base64.b64encode(v).decode() for k, v in files.items()},
+            )
+            try:
+                core.create_namespaced_secret(KUEUE_NAMESPACE, secret)
+            except k8s.ApiException as exc:
+                if exc.status != 409:
+                    raise
+                core.replace_namespaced_secret(_SECRET, KUEUE_NAMESPACE, secret)
+        crds = crds_with_conversion_url(
+            self.kueue_dir / "crd", f"{self.base_url}/convert", ca_bundle
+        )
+        hooks = webhook_configurations(
+            (self.kueue_dir / "webhook" / "manifests.yaml").read_text(),
+            self.base_url,
+            ca_bundle,
+            self.namespace_labels,
+        )
+        manifest = self.workdir / "objects.yaml"
+        manifest.write_text(yaml.safe_dump_all([*crds, *hooks]))
+        self.cluster.kubectl(
+            "apply", "--server-side", "--force-conflicts", "-f", str(manifest), timeout=120
+        )
+        self.cluster.kubectl(
+            "wait",
+            "--for=condition=Established",
+            "crd",
+            *(crd["metadata"]["name"] for crd in crds),
+            timeout=60,
+        )
+        config = self.workdir / "config.yaml"
+        config.write_text(yaml.safe_dump(self.config()))
+        self._proc = self.cluster.start_process(
+            "kueue",
+            [str(self.kueue_dir / "bin" / "kueue"), f"--config={config}", "--zap-log-level=2"],
+            env={"KUBECONFIG": str(self.cluster.kubeconfig)},
+        )
+        while not self._ready():
+            if not self._proc.alive():
+                raise ClusterError(
+                    f"kueue exited ({self._proc.returncode}); see {self._proc.log_path}"
+                )
+            if time.monotonic() > deadline:
+                raise ClusterError(f"kueue not ready after {timeout:.0f} s; see its log")
+            time.sleep(0.5)
+
+    def _ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(
+                f"http://127.0.0.1:{self.health_port}/readyz", timeout=2
+            ) as response:
+                return bool(response.status == 200)
+        except OSError:
+            return False
+
+    def stop(self, grace: float = 10) -> None:
+        """Delete the webhook configurations first (a stopped Kueue must not block
+        writes), then stop the manager."""
+        for kind, name in _WEBHOOK_CONFIGS.items():
+            self.cluster.kubectl(
+                "delete", kind.lower(), name, "--ignore-not-found", check=False
+            )
+        if self._proc is not None:
+            self._proc.stop(grace)
+            self._proc = None
