@@ -36,25 +36,9 @@ rm -f "$stamp"
 start=$(date +%s)
 echo "building kueue $KUEUE_VERSION into $out (first run only; ~150 s on 2 cores)" >&2
 
-# step "label" command...: one line on stderr with the step's elapsed time; the
-# command's output goes to the log, and on failure the log's tail and path.
-# (Same pattern as hack/build-control-plane.sh.)
-step() {
-  local label="$1"; shift
-  local t0; t0=$(date +%s)
-  printf '  %s... ' "$label" >&2
-  echo "== $label: $*" >> "$log"
-  if "$@" >> "$log" 2>&1; then
-    echo "$(( $(date +%s) - t0 )) s" >&2
-  else
-    local code=$?
-    echo "FAILED after $(( $(date +%s) - t0 )) s (exit $code)" >&2
-    echo "---- last 30 lines of $log" >&2
-    tail -n 30 "$log" >&2
-    echo "---- full build log: $log" >&2
-    exit "$code"
-  fi
-}
+# step "label" command...: one line on stderr a step; the output goes to "$log".
+# shellcheck source=lib/steps.sh
+source "$here/lib/steps.sh"
 
 copy_manifests() {
   local moddir; moddir="$(go list -m -f '{{.Dir}}' sigs.k8s.io/kueue)"
