@@ -347,9 +347,7 @@ def group_rows(objects: StatusObjects) -> list[GroupRow]:
 
 
 def _conditions(obj: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {
-        str(c.get("type")): c for c in (obj.get("status") or {}).get("conditions") or []
-    }
+    return {str(c.get("type")): c for c in (obj.get("status") or {}).get("conditions") or []}
 
 
 def kueue_holds(objects: StatusObjects) -> dict[tuple[str, str], tuple[int | None, str]]:

@@ -89,9 +89,7 @@ def ensure_kueue() -> Path:
             )
         out = Path(result.stdout.strip().splitlines()[-1])
     missing = [
-        part
-        for part in ("bin/kueue", "crd", "webhook/manifests.yaml")
-        if not (out / part).exists()
+        part for part in ("bin/kueue", "crd", "webhook/manifests.yaml") if not (out / part).exists()
     ]
     if missing:
         raise KueueUnavailable(f"{out} lacks {', '.join(missing)}")
@@ -288,7 +286,9 @@ class KueueManager:
         with self.cluster.api_client() as api:
             core = k8s.CoreV1Api(api)
             try:
-                core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=KUEUE_NAMESPACE)))
+                core.create_namespace(
+                    k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=KUEUE_NAMESPACE))
+                )
             except k8s.ApiException as exc:
                 if exc.status != 409:
                     raise
@@ -352,9 +352,7 @@ class KueueManager:
         """Delete the webhook configurations first (a stopped Kueue must not block
         writes), then stop the manager."""
         for kind, name in _WEBHOOK_CONFIGS.items():
-            self.cluster.kubectl(
-                "delete", kind.lower(), name, "--ignore-not-found", check=False
-            )
+            self.cluster.kubectl("delete", kind.lower(), name, "--ignore-not-found", check=False)
         if self._proc is not None:
             self._proc.stop(grace)
             self._proc = None

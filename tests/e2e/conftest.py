@@ -9,7 +9,6 @@ When an e2e test fails, the tail of every component log is attached to its repor
 from __future__ import annotations
 
 import re
-import time
 import uuid
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
@@ -30,10 +29,6 @@ from tests.e2e.gang_fixtures import delete_namespace, gang_stack, injected_names
 api, apps, core = cluster_fixtures.api, cluster_fixtures.apps, cluster_fixtures.core
 E2E_DIR = Path(__file__).parent
 _SESSION_CLUSTER = pytest.StashKey[LocalCluster]()
-# Namespaces already reported as stuck: reported once, not again after every module.
-_STUCK_NAMESPACES = pytest.StashKey[set[str]]()
-# How long a module's deleted namespaces may take to go before it is an error.
-NAMESPACE_GONE_SECONDS = 180.0
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -51,41 +46,6 @@ def pytest_runtest_makereport(
     if report.failed and cluster is not None:
         report.sections.append(("control-plane logs", cluster.tail_logs()))
     return report
-
-
-@pytest.fixture(scope="module", autouse=True)
-def namespaces_gone_after_module(request: pytest.FixtureRequest) -> Iterator[None]:
-    """After each module, every namespace being deleted is gone before the next starts.
-
-    The session's cluster and service are shared and `namespace` deletes without
-    waiting, so a module's gangs could otherwise still hold nodes, reserve room or
-    be wired while the next module's tests run: order-dependent failures. Waiting
-    once per module costs seconds; a namespace that does not go is an error here,
-    named, rather than a flaky test elsewhere.
-    """
-    yield
-    cluster = request.config.stash.get(_SESSION_CLUSTER, None)
-    if cluster is None:
-        return
-    stuck = request.config.stash.setdefault(_STUCK_NAMESPACES, set())
-    with cluster.api_client() as client:
-        api = k8s.CoreV1Api(client)
-
-        def terminating() -> set[str]:
-            items = api.list_namespace().items
-            return {n.metadata.name for n in items if n.status.phase == "Terminating"} - stuck
-
-        deadline = time.monotonic() + NAMESPACE_GONE_SECONDS
-        left = terminating()
-        while left and time.monotonic() < deadline:
-            time.sleep(0.5)
-            left = terminating()
-    if left:
-        stuck.update(left)
-        pytest.fail(
-            f"namespaces deleted by {request.module.__name__} still terminating after "
-            f"{NAMESPACE_GONE_SECONDS:.0f}s: {sorted(left)}"
-        )
 
 
 @pytest.fixture(scope="session")

@@ -57,9 +57,7 @@ def kueue(cluster: LocalCluster, gang_stack: GangStack) -> Iterator[KueueManager
 
 
 @pytest.fixture
-def queued_namespace(
-    api: k8s.ApiClient, core: k8s.CoreV1Api, kueue: KueueManager
-) -> Iterator[str]:
+def queued_namespace(api: k8s.ApiClient, core: k8s.CoreV1Api, kueue: KueueManager) -> Iterator[str]:
     """A namespace wired by gang-extender and watched by Kueue."""
     name = new_namespace(
         api,
@@ -76,7 +74,9 @@ def kueue_path(namespace: str | None, resource: str, name: str | None = None) ->
 
 
 @pytest.fixture
-def gpu_queue(raw: RawApi, queued_namespace: str, gpu_nodes: Callable[..., GpuPool]) -> Iterator[str]:
+def gpu_queue(
+    raw: RawApi, queued_namespace: str, gpu_nodes: Callable[..., GpuPool]
+) -> Iterator[str]:
     """A ResourceFlavor on a fresh pool of 2 four-GPU nodes, a ClusterQueue of 4 GPUs, and
     a LocalQueue `gpus` in the namespace. Yields the ClusterQueue's name."""
     pool = gpu_nodes(2, gpus=4)
@@ -146,7 +146,9 @@ def queued_gpu_job(name: str, members: int) -> dict[str, Any]:
 
 
 def jobs_path(namespace: str, name: str | None = None) -> str:
-    return path_of("apis", "batch", "v1", "namespaces", namespace, "jobs", *((name,) if name else ()))
+    return path_of(
+        "apis", "batch", "v1", "namespaces", namespace, "jobs", *((name,) if name else ())
+    )
 
 
 def workload_of(raw: RawApi, namespace: str, job: str) -> dict[str, Any] | None:
@@ -166,8 +168,17 @@ def condition(obj: dict[str, Any] | None, kind: str) -> dict[str, Any]:
 
 def status_json(cluster: LocalCluster, namespace: str) -> dict[str, Any]:
     out = subprocess.run(
-        [sys.executable, "-m", "extender", "status", "-n", namespace, "-o", "json",
-         f"--kubeconfig={cluster.kubeconfig}"],
+        [
+            sys.executable,
+            "-m",
+            "extender",
+            "status",
+            "-n",
+            namespace,
+            "-o",
+            "json",
+            f"--kubeconfig={cluster.kubeconfig}",
+        ],
         capture_output=True,
         text=True,
         timeout=60,
@@ -184,9 +195,11 @@ def test_kueue_admits_the_job_and_gang_extender_places_it_whole_and_wires_it(
     # Kueue's webhook suspended it on create: no pod before admission.
     assert created["spec"]["suspend"] is True
     workload = wait_until(
-        lambda: (w := workload_of(raw, queued_namespace, "trainer"))
-        and condition(w, "Admitted").get("status") == "True"
-        and w,
+        lambda: (
+            (w := workload_of(raw, queued_namespace, "trainer"))
+            and condition(w, "Admitted").get("status") == "True"
+            and w
+        ),
         what="Kueue to admit the Job's Workload",
     )
     assert workload["status"]["admission"]["clusterQueue"] == gpu_queue
@@ -207,10 +220,12 @@ def test_a_job_over_the_quota_stays_suspended_and_status_says_kueue_holds_it(
 ) -> None:
     raw.call("POST", jobs_path(queued_namespace), body=queued_gpu_job("too-big", 8))
     workload = wait_until(
-        lambda: (w := workload_of(raw, queued_namespace, "too-big"))
-        and condition(w, "QuotaReserved").get("status") == "False"
-        and "insufficient quota" in condition(w, "QuotaReserved").get("message", "")
-        and w,
+        lambda: (
+            (w := workload_of(raw, queued_namespace, "too-big"))
+            and condition(w, "QuotaReserved").get("status") == "False"
+            and "insufficient quota" in condition(w, "QuotaReserved").get("message", "")
+            and w
+        ),
         what="Kueue to say the Workload does not fit the quota",
     )
     assert "nvidia.com/gpu" in condition(workload, "QuotaReserved")["message"]
@@ -229,9 +244,19 @@ def test_a_job_over_the_quota_stays_suspended_and_status_says_kueue_holds_it(
     assert "insufficient quota" in report["waitingFor"]
     assert report["phase"] == "Pending" and report["placed"] == 0
     table = subprocess.run(
-        [sys.executable, "-m", "extender", "status", "-n", queued_namespace,
-         f"--kubeconfig={cluster.kubeconfig}"],
-        capture_output=True, text=True, timeout=60, check=True,
+        [
+            sys.executable,
+            "-m",
+            "extender",
+            "status",
+            "-n",
+            queued_namespace,
+            f"--kubeconfig={cluster.kubeconfig}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
     ).stdout
     print(table)  # docs/deploy.md "With Kueue" quotes it
     assert "waiting for Kueue admission (ClusterQueue" in table

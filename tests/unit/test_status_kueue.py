@@ -54,11 +54,13 @@ def test_a_job_kueue_has_not_admitted_waits_for_kueue_naming_both_queues_and_its
     )
     [row] = group_rows(objects)
     assert (row.namespace, row.name, row.phase, row.placed, row.min_member) == (
-        "team-a", "big", "Pending", 0, 8,
+        "team-a",
+        "big",
+        "Pending",
+        0,
+        8,
     )
-    assert row.waiting_for == (
-        f"{KUEUE_WAITING} (ClusterQueue cq, LocalQueue gpus): {REFUSED}"
-    )
+    assert row.waiting_for == (f"{KUEUE_WAITING} (ClusterQueue cq, LocalQueue gpus): {REFUSED}")
 
 
 def test_an_admitted_workload_or_one_without_a_group_adds_no_kueue_wait() -> None:
