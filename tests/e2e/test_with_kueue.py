@@ -32,6 +32,7 @@ from tests.e2e.gang_fixtures import (
     bound,
     delete_namespace,
     gang_pod,
+    hold_unready,
     hostfile,
     indexed_job_of,
     job_pods,
@@ -136,8 +137,15 @@ def gpu_queue(
 
 
 def queued_gpu_job(name: str, members: int) -> dict[str, Any]:
-    """An Indexed Job of `members` one-GPU gang members, in LocalQueue `gpus`."""
-    template = gang_pod("", name, gpus=1, annotations={MIN_AVAILABLE_ANNOTATION: str(members)})
+    """An Indexed Job of `members` one-GPU gang members, in LocalQueue `gpus`.
+
+    Its pods are created gated: KWOK marks a Job's pod Succeeded the moment it runs,
+    and a group whose members all finished is not wired (the order-dependent failure
+    of issue 30). The test lets them go with a pod IP (`hold_unready`), so they stay
+    bound and running as a real trainer would."""
+    template = gang_pod(
+        "", name, gpus=1, annotations={MIN_AVAILABLE_ANNOTATION: str(members)}, gated=True
+    )
     template["metadata"].pop("name")
     template["spec"]["restartPolicy"] = "Never"
     job = indexed_job_of(name, completions=members, parallelism=members, template=template)
@@ -203,6 +211,12 @@ def test_kueue_admits_the_job_and_gang_extender_places_it_whole_and_wires_it(
         what="Kueue to admit the Job's Workload",
     )
     assert workload["status"]["admission"]["clusterQueue"] == gpu_queue
+    made = wait_until(
+        lambda: len(found := job_pods(raw, queued_namespace, "trainer")) == 4 and found,
+        what="the 4 admitted pods",
+    )
+    for pod in made:
+        hold_unready(raw, queued_namespace, pod["metadata"]["name"])
     pods = wait_until(
         lambda: len(found := bound(job_pods(raw, queued_namespace, "trainer"))) == 4 and found,
         what="the 4 admitted pods bound",
