@@ -23,7 +23,13 @@ import pytest
 from kubernetes import client as k8s
 
 from extender.devcluster.cluster import LocalCluster, new_namespace
-from extender.devcluster.kueue import QUEUE_NAME_LABEL, KueueManager, KueueUnavailable, ensure_kueue
+from extender.devcluster.kueue import (
+    QUEUE_NAME_LABEL,
+    KueueManager,
+    KueueUnavailable,
+    ensure_kueue,
+    kueue_path,
+)
 from extender.devcluster.stack import GangStack
 from extender.domain.membership import INJECT_NAMESPACE_LABEL, MIN_AVAILABLE_ANNOTATION
 from extender.kube.rawapi import RawApi, path_of
@@ -40,7 +46,6 @@ from tests.e2e.gang_fixtures import (
 )
 
 KUEUE_NAMESPACE_LABEL = "e2e.gang-extender.io/kueue"
-KUEUE_API = ("apis", "kueue.x-k8s.io", "v1beta2")
 
 
 @pytest.fixture(scope="module")
@@ -67,11 +72,6 @@ def queued_namespace(api: k8s.ApiClient, core: k8s.CoreV1Api, kueue: KueueManage
     )
     yield name
     delete_namespace(core, name)
-
-
-def kueue_path(namespace: str | None, resource: str, name: str | None = None) -> str:
-    scope = ("namespaces", namespace) if namespace else ()
-    return path_of(*KUEUE_API, *scope, resource, *((name,) if name else ()))
 
 
 @pytest.fixture
