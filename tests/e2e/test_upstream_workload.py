@@ -235,6 +235,51 @@ def test_a_job_naming_only_an_upstream_podgroup_is_held_then_bound_whole_by_gang
         stack.stop()
 
 
+def test_lowering_a_held_upstream_podgroups_min_count_binds_the_members_it_has(
+    wl_raw: RawApi, workload_cluster: LocalCluster, pool: dict[str, str], wired_namespace: str
+) -> None:
+    """Beta semantics: `minCount` is mutable; a held gang resized to what exists binds."""
+    raw, namespace = wl_raw, wired_namespace
+    stack = GangStack(workload_cluster)
+    stack.start()
+    try:
+        create_in(raw, namespace, upstream_podgroup("resize", MEMBERS))
+        create_in(
+            raw,
+            namespace,
+            indexed_job(
+                "resize",
+                group="resize",
+                parallelism=MEMBERS - 1,
+                node_selector=pool,
+                scheduler=SCHEDULER_NAME,
+            ),
+        )
+        held = wait_until(
+            lambda: (
+                (pods := job_pods(raw, namespace, "resize"))
+                and len(pods) == MEMBERS - 1
+                and all("resize" in unschedulable_message(p) for p in pods)
+                and pods
+            ),
+            what="3 members held for a gang of 4",
+        )
+        assert bound(held) == []
+        raw.call(
+            "PATCH",
+            path_of(*UPSTREAM_API, "namespaces", namespace, "podgroups", "resize"),
+            body={"spec": {"schedulingPolicy": {"gang": {"minCount": MEMBERS - 1}}}},
+            content_type="application/merge-patch+json",
+        )
+        pods = wait_until(
+            lambda: len(bound(ps := job_pods(raw, namespace, "resize"))) >= MEMBERS - 1 and ps,
+            what="the 3 members bound once minCount is 3",
+        )
+        assert len(bound(pods)) >= MEMBERS - 1
+    finally:
+        stack.stop()
+
+
 GATED = re.compile(r'^scheduler_pending_pods\{queue="gated"\} (\S+)$', re.M)
 
 
