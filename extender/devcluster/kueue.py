@@ -16,7 +16,8 @@ everything that would name its Service names a URL instead:
 - CRDs: applied server-side (they are too big for a client-side apply); the five
   with a conversion webhook get its URL and CA bundle, or the rotator's CA
   injection fails and the manager exits.
-- webhooks: only Kueue's own resources and ``batch/v1`` Jobs are kept (the other
+- webhooks: only Kueue's own resources' and the enabled integrations' (``batch/v1``
+  Jobs; plain pods too with ``frameworks=("batch/job", "pod")``) are kept (the other
   integrations' webhooks fail closed and would block every Pod with no controller
   behind them), pointed at the URL, and limited to namespaces carrying
   ``namespace_labels`` so other tenants of a shared cluster are untouched. They
@@ -178,23 +179,35 @@ def make_certificates(cert_dir: Path) -> dict[str, bytes]:
     return files
 
 
-def _kept_webhook(webhook: Mapping[str, Any]) -> bool:
+# Kueue's integration frameworks this runner supports, and the suffix of their
+# webhooks' paths (Kueue's own resources' webhooks are always kept).
+WEBHOOK_OF_FRAMEWORK = {"batch/job": "-batch-v1-job", "pod": "--v1-pod"}
+
+
+def _kept_webhook(webhook: Mapping[str, Any], frameworks: tuple[str, ...]) -> bool:
     path = str(((webhook.get("clientConfig") or {}).get("service") or {}).get("path", ""))
-    return "kueue-x-k8s-io" in path or path.endswith("-batch-v1-job")
+    return "kueue-x-k8s-io" in path or any(
+        path.endswith(WEBHOOK_OF_FRAMEWORK[f]) for f in frameworks
+    )
 
 
 def webhook_configurations(
-    manifests: str, base_url: str, ca_bundle: str, namespace_labels: Mapping[str, str]
+    manifests: str,
+    base_url: str,
+    ca_bundle: str,
+    namespace_labels: Mapping[str, str],
+    frameworks: tuple[str, ...] = ("batch/job",),
 ) -> list[dict[str, Any]]:
-    """Kueue's webhook configurations, kept to its own resources and batch/v1 Jobs,
-    pointed at ``base_url`` and limited to namespaces labelled ``namespace_labels``."""
+    """Kueue's webhook configurations, kept to its own resources and `frameworks`'
+    (batch/v1 Jobs; plain pods with "pod"), pointed at ``base_url`` and limited to
+    namespaces labelled ``namespace_labels``."""
     out = []
     for doc in yaml.safe_load_all(manifests):
         if not doc or doc.get("kind") not in _WEBHOOK_CONFIGS:
             continue
         hooks = []
         for hook in doc.get("webhooks") or []:
-            if not _kept_webhook(hook):
+            if not _kept_webhook(hook, frameworks):
                 continue
             path = hook["clientConfig"]["service"]["path"]
             hook["clientConfig"] = {"url": f"{base_url}{path}", "caBundle": ca_bundle}
@@ -246,9 +259,17 @@ class KueueManager:
         *,
         namespace_labels: Mapping[str, str] | None = None,
         extra_config: Mapping[str, Any] | None = None,
+        frameworks: tuple[str, ...] = ("batch/job",),
     ) -> None:
+        unknown = sorted(set(frameworks) - set(WEBHOOK_OF_FRAMEWORK))
+        if unknown:
+            raise ValueError(
+                f"Kueue frameworks {unknown} are not run here; choose from "
+                f"{sorted(WEBHOOK_OF_FRAMEWORK)}"
+            )
         self.cluster = cluster
         self.kueue_dir = kueue_dir
+        self.frameworks = frameworks
         self.namespace_labels = dict(namespace_labels or {})
         self.extra_config = dict(extra_config or {})
         self.workdir = cluster.workdir / "kueue"
@@ -288,7 +309,7 @@ class KueueManager:
             # Off, the manager wants a metrics certificate at a fixed path and exits.
             "internalCertManagement": {"enable": True},
             "featureGates": {"VisibilityOnDemand": False},
-            "integrations": {"frameworks": ["batch/job"]},
+            "integrations": {"frameworks": list(self.frameworks)},
             **self.extra_config,
         }
 
@@ -324,6 +345,7 @@ class KueueManager:
             self.base_url,
             ca_bundle,
             self.namespace_labels,
+            self.frameworks,
         )
         manifest = self.workdir / "objects.yaml"
         manifest.write_text(yaml.safe_dump_all([*crds, *hooks]))

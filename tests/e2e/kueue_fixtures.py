@@ -32,9 +32,12 @@ if TYPE_CHECKING:  # conftest imports this module's fixtures
 KUEUE_NAMESPACE_LABEL = "e2e.gang-extender.io/kueue"
 
 
-def running_kueue(cluster: LocalCluster, **config: Any) -> Iterator[KueueManager]:
+def running_kueue(
+    cluster: LocalCluster, frameworks: tuple[str, ...] = ("batch/job",), **config: Any
+) -> Iterator[KueueManager]:
     """Kueue's manager for a module, its webhooks limited to namespaces labelled
-    KUEUE_NAMESPACE_LABEL; `config` adds to its Configuration. Skips where it is not built."""
+    KUEUE_NAMESPACE_LABEL, with the integration `frameworks`; `config` adds to its
+    Configuration. Skips where it is not built."""
     try:
         kueue_dir = ensure_kueue()
     except KueueUnavailable as exc:
@@ -44,6 +47,7 @@ def running_kueue(cluster: LocalCluster, **config: Any) -> Iterator[KueueManager
         kueue_dir,
         namespace_labels={KUEUE_NAMESPACE_LABEL: "enabled"},
         extra_config=config,
+        frameworks=frameworks,
     )
     manager.start()
     try:

@@ -8,7 +8,9 @@ labelled ``e2e.gang-extender.io/kueue=enabled``. A ClusterQueue holds 4 GPUs:
   webhook, admitted, and its 4 pods are bound together by gang-extender and wired
   (hostfile ConfigMap);
 - a Job of 8 one-GPU pods is over the quota: Kueue keeps it suspended, no pod is
-  ever made, and ``gang-extender status`` says Kueue holds it, not gang-extender.
+  ever made, and ``gang-extender status`` says Kueue holds it, not gang-extender;
+- a Kueue pod group (4 plain pods with ``kueue.x-k8s.io/pod-group-name``) is gated by
+  Kueue's webhook until admitted, then bound whole by gang-extender.
 """
 
 from __future__ import annotations
@@ -22,10 +24,20 @@ from typing import Any
 import pytest
 
 from extender.devcluster.cluster import LocalCluster
-from extender.devcluster.kueue import KueueManager
+from extender.devcluster.kueue import QUEUE_NAME_LABEL, KueueManager, kueue_path
 from extender.devcluster.stack import GangStack
-from extender.kube.rawapi import RawApi
-from tests.e2e.gang_fixtures import bound, hold_unready, hostfile, job_pods, wait_until
+from extender.domain.membership import MIN_AVAILABLE_ANNOTATION
+from extender.kube.rawapi import RawApi, path_of
+from tests.e2e.gang_fixtures import (
+    bound,
+    create,
+    gang_pod,
+    hold_unready,
+    hostfile,
+    job_pods,
+    list_pods,
+    wait_until,
+)
 from tests.e2e.kueue_fixtures import (
     condition,
     jobs_path,
@@ -37,7 +49,7 @@ from tests.e2e.kueue_fixtures import (
 
 @pytest.fixture(scope="module")
 def kueue(cluster: LocalCluster, gang_stack: GangStack) -> Iterator[KueueManager]:
-    yield from running_kueue(cluster)
+    yield from running_kueue(cluster, frameworks=("batch/job", "pod"))
 
 
 def status_json(cluster: LocalCluster, namespace: str) -> dict[str, Any]:
@@ -140,3 +152,53 @@ def test_a_job_over_the_quota_stays_suspended_and_status_says_kueue_holds_it(
     ).stdout
     print(table)  # docs/deploy.md "With Kueue" quotes it
     assert "waiting for Kueue admission (ClusterQueue" in table
+
+
+KUEUE_ADMISSION_GATE = "kueue.x-k8s.io/admission"
+
+
+def queued_group_pod(name: str, group: str, members: int) -> dict[str, Any]:
+    """A plain pod of Kueue pod group `group` (its pod integration) and of our gang."""
+    pod = gang_pod(name, group, gpus=1, annotations={MIN_AVAILABLE_ANNOTATION: str(members)})
+    pod["metadata"]["labels"].update(
+        {QUEUE_NAME_LABEL: "gpus", "kueue.x-k8s.io/pod-group-name": group}
+    )
+    pod["metadata"]["annotations"]["kueue.x-k8s.io/pod-group-total-count"] = str(members)
+    # KWOK deletes a pod at once; a grace period would only slow the clean-up.
+    pod["spec"]["terminationGracePeriodSeconds"] = 0
+    return pod
+
+
+def test_a_kueue_pod_group_is_gated_until_admitted_then_bound_whole(
+    raw: RawApi, queued_namespace: str, gpu_queue: str
+) -> None:
+    namespace = queued_namespace
+    made = [create(raw, namespace, queued_group_pod(f"grp-{i}", "grp", 4)) for i in range(4)]
+    # Kueue's webhook gated each on create: nothing to place before admission.
+    for pod in made:
+        gates = [g["name"] for g in pod["spec"].get("schedulingGates") or []]
+        assert KUEUE_ADMISSION_GATE in gates, pod["spec"]
+    pods = wait_until(
+        lambda: (
+            len(found := bound(list_pods(raw, namespace, "kueue.x-k8s.io/pod-group-name=grp"))) == 4
+            and found
+        ),
+        what="the pod group admitted and its 4 pods bound",
+    )
+    assert {p["spec"]["schedulerName"] for p in pods} == {"gang-extender"}
+    admitted = [
+        w
+        for w in raw.call("GET", kueue_path(namespace, "workloads"))["items"]
+        if (w.get("status") or {}).get("admission")
+    ]
+    assert [w["status"]["admission"]["clusterQueue"] for w in admitted] == [gpu_queue]
+    # Deleted while Kueue runs: it takes off the finalizer it put on each pod.
+    raw.call(
+        "DELETE",
+        path_of("api", "v1", "namespaces", namespace, "pods"),
+        query={"labelSelector": "kueue.x-k8s.io/pod-group-name=grp"},
+    )
+    wait_until(
+        lambda: list_pods(raw, namespace, "kueue.x-k8s.io/pod-group-name=grp") == [],
+        what="the pod group's pods gone",
+    )
