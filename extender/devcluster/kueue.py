@@ -55,6 +55,7 @@ __all__ = [
     "KueueManager",
     "KueueUnavailable",
     "create_dev_queues",
+    "create_queues",
     "ensure_kueue",
     "kueue_path",
 ]
@@ -411,30 +412,36 @@ class DevQueues:
     gpus: int
 
 
-def create_dev_queues(raw: RawApi, *, gpus: int, namespace: str = "default") -> DevQueues:
-    """A ResourceFlavor matching every node, a ClusterQueue whose GPU quota is `gpus`
-    (the nodes' GPUs: Kueue checks quota, gang-extender checks nodes, so the two agree),
-    and a LocalQueue in `namespace`, all named `gpus` but the flavor.
-
-    cpu and memory are covered with room to spare: Kueue refuses a Workload whose pods
-    ask for a resource its ClusterQueue does not cover."""
+def create_queues(
+    raw: RawApi,
+    *,
+    flavor: str,
+    cluster_queue: str,
+    local_queue: str,
+    namespace: str,
+    quota: Mapping[str, str],
+    node_labels: Mapping[str, str] | None = None,
+) -> None:
+    """A ResourceFlavor (on the nodes carrying `node_labels`; every node without), a
+    ClusterQueue of `quota` in it for every namespace, and a LocalQueue pointing at it."""
+    flavor_spec = {"nodeLabels": dict(node_labels)} if node_labels else {}
     raw.call(
         "POST",
         kueue_path(None, "resourceflavors"),
         body={
             "apiVersion": "kueue.x-k8s.io/v1beta2",
             "kind": "ResourceFlavor",
-            "metadata": {"name": DEV_FLAVOR},
+            "metadata": {"name": flavor},
+            **({"spec": flavor_spec} if flavor_spec else {}),
         },
     )
-    quota = {"cpu": "1000", "memory": "4Ti", "nvidia.com/gpu": str(gpus)}
     raw.call(
         "POST",
         kueue_path(None, "clusterqueues"),
         body={
             "apiVersion": "kueue.x-k8s.io/v1beta2",
             "kind": "ClusterQueue",
-            "metadata": {"name": DEV_QUEUE},
+            "metadata": {"name": cluster_queue},
             "spec": {
                 "namespaceSelector": {},
                 "resourceGroups": [
@@ -442,7 +449,7 @@ def create_dev_queues(raw: RawApi, *, gpus: int, namespace: str = "default") -> 
                         "coveredResources": list(quota),
                         "flavors": [
                             {
-                                "name": DEV_FLAVOR,
+                                "name": flavor,
                                 "resources": [
                                     {"name": name, "nominalQuota": value}
                                     for name, value in quota.items()
@@ -460,8 +467,25 @@ def create_dev_queues(raw: RawApi, *, gpus: int, namespace: str = "default") -> 
         body={
             "apiVersion": "kueue.x-k8s.io/v1beta2",
             "kind": "LocalQueue",
-            "metadata": {"name": DEV_QUEUE},
-            "spec": {"clusterQueue": DEV_QUEUE},
+            "metadata": {"name": local_queue},
+            "spec": {"clusterQueue": cluster_queue},
         },
+    )
+
+
+def create_dev_queues(raw: RawApi, *, gpus: int, namespace: str = "default") -> DevQueues:
+    """A ResourceFlavor matching every node, a ClusterQueue whose GPU quota is `gpus`
+    (the nodes' GPUs: Kueue checks quota, gang-extender checks nodes, so the two agree),
+    and a LocalQueue in `namespace`, all named `gpus` but the flavor.
+
+    cpu and memory are covered with room to spare: Kueue refuses a Workload whose pods
+    ask for a resource its ClusterQueue does not cover."""
+    create_queues(
+        raw,
+        flavor=DEV_FLAVOR,
+        cluster_queue=DEV_QUEUE,
+        local_queue=DEV_QUEUE,
+        namespace=namespace,
+        quota={"cpu": "1000", "memory": "4Ti", "nvidia.com/gpu": str(gpus)},
     )
     return DevQueues(DEV_QUEUE, DEV_QUEUE, namespace, gpus)

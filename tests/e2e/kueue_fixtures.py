@@ -19,6 +19,7 @@ from extender.devcluster.kueue import (
     QUEUE_NAME_LABEL,
     KueueManager,
     KueueUnavailable,
+    create_queues,
     ensure_kueue,
     kueue_path,
 )
@@ -77,52 +78,14 @@ def gpu_queue(
     pool = gpu_nodes(2, gpus=4)
     flavor = f"flavor-{pool.name}"
     cluster_queue = f"cq-{pool.name}"
-    raw.call(
-        "POST",
-        kueue_path(None, "resourceflavors"),
-        body={
-            "apiVersion": "kueue.x-k8s.io/v1beta2",
-            "kind": "ResourceFlavor",
-            "metadata": {"name": flavor},
-            "spec": {"nodeLabels": pool.node_selector},
-        },
-    )
-    raw.call(
-        "POST",
-        kueue_path(None, "clusterqueues"),
-        body={
-            "apiVersion": "kueue.x-k8s.io/v1beta2",
-            "kind": "ClusterQueue",
-            "metadata": {"name": cluster_queue},
-            "spec": {
-                "namespaceSelector": {},
-                "resourceGroups": [
-                    {
-                        "coveredResources": ["cpu", "memory", "nvidia.com/gpu"],
-                        "flavors": [
-                            {
-                                "name": flavor,
-                                "resources": [
-                                    {"name": "cpu", "nominalQuota": "16"},
-                                    {"name": "memory", "nominalQuota": "64Gi"},
-                                    {"name": "nvidia.com/gpu", "nominalQuota": "4"},
-                                ],
-                            }
-                        ],
-                    }
-                ],
-            },
-        },
-    )
-    raw.call(
-        "POST",
-        kueue_path(queued_namespace, "localqueues"),
-        body={
-            "apiVersion": "kueue.x-k8s.io/v1beta2",
-            "kind": "LocalQueue",
-            "metadata": {"name": "gpus"},
-            "spec": {"clusterQueue": cluster_queue},
-        },
+    create_queues(
+        raw,
+        flavor=flavor,
+        cluster_queue=cluster_queue,
+        local_queue="gpus",
+        namespace=queued_namespace,
+        quota={"cpu": "16", "memory": "64Gi", "nvidia.com/gpu": "4"},
+        node_labels=pool.node_selector,
     )
     yield cluster_queue
     raw.call("DELETE", kueue_path(queued_namespace, "localqueues", "gpus"))
