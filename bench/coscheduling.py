@@ -17,6 +17,7 @@ import yaml
 
 from bench.env import BenchEnv
 from bench.objects import COSCHEDULING_SCHEDULER
+from bench.service import SCHEDULER_VERBOSITY
 from extender.devcluster.process import ManagedProcess
 from extender.devcluster.stack import apply_object, load_yaml_documents, wait_crd_established
 
@@ -56,6 +57,6 @@ def start(env: BenchEnv, root: Path) -> ManagedProcess:
         str(root / "bin" / "scheduler"),
         f"--config={scheduler_config(env, root)}",
         "--secure-port=0",
-        "--v=2",
+        f"--v={SCHEDULER_VERBOSITY}",
     ]
     return env.cluster.start_process("coscheduling", argv)

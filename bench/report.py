@@ -241,6 +241,32 @@ def _gang_table(runs: dict[str, Any], gpus_per_node: int) -> list[str]:
     )
 
 
+def _service_verbs(runs: dict[str, Any], locality: dict[str, Any]) -> list[str]:
+    """gang-extender's own time per verb during each gang run (its request histogram)."""
+    rows = []
+    for case, found in (("gangs", runs), ("locality", locality)):
+        verbs = (found.get("gang-extender") or {}).get("service_verbs") or {}
+        for verb, v in verbs.items():
+            rows.append(
+                [
+                    case,
+                    verb,
+                    int(v["requests"]),
+                    v["mean_ms"],
+                    f"{_fmt(v['p50_le_ms'])} / {_fmt(v['p99_le_ms'])}",
+                ]
+            )
+    if not rows:
+        return []
+    return [
+        "gang-extender's own time per verb in these runs (its request-duration histogram: "
+        "p50/p99 are the bucket bounds holding them; bind includes the barrier's wait for "
+        "the rest of the gang):",
+        "",
+        *_table(["run", "verb", "requests", "mean (ms)", "p50 / p99 <= (ms)"], rows),
+    ]
+
+
 def _spanned(spans: dict[str, Any] | None) -> str:
     if not spans or spans.get("mean") is None:
         return "-"
@@ -414,6 +440,7 @@ def markdown(results: dict[str, Any]) -> str:
                 "",
             ]
             out += _gang_table(locality["runs"], gang["gpus_per_node"])
+        out += _service_verbs(gang["runs"], locality.get("runs") or {})
     elif gang:
         out += ["## 3. Gangs", "", f"failed: {gang.get('error')}", ""]
 

@@ -29,13 +29,22 @@ READY_POLL_SECONDS = 0.02
 STOP_GRACE_SECONDS = 3.0
 
 
+# Both schedulers log each attempt and refusal (bench/timeline.py reads the gang
+# kube-scheduler's log); the same level for both, so logging costs them alike.
+SCHEDULER_VERBOSITY = 3
+
+
 class BenchStack(GangStack):
     """The product as GangStack runs it; with `service_src`, the service is imported
     from that source tree (before/after runs of every workload on one machine)."""
 
     def __init__(self, cluster: LocalCluster, service_src: Path | None = None) -> None:
         path = [str(service_src)] if service_src is not None else []
-        super().__init__(cluster, env={"PYTHONPATH": os.pathsep.join([*path, str(REPO)])})
+        super().__init__(
+            cluster,
+            env={"PYTHONPATH": os.pathsep.join([*path, str(REPO)])},
+            scheduler_verbosity=SCHEDULER_VERBOSITY,
+        )
 
 
 @dataclass

@@ -149,7 +149,9 @@ class SchedulingCoordinator:
                 self.core.bind_failed(uid, str(err), self.clock(), gone=err.gone)
             self.flush_effects()
             return f"binding {namespace}/{name} to {node}: {err}"
-        if not assume and self.core.binding_succeeded(uid, node, self.clock()):
+        # Also after a plain pod's (assumed) binding: the core keeps the node against
+        # watch copies older than the binding.
+        if self.core.binding_succeeded(uid, node, self.clock()):
             self.flush_effects()
         return ""
 

@@ -43,12 +43,15 @@ from bench.workloads.common import (
     partial_gangs,
     service_metric,
     steady_rate,
+    verb_histograms,
+    verb_latency,
 )
 
 log = logging.getLogger("bench.gang")
 
 WORKLOAD = "gang"
 CANARY_TIMEOUT_SECONDS = 90.0
+VERBS = ("filter", "prioritize", "bind")
 
 
 @dataclass
@@ -107,6 +110,7 @@ def _run_one(
     for pg in podgroups:
         env.api.create(podgroups_path(api, namespace), pg)
     counted_before = service_metric(env, PARTIAL_GANGS_METRIC) if kind == "gang-extender" else None
+    verbs_before = verb_histograms(env, VERBS) if kind == "gang-extender" else None
     result = create_and_time(env, namespace, pods, timeout=timeout)
     # per gang: first member created -> last member bound
     members: dict[str, list[str]] = defaultdict(list)
@@ -143,6 +147,9 @@ def _run_one(
         result["partial_gangs_counted"] = (
             after - counted_before if after is not None and counted_before is not None else None
         )
+        # The service's own time per verb in this run: what of create -> all bound is
+        # the extender's (filter, prioritize) and the bind barrier's (bind).
+        result["service_verbs"] = verb_latency(verbs_before, verb_histograms(env, VERBS))
     for key in ("node_of", "created_at"):
         result.pop(key)
     log.info(

@@ -121,8 +121,11 @@ class GangStack:
         policy: Path | None = None,
         env: dict[str, str] | None = None,
         with_coscheduling_crd: bool = True,
+        scheduler_verbosity: int = 2,
     ) -> None:
         self.cluster = cluster
+        # 3 or more logs every attempt and refusal (bench/timeline.py reads them).
+        self.scheduler_verbosity = scheduler_verbosity
         self.policy = policy
         self.env = dict(env or {})
         self.with_coscheduling_crd = with_coscheduling_crd
@@ -264,7 +267,7 @@ class GangStack:
             str(self.cluster.bin_dir / "kube-scheduler"),
             f"--config={self.scheduler_config()}",
             "--secure-port=0",
-            "--v=2",
+            f"--v={self.scheduler_verbosity}",
         ]
         self.scheduler = self.cluster.start_process("gang-scheduler", argv)
         self._wait_lease(timeout)

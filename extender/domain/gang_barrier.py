@@ -297,13 +297,19 @@ class BindBarrier:
 
         Now rather than when the watch catches up, so the next filter does not offer
         the same room twice; not before the call (see `assume_bound`). A pod already
-        bound (the watch was first) is left alone.
+        bound (the watch was first, or a plain pod's assumption) is left alone. Either
+        way the binding is remembered until the watch names the node
+        (`SharedState.confirmed_bindings`).
         """
         pod = self.shared.snapshot.pods.get(uid)
-        if pod is None or pod.is_bound:
+        if pod is None:
             return False
-        self._count_on_node(pod, node, now)
-        return True
+        counted = not pod.is_bound
+        if counted:
+            self._count_on_node(pod, node, now)
+        # After counting: the count's own copy names the node and would end it.
+        self.shared.confirmed_bindings[uid] = node
+        return counted
 
     def _count_on_node(self, pod: PodInfo, node: str, now: float) -> PodInfo:
         """Record `pod` as bound to `node`; the recorded copy."""

@@ -158,6 +158,12 @@ class SharedState:
     # Nodes whose joining or change no filter's candidates named yet: kube-scheduler's
     # informer may lag ours, so their absence from a member's candidates is no refusal.
     unseen_nodes: UnseenNodes = field(default_factory=UnseenNodes)
+    # Per pod uid: the node our binding of it succeeded to, until the watch delivers a
+    # copy naming a node. nodeName is never unset, so a watch copy without one that
+    # arrives meanwhile (a write made before the binding, delivered late) is older
+    # than the binding: it keeps the node (`GangWatch.observe_pod`), else the pod's
+    # room would look free to the next plan while kube-scheduler still counts it.
+    confirmed_bindings: dict[str, str] = field(default_factory=dict)
     # Groups whose hold message changed outside a filter or plan (a reservation
     # started, moved or ended): the controller re-writes their status (`drain_touched`).
     touched: set[GroupKey] = field(default_factory=set)

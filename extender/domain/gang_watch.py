@@ -11,6 +11,8 @@ PodGroup is forgotten with its starvation reservation.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from extender.domain.gang_barrier import BindBarrier
 from extender.domain.gang_preemption import GangPreemption
 from extender.domain.gang_queue import QueueOrder
@@ -46,6 +48,12 @@ class GangWatch:
 
     def observe_pod(self, pod: PodInfo, now: float) -> None:
         """The watch saw a pod: update the snapshot and settle plans it completes."""
+        confirmed = self.shared.confirmed_bindings
+        if pod.uid in confirmed:
+            if pod.node_name is None:  # older than our binding (see `confirmed_bindings`)
+                pod = replace(pod, node_name=confirmed[pod.uid])
+            else:
+                del confirmed[pod.uid]
         old = self.shared.snapshot.upsert_pod(pod)
         if pod.placeholder_for is not None:
             self.starvation.placeholder_creating.pop(pod.name, None)
@@ -99,6 +107,7 @@ class GangWatch:
 
     def forget_pod(self, uid: str, now: float) -> None:
         pod = self.shared.snapshot.delete_pod(uid)
+        self.shared.confirmed_bindings.pop(uid, None)
         if self.shared.restrictions.pop(uid, None) is not None:
             self.shared.restrictions_version += 1
         self.barrier.offered.pop(uid, None)

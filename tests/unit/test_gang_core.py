@@ -354,6 +354,38 @@ def test_a_plain_pods_assumption_counts_it_on_its_node_before_the_binding_return
     assert core.snapshot.free_gpus("n1") == 1
 
 
+@pytest.mark.parametrize("planned", [True, False], ids=["gang member", "plain pod"])
+def test_a_watch_copy_older_than_a_successful_binding_does_not_free_its_room(
+    planned: bool,
+) -> None:
+    """A pod's nodeName is never unset: a copy without it that the watch delivers after
+    our binding succeeded (a write made before the binding, delivered late under load)
+    is older than what the binding said. Counting it as unbound offered its GPUs to the
+    next gang, a plan kube-scheduler's own cache then refused (round 11 of
+    docs/benchmarks.md: a dropped plan, the replan backoff and the scheduler's backoff)."""
+    if planned:
+        pods = [make_pod(f"w{i}").group("g").min_available(2).gpus(2).obj() for i in range(2)]
+    else:
+        pods = [make_pod("w0").gpus(2).obj()]
+    core = core_with([make_node("n1").gpus(4).obj()], pods)
+    stale = pod_info(core, "w0")
+    if planned:
+        assert core.filter(stale, ["n1"], T0).verdict is Verdict.PLANNED
+        assert core.binding_succeeded(stale.uid, "n1", T0 + 1) is True
+    else:
+        assert core.assume_bound(stale.uid, "n1", T0) is not None
+        assert core.binding_succeeded(stale.uid, "n1", T0 + 1) is False  # counted already
+    core.observe_pod(dataclasses.replace(stale, planned_node="n1"), T0 + 2)
+    assert core.snapshot.pods[stale.uid].node_name == "n1"
+    assert core.snapshot.pods[stale.uid].planned_node == "n1"  # the rest of the copy is news
+    assert core.snapshot.free_gpus("n1") == 2
+    # The watch catching up ends the correction; the pod's deletion forgets it.
+    core.observe_pod(dataclasses.replace(stale, node_name="n1"), T0 + 3)
+    core.forget_pod(stale.uid, T0 + 4)
+    core.observe_pod(stale, T0 + 5)  # nothing of the binding is kept after the deletion
+    assert core.snapshot.pods[stale.uid].node_name is None
+
+
 @pytest.mark.parametrize(
     "pods",
     [

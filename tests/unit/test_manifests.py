@@ -197,6 +197,17 @@ def test_the_gang_scheduler_is_the_pinned_upstream_image_running_the_deploy_conf
     assert config["leaderElection"]["resourceName"] in _lease_names(SCHEDULER)
 
 
+def test_the_gang_scheduler_retries_a_refused_member_within_a_second() -> None:
+    """A member refused while its gang was incomplete is moved to the backoff queue by
+    the event that completes the gang; kube-scheduler's default backoff (1s doubling
+    to 10s) would keep it there up to 10s after its gang was planned. 1s is the
+    lowest podInitialBackoffSeconds the scheduler accepts, and the cap must not be
+    below it (the scheduler refuses such a config)."""
+    (config,) = load(DEPLOY / "scheduler" / "scheduler-config.yaml")
+    assert config["podInitialBackoffSeconds"] == 1
+    assert config["podMaxBackoffSeconds"] == 1
+
+
 def _lease_names(account: str) -> set[str]:
     names: set[str] = set()
     for binding in (o for o in objects() if o["kind"] == "RoleBinding"):
