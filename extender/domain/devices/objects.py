@@ -1,0 +1,177 @@
+"""DeviceClasses, ResourceSlices and ResourceClaims read from resource.k8s.io/v1 JSON.
+
+Only what counting devices needs: a class's selectors and the resource names that
+request it, a slice's node and devices, a claim's allocated devices and its owner.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+# The implicit extended resource name of a DeviceClass (KEP-5004): a pod may ask for
+# `deviceclass.resource.kubernetes.io/<class>: N` whatever its extendedResourceName.
+CLASS_RESOURCE_PREFIX = "deviceclass.resource.kubernetes.io/"
+# kube-scheduler's mark on the claim it creates for a pod whose extended resource is
+# served by DRA (resourceapi.ExtendedResourceClaimAnnotation); the pod owns the claim.
+EXTENDED_RESOURCE_CLAIM_ANNOTATION = "resource.kubernetes.io/extended-resource-claim"
+
+# A device is named by its driver, its pool and its name (as a claim's allocation names it).
+DeviceId = tuple[str, str, str]
+
+
+def class_resource(class_name: str) -> str:
+    """The implicit extended resource name of a DeviceClass."""
+    return f"{CLASS_RESOURCE_PREFIX}{class_name}"
+
+
+@dataclass(frozen=True)
+class DeviceClass:
+    name: str
+    selectors: tuple[str, ...]  # CEL expressions, all of which a device must match
+    extended_resource: str | None  # spec.extendedResourceName
+
+    @property
+    def resources(self) -> tuple[str, ...]:
+        """The extended resource names a pod may request this class by."""
+        implicit = class_resource(self.name)
+        if self.extended_resource and self.extended_resource != implicit:
+            return (self.extended_resource, implicit)
+        return (implicit,)
+
+    @classmethod
+    def from_api(cls, obj: Mapping[str, Any]) -> DeviceClass:
+        spec = obj.get("spec") or {}
+        selectors = tuple(
+            str(expr)
+            for selector in spec.get("selectors") or []
+            if isinstance(selector, dict)
+            and (expr := (selector.get("cel") or {}).get("expression"))
+        )
+        extended = spec.get("extendedResourceName")
+        return cls(
+            name=str(obj["metadata"]["name"]),
+            selectors=selectors,
+            extended_resource=str(extended) if extended else None,
+        )
+
+
+@dataclass(frozen=True)
+class Device:
+    driver: str
+    pool: str
+    name: str
+    # Attributes by domain, then by name (`device.attributes["gpu.nvidia.com"].model`):
+    # an unqualified attribute name belongs to the driver's domain.
+    attributes: Mapping[str, Mapping[str, Any]]
+    # Capacities by domain, then by name, as quantity strings.
+    capacity: Mapping[str, Mapping[str, str]]
+
+    @property
+    def id(self) -> DeviceId:
+        return (self.driver, self.pool, self.name)
+
+
+@dataclass(frozen=True)
+class Slice:
+    name: str
+    driver: str
+    pool: str
+    generation: int  # of the pool: only a pool's newest slices count
+    node: str | None  # spec.nodeName; None: devices not bound to one node (not counted)
+    devices: tuple[Device, ...]
+    # Why the slice's devices are not counted (allNodes, a node selector), or None.
+    unsupported: str | None = None
+
+    @classmethod
+    def from_api(cls, obj: Mapping[str, Any]) -> Slice:
+        spec = obj.get("spec") or {}
+        driver = str(spec.get("driver") or "")
+        pool = spec.get("pool") or {}
+        pool_name = str(pool.get("name") or "")
+        node = spec.get("nodeName") or None
+        unsupported = None
+        if node is None:
+            how = next(
+                (k for k in ("allNodes", "nodeSelector", "perDeviceNodeSelection") if spec.get(k)),
+                "no nodeName",
+            )
+            unsupported = f"ResourceSlice {obj['metadata']['name']} ({how}) is not per node"
+        devices = tuple(
+            _device(driver, pool_name, raw)
+            for raw in spec.get("devices") or []
+            if isinstance(raw, dict)
+        )
+        return cls(
+            name=str(obj["metadata"]["name"]),
+            driver=driver,
+            pool=pool_name,
+            generation=int(pool.get("generation") or 0),
+            node=str(node) if node else None,
+            devices=devices,
+            unsupported=unsupported,
+        )
+
+
+def _device(driver: str, pool: str, raw: Mapping[str, Any]) -> Device:
+    attributes: dict[str, dict[str, Any]] = {}
+    for name, value in (raw.get("attributes") or {}).items():
+        domain, _, short = str(name).rpartition("/")
+        attributes.setdefault(domain or driver, {})[short] = _attribute_value(value)
+    capacity: dict[str, dict[str, str]] = {}
+    for name, value in (raw.get("capacity") or {}).items():
+        domain, _, short = str(name).rpartition("/")
+        quantity = value.get("value") if isinstance(value, dict) else value
+        capacity.setdefault(domain or driver, {})[short] = str(quantity)
+    return Device(driver, pool, str(raw.get("name") or ""), attributes, capacity)
+
+
+def _attribute_value(value: Any) -> Any:
+    """A DeviceAttribute ({"int": 1} / {"bool": ..} / {"string": ..} / {"version": ..})."""
+    if not isinstance(value, dict):
+        return value
+    for kind in ("int", "bool", "string", "version"):
+        if kind in value:
+            return value[kind]
+    return None
+
+
+@dataclass(frozen=True)
+class Claim:
+    key: str  # namespace/name
+    namespace: str
+    name: str
+    # The Pod that controls the claim (a claim from a template, or kube-scheduler's
+    # extended-resource claim), by uid; None for a claim made by hand.
+    owner_pod: str | None
+    extended: bool  # kube-scheduler's claim for a pod's DRA-served extended resources
+    allocated: tuple[DeviceId, ...]  # status.allocation.devices.results
+
+    @classmethod
+    def from_api(cls, obj: Mapping[str, Any]) -> Claim:
+        meta = obj["metadata"]
+        owner = next(
+            (
+                str(ref.get("uid"))
+                for ref in meta.get("ownerReferences") or []
+                if isinstance(ref, dict) and ref.get("kind") == "Pod" and ref.get("controller")
+            ),
+            None,
+        )
+        annotations = meta.get("annotations") or {}
+        allocation = (obj.get("status") or {}).get("allocation") or {}
+        results = (allocation.get("devices") or {}).get("results") or []
+        allocated = tuple(
+            (str(r.get("driver")), str(r.get("pool")), str(r.get("device")))
+            for r in results
+            if isinstance(r, dict)
+        )
+        return cls(
+            key=f"{meta.get('namespace') or 'default'}/{meta['name']}",
+            namespace=str(meta.get("namespace") or "default"),
+            name=str(meta["name"]),
+            owner_pod=owner,
+            extended=annotations.get(EXTENDED_RESOURCE_CLAIM_ANNOTATION) == "true",
+            allocated=allocated,
+        )
