@@ -64,6 +64,9 @@ class NodeInfo:
     labels: dict[str, str] = field(default_factory=dict)
     taints: tuple[Taint, ...] = ()
     unschedulable: bool = False
+    # DRA-served resources whose devices here could not all be told to match their
+    # DeviceClass (a CEL selector that failed), resource -> why: holds name it.
+    unreadable_devices: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_api(cls, obj: Mapping[str, Any]) -> NodeInfo:

@@ -16,6 +16,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from extender.domain.devices.nodes import unreadable_note
 from extender.domain.limits import MAX_TOPOLOGY_LABELS, PLANNER_STEP_BUDGET, listing
 from extender.domain.model import NodeInfo, PodInfo, Resources
 from extender.domain.node_fill import (
@@ -294,7 +295,8 @@ def plan_gang(
     return Shortfall(
         len(placed),
         len(members),
-        _shortfall_text(members, placed, misfit, free, _room_for(misfit, free, nodes, allowed)),
+        _shortfall_text(members, placed, misfit, free, _room_for(misfit, free, nodes, allowed))
+        + unreadable_note(misfit, nodes),
         unplaced=tuple(m.uid for m in members if m.uid not in placed),
     )
 

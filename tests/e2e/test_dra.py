@@ -1,0 +1,174 @@
+"""GPUs served by Dynamic Resource Allocation (docs/dra.md), on the local control plane.
+
+A DeviceClass maps `nvidia.com/gpu` (as NVIDIA's DRA driver's does by default); a
+KWOK node publishes its GPUs in a ResourceSlice made by the test and advertises no
+`nvidia.com/gpu` in allocatable. No kubelet plugin is needed: scheduling reads only
+the API objects. DRA-served extended resources are on in 1.37 (DRAExtendedResource);
+on the oldest tier (1.35) the test skips.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client as k8s
+
+from extender.devcluster.cluster import binary_version
+from extender.devcluster.nodes import gpu_node_body, wait_for_nodes_ready
+from extender.kube.rawapi import KubeError, RawApi, path_of
+from tests.e2e.gang_fixtures import (  # noqa: F401 (no_partial_gangs is a fixture)
+    bound,
+    condition_message,
+    create,
+    delete_pod,
+    gang_pod,
+    get_podgroup,
+    list_pods,
+    minor_version,
+    no_partial_gangs,
+    podgroup,
+    wait_until,
+)
+
+GPU = "nvidia.com/gpu"
+HOLD_OBSERVATION_SECONDS = 6  # several scheduler retries of a held gang
+RESOURCE_API = ("apis", "resource.k8s.io", "v1")
+
+pytestmark = pytest.mark.usefixtures("no_partial_gangs")
+
+
+@pytest.fixture
+def dra_extended_resources(bin_dir: Path) -> None:
+    version = binary_version(bin_dir)
+    if minor_version(version) < 37:
+        pytest.skip(
+            f"DRA-served extended resources (DRAExtendedResource) are on from 1.37; "
+            f"this control plane is {version}"
+        )
+
+
+@pytest.fixture
+def dra_objects(api: k8s.ApiClient, raw: RawApi) -> Iterator[list[str]]:
+    """Paths of the cluster-scoped objects a test creates, deleted after it."""
+    made: list[str] = []
+    yield made
+    for path in reversed(made):
+        try:
+            raw.call("DELETE", path)
+        except KubeError as err:
+            if err.status != 404:
+                raise
+
+
+def make(raw: RawApi, made: list[str], plural: str, obj: dict[str, Any]) -> None:
+    raw.call("POST", path_of(*RESOURCE_API, plural), body=obj)
+    made.append(path_of(*RESOURCE_API, plural, obj["metadata"]["name"]))
+
+
+def device_class(name: str, driver: str, extended: str | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}]}
+    if extended:
+        spec["extendedResourceName"] = extended
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+def resource_slice(name: str, node: str, driver: str, gpus: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": name},
+        "spec": {
+            "driver": driver,
+            "nodeName": node,
+            "pool": {"name": node, "generation": 0, "resourceSliceCount": 1},
+            "devices": [
+                {"name": f"gpu-{i}", "attributes": {"index": {"int": i}}} for i in range(gpus)
+            ],
+        },
+    }
+
+
+def dra_node(api: k8s.ApiClient, made_nodes: list[str], pool: str) -> str:
+    """A Ready KWOK node with cpu and memory but no nvidia.com/gpu in allocatable."""
+    name = f"dra-{pool}"
+    body = gpu_node_body(name, labels={"e2e.gang-extender.io/pool": pool})
+    for part in ("capacity", "allocatable"):
+        del body["status"][part][GPU]
+    k8s.CoreV1Api(api).create_node(body)
+    made_nodes.append(name)
+    wait_for_nodes_ready(api, [name])
+    return name
+
+
+@pytest.fixture
+def made_nodes(core: k8s.CoreV1Api) -> Iterator[list[str]]:
+    names: list[str] = []
+    yield names
+    for name in names:
+        try:
+            core.delete_node(name)
+        except k8s.ApiException as exc:
+            if exc.status != 404:
+                raise
+
+
+def test_gang_of_dra_served_gpus_held_whole_while_short_then_bound_whole(
+    dra_extended_resources: None,
+    gang_stack: Any,
+    api: k8s.ApiClient,
+    raw: RawApi,
+    namespace: str,
+    dra_objects: list[str],
+    made_nodes: list[str],
+) -> None:
+    suffix = uuid.uuid4().hex[:6]
+    driver = f"gpu-{suffix}.e2e.example.com"
+    make(raw, dra_objects, "deviceclasses", device_class(f"gpu-{suffix}", driver, GPU))
+    node = dra_node(api, made_nodes, suffix)
+    make(raw, dra_objects, "resourceslices", resource_slice(f"{node}-gpus", node, driver, 4))
+    selector = {"e2e.gang-extender.io/pool": suffix}
+
+    # The stock default scheduler serves a 1-GPU pod from the node's DRA devices.
+    plain = gang_pod("plain", "", gpus=1, node_selector=selector, scheduler="default-scheduler")
+    create(raw, namespace, plain)
+    wait_until(
+        lambda: bound([p for p in list_pods(raw, namespace) if p["metadata"]["name"] == "plain"]),
+        what="the plain 1-GPU pod bound to the DRA node",
+    )
+
+    create(raw, namespace, podgroup("train", 2))
+    for i in range(2):
+        create(raw, namespace, gang_pod(f"train-{i}", "train", gpus=2, node_selector=selector))
+    message = wait_until(
+        lambda: (
+            "placeable" in (m := condition_message(get_podgroup(raw, namespace, "train"))) and m
+        ),
+        what="the hold to say what is missing",
+    )
+    assert f"needs 4 {GPU} in all" in message
+    assert "3 free" in message, message  # 4 devices, 1 taken by the plain pod
+    time.sleep(HOLD_OBSERVATION_SECONDS)
+    assert [p["metadata"]["name"] for p in bound(list_pods(raw, namespace))] == ["plain"], (
+        "no member may be bound while the gang does not fit"
+    )
+
+    delete_pod(raw, namespace, "plain")
+    wait_until(
+        lambda: (
+            len([p for p in bound(list_pods(raw, namespace)) if p["metadata"]["name"] != "plain"])
+            == 2
+        ),
+        what="both members bound once the plain pod's GPU is free",
+    )
+    nodes = {p["spec"]["nodeName"] for p in bound(list_pods(raw, namespace))}
+    assert nodes == {node}
