@@ -23,9 +23,10 @@ from collections.abc import Callable
 from typing import Any
 
 from extender.domain.core_api import SchedulingCore
+from extender.domain.devices.claims import with_claim_needs
 from extender.domain.devices.inventory import DeviceInventory
 from extender.domain.devices.nodes import with_devices
-from extender.domain.devices.objects import Claim, DeviceClass, Slice
+from extender.domain.devices.objects import Claim, ClaimTemplate, DeviceClass, Slice
 from extender.domain.foreign_podgroups import (
     SOURCE_COSCHEDULING,
     SOURCE_OURS,
@@ -53,6 +54,7 @@ from extender.kube.cache import CacheSink
 from extender.kube.ownership import OwnershipSeal
 from extender.kube.resources import (
     DEVICE_CLASSES,
+    RESOURCE_CLAIM_TEMPLATES,
     RESOURCE_CLAIMS,
     RESOURCE_SLICES,
     UPSTREAM_PODGROUPS,
@@ -112,6 +114,8 @@ class ClusterState(CacheSink):
         # core gets the node with its DRA-served resources added (`_apply_node`).
         self.devices = DeviceInventory()
         self.api_nodes: dict[str, NodeInfo] = {}
+        # ResourceClaimTemplates (namespace/name): what a member's own claims ask.
+        self.claim_templates: dict[str, ClaimTemplate] = {}
 
     # ---- CacheSink ----
     def on_page(self, kind: str, items: list[dict[str, Any]], first: bool, last: bool) -> None:
@@ -167,6 +171,9 @@ class ClusterState(CacheSink):
             for name in [n for n in self.core.snapshot.nodes if f"/{n}" not in seen]:
                 self.api_nodes.pop(name, None)
                 self.core.forget_node(name)
+        elif kind == RESOURCE_CLAIM_TEMPLATES.kind:
+            for template in [k for k in self.claim_templates if k not in seen]:
+                self._template_change(template, None)
         elif kind in _DEVICE_KINDS:
             names: list[str] = list(
                 self.devices.classes
@@ -252,12 +259,16 @@ class ClusterState(CacheSink):
                 node = NodeInfo.from_api(obj)
                 self.api_nodes[node.name] = node
                 self._apply_node(node.name)
+        elif kind == RESOURCE_CLAIM_TEMPLATES.kind:
+            self._template_change(self._identity(kind, obj), None if deleted else obj)
         elif kind in _DEVICE_KINDS:
             meta = obj["metadata"]
             name = meta["name"] if kind != RESOURCE_CLAIMS.kind else self._identity(kind, obj)
             self._device_change(kind, name, None if deleted else obj)
         elif kind == "pods":
             pod = PodInfo.from_api(obj)
+            if pod.group is not None:  # a member's devices, asked by claim templates
+                pod = with_claim_needs(pod, obj.get("spec") or {}, self.claim_templates)
             placeholder = pod.placeholder_for
             if placeholder is not None and not self.seal.is_our_placeholder(obj, placeholder.name):
                 if pod.uid not in self.core.snapshot.pods:
@@ -345,6 +356,31 @@ class ClusterState(CacheSink):
             )
         self._reapply_nodes(touched)
 
+    def _template_change(self, key: str, obj: dict[str, Any] | None) -> None:
+        """Store a ResourceClaimTemplate (None: deleted); members that use it are read
+        again, since their requests count what it asks."""
+        if obj is None:
+            if self.claim_templates.pop(key, None) is None:
+                return
+        else:
+            template = ClaimTemplate.from_api(obj)
+            if self.claim_templates.get(key) == template:
+                return
+            self.claim_templates[key] = template
+        namespace, _, name = key.partition("/")
+        users = [
+            pod
+            for group, pods in self.group_pods.items()
+            if group.namespace == namespace
+            for pod in pods.values()
+            if any(
+                isinstance(entry, dict) and entry.get("resourceClaimTemplateName") == name
+                for entry in (pod.get("spec") or {}).get("resourceClaims") or []
+            )
+        ]
+        for pod in users:
+            self._apply("pods", "MODIFIED", pod)
+
     def _reapply_nodes(self, names: set[str]) -> None:
         for name in names:
             if name in self.api_nodes:
@@ -353,17 +389,21 @@ class ClusterState(CacheSink):
     def _apply_node(self, name: str) -> None:
         self.core.apply_node(with_devices(self.api_nodes[name], self.devices, self._holds))
 
-    def _holds(self, pod_uid: str, node: str) -> bool:
-        """The pod's requests are counted on `node` already: as used (bound there) or as
-        reserved (a gang member its plan places there, whose claim kube-scheduler
-        allocated before calling bind, while the bind barrier waits)."""
-        pod = self.core.snapshot.pods.get(pod_uid)
+    def _holds(self, claim: Claim, node: str) -> bool:
+        """The claim's devices are its owner pod's requests (kube-scheduler's claim for
+        the pod's extended resources, or one from a template the member's requests
+        count), counted on `node` already: as used (bound there) or as reserved (a
+        gang member its plan places there, whose claim kube-scheduler allocated before
+        calling bind, while the bind barrier waits)."""
+        pod = self.core.snapshot.pods.get(claim.owner_pod or "")
         if pod is None or pod.phase in TERMINAL_PHASES:
+            return False
+        if not claim.extended and claim.pod_claim_name not in pod.device_claims:
             return False
         if pod.node_name:
             return pod.node_name == node and pod.holds_capacity
         plan = self.core.ledger.plans.get(pod.group) if pod.group is not None else None
-        return plan is not None and plan.placements.get(pod_uid) == node
+        return plan is not None and plan.placements.get(pod.uid) == node
 
     def _podgroup_store(self, kind: str) -> dict[GroupKey, dict[str, Any]]:
         return {

@@ -134,6 +134,9 @@ class PodInfo:
     # The ReplicaSet controlling the pod (a Deployment's), from its ownerReferences:
     # names the rolling update behind members that disagree on their group's size.
     replica_set: str | None = None
+    # Its spec.resourceClaims entries (from templates) whose devices are in `requests`
+    # as deviceclass.resource.kubernetes.io/<class> (domain/devices/claims.py).
+    device_claims: tuple[str, ...] = ()
 
     @property
     def ref(self) -> str:

@@ -1,6 +1,6 @@
 """Watch cache: list-then-watch of the resources in kube/resources.py (Nodes, Pods,
 PodGroups: ours, scheduler-plugins', Volcano's, Kubernetes'; Namespaces; DRA's
-DeviceClasses, ResourceSlices and ResourceClaims), as raw JSON.
+DeviceClasses, ResourceSlices, ResourceClaims and ResourceClaimTemplates), as raw JSON.
 
 An optional API is found by listing it: a 404 on every version the resource names
 means "not served", not an error, and it is looked for again every
@@ -47,6 +47,7 @@ from extender.kube.resources import (
     NODES,
     PODGROUPS,
     PODS,
+    RESOURCE_CLAIM_TEMPLATES,
     RESOURCE_CLAIMS,
     RESOURCE_SLICES,
     UPSTREAM_PODGROUPS,
@@ -427,6 +428,7 @@ class WatchCache:
             DEVICE_CLASSES,
             RESOURCE_SLICES,
             RESOURCE_CLAIMS,
+            RESOURCE_CLAIM_TEMPLATES,
         ),
         tuning: CacheTuning = DEFAULT_TUNING,
         on_synced: Callable[[], None] | None = None,

@@ -18,6 +18,7 @@ __all__ = [
     "PODGROUPS",
     "PODS",
     "RESOURCE_CLAIMS",
+    "RESOURCE_CLAIM_TEMPLATES",
     "RESOURCE_SLICES",
     "UPSTREAM_PODGROUPS",
     "UPSTREAM_WORKLOADS",
@@ -84,4 +85,8 @@ RESOURCE_SLICES = Resource(
 )
 RESOURCE_CLAIMS = Resource(
     "resourceclaims", "/apis/resource.k8s.io/v1/resourceclaims", optional=True
+)
+# What each claim made from a template asks (a gang member's devices, docs/dra.md).
+RESOURCE_CLAIM_TEMPLATES = Resource(
+    "resourceclaimtemplates", "/apis/resource.k8s.io/v1/resourceclaimtemplates", optional=True
 )

@@ -254,6 +254,12 @@ def test_the_crd_is_served_with_its_printer_columns(cluster, applied) -> None:
             "watch", "resourceclaims.resource.k8s.io", ("-A",), id="read DRA ResourceClaims"
         ),
         pytest.param(
+            "list",
+            "resourceclaimtemplates.resource.k8s.io",
+            ("-A",),
+            id="read DRA ResourceClaimTemplates",
+        ),
+        pytest.param(
             "patch",
             "mutatingwebhookconfigurations/gang-extender",
             (),

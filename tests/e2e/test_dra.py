@@ -172,3 +172,71 @@ def test_gang_of_dra_served_gpus_held_whole_while_short_then_bound_whole(
     )
     nodes = {p["spec"]["nodeName"] for p in bound(list_pods(raw, namespace))}
     assert nodes == {node}
+
+
+def claim_template(name: str, device_class: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name},
+        "spec": {
+            "spec": {
+                "devices": {
+                    "requests": [{"name": "gpu", "exactly": {"deviceClassName": device_class}}]
+                }
+            }
+        },
+    }
+
+
+def test_claim_template_gang_held_naming_the_class_then_bound_whole_when_devices_arrive(
+    gang_stack: Any,
+    api: k8s.ApiClient,
+    raw: RawApi,
+    namespace: str,
+    dra_objects: list[str],
+    made_nodes: list[str],
+) -> None:
+    """Members that each ask 1 device of a class through a ResourceClaimTemplate: 4 of
+    them, 2 devices on the first node. Held whole with a hold naming the class; bound
+    whole once a second node's slice brings 2 more."""
+    suffix = uuid.uuid4().hex[:6]
+    driver = f"dev-{suffix}.e2e.example.com"
+    device_class_name = f"dev-{suffix}.example.com"
+    make(raw, dra_objects, "deviceclasses", device_class(device_class_name, driver))
+    pool = f"t{suffix}"
+    first = dra_node(api, made_nodes, pool)
+    make(raw, dra_objects, "resourceslices", resource_slice(f"{first}-devs", first, driver, 2))
+    raw.call(
+        "POST",
+        path_of("apis", "resource.k8s.io", "v1", "namespaces", namespace, "resourceclaimtemplates"),
+        body=claim_template("one-device", device_class_name),
+    )
+    selector = {"e2e.gang-extender.io/pool": pool}
+    create(raw, namespace, podgroup("train", 4))
+    for i in range(4):
+        pod = gang_pod(f"train-{i}", "train", node_selector=selector)
+        pod["spec"]["resourceClaims"] = [{"name": "dev", "resourceClaimTemplateName": "one-device"}]
+        pod["spec"]["containers"][0]["resources"]["claims"] = [{"name": "dev"}]
+        create(raw, namespace, pod)
+    message = wait_until(
+        lambda: (
+            "placeable" in (m := condition_message(get_podgroup(raw, namespace, "train"))) and m
+        ),
+        what="the hold to name the device class",
+    )
+    assert f"needs 4 devices of class {device_class_name} in all" in message, message
+    assert "2 free" in message, message
+    time.sleep(HOLD_OBSERVATION_SECONDS)
+    assert bound(list_pods(raw, namespace)) == [], "no member may bind while devices are short"
+
+    second = dra_node(api, made_nodes, pool + "b")
+    # The second node joins the same pool label, so the members may go there.
+    k8s.CoreV1Api(api).patch_node(second, {"metadata": {"labels": selector}})
+    make(raw, dra_objects, "resourceslices", resource_slice(f"{second}-devs", second, driver, 2))
+    wait_until(
+        lambda: len(bound(list_pods(raw, namespace))) == 4,
+        what="all 4 members bound once the second node's devices arrive",
+    )
+    placed = sorted(p["spec"]["nodeName"] for p in bound(list_pods(raw, namespace)))
+    assert placed == sorted([first, first, second, second])

@@ -8,6 +8,7 @@ devices, whatever the slices and allocated claims.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -18,6 +19,7 @@ from extender.domain.devices.inventory import DeviceInventory
 from extender.domain.devices.objects import (
     EXTENDED_RESOURCE_CLAIM_ANNOTATION,
     Claim,
+    ClaimTemplate,
     DeviceClass,
     Slice,
     class_resource,
@@ -212,14 +214,16 @@ def test_devices_a_node_offers(
     objs: list[tuple[str, dict[str, Any]]], advertised: dict[str, int], expected: int | None
 ) -> None:
     inv = inventory(*objs)
-    offered, unreadable = inv.capacity("n1", advertised, lambda pod, node: (pod, node) in BOUND)
+    offered, unreadable = inv.capacity(
+        "n1", advertised, lambda claim, node: (claim.owner_pod, node) in BOUND and claim.extended
+    )
     assert offered.get(GPU) == expected
     assert unreadable == {}
 
 
 def test_the_implicit_class_resource_is_offered_too() -> None:
     inv = inventory(DRIVER_CLASS, ("slice", slice_obj("s", "n1", 4)))
-    offered, _ = inv.capacity("n1", {}, lambda pod, node: False)
+    offered, _ = inv.capacity("n1", {}, lambda claim, node: False)
     assert offered == {GPU: 4, class_resource("gpu"): 4}
 
 
@@ -228,7 +232,7 @@ def test_a_selector_that_fails_is_named_and_its_devices_not_counted() -> None:
         ("class", class_obj("gpu", 'device.attributes["x.example.com"].model == "a"')),
         ("slice", slice_obj("s", "n1", 4)),
     )
-    offered, unreadable = inv.capacity("n1", {}, lambda pod, node: False)
+    offered, unreadable = inv.capacity("n1", {}, lambda claim, node: False)
     assert offered[GPU] == 0
     assert "DeviceClass gpu" in unreadable[GPU] and "x.example.com" in unreadable[GPU]
 
@@ -278,10 +282,13 @@ def test_cluster_state_folds_devices_into_the_core_node_and_counts_a_bound_pod_o
     devices=st.lists(st.integers(min_value=0, max_value=6), min_size=1, max_size=5),
     taken=st.lists(st.tuples(st.integers(0, 4), st.integers(0, 5), st.booleans()), max_size=8),
     members=st.lists(st.integers(min_value=1, max_value=4), min_size=1, max_size=6),
+    resource=st.sampled_from([GPU, class_resource("gpu")]),
 )
 def test_no_node_is_planned_past_its_free_devices(
-    devices: list[int], taken: list[tuple[int, int, bool]], members: list[int]
+    devices: list[int], taken: list[tuple[int, int, bool]], members: list[int], resource: str
 ) -> None:
+    """Whether members ask nvidia.com/gpu (served by the class) or the class's devices
+    (as a claim template makes them ask), and whatever devices claims hold."""
     state = make_cluster_state()
     state.on_page("deviceclasses", [DRIVER_CLASS[1]], True, True)
     nodes = [f"n{i}" for i in range(len(devices))]
@@ -311,16 +318,17 @@ def test_no_node_is_planned_past_its_free_devices(
     }
     gang = []
     for i, gpus in enumerate(members):
-        pod = make_pod(f"m{i}").gpus(gpus).obj()
+        pod = make_pod(f"m{i}").obj()
         pod["metadata"]["uid"] = f"m{i}"
-        gang.append(PodInfo.from_api(pod))
+        info = PodInfo.from_api(pod)
+        gang.append(dataclasses.replace(info, requests={**info.requests, resource: gpus}))
     free = {n: snapshot.free(n) for n in nodes}
     outcome = plan_gang(gang, free, snapshot.nodes, Policy())
     if isinstance(outcome, Placement):
         load: dict[str, int] = {}
         for member in gang:
             node = outcome.nodes[member.uid]
-            load[node] = load.get(node, 0) + member.requests[GPU]
+            load[node] = load.get(node, 0) + member.requests[resource]
         for node, used in load.items():
             assert used <= really_free[node], (node, used, really_free)
 
@@ -382,3 +390,123 @@ def test_a_hold_names_devices_a_selector_could_not_count() -> None:
     assert not isinstance(outcome, Placement)
     assert "devices not counted: DeviceClass gpu: CEL" in outcome.message
     assert "x.example.com" in outcome.message and "(node n1)" in outcome.message
+
+
+# ---- members asking devices through ResourceClaimTemplates ----
+
+
+def template_obj(
+    name: str, *requests: dict[str, Any], namespace: str = "default"
+) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"spec": {"devices": {"requests": list(requests)}}},
+    }
+
+
+def exactly(device_class: str, count: int | None = None, mode: str | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"deviceClassName": device_class}
+    if count is not None:
+        spec["count"] = count
+    if mode is not None:
+        spec["allocationMode"] = mode
+    return {"name": "r", "exactly": spec}
+
+
+@pytest.mark.parametrize(
+    ("requests", "needs", "unsupported"),
+    [
+        ([exactly("gpu")], {"gpu": 1}, None),
+        ([exactly("gpu", 2), exactly("gpu", 1), exactly("nic", 1)], {"gpu": 3, "nic": 1}, None),
+        ([exactly("gpu", mode="All")], {}, "allocationMode All"),
+        (
+            [{"name": "r", "firstAvailable": [{"name": "a", "deviceClassName": "gpu"}]}],
+            {},
+            "firstAvailable",
+        ),
+        ([exactly("gpu", 0)], {}, "count 0"),
+    ],
+)
+def test_what_a_claim_template_asks(
+    requests: list[dict[str, Any]], needs: dict[str, int], unsupported: str | None
+) -> None:
+    template = ClaimTemplate.from_api(template_obj("t", *requests))
+    assert dict(template.needs) == needs
+    if unsupported is None:
+        assert template.unsupported is None
+    else:
+        assert template.unsupported is not None and unsupported in template.unsupported
+
+
+def member_with_claims(name: str, *claims: dict[str, str], group: str = "g") -> dict[str, Any]:
+    pod = make_pod(name).group(group).obj()
+    pod["metadata"]["uid"] = name
+    pod["metadata"]["annotations"] = {"gang-extender.io/min-available": "4"}
+    pod["spec"]["resourceClaims"] = list(claims)
+    return pod
+
+
+GPU_CLASS = class_resource("gpu")
+
+
+def test_claim_template_members_are_planned_only_where_devices_are_free() -> None:
+    state = make_cluster_state()
+    state.on_page("nodes", [dra_node("n1"), dra_node("n2")], True, True)
+    state.on_page(
+        "deviceclasses",
+        [class_obj("gpu", f'device.driver == "{DRIVER}"', extended=None)],
+        True,
+        True,
+    )
+    state.on_page("resourceslices", [slice_obj("s1", "n1", 2)], True, True)
+    pods = [
+        member_with_claims(f"m{i}", {"name": "gpu", "resourceClaimTemplateName": "one-gpu"})
+        for i in range(4)
+    ]
+    for pod in pods:
+        state.on_event("pods", "ADDED", pod)
+    snapshot = state.core.snapshot
+    # The template is not seen yet: the members' needs are unknown, and said so.
+    assert "ResourceClaimTemplate one-gpu not found" in (snapshot.pods["m0"].group_error or "")
+    state.on_page("resourceclaimtemplates", [template_obj("one-gpu", exactly("gpu"))], True, True)
+    member = snapshot.pods["m0"]
+    assert member.group_error is None
+    assert member.requests[GPU_CLASS] == 1 and member.device_claims == ("gpu",)
+
+    members = [snapshot.pods[f"m{i}"] for i in range(4)]
+    free = {n: snapshot.free(n) for n in ("n1", "n2")}
+    outcome = plan_gang(members, free, snapshot.nodes, Policy())
+    assert not isinstance(outcome, Placement)
+    assert "needs 4 devices of class gpu in all (1 for m" in outcome.message
+    assert "2 free, largest free node has 2" in outcome.message
+
+    state.on_event("resourceslices", "ADDED", slice_obj("s2", "n2", 2))
+    free = {n: snapshot.free(n) for n in ("n1", "n2")}
+    outcome = plan_gang(members, free, snapshot.nodes, Policy())
+    assert isinstance(outcome, Placement)
+    assert sorted(outcome.nodes.values()) == ["n1", "n1", "n2", "n2"]
+
+
+def test_a_bound_members_template_claim_is_counted_once() -> None:
+    state = make_cluster_state()
+    state.on_page("nodes", [dra_node("n1")], True, True)
+    state.on_page(
+        "deviceclasses",
+        [class_obj("gpu", f'device.driver == "{DRIVER}"', extended=None)],
+        True,
+        True,
+    )
+    state.on_page("resourceslices", [slice_obj("s1", "n1", 2)], True, True)
+    state.on_page("resourceclaimtemplates", [template_obj("one-gpu", exactly("gpu"))], True, True)
+    pod = member_with_claims("m0", {"name": "gpu", "resourceClaimTemplateName": "one-gpu"})
+    pod["spec"]["nodeName"] = "n1"
+    pod["status"]["phase"] = "Running"
+    state.on_event("pods", "ADDED", pod)
+    claim = claim_obj("m0-gpu", [("n1", "s1-0")], owner="m0")
+    claim["metadata"]["annotations"] = {"resource.kubernetes.io/pod-claim-name": "gpu"}
+    state.on_event("resourceclaims", "ADDED", claim)
+    assert state.core.snapshot.free("n1")[GPU_CLASS] == 1
+    # A claim the member does not count in its requests (named directly) takes its device.
+    shared = claim_obj("shared", [("n1", "s1-1")])
+    state.on_event("resourceclaims", "ADDED", shared)
+    assert state.core.snapshot.free("n1")[GPU_CLASS] == 0

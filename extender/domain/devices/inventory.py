@@ -12,7 +12,9 @@ the pod its controlling owner) and allocates it before it binds the pod. Once th
 pod is bound to the node, the snapshot counts its request as used; while it waits
 in the bind barrier, its gang's plan reserves it. Either way its claim is not
 subtracted again (`holds`). Otherwise (a pod in neither state) the claim's devices
-are subtracted: they are taken.
+are subtracted: they are taken. The same holds for a gang member's claim made from
+a ResourceClaimTemplate, whose devices the member's requests carry as the class's
+resource (domain/devices/claims.py).
 """
 
 from __future__ import annotations
@@ -24,9 +26,9 @@ from dataclasses import dataclass, field
 from extender.domain.devices.objects import Claim, DeviceClass, DeviceId, Slice
 from extender.domain.devices.selectors import SelectorError, matches
 
-# (pod uid, node) -> the pod's requests are counted on the node already: used by it
-# (bound there) or reserved for it (a gang member planned there).
-Holds = Callable[[str, str], bool]
+# (claim, node) -> the claim's devices are its owner pod's requests, counted on the node
+# already: used (the pod is bound there) or reserved (a gang member planned there).
+Holds = Callable[[Claim, str], bool]
 
 
 @dataclass
@@ -135,7 +137,8 @@ class DeviceInventory:
         """What `node` offers of each DRA-served resource it does not advertise, and why
         some of its devices were not counted (resource -> message).
 
-        `holds(pod, node)`: the pod's requests count there already (used or reserved).
+        `holds(claim, node)`: the claim's devices count there already as its pod's
+        requests (used or reserved).
         """
         offered: dict[str, int] = {}
         unreadable: dict[str, str] = {}
@@ -166,7 +169,7 @@ class DeviceInventory:
                 if uid is None:
                     continue
                 claim = self.claims[uid]
-                if claim.extended and claim.owner_pod is not None and holds(claim.owner_pod, node):
+                if claim.owner_pod is not None and holds(claim, node):
                     continue
                 taken.add(device.id)
         return taken

@@ -17,6 +17,10 @@ CLASS_RESOURCE_PREFIX = "deviceclass.resource.kubernetes.io/"
 # served by DRA (resourceapi.ExtendedResourceClaimAnnotation); the pod owns the claim.
 EXTENDED_RESOURCE_CLAIM_ANNOTATION = "resource.kubernetes.io/extended-resource-claim"
 
+# On a claim made from a pod's ResourceClaimTemplate: the pod's name for the claim
+# (spec.resourceClaims[].name) (resourceapi.PodResourceClaimAnnotation).
+POD_CLAIM_NAME_ANNOTATION = "resource.kubernetes.io/pod-claim-name"
+
 # A device is named by its driver, its pool and its name (as a claim's allocation names it).
 DeviceId = tuple[str, str, str]
 
@@ -147,6 +151,8 @@ class Claim:
     owner_pod: str | None
     extended: bool  # kube-scheduler's claim for a pod's DRA-served extended resources
     allocated: tuple[DeviceId, ...]  # status.allocation.devices.results
+    # Made from a template for the owner pod's claim of this name (None: not from one).
+    pod_claim_name: str | None = None
 
     @classmethod
     def from_api(cls, obj: Mapping[str, Any]) -> Claim:
@@ -174,4 +180,38 @@ class Claim:
             owner_pod=owner,
             extended=annotations.get(EXTENDED_RESOURCE_CLAIM_ANNOTATION) == "true",
             allocated=allocated,
+            pod_claim_name=annotations.get(POD_CLAIM_NAME_ANNOTATION),
         )
+
+
+@dataclass(frozen=True)
+class ClaimTemplate:
+    """A ResourceClaimTemplate: the devices each claim made from it asks, per class."""
+
+    key: str  # namespace/name
+    needs: Mapping[str, int]  # DeviceClass name -> devices, exactly
+    # Why its requests cannot be counted as a number of devices of a class, or None.
+    unsupported: str | None = None
+
+    @classmethod
+    def from_api(cls, obj: Mapping[str, Any]) -> ClaimTemplate:
+        meta = obj["metadata"]
+        key = f"{meta.get('namespace') or 'default'}/{meta['name']}"
+        devices = (((obj.get("spec") or {}).get("spec") or {}).get("devices")) or {}
+        needs: dict[str, int] = {}
+        for request in devices.get("requests") or []:
+            if not isinstance(request, dict):
+                continue
+            exactly = request.get("exactly")
+            if not isinstance(exactly, dict):
+                how = "firstAvailable" if request.get("firstAvailable") else "no exactly"
+                return cls(key, {}, f"request {request.get('name')!r} uses {how}")
+            mode = exactly.get("allocationMode") or "ExactCount"
+            if mode != "ExactCount":
+                return cls(key, {}, f"request {request.get('name')!r} uses allocationMode {mode}")
+            name = str(exactly.get("deviceClassName") or "")
+            count = exactly.get("count", 1)
+            if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+                return cls(key, {}, f"request {request.get('name')!r} has count {count!r}")
+            needs[name] = needs.get(name, 0) + count
+        return cls(key, needs)
