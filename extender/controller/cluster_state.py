@@ -268,7 +268,12 @@ class ClusterState(CacheSink):
         elif kind == "pods":
             pod = PodInfo.from_api(obj)
             if pod.group is not None:  # a member's devices, asked by claim templates
-                pod = with_claim_needs(pod, obj.get("spec") or {}, self.claim_templates)
+                pod = with_claim_needs(
+                    pod,
+                    obj.get("spec") or {},
+                    self.claim_templates,
+                    self.devices.left_over(pod.uid),
+                )
             placeholder = pod.placeholder_for
             if placeholder is not None and not self.seal.is_our_placeholder(obj, placeholder.name):
                 if pod.uid not in self.core.snapshot.pods:
@@ -349,11 +354,17 @@ class ClusterState(CacheSink):
                 else self.devices.upsert_slice(Slice.from_api(obj))
             )
         else:
+            old = self.devices.claims.get(name)
+            claim = Claim.from_api(obj) if obj is not None else None
             touched = (
                 self.devices.delete_claim(name)
-                if obj is None
-                else self.devices.upsert_claim(Claim.from_api(obj))
+                if claim is None
+                else self.devices.upsert_claim(claim)
             )
+            # A member whose claim stays allocated after a failed bind needs its
+            # devices no more (domain/devices/claims.py): read it again.
+            if (old is not None and old.left_over) != (claim is not None and claim.left_over):
+                self._reread_owner(old or claim)
         self._reapply_nodes(touched)
 
     def _template_change(self, key: str, obj: dict[str, Any] | None) -> None:
@@ -380,6 +391,13 @@ class ClusterState(CacheSink):
         ]
         for pod in users:
             self._apply("pods", "MODIFIED", pod)
+
+    def _reread_owner(self, claim: Claim | None) -> None:
+        pod = self.core.snapshot.pods.get(claim.owner_pod or "") if claim is not None else None
+        if pod is not None and pod.group is not None:
+            obj = self.group_pods.get(pod.group, {}).get(pod.uid)
+            if obj is not None:
+                self._apply("pods", "MODIFIED", obj)
 
     def _reapply_nodes(self, names: set[str]) -> None:
         for name in names:

@@ -240,3 +240,86 @@ def test_claim_template_gang_held_naming_the_class_then_bound_whole_when_devices
     )
     placed = sorted(p["spec"]["nodeName"] for p in bound(list_pods(raw, namespace)))
     assert placed == sorted([first, first, second, second])
+
+
+def claims_of(raw: RawApi, namespace: str) -> dict[str, dict[str, Any]]:
+    """The namespace's ResourceClaims by the pod that owns them."""
+    found: dict[str, dict[str, Any]] = {}
+    items = raw.call(
+        "GET", path_of("apis", "resource.k8s.io", "v1", "namespaces", namespace, "resourceclaims")
+    )["items"]
+    for claim in items:
+        for ref in claim["metadata"].get("ownerReferences") or []:
+            if ref.get("kind") == "Pod":
+                found[ref["name"]] = claim
+    return found
+
+
+def test_claims_of_members_whose_bind_barrier_times_out(
+    gang_stack: Any,
+    api: k8s.ApiClient,
+    raw: RawApi,
+    namespace: str,
+    dra_objects: list[str],
+    made_nodes: list[str],
+) -> None:
+    """train-1 is gated, so train-0 reaches bind (its claim allocated by kube-scheduler
+    first) and waits in the barrier until it times out. What is left of its claim, and
+    does the gang still bind whole once train-1 may go?"""
+    suffix = uuid.uuid4().hex[:6]
+    driver = f"bar-{suffix}.e2e.example.com"
+    device_class_name = f"bar-{suffix}.example.com"
+    make(raw, dra_objects, "deviceclasses", device_class(device_class_name, driver))
+    pool = f"b{suffix}"
+    node = dra_node(api, made_nodes, pool)
+    make(raw, dra_objects, "resourceslices", resource_slice(f"{node}-devs", node, driver, 2))
+    raw.call(
+        "POST",
+        path_of("apis", "resource.k8s.io", "v1", "namespaces", namespace, "resourceclaimtemplates"),
+        body=claim_template("one-device", device_class_name),
+    )
+    selector = {"e2e.gang-extender.io/pool": pool}
+    create(raw, namespace, podgroup("train", 2, scheduleTimeoutSeconds=300))
+    for i in range(2):
+        pod = gang_pod(f"train-{i}", "train", node_selector=selector, gated=(i == 1))
+        pod["spec"]["resourceClaims"] = [{"name": "dev", "resourceClaimTemplateName": "one-device"}]
+        pod["spec"]["containers"][0]["resources"]["claims"] = [{"name": "dev"}]
+        create(raw, namespace, pod)
+    allocated = wait_until(
+        lambda: (
+            (c := claims_of(raw, namespace).get("train-0"))
+            and (c.get("status") or {}).get("allocation")
+            and c
+        ),
+        what="kube-scheduler to allocate train-0's claim before it calls bind",
+    )
+    print(f"\nbefore the barrier timeout: {allocated.get('status')}")
+    started = time.monotonic()
+    timeout_events = wait_until(
+        lambda: [
+            e
+            for e in raw.call("GET", f"/api/v1/namespaces/{namespace}/events")["items"]
+            if "barrier" in (e.get("message") or "")
+        ],
+        what="the barrier timeout",
+    )
+    print(
+        f"barrier timed out after {time.monotonic() - started:.0f}s: {timeout_events[0]['message']}"
+    )
+    time.sleep(HOLD_OBSERVATION_SECONDS)
+    after = claims_of(raw, namespace).get("train-0") or {}
+    print(f"after the barrier timeout: {after.get('status')}")
+    assert bound(list_pods(raw, namespace)) == [], "no member may bind alone"
+
+    from tests.e2e.gang_fixtures import ungate
+
+    ungate(raw, namespace, "train-1")
+    wait_until(
+        lambda: len(bound(list_pods(raw, namespace))) == 2,
+        what="the gang bound whole once train-1 may go",
+    )
+    claims = claims_of(raw, namespace)
+    for name in ("train-0", "train-1"):
+        status = claims[name].get("status") or {}
+        assert status.get("allocation"), name
+        assert [r["name"] for r in status.get("reservedFor") or []] == [name]

@@ -510,3 +510,37 @@ def test_a_bound_members_template_claim_is_counted_once() -> None:
     shared = claim_obj("shared", [("n1", "s1-1")])
     state.on_event("resourceclaims", "ADDED", shared)
     assert state.core.snapshot.free("n1")[GPU_CLASS] == 0
+
+
+def test_a_claim_left_allocated_by_a_failed_bind_is_not_asked_again() -> None:
+    """kube-scheduler allocates a member's claim, our bind barrier times out, and its
+    Unreserve takes the member out of the claim's reservedFor but leaves the
+    allocation: the member has its device already. It must not need one more (the
+    gang would wait forever for a device it holds), and the device is taken."""
+    state = make_cluster_state()
+    state.on_page("nodes", [dra_node("n1")], True, True)
+    state.on_page(
+        "deviceclasses",
+        [class_obj("gpu", f'device.driver == "{DRIVER}"', extended=None)],
+        True,
+        True,
+    )
+    state.on_page("resourceslices", [slice_obj("s1", "n1", 2)], True, True)
+    state.on_page("resourceclaimtemplates", [template_obj("one-gpu", exactly("gpu"))], True, True)
+    for i in range(2):
+        pod = member_with_claims(f"m{i}", {"name": "gpu", "resourceClaimTemplateName": "one-gpu"})
+        pod["metadata"]["annotations"]["gang-extender.io/min-available"] = "2"
+        state.on_event("pods", "ADDED", pod)
+    snapshot = state.core.snapshot
+    claim = claim_obj("m0-gpu", [("n1", "s1-0")], owner="m0")
+    claim["metadata"]["annotations"] = {"resource.kubernetes.io/pod-claim-name": "gpu"}
+    claim["status"]["reservedFor"] = [{"resource": "pods", "name": "m0", "uid": "m0"}]
+    state.on_event("resourceclaims", "ADDED", claim)  # PreBind: allocated, reserved for m0
+    assert snapshot.pods["m0"].requests[GPU_CLASS] == 1
+    del claim["status"]["reservedFor"]
+    state.on_event("resourceclaims", "MODIFIED", claim)  # Unreserve after the failed bind
+    assert snapshot.pods["m0"].requests.get(GPU_CLASS, 0) == 0
+    assert snapshot.free("n1")[GPU_CLASS] == 1
+    members = [snapshot.pods["m0"], snapshot.pods["m1"]]
+    outcome = plan_gang(members, {"n1": snapshot.free("n1")}, snapshot.nodes, Policy())
+    assert isinstance(outcome, Placement), outcome

@@ -4,14 +4,17 @@ A member with `spec.resourceClaims[].resourceClaimTemplateName` gets one claim o
 its own per entry; each asks exactly N devices of a class. The planner counts them
 as the class's implicit extended resource (`deviceclass.resource.kubernetes.io/<class>`),
 which every node offers as many of as its matching free devices
-(`inventory.DeviceInventory.capacity`). A claim named directly
+(`inventory.DeviceInventory.capacity`). A member's claim that stays allocated
+after its bind failed (kube-scheduler takes the pod out of the claim's reservedFor
+and leaves the allocation) is not asked again: the member has those devices
+already, and they count as taken. A claim named directly
 (`resourceClaimName`, shared) is not a per-member need: its devices are taken
 once, when it is allocated.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -27,16 +30,23 @@ class ClaimNeeds:
 
 
 def claim_needs(
-    spec: Mapping[str, Any], namespace: str, templates: Mapping[str, ClaimTemplate]
+    spec: Mapping[str, Any],
+    namespace: str,
+    templates: Mapping[str, ClaimTemplate],
+    held: Collection[str] = (),
 ) -> ClaimNeeds:
+    """`held`: the pod's claims allocated to it already (left over from a failed bind),
+    which need no device again."""
     requests: dict[str, int] = {}
     counted: list[str] = []
     for entry in spec.get("resourceClaims") or []:
         if not isinstance(entry, dict):
             continue
         template_name = entry.get("resourceClaimTemplateName")
-        if not template_name:
-            continue  # a shared claim (resourceClaimName): counted once, when allocated
+        if not template_name or entry.get("name") in held:
+            # A shared claim (resourceClaimName) is counted once, when allocated; a
+            # claim allocated to the pod already counts as taken (inventory.py).
+            continue
         template = templates.get(f"{namespace}/{template_name}")
         if template is None:
             return ClaimNeeds({}, (), f"ResourceClaimTemplate {template_name} not found")
@@ -55,13 +65,16 @@ def claim_needs(
 
 
 def with_claim_needs(
-    pod: PodInfo, spec: Mapping[str, Any], templates: Mapping[str, ClaimTemplate]
+    pod: PodInfo,
+    spec: Mapping[str, Any],
+    templates: Mapping[str, ClaimTemplate],
+    held: Collection[str] = (),
 ) -> PodInfo:
     """`pod` with what its claim templates ask added to its requests (a gang member's
     group error when a template is missing or cannot be counted)."""
     if not spec.get("resourceClaims"):
         return pod
-    needs = claim_needs(spec, pod.namespace, templates)
+    needs = claim_needs(spec, pod.namespace, templates, held)
     if needs.error is not None:
         return replace(pod, group_error=pod.group_error or needs.error)
     if not needs.requests:

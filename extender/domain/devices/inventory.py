@@ -122,6 +122,15 @@ class DeviceInventory:
             nodes |= self._claim_nodes(self.claims[uid])
         return nodes
 
+    def left_over(self, pod_uid: str) -> set[str]:
+        """The pod's claims (by its names for them) that stay allocated after a failed
+        bind: the pod has those devices already, it does not need them again."""
+        return {
+            claim.pod_claim_name
+            for key in self._owned.get(pod_uid, ())
+            if (claim := self.claims[key]).left_over and claim.pod_claim_name is not None
+        }
+
     # ---- reads ----
     def served(self) -> dict[str, DeviceClass]:
         """Extended resource name -> the class serving it (the first by name, if several)."""

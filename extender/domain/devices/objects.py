@@ -153,6 +153,16 @@ class Claim:
     allocated: tuple[DeviceId, ...]  # status.allocation.devices.results
     # Made from a template for the owner pod's claim of this name (None: not from one).
     pod_claim_name: str | None = None
+    # status.reservedFor, the uids of the pods: kube-scheduler reserves the claim for
+    # the pod as it allocates it, and takes the pod out when the pod's bind fails.
+    reserved_for: tuple[str, ...] = ()
+
+    @property
+    def left_over(self) -> bool:
+        """Allocated, its owner pod not among its consumers: what kube-scheduler leaves
+        of a pod's claim when its bind failed (the allocation stays, the pod's
+        reservation goes). The pod keeps the devices when it is scheduled again."""
+        return bool(self.allocated) and self.owner_pod not in self.reserved_for
 
     @classmethod
     def from_api(cls, obj: Mapping[str, Any]) -> Claim:
@@ -181,6 +191,11 @@ class Claim:
             extended=annotations.get(EXTENDED_RESOURCE_CLAIM_ANNOTATION) == "true",
             allocated=allocated,
             pod_claim_name=annotations.get(POD_CLAIM_NAME_ANNOTATION),
+            reserved_for=tuple(
+                str(ref.get("uid"))
+                for ref in (obj.get("status") or {}).get("reservedFor") or []
+                if isinstance(ref, dict)
+            ),
         )
 
 
