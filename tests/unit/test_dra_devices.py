@@ -544,3 +544,86 @@ def test_a_claim_left_allocated_by_a_failed_bind_is_not_asked_again() -> None:
     members = [snapshot.pods["m0"], snapshot.pods["m1"]]
     outcome = plan_gang(members, {"n1": snapshot.free("n1")}, snapshot.nodes, Policy())
     assert isinstance(outcome, Placement), outcome
+
+
+STEPS = st.lists(
+    st.tuples(
+        st.integers(min_value=0, max_value=2),  # which member
+        st.sampled_from(["allocate", "unreserve", "bind", "delete-pod", "delete-claim"]),
+    ),
+    max_size=14,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(steps=STEPS)
+def test_every_allocated_device_is_counted_once_whatever_the_order(
+    steps: list[tuple[int, str]],
+) -> None:
+    """Members of a gang with one device each (a claim template); kube-scheduler
+    allocates and reserves their claims (PreBind), binds them, or takes them out of
+    the claims after a failed bind (Unreserve); pods and claims go in any order. The
+    node's free devices are always its devices less the claims allocated: never one
+    counted twice (a bound member's request and its claim), never one lost."""
+    devices = 3
+    state = make_cluster_state()
+    state.on_page("nodes", [dra_node("n1")], True, True)
+    state.on_page(
+        "deviceclasses",
+        [class_obj("gpu", f'device.driver == "{DRIVER}"', extended=None)],
+        True,
+        True,
+    )
+    state.on_page("resourceslices", [slice_obj("s1", "n1", devices)], True, True)
+    state.on_page("resourceclaimtemplates", [template_obj("one-gpu", exactly("gpu"))], True, True)
+    pods: dict[int, dict[str, Any]] = {}
+    claims: dict[int, dict[str, Any]] = {}
+    for i in range(3):
+        pods[i] = member_with_claims(
+            f"m{i}", {"name": "gpu", "resourceClaimTemplateName": "one-gpu"}
+        )
+        pods[i]["metadata"]["annotations"]["gang-extender.io/min-available"] = "3"
+        state.on_event("pods", "ADDED", pods[i])
+    for i, action in steps:
+        pod, claim = pods.get(i), claims.get(i)
+        if (
+            action == "allocate"
+            and claim is None
+            and pod is not None
+            and not pod["spec"].get("nodeName")
+        ):
+            claims[i] = claim_obj(f"m{i}-gpu", [("n1", f"s1-{i}")], owner=f"m{i}")
+            claims[i]["metadata"]["annotations"] = {"resource.kubernetes.io/pod-claim-name": "gpu"}
+            claims[i]["status"]["reservedFor"] = [
+                {"resource": "pods", "name": f"m{i}", "uid": f"m{i}"}
+            ]
+            state.on_event("resourceclaims", "ADDED", claims[i])
+        elif (
+            action == "unreserve"
+            and claim is not None
+            and pod is not None
+            and not pod["spec"].get("nodeName")
+        ):
+            claim["status"].pop("reservedFor", None)
+            state.on_event("resourceclaims", "MODIFIED", claim)
+        elif (
+            action == "bind"
+            and claim is not None
+            and pod is not None
+            and claim["status"].get("reservedFor")
+        ):
+            pod["spec"]["nodeName"] = "n1"
+            pod["status"]["phase"] = "Running"
+            state.on_event("pods", "MODIFIED", pod)
+        elif action == "delete-pod" and pod is not None:
+            state.on_event("pods", "DELETED", pods.pop(i))
+        elif (
+            action == "delete-claim"
+            and claim is not None
+            and not (pod is not None and claim["status"].get("reservedFor"))
+        ):
+            # The API server keeps a claim reserved for a live pod (its finalizer).
+            state.on_event("resourceclaims", "DELETED", claims.pop(i))
+        allocated = len(claims)
+        free = state.core.snapshot.free("n1")[GPU_CLASS]
+        assert free == devices - allocated, (steps, free, allocated)
