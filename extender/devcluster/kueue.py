@@ -32,6 +32,7 @@ import subprocess
 import time
 import urllib.request
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -44,14 +45,27 @@ from kubernetes import client as k8s
 
 from extender.devcluster.cluster import ClusterError, LocalCluster, free_ports
 from extender.devcluster.process import ManagedProcess
+from extender.kube.rawapi import RawApi, path_of
 from extender.x509build import build_leaf, cert_pem, subject
 
-__all__ = ["KUEUE_NAMESPACE", "KueueManager", "KueueUnavailable", "ensure_kueue"]
+__all__ = [
+    "KUEUE_NAMESPACE",
+    "DevQueues",
+    "KueueManager",
+    "KueueUnavailable",
+    "create_dev_queues",
+    "ensure_kueue",
+    "kueue_path",
+]
 
 BUILD_SCRIPT = Path(__file__).resolve().parents[2] / "hack" / "build-kueue.sh"
 KUEUE_DIR_ENV = "GANG_E2E_KUEUE_DIR"
 KUEUE_NAMESPACE = "kueue-system"
 QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
+KUEUE_API = ("apis", "kueue.x-k8s.io", "v1beta2")
+# What `dev up --kueue` makes: one flavor, one ClusterQueue, one LocalQueue in `default`.
+DEV_QUEUE = "gpus"
+DEV_FLAVOR = "default-flavor"
 _SERVICE_DNS = f"kueue-webhook-service.{KUEUE_NAMESPACE}.svc"
 _SECRET = "kueue-webhook-server-cert"
 _CA_NAME = "kueue-ca"  # Kueue's rotator accepts a CA only when its SAN is this name
@@ -356,3 +370,76 @@ class KueueManager:
         if self._proc is not None:
             self._proc.stop(grace)
             self._proc = None
+
+
+def kueue_path(namespace: str | None, resource: str, name: str | None = None) -> str:
+    """The REST path of a Kueue object (`kueue.x-k8s.io/v1beta2`), cluster-scoped when
+    `namespace` is None."""
+    scope = ("namespaces", namespace) if namespace else ()
+    return path_of(*KUEUE_API, *scope, resource, *((name,) if name else ()))
+
+
+@dataclass(frozen=True)
+class DevQueues:
+    """The queues `dev up --kueue` made, for its usage lines."""
+
+    cluster_queue: str
+    local_queue: str
+    namespace: str
+    gpus: int
+
+
+def create_dev_queues(raw: RawApi, *, gpus: int, namespace: str = "default") -> DevQueues:
+    """A ResourceFlavor matching every node, a ClusterQueue whose GPU quota is `gpus`
+    (the nodes' GPUs: Kueue checks quota, gang-extender checks nodes, so the two agree),
+    and a LocalQueue in `namespace`, all named `gpus` but the flavor.
+
+    cpu and memory are covered with room to spare: Kueue refuses a Workload whose pods
+    ask for a resource its ClusterQueue does not cover."""
+    raw.call(
+        "POST",
+        kueue_path(None, "resourceflavors"),
+        body={
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "ResourceFlavor",
+            "metadata": {"name": DEV_FLAVOR},
+        },
+    )
+    quota = {"cpu": "1000", "memory": "4Ti", "nvidia.com/gpu": str(gpus)}
+    raw.call(
+        "POST",
+        kueue_path(None, "clusterqueues"),
+        body={
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "ClusterQueue",
+            "metadata": {"name": DEV_QUEUE},
+            "spec": {
+                "namespaceSelector": {},
+                "resourceGroups": [
+                    {
+                        "coveredResources": list(quota),
+                        "flavors": [
+                            {
+                                "name": DEV_FLAVOR,
+                                "resources": [
+                                    {"name": name, "nominalQuota": value}
+                                    for name, value in quota.items()
+                                ],
+                            }
+                        ],
+                    }
+                ],
+            },
+        },
+    )
+    raw.call(
+        "POST",
+        kueue_path(namespace, "localqueues"),
+        body={
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "LocalQueue",
+            "metadata": {"name": DEV_QUEUE},
+            "spec": {"clusterQueue": DEV_QUEUE},
+        },
+    )
+    return DevQueues(DEV_QUEUE, DEV_QUEUE, namespace, gpus)

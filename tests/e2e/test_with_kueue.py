@@ -23,7 +23,13 @@ import pytest
 from kubernetes import client as k8s
 
 from extender.devcluster.cluster import LocalCluster, new_namespace
-from extender.devcluster.kueue import QUEUE_NAME_LABEL, KueueManager, KueueUnavailable, ensure_kueue
+from extender.devcluster.kueue import (
+    QUEUE_NAME_LABEL,
+    KueueManager,
+    KueueUnavailable,
+    ensure_kueue,
+    kueue_path,
+)
 from extender.devcluster.stack import GangStack
 from extender.domain.membership import INJECT_NAMESPACE_LABEL, MIN_AVAILABLE_ANNOTATION
 from extender.kube.rawapi import RawApi, path_of
@@ -32,6 +38,7 @@ from tests.e2e.gang_fixtures import (
     bound,
     delete_namespace,
     gang_pod,
+    hold_unready,
     hostfile,
     indexed_job_of,
     job_pods,
@@ -39,7 +46,6 @@ from tests.e2e.gang_fixtures import (
 )
 
 KUEUE_NAMESPACE_LABEL = "e2e.gang-extender.io/kueue"
-KUEUE_API = ("apis", "kueue.x-k8s.io", "v1beta2")
 
 
 @pytest.fixture(scope="module")
@@ -66,11 +72,6 @@ def queued_namespace(api: k8s.ApiClient, core: k8s.CoreV1Api, kueue: KueueManage
     )
     yield name
     delete_namespace(core, name)
-
-
-def kueue_path(namespace: str | None, resource: str, name: str | None = None) -> str:
-    scope = ("namespaces", namespace) if namespace else ()
-    return path_of(*KUEUE_API, *scope, resource, *((name,) if name else ()))
 
 
 @pytest.fixture
@@ -136,8 +137,15 @@ def gpu_queue(
 
 
 def queued_gpu_job(name: str, members: int) -> dict[str, Any]:
-    """An Indexed Job of `members` one-GPU gang members, in LocalQueue `gpus`."""
-    template = gang_pod("", name, gpus=1, annotations={MIN_AVAILABLE_ANNOTATION: str(members)})
+    """An Indexed Job of `members` one-GPU gang members, in LocalQueue `gpus`.
+
+    Its pods are created gated: KWOK marks a Job's pod Succeeded the moment it runs,
+    and a group whose members all finished is not wired (the order-dependent failure
+    of issue 30). The test lets them go with a pod IP (`hold_unready`), so they stay
+    bound and running as a real trainer would."""
+    template = gang_pod(
+        "", name, gpus=1, annotations={MIN_AVAILABLE_ANNOTATION: str(members)}, gated=True
+    )
     template["metadata"].pop("name")
     template["spec"]["restartPolicy"] = "Never"
     job = indexed_job_of(name, completions=members, parallelism=members, template=template)
@@ -203,6 +211,12 @@ def test_kueue_admits_the_job_and_gang_extender_places_it_whole_and_wires_it(
         what="Kueue to admit the Job's Workload",
     )
     assert workload["status"]["admission"]["clusterQueue"] == gpu_queue
+    made = wait_until(
+        lambda: len(found := job_pods(raw, queued_namespace, "trainer")) == 4 and found,
+        what="the 4 admitted pods",
+    )
+    for pod in made:
+        hold_unready(raw, queued_namespace, pod["metadata"]["name"])
     pods = wait_until(
         lambda: len(found := bound(job_pods(raw, queued_namespace, "trainer"))) == 4 and found,
         what="the 4 admitted pods bound",
