@@ -7,7 +7,7 @@ request it, a slice's node and devices, a claim's allocated devices and its owne
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 # The implicit extended resource name of a DeviceClass (KEP-5004): a pod may ask for
@@ -71,6 +71,9 @@ class Device:
     attributes: Mapping[str, Mapping[str, Any]]
     # Capacities by domain, then by name, as quantity strings.
     capacity: Mapping[str, Mapping[str, str]]
+    # (driver, attributes, capacity) as sorted tuples: the CEL memo's key
+    # (selectors.py), computed once when the slice is read.
+    content: tuple[Any, ...] = field(default=(), compare=False, repr=False)
 
     @property
     def id(self) -> DeviceId:
@@ -128,7 +131,12 @@ def _device(driver: str, pool: str, raw: Mapping[str, Any]) -> Device:
         domain, _, short = str(name).rpartition("/")
         quantity = value.get("value") if isinstance(value, dict) else value
         capacity.setdefault(domain or driver, {})[short] = str(quantity)
-    return Device(driver, pool, str(raw.get("name") or ""), attributes, capacity)
+    content = (
+        driver,
+        tuple((d, tuple(sorted(v.items()))) for d, v in sorted(attributes.items())),
+        tuple((d, tuple(sorted(v.items()))) for d, v in sorted(capacity.items())),
+    )
+    return Device(driver, pool, str(raw.get("name") or ""), attributes, capacity, content)
 
 
 def _attribute_value(value: Any) -> Any:

@@ -83,32 +83,62 @@ def compiled(expression: str) -> Compiled:
         return Compiled(expression, None, f"does not compile: {err}")
 
 
-def _environment(device: Device) -> dict[str, Any]:
-    return {
-        "driver": device.driver,
-        "attributes": {domain: dict(values) for domain, values in device.attributes.items()},
-        "capacity": {domain: dict(values) for domain, values in device.capacity.items()},
-    }
+# A device's content as a memo key (Device.content): (driver, attributes, capacity),
+# each domain's values sorted. Devices of one model differ only in a few attributes
+# (an index, a UUID), so across a cluster most devices repeat few contents per class.
+_Content = tuple[Any, ...]
+
+
+def _content(device: Device) -> _Content:
+    if device.content:
+        return device.content
+    return (
+        device.driver,
+        tuple((d, tuple(sorted(v.items()))) for d, v in sorted(device.attributes.items())),
+        tuple((d, tuple(sorted(v.items()))) for d, v in sorted(device.capacity.items())),
+    )
 
 
 def matches(expressions: tuple[str, ...], device: Device) -> bool:
     """The device matches every expression; SelectorError naming the one that cannot tell."""
     if not expressions:
         return True
-    context = cel.Context(variables={"device": _environment(device)}, functions=_FUNCTIONS)
+    try:
+        outcome = _evaluated(expressions, _content(device))
+    except TypeError:  # an attribute value that is not hashable (malformed): no memo
+        outcome = _evaluate(expressions, _content(device))
+    if isinstance(outcome, str):
+        raise SelectorError(outcome.replace("{device}", f"device {device.name}"))
+    return outcome
+
+
+def _evaluate(expressions: tuple[str, ...], content: _Content) -> bool | str:
+    """True/False, or why the expressions cannot tell ("{device}" stands for its name)."""
+    driver, attributes, capacity = content
+    environment = {
+        "driver": driver,
+        "attributes": {domain: dict(values) for domain, values in attributes},
+        "capacity": {domain: dict(values) for domain, values in capacity},
+    }
+    context = cel.Context(variables={"device": environment}, functions=_FUNCTIONS)
     for expression in expressions:
         program = compiled(expression)
         if program.program is None:
-            raise SelectorError(f"CEL {expression!r} {program.error}")
+            return f"CEL {expression!r} {program.error}"
         try:
             result = program.program.execute(context)
         except Exception as err:
-            raise SelectorError(
-                f"CEL {expression!r} failed on device {device.name} of driver {device.driver}: "
+            return (
+                f"CEL {expression!r} failed on {{device}} of driver {driver}: "
                 f"{type(err).__name__}: {err}"
-            ) from None
+            )
         if not isinstance(result, bool):
-            raise SelectorError(f"CEL {expression!r} gave {result!r}, not a boolean")
+            return f"CEL {expression!r} gave {result!r}, not a boolean"
         if not result:
             return False
     return True
+
+
+# Distinct (selectors, device content) pairs remembered: a class's selectors over a
+# few device models. Pure, so safe to memoise.
+_evaluated = functools.lru_cache(maxsize=65536)(_evaluate)
