@@ -348,10 +348,13 @@ class ClusterState(CacheSink):
                 else self.devices.upsert_class(DeviceClass.from_api(obj))
             )
         elif kind == RESOURCE_SLICES.kind:
+            slice_ = Slice.from_api(obj) if obj is not None else None
+            if slice_ is not None and slice_.unsupported and name not in self.devices.slices:
+                log.info("%s: its devices are not counted (docs/dra.md)", slice_.unsupported)
             touched = (
                 self.devices.delete_slice(name)
-                if obj is None
-                else self.devices.upsert_slice(Slice.from_api(obj))
+                if slice_ is None
+                else self.devices.upsert_slice(slice_)
             )
         else:
             old = self.devices.claims.get(name)

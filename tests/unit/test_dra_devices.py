@@ -627,3 +627,22 @@ def test_every_allocated_device_is_counted_once_whatever_the_order(
         allocated = len(claims)
         free = state.core.snapshot.free("n1")[GPU_CLASS]
         assert free == devices - allocated, (steps, free, allocated)
+
+
+def test_a_remembered_cel_failure_names_the_device_it_failed_on() -> None:
+    """Devices of one content share one evaluation; the error still names each device."""
+    expression = 'device.attributes["x.example.com"].model == "a"'
+    first, second = (dataclasses.replace(DEVICE, name=name) for name in ("gpu-a", "gpu-b"))
+    for device in (first, second):
+        with pytest.raises(SelectorError, match=f"device {device.name} of driver"):
+            matches((expression,), device)
+
+
+def test_a_slice_not_bound_to_one_node_counts_on_no_node() -> None:
+    obj = slice_obj("s", "n1", 4)
+    del obj["spec"]["nodeName"]
+    obj["spec"]["allNodes"] = True
+    parsed = Slice.from_api(obj)
+    assert parsed.unsupported is not None and "allNodes" in parsed.unsupported
+    inv = inventory(DRIVER_CLASS, ("slice", obj))
+    assert inv.capacity("n1", {}, lambda claim, node: False) == ({}, {})
