@@ -311,11 +311,11 @@ def test_claims_of_members_whose_bind_barrier_times_out(
     after = claims_of(raw, namespace).get("train-0") or {}
     print(f"after the barrier timeout: {after.get('status')}")
     assert bound(list_pods(raw, namespace)) == [], "no member may bind alone"
-    # kube-scheduler's Unreserve took train-0 out of its claim and left the allocation:
-    # the device stays train-0's (docs/dra.md#when-the-bind-barrier-times-out).
+    # kube-scheduler's Unreserve took train-0 out of its claim (reservedFor; its next
+    # attempt may already have put it back) and left the allocation: the device stays
+    # train-0's (docs/dra.md#when-the-bind-barrier-times-out).
     kept = (after.get("status") or {}).get("allocation")
     assert kept == allocated["status"]["allocation"], after
-    assert not (after.get("status") or {}).get("reservedFor"), after
 
     ungate(raw, namespace, "train-1")
     wait_until(
