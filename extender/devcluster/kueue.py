@@ -16,7 +16,8 @@ everything that would name its Service names a URL instead:
 - CRDs: applied server-side (they are too big for a client-side apply); the five
   with a conversion webhook get its URL and CA bundle, or the rotator's CA
   injection fails and the manager exits.
-- webhooks: only Kueue's own resources and ``batch/v1`` Jobs are kept (the other
+- webhooks: only Kueue's own resources' and the enabled integrations' (``batch/v1``
+  Jobs; plain pods too with ``frameworks=("batch/job", "pod")``) are kept (the other
   integrations' webhooks fail closed and would block every Pod with no controller
   behind them), pointed at the URL, and limited to namespaces carrying
   ``namespace_labels`` so other tenants of a shared cluster are untouched. They
@@ -54,6 +55,7 @@ __all__ = [
     "KueueManager",
     "KueueUnavailable",
     "create_dev_queues",
+    "create_queues",
     "ensure_kueue",
     "kueue_path",
 ]
@@ -178,23 +180,35 @@ def make_certificates(cert_dir: Path) -> dict[str, bytes]:
     return files
 
 
-def _kept_webhook(webhook: Mapping[str, Any]) -> bool:
+# Kueue's integration frameworks this runner supports, and the suffix of their
+# webhooks' paths (Kueue's own resources' webhooks are always kept).
+WEBHOOK_OF_FRAMEWORK = {"batch/job": "-batch-v1-job", "pod": "--v1-pod"}
+
+
+def _kept_webhook(webhook: Mapping[str, Any], frameworks: tuple[str, ...]) -> bool:
     path = str(((webhook.get("clientConfig") or {}).get("service") or {}).get("path", ""))
-    return "kueue-x-k8s-io" in path or path.endswith("-batch-v1-job")
+    return "kueue-x-k8s-io" in path or any(
+        path.endswith(WEBHOOK_OF_FRAMEWORK[f]) for f in frameworks
+    )
 
 
 def webhook_configurations(
-    manifests: str, base_url: str, ca_bundle: str, namespace_labels: Mapping[str, str]
+    manifests: str,
+    base_url: str,
+    ca_bundle: str,
+    namespace_labels: Mapping[str, str],
+    frameworks: tuple[str, ...] = ("batch/job",),
 ) -> list[dict[str, Any]]:
-    """Kueue's webhook configurations, kept to its own resources and batch/v1 Jobs,
-    pointed at ``base_url`` and limited to namespaces labelled ``namespace_labels``."""
+    """Kueue's webhook configurations, kept to its own resources and `frameworks`'
+    (batch/v1 Jobs; plain pods with "pod"), pointed at ``base_url`` and limited to
+    namespaces labelled ``namespace_labels``."""
     out = []
     for doc in yaml.safe_load_all(manifests):
         if not doc or doc.get("kind") not in _WEBHOOK_CONFIGS:
             continue
         hooks = []
         for hook in doc.get("webhooks") or []:
-            if not _kept_webhook(hook):
+            if not _kept_webhook(hook, frameworks):
                 continue
             path = hook["clientConfig"]["service"]["path"]
             hook["clientConfig"] = {"url": f"{base_url}{path}", "caBundle": ca_bundle}
@@ -246,9 +260,17 @@ class KueueManager:
         *,
         namespace_labels: Mapping[str, str] | None = None,
         extra_config: Mapping[str, Any] | None = None,
+        frameworks: tuple[str, ...] = ("batch/job",),
     ) -> None:
+        unknown = sorted(set(frameworks) - set(WEBHOOK_OF_FRAMEWORK))
+        if unknown:
+            raise ValueError(
+                f"Kueue frameworks {unknown} are not run here; choose from "
+                f"{sorted(WEBHOOK_OF_FRAMEWORK)}"
+            )
         self.cluster = cluster
         self.kueue_dir = kueue_dir
+        self.frameworks = frameworks
         self.namespace_labels = dict(namespace_labels or {})
         self.extra_config = dict(extra_config or {})
         self.workdir = cluster.workdir / "kueue"
@@ -288,7 +310,7 @@ class KueueManager:
             # Off, the manager wants a metrics certificate at a fixed path and exits.
             "internalCertManagement": {"enable": True},
             "featureGates": {"VisibilityOnDemand": False},
-            "integrations": {"frameworks": ["batch/job"]},
+            "integrations": {"frameworks": list(self.frameworks)},
             **self.extra_config,
         }
 
@@ -324,6 +346,7 @@ class KueueManager:
             self.base_url,
             ca_bundle,
             self.namespace_labels,
+            self.frameworks,
         )
         manifest = self.workdir / "objects.yaml"
         manifest.write_text(yaml.safe_dump_all([*crds, *hooks]))
@@ -389,30 +412,36 @@ class DevQueues:
     gpus: int
 
 
-def create_dev_queues(raw: RawApi, *, gpus: int, namespace: str = "default") -> DevQueues:
-    """A ResourceFlavor matching every node, a ClusterQueue whose GPU quota is `gpus`
-    (the nodes' GPUs: Kueue checks quota, gang-extender checks nodes, so the two agree),
-    and a LocalQueue in `namespace`, all named `gpus` but the flavor.
-
-    cpu and memory are covered with room to spare: Kueue refuses a Workload whose pods
-    ask for a resource its ClusterQueue does not cover."""
+def create_queues(
+    raw: RawApi,
+    *,
+    flavor: str,
+    cluster_queue: str,
+    local_queue: str,
+    namespace: str,
+    quota: Mapping[str, str],
+    node_labels: Mapping[str, str] | None = None,
+) -> None:
+    """A ResourceFlavor (on the nodes carrying `node_labels`; every node without), a
+    ClusterQueue of `quota` in it for every namespace, and a LocalQueue pointing at it."""
+    flavor_spec = {"nodeLabels": dict(node_labels)} if node_labels else {}
     raw.call(
         "POST",
         kueue_path(None, "resourceflavors"),
         body={
             "apiVersion": "kueue.x-k8s.io/v1beta2",
             "kind": "ResourceFlavor",
-            "metadata": {"name": DEV_FLAVOR},
+            "metadata": {"name": flavor},
+            **({"spec": flavor_spec} if flavor_spec else {}),
         },
     )
-    quota = {"cpu": "1000", "memory": "4Ti", "nvidia.com/gpu": str(gpus)}
     raw.call(
         "POST",
         kueue_path(None, "clusterqueues"),
         body={
             "apiVersion": "kueue.x-k8s.io/v1beta2",
             "kind": "ClusterQueue",
-            "metadata": {"name": DEV_QUEUE},
+            "metadata": {"name": cluster_queue},
             "spec": {
                 "namespaceSelector": {},
                 "resourceGroups": [
@@ -420,7 +449,7 @@ def create_dev_queues(raw: RawApi, *, gpus: int, namespace: str = "default") -> 
                         "coveredResources": list(quota),
                         "flavors": [
                             {
-                                "name": DEV_FLAVOR,
+                                "name": flavor,
                                 "resources": [
                                     {"name": name, "nominalQuota": value}
                                     for name, value in quota.items()
@@ -438,8 +467,25 @@ def create_dev_queues(raw: RawApi, *, gpus: int, namespace: str = "default") -> 
         body={
             "apiVersion": "kueue.x-k8s.io/v1beta2",
             "kind": "LocalQueue",
-            "metadata": {"name": DEV_QUEUE},
-            "spec": {"clusterQueue": DEV_QUEUE},
+            "metadata": {"name": local_queue},
+            "spec": {"clusterQueue": cluster_queue},
         },
+    )
+
+
+def create_dev_queues(raw: RawApi, *, gpus: int, namespace: str = "default") -> DevQueues:
+    """A ResourceFlavor matching every node, a ClusterQueue whose GPU quota is `gpus`
+    (the nodes' GPUs: Kueue checks quota, gang-extender checks nodes, so the two agree),
+    and a LocalQueue in `namespace`, all named `gpus` but the flavor.
+
+    cpu and memory are covered with room to spare: Kueue refuses a Workload whose pods
+    ask for a resource its ClusterQueue does not cover."""
+    create_queues(
+        raw,
+        flavor=DEV_FLAVOR,
+        cluster_queue=DEV_QUEUE,
+        local_queue=DEV_QUEUE,
+        namespace=namespace,
+        quota={"cpu": "1000", "memory": "4Ti", "nvidia.com/gpu": str(gpus)},
     )
     return DevQueues(DEV_QUEUE, DEV_QUEUE, namespace, gpus)

@@ -440,6 +440,9 @@ def test_with_the_upstream_gate_on_wiring_only_mode_leaves_scheduling_to_kube_sc
             what="kube-scheduler to gate the 3 members (scheduler_pending_pods{queue=gated})",
         )
         assert bound(job_pods(raw, namespace, "mpi")) == []
+        # `gang-extender status` says whose gang it is, not "set schedulerName".
+        waiting_for = gang_status(workload_cluster, namespace)["mpi"]["WAITING FOR"]
+        assert "gang-extender only wires them" in waiting_for, waiting_for
         podgroup = raw.call(
             "GET", path_of(*UPSTREAM_API, "namespaces", namespace, "podgroups", "mpi")
         )
