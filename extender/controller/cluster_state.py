@@ -23,6 +23,10 @@ from collections.abc import Callable
 from typing import Any
 
 from extender.domain.core_api import SchedulingCore
+from extender.domain.devices.claims import with_claim_needs
+from extender.domain.devices.inventory import DeviceInventory
+from extender.domain.devices.nodes import with_devices
+from extender.domain.devices.objects import Claim, ClaimTemplate, DeviceClass, Slice
 from extender.domain.foreign_podgroups import (
     SOURCE_COSCHEDULING,
     SOURCE_OURS,
@@ -37,6 +41,7 @@ from extender.domain.membership import (
     workload_ref,
 )
 from extender.domain.model import (
+    TERMINAL_PHASES,
     UPSTREAM_PODGROUP_SOURCE,
     UPSTREAM_WORKLOAD_SOURCE,
     GroupSpec,
@@ -47,7 +52,14 @@ from extender.domain.model import (
 )
 from extender.kube.cache import CacheSink
 from extender.kube.ownership import OwnershipSeal
-from extender.kube.resources import UPSTREAM_PODGROUPS, UPSTREAM_WORKLOADS
+from extender.kube.resources import (
+    DEVICE_CLASSES,
+    RESOURCE_CLAIM_TEMPLATES,
+    RESOURCE_CLAIMS,
+    RESOURCE_SLICES,
+    UPSTREAM_PODGROUPS,
+    UPSTREAM_WORKLOADS,
+)
 from extender.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -98,6 +110,12 @@ class ClusterState(CacheSink):
         self.terminating_namespaces: set[str] = set()
         self.dirty: set[GroupKey] = set()
         self._relisting: dict[str, set[str]] = {}
+        # DRA (docs/dra.md): the devices, and each node as its Node object says; the
+        # core gets the node with its DRA-served resources added (`_apply_node`).
+        self.devices = DeviceInventory()
+        self.api_nodes: dict[str, NodeInfo] = {}
+        # ResourceClaimTemplates (namespace/name): what a member's own claims ask.
+        self.claim_templates: dict[str, ClaimTemplate] = {}
 
     # ---- CacheSink ----
     def on_page(self, kind: str, items: list[dict[str, Any]], first: bool, last: bool) -> None:
@@ -151,7 +169,22 @@ class ClusterState(CacheSink):
                 self.core.forget_pod(uid, now)
         elif kind == "nodes":
             for name in [n for n in self.core.snapshot.nodes if f"/{n}" not in seen]:
+                self.api_nodes.pop(name, None)
                 self.core.forget_node(name)
+        elif kind == RESOURCE_CLAIM_TEMPLATES.kind:
+            for template in [k for k in self.claim_templates if k not in seen]:
+                self._template_change(template, None)
+        elif kind in _DEVICE_KINDS:
+            names: list[str] = list(
+                self.devices.classes
+                if kind == DEVICE_CLASSES.kind
+                else self.devices.slices
+                if kind == RESOURCE_SLICES.kind
+                else self.devices.claims
+            )
+            prefix = "/" if kind != RESOURCE_CLAIMS.kind else ""
+            for name in [n for n in names if f"{prefix}{n}" not in seen]:
+                self._device_change(kind, name, None)
         elif kind in _PODGROUP_KINDS:
             store = self._podgroup_store(kind)
             for key in [k for k in store if f"{k.namespace}/{k.name}" not in seen]:
@@ -220,11 +253,27 @@ class ClusterState(CacheSink):
         deleted = event_type == "DELETED"
         if kind == "nodes":
             if deleted:
+                self.api_nodes.pop(obj["metadata"]["name"], None)
                 self.core.forget_node(obj["metadata"]["name"])
             else:
-                self.core.apply_node(NodeInfo.from_api(obj))
+                node = NodeInfo.from_api(obj)
+                self.api_nodes[node.name] = node
+                self._apply_node(node.name)
+        elif kind == RESOURCE_CLAIM_TEMPLATES.kind:
+            self._template_change(self._identity(kind, obj), None if deleted else obj)
+        elif kind in _DEVICE_KINDS:
+            meta = obj["metadata"]
+            name = meta["name"] if kind != RESOURCE_CLAIMS.kind else self._identity(kind, obj)
+            self._device_change(kind, name, None if deleted else obj)
         elif kind == "pods":
             pod = PodInfo.from_api(obj)
+            if pod.group is not None:  # a member's devices, asked by claim templates
+                pod = with_claim_needs(
+                    pod,
+                    obj.get("spec") or {},
+                    self.claim_templates,
+                    self.devices.left_over(pod.uid),
+                )
             placeholder = pod.placeholder_for
             if placeholder is not None and not self.seal.is_our_placeholder(obj, placeholder.name):
                 if pod.uid not in self.core.snapshot.pods:
@@ -241,10 +290,13 @@ class ClusterState(CacheSink):
             if deleted:
                 self._drop_pod_json(pod)
                 self.core.forget_pod(pod.uid, now)
+                self._reapply_nodes(self.devices.nodes_of_pod(pod.uid))
                 if pod.group is not None and self.on_member_deleted is not None:
                     self.on_member_deleted(pod.group, obj)
                 return
             self.core.observe_pod(pod, now)
+            # Bound or gone, the pod's DRA claims count as its request or as taken.
+            self._reapply_nodes(self.devices.nodes_of_pod(pod.uid))
             if pod.group is not None:
                 self.group_pods[pod.group][pod.uid] = obj
                 self.dirty.add(pod.group)
@@ -286,6 +338,94 @@ class ClusterState(CacheSink):
                 # after its pods must not wait for a resync to be wired.
                 self.dirty.update(k for k in self.core.snapshot.group_keys() if k.namespace == name)
 
+    # ---- DRA: devices folded into the nodes the core sees ----
+    def _device_change(self, kind: str, name: str, obj: dict[str, Any] | None) -> None:
+        """Apply one DeviceClass, ResourceSlice or ResourceClaim (None: deleted)."""
+        if kind == DEVICE_CLASSES.kind:
+            touched = (
+                self.devices.delete_class(name)
+                if obj is None
+                else self.devices.upsert_class(DeviceClass.from_api(obj))
+            )
+        elif kind == RESOURCE_SLICES.kind:
+            slice_ = Slice.from_api(obj) if obj is not None else None
+            if slice_ is not None and slice_.unsupported and name not in self.devices.slices:
+                log.info("%s: its devices are not counted (docs/dra.md)", slice_.unsupported)
+            touched = (
+                self.devices.delete_slice(name)
+                if slice_ is None
+                else self.devices.upsert_slice(slice_)
+            )
+        else:
+            old = self.devices.claims.get(name)
+            claim = Claim.from_api(obj) if obj is not None else None
+            touched = (
+                self.devices.delete_claim(name)
+                if claim is None
+                else self.devices.upsert_claim(claim)
+            )
+            # A member whose claim stays allocated after a failed bind needs its
+            # devices no more (domain/devices/claims.py): read it again.
+            if (old is not None and old.left_over) != (claim is not None and claim.left_over):
+                self._reread_owner(old or claim)
+        self._reapply_nodes(touched)
+
+    def _template_change(self, key: str, obj: dict[str, Any] | None) -> None:
+        """Store a ResourceClaimTemplate (None: deleted); members that use it are read
+        again, since their requests count what it asks."""
+        if obj is None:
+            if self.claim_templates.pop(key, None) is None:
+                return
+        else:
+            template = ClaimTemplate.from_api(obj)
+            if self.claim_templates.get(key) == template:
+                return
+            self.claim_templates[key] = template
+        namespace, _, name = key.partition("/")
+        users = [
+            pod
+            for group, pods in self.group_pods.items()
+            if group.namespace == namespace
+            for pod in pods.values()
+            if any(
+                isinstance(entry, dict) and entry.get("resourceClaimTemplateName") == name
+                for entry in (pod.get("spec") or {}).get("resourceClaims") or []
+            )
+        ]
+        for pod in users:
+            self._apply("pods", "MODIFIED", pod)
+
+    def _reread_owner(self, claim: Claim | None) -> None:
+        pod = self.core.snapshot.pods.get(claim.owner_pod or "") if claim is not None else None
+        if pod is not None and pod.group is not None:
+            obj = self.group_pods.get(pod.group, {}).get(pod.uid)
+            if obj is not None:
+                self._apply("pods", "MODIFIED", obj)
+
+    def _reapply_nodes(self, names: set[str]) -> None:
+        for name in names:
+            if name in self.api_nodes:
+                self._apply_node(name)
+
+    def _apply_node(self, name: str) -> None:
+        self.core.apply_node(with_devices(self.api_nodes[name], self.devices, self._holds))
+
+    def _holds(self, claim: Claim, node: str) -> bool:
+        """The claim's devices are its owner pod's requests (kube-scheduler's claim for
+        the pod's extended resources, or one from a template the member's requests
+        count), counted on `node` already: as used (bound there) or as reserved (a
+        gang member its plan places there, whose claim kube-scheduler allocated before
+        calling bind, while the bind barrier waits)."""
+        pod = self.core.snapshot.pods.get(claim.owner_pod or "")
+        if pod is None or pod.phase in TERMINAL_PHASES:
+            return False
+        if not claim.extended and claim.pod_claim_name not in pod.device_claims:
+            return False
+        if pod.node_name:
+            return pod.node_name == node and pod.holds_capacity
+        plan = self.core.ledger.plans.get(pod.group) if pod.group is not None else None
+        return plan is not None and plan.placements.get(pod.uid) == node
+
     def _podgroup_store(self, kind: str) -> dict[GroupKey, dict[str, Any]]:
         return {
             "podgroups": self.podgroups,
@@ -318,6 +458,8 @@ class ClusterState(CacheSink):
         labels = self.namespace_labels.get(namespace, {})
         return labels.get(INJECT_NAMESPACE_LABEL) == "enabled"
 
+
+_DEVICE_KINDS = frozenset({DEVICE_CLASSES.kind, RESOURCE_SLICES.kind, RESOURCE_CLAIMS.kind})
 
 # Watch cache kind -> GroupSpec.source of the PodGroups it lists.
 _PODGROUP_KINDS = {

@@ -64,6 +64,9 @@ class NodeInfo:
     labels: dict[str, str] = field(default_factory=dict)
     taints: tuple[Taint, ...] = ()
     unschedulable: bool = False
+    # DRA-served resources whose devices here could not all be told to match their
+    # DeviceClass (a CEL selector that failed), resource -> why: holds name it.
+    unreadable_devices: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_api(cls, obj: Mapping[str, Any]) -> NodeInfo:
@@ -131,6 +134,9 @@ class PodInfo:
     # The ReplicaSet controlling the pod (a Deployment's), from its ownerReferences:
     # names the rolling update behind members that disagree on their group's size.
     replica_set: str | None = None
+    # Its spec.resourceClaims entries (from templates) whose devices are in `requests`
+    # as deviceclass.resource.kubernetes.io/<class> (domain/devices/claims.py).
+    device_claims: tuple[str, ...] = ()
 
     @property
     def ref(self) -> str:

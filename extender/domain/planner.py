@@ -16,6 +16,8 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from extender.domain.devices.claims import device_shortfall
+from extender.domain.devices.nodes import unreadable_note
 from extender.domain.limits import MAX_TOPOLOGY_LABELS, PLANNER_STEP_BUDGET, listing
 from extender.domain.model import NodeInfo, PodInfo, Resources
 from extender.domain.node_fill import (
@@ -294,7 +296,8 @@ def plan_gang(
     return Shortfall(
         len(placed),
         len(members),
-        _shortfall_text(members, placed, misfit, free, _room_for(misfit, free, nodes, allowed)),
+        _shortfall_text(members, placed, misfit, free, _room_for(misfit, free, nodes, allowed))
+        + unreadable_note(misfit, nodes),
         unplaced=tuple(m.uid for m in members if m.uid not in placed),
     )
 
@@ -366,6 +369,9 @@ def _shortfall_text(
             f"{head}: needs {need_gpus} {GPU} in all ({want} for {misfit.name}), "
             f"{free_gpus} free, largest free node has {largest}"
         )
+    devices = device_shortfall(head, members, misfit, free)
+    if devices is not None:
+        return devices
     for resource in (CPU, MEMORY, "pods"):
         amount = misfit.requests.get(resource, 0)
         best = max((r.get(resource, 0) for r in free.values()), default=0)

@@ -1,5 +1,6 @@
 """Watch cache: list-then-watch of the resources in kube/resources.py (Nodes, Pods,
-PodGroups: ours, scheduler-plugins', Volcano's, Kubernetes'; Namespaces), as raw JSON.
+PodGroups: ours, scheduler-plugins', Volcano's, Kubernetes'; Namespaces; DRA's
+DeviceClasses, ResourceSlices, ResourceClaims and ResourceClaimTemplates), as raw JSON.
 
 An optional API is found by listing it: a 404 on every version the resource names
 means "not served", not an error, and it is looked for again every
@@ -41,10 +42,14 @@ from extender.kube.list_split import ListSplitError, ListSplitter
 from extender.kube.rawapi import KubeError, RawApi
 from extender.kube.resources import (
     COSCHEDULING_PODGROUPS,
+    DEVICE_CLASSES,
     NAMESPACES,
     NODES,
     PODGROUPS,
     PODS,
+    RESOURCE_CLAIM_TEMPLATES,
+    RESOURCE_CLAIMS,
+    RESOURCE_SLICES,
     UPSTREAM_PODGROUPS,
     UPSTREAM_WORKLOADS,
     VOLCANO_PODGROUPS,
@@ -420,6 +425,10 @@ class WatchCache:
             UPSTREAM_PODGROUPS,
             UPSTREAM_WORKLOADS,
             NAMESPACES,
+            DEVICE_CLASSES,
+            RESOURCE_SLICES,
+            RESOURCE_CLAIMS,
+            RESOURCE_CLAIM_TEMPLATES,
         ),
         tuning: CacheTuning = DEFAULT_TUNING,
         on_synced: Callable[[], None] | None = None,

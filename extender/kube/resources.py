@@ -12,10 +12,14 @@ from dataclasses import dataclass
 
 __all__ = [
     "COSCHEDULING_PODGROUPS",
+    "DEVICE_CLASSES",
     "NAMESPACES",
     "NODES",
     "PODGROUPS",
     "PODS",
+    "RESOURCE_CLAIMS",
+    "RESOURCE_CLAIM_TEMPLATES",
+    "RESOURCE_SLICES",
     "UPSTREAM_PODGROUPS",
     "UPSTREAM_WORKLOADS",
     "VOLCANO_PODGROUPS",
@@ -70,3 +74,19 @@ UPSTREAM_WORKLOADS = Resource(
     "upstream-workloads", "/apis/scheduling.k8s.io/v1alpha1/workloads", optional=True
 )
 NAMESPACES = Resource("namespaces", "/api/v1/namespaces")
+
+# Dynamic Resource Allocation (docs/dra.md): devices that nodes publish (ResourceSlices),
+# the classes pods ask them by (DeviceClasses, with the extended resource each
+# serves), and what is allocated (ResourceClaims). GA in 1.34; optional so that a
+# replica whose RBAC lacks them (or an API server without them) still syncs.
+DEVICE_CLASSES = Resource("deviceclasses", "/apis/resource.k8s.io/v1/deviceclasses", optional=True)
+RESOURCE_SLICES = Resource(
+    "resourceslices", "/apis/resource.k8s.io/v1/resourceslices", optional=True
+)
+RESOURCE_CLAIMS = Resource(
+    "resourceclaims", "/apis/resource.k8s.io/v1/resourceclaims", optional=True
+)
+# What each claim made from a template asks (a gang member's devices, docs/dra.md).
+RESOURCE_CLAIM_TEMPLATES = Resource(
+    "resourceclaimtemplates", "/apis/resource.k8s.io/v1/resourceclaimtemplates", optional=True
+)

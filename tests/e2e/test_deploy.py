@@ -247,6 +247,19 @@ def test_the_crd_is_served_with_its_printer_columns(cluster, applied) -> None:
             "watch", "podgroups.scheduling.x-k8s.io", ("-A",), id="read scheduler-plugins PodGroups"
         ),
         pytest.param(
+            "watch", "resourceslices.resource.k8s.io", (), id="read DRA devices (docs/dra.md)"
+        ),
+        pytest.param("list", "deviceclasses.resource.k8s.io", (), id="read DRA DeviceClasses"),
+        pytest.param(
+            "watch", "resourceclaims.resource.k8s.io", ("-A",), id="read DRA ResourceClaims"
+        ),
+        pytest.param(
+            "list",
+            "resourceclaimtemplates.resource.k8s.io",
+            ("-A",),
+            id="read DRA ResourceClaimTemplates",
+        ),
+        pytest.param(
             "patch",
             "mutatingwebhookconfigurations/gang-extender",
             (),
@@ -348,6 +361,19 @@ def test_the_service_account_may_do_what_the_service_does(
         pytest.param(
             "update", "leases/kube-scheduler", ("-n", "kube-system"), id="no Lease elsewhere"
         ),
+        pytest.param(
+            "patch",
+            "resourceclaims.resource.k8s.io",
+            ("-n", "team-a"),
+            id="never writes ResourceClaims",
+        ),
+        pytest.param(
+            "update",
+            "resourceclaims.resource.k8s.io",
+            ("--subresource=status", "-n", "team-a"),
+            id="never allocates devices",
+        ),
+        pytest.param("create", "resourceslices.resource.k8s.io", (), id="never publishes devices"),
         pytest.param("create", "clusterrolebindings", (), id="cannot grant itself more"),
         pytest.param("create", "rolebindings", ("-n", "team-b"), id="cannot opt a namespace in"),
         pytest.param("patch", "pods", ("-n", "kube-system"), id="no pod writes in kube-system"),

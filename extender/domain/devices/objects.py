@@ -1,0 +1,240 @@
+"""DeviceClasses, ResourceSlices and ResourceClaims read from resource.k8s.io/v1 JSON.
+
+Only what counting devices needs: a class's selectors and the resource names that
+request it, a slice's node and devices, a claim's allocated devices and its owner.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+# The implicit extended resource name of a DeviceClass (KEP-5004): a pod may ask for
+# `deviceclass.resource.kubernetes.io/<class>: N` whatever its extendedResourceName.
+CLASS_RESOURCE_PREFIX = "deviceclass.resource.kubernetes.io/"
+# kube-scheduler's mark on the claim it creates for a pod whose extended resource is
+# served by DRA (resourceapi.ExtendedResourceClaimAnnotation); the pod owns the claim.
+EXTENDED_RESOURCE_CLAIM_ANNOTATION = "resource.kubernetes.io/extended-resource-claim"
+
+# On a claim made from a pod's ResourceClaimTemplate: the pod's name for the claim
+# (spec.resourceClaims[].name) (resourceapi.PodResourceClaimAnnotation).
+POD_CLAIM_NAME_ANNOTATION = "resource.kubernetes.io/pod-claim-name"
+
+# A device is named by its driver, its pool and its name (as a claim's allocation names it).
+DeviceId = tuple[str, str, str]
+
+
+def class_resource(class_name: str) -> str:
+    """The implicit extended resource name of a DeviceClass."""
+    return f"{CLASS_RESOURCE_PREFIX}{class_name}"
+
+
+@dataclass(frozen=True)
+class DeviceClass:
+    name: str
+    selectors: tuple[str, ...]  # CEL expressions, all of which a device must match
+    extended_resource: str | None  # spec.extendedResourceName
+
+    @property
+    def resources(self) -> tuple[str, ...]:
+        """The extended resource names a pod may request this class by."""
+        implicit = class_resource(self.name)
+        if self.extended_resource and self.extended_resource != implicit:
+            return (self.extended_resource, implicit)
+        return (implicit,)
+
+    @classmethod
+    def from_api(cls, obj: Mapping[str, Any]) -> DeviceClass:
+        spec = obj.get("spec") or {}
+        selectors = tuple(
+            str(expr)
+            for selector in spec.get("selectors") or []
+            if isinstance(selector, dict)
+            and (expr := (selector.get("cel") or {}).get("expression"))
+        )
+        extended = spec.get("extendedResourceName")
+        return cls(
+            name=str(obj["metadata"]["name"]),
+            selectors=selectors,
+            extended_resource=str(extended) if extended else None,
+        )
+
+
+@dataclass(frozen=True)
+class Device:
+    driver: str
+    pool: str
+    name: str
+    # Attributes by domain, then by name (`device.attributes["gpu.nvidia.com"].model`):
+    # an unqualified attribute name belongs to the driver's domain.
+    attributes: Mapping[str, Mapping[str, Any]]
+    # Capacities by domain, then by name, as quantity strings.
+    capacity: Mapping[str, Mapping[str, str]]
+    # (driver, attributes, capacity) as sorted tuples: the CEL memo's key
+    # (selectors.py), computed once when the slice is read.
+    content: tuple[Any, ...] = field(default=(), compare=False, repr=False)
+
+    @property
+    def id(self) -> DeviceId:
+        return (self.driver, self.pool, self.name)
+
+
+@dataclass(frozen=True)
+class Slice:
+    name: str
+    driver: str
+    pool: str
+    generation: int  # of the pool: only a pool's newest slices count
+    node: str | None  # spec.nodeName; None: devices not bound to one node (not counted)
+    devices: tuple[Device, ...]
+    # Why the slice's devices are not counted (allNodes, a node selector), or None.
+    unsupported: str | None = None
+
+    @classmethod
+    def from_api(cls, obj: Mapping[str, Any]) -> Slice:
+        spec = obj.get("spec") or {}
+        driver = str(spec.get("driver") or "")
+        pool = spec.get("pool") or {}
+        pool_name = str(pool.get("name") or "")
+        node = spec.get("nodeName") or None
+        unsupported = None
+        if node is None:
+            how = next(
+                (k for k in ("allNodes", "nodeSelector", "perDeviceNodeSelection") if spec.get(k)),
+                "no nodeName",
+            )
+            unsupported = f"ResourceSlice {obj['metadata']['name']} ({how}) is not per node"
+        devices = tuple(
+            _device(driver, pool_name, raw)
+            for raw in spec.get("devices") or []
+            if isinstance(raw, dict)
+        )
+        return cls(
+            name=str(obj["metadata"]["name"]),
+            driver=driver,
+            pool=pool_name,
+            generation=int(pool.get("generation") or 0),
+            node=str(node) if node else None,
+            devices=devices,
+            unsupported=unsupported,
+        )
+
+
+def _device(driver: str, pool: str, raw: Mapping[str, Any]) -> Device:
+    attributes: dict[str, dict[str, Any]] = {}
+    for name, value in (raw.get("attributes") or {}).items():
+        domain, _, short = str(name).rpartition("/")
+        attributes.setdefault(domain or driver, {})[short] = _attribute_value(value)
+    capacity: dict[str, dict[str, str]] = {}
+    for name, value in (raw.get("capacity") or {}).items():
+        domain, _, short = str(name).rpartition("/")
+        quantity = value.get("value") if isinstance(value, dict) else value
+        capacity.setdefault(domain or driver, {})[short] = str(quantity)
+    content = (
+        driver,
+        tuple((d, tuple(sorted(v.items()))) for d, v in sorted(attributes.items())),
+        tuple((d, tuple(sorted(v.items()))) for d, v in sorted(capacity.items())),
+    )
+    return Device(driver, pool, str(raw.get("name") or ""), attributes, capacity, content)
+
+
+def _attribute_value(value: Any) -> Any:
+    """A DeviceAttribute ({"int": 1} / {"bool": ..} / {"string": ..} / {"version": ..})."""
+    if not isinstance(value, dict):
+        return value
+    for kind in ("int", "bool", "string", "version"):
+        if kind in value:
+            return value[kind]
+    return None
+
+
+@dataclass(frozen=True)
+class Claim:
+    key: str  # namespace/name
+    namespace: str
+    name: str
+    # The Pod that controls the claim (a claim from a template, or kube-scheduler's
+    # extended-resource claim), by uid; None for a claim made by hand.
+    owner_pod: str | None
+    extended: bool  # kube-scheduler's claim for a pod's DRA-served extended resources
+    allocated: tuple[DeviceId, ...]  # status.allocation.devices.results
+    # Made from a template for the owner pod's claim of this name (None: not from one).
+    pod_claim_name: str | None = None
+    # status.reservedFor, the uids of the pods: kube-scheduler reserves the claim for
+    # the pod as it allocates it, and takes the pod out when the pod's bind fails.
+    reserved_for: tuple[str, ...] = ()
+
+    @property
+    def left_over(self) -> bool:
+        """Allocated, its owner pod not among its consumers: what kube-scheduler leaves
+        of a pod's claim when its bind failed (the allocation stays, the pod's
+        reservation goes). The pod keeps the devices when it is scheduled again."""
+        return bool(self.allocated) and self.owner_pod not in self.reserved_for
+
+    @classmethod
+    def from_api(cls, obj: Mapping[str, Any]) -> Claim:
+        meta = obj["metadata"]
+        owner = next(
+            (
+                str(ref.get("uid"))
+                for ref in meta.get("ownerReferences") or []
+                if isinstance(ref, dict) and ref.get("kind") == "Pod" and ref.get("controller")
+            ),
+            None,
+        )
+        annotations = meta.get("annotations") or {}
+        allocation = (obj.get("status") or {}).get("allocation") or {}
+        results = (allocation.get("devices") or {}).get("results") or []
+        allocated = tuple(
+            (str(r.get("driver")), str(r.get("pool")), str(r.get("device")))
+            for r in results
+            if isinstance(r, dict)
+        )
+        return cls(
+            key=f"{meta.get('namespace') or 'default'}/{meta['name']}",
+            namespace=str(meta.get("namespace") or "default"),
+            name=str(meta["name"]),
+            owner_pod=owner,
+            extended=annotations.get(EXTENDED_RESOURCE_CLAIM_ANNOTATION) == "true",
+            allocated=allocated,
+            pod_claim_name=annotations.get(POD_CLAIM_NAME_ANNOTATION),
+            reserved_for=tuple(
+                str(ref.get("uid"))
+                for ref in (obj.get("status") or {}).get("reservedFor") or []
+                if isinstance(ref, dict)
+            ),
+        )
+
+
+@dataclass(frozen=True)
+class ClaimTemplate:
+    """A ResourceClaimTemplate: the devices each claim made from it asks, per class."""
+
+    key: str  # namespace/name
+    needs: Mapping[str, int]  # DeviceClass name -> devices, exactly
+    # Why its requests cannot be counted as a number of devices of a class, or None.
+    unsupported: str | None = None
+
+    @classmethod
+    def from_api(cls, obj: Mapping[str, Any]) -> ClaimTemplate:
+        meta = obj["metadata"]
+        key = f"{meta.get('namespace') or 'default'}/{meta['name']}"
+        devices = (((obj.get("spec") or {}).get("spec") or {}).get("devices")) or {}
+        needs: dict[str, int] = {}
+        for request in devices.get("requests") or []:
+            if not isinstance(request, dict):
+                continue
+            exactly = request.get("exactly")
+            if not isinstance(exactly, dict):
+                how = "firstAvailable" if request.get("firstAvailable") else "no exactly"
+                return cls(key, {}, f"request {request.get('name')!r} uses {how}")
+            mode = exactly.get("allocationMode") or "ExactCount"
+            if mode != "ExactCount":
+                return cls(key, {}, f"request {request.get('name')!r} uses allocationMode {mode}")
+            name = str(exactly.get("deviceClassName") or "")
+            count = exactly.get("count", 1)
+            if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+                return cls(key, {}, f"request {request.get('name')!r} has count {count!r}")
+            needs[name] = needs.get(name, 0) + count
+        return cls(key, needs)
