@@ -9,7 +9,8 @@ checks it on random event sequences):
   event (the fast path): (namespace, group) -> (task, index) -> the members showing it.
 
 Both speak `GroupView`. Members are `Member` facts (name, task, index, finished,
-terminating), read from pod JSON by `extender.kube.indexes`; nothing here knows pod
+terminating), read from pod JSON by `extender.kube.indexes`, its only user, beside
+it; pure all the same (no I/O, so `make mutate` covers it); nothing here knows pod
 JSON, an API server or a clock.
 """
 
@@ -198,6 +199,10 @@ class MemberIndex:
 
     def __len__(self) -> int:
         return len(self._members)
+
+    def group_count(self) -> int:
+        """Groups held: only those with a member (an emptied group is dropped)."""
+        return len(self._groups)
 
     def _drop(self, uid: str, member: Member) -> None:
         del self._members[uid]
