@@ -119,6 +119,11 @@ class StarvationReservations:
                 holds[node] = (key, max(gpus - self.shared.snapshot.placeholder_gpus(key, node), 0))
         return holds
 
+    def held(self, key: GroupKey) -> dict[str, int]:
+        """GPUs `key`'s reservation holds per node ({} when it holds none)."""
+        reservation = self.reservations.get(key)
+        return {} if reservation is None else self._held(reservation)
+
     def _held(self, reservation: Reservation) -> dict[str, int]:
         """GPUs the reservation holds per node, its own placeholders' included."""
         free = {
@@ -148,7 +153,7 @@ class StarvationReservations:
                 self.end_reservation(key)
         if now - self.starvation_checked >= STARVATION_CHECK_SECONDS:
             self.starvation_checked = now
-            for key in self._starving_heads(now):
+            for key in self.starving_heads(now):
                 try:
                     self._start_reservation(key, now)
                 except Exception as err:  # noqa: BLE001 -- held to this gang, as try_plan does
@@ -168,7 +173,7 @@ class StarvationReservations:
                 self.shared.touched.add(key)
         self.sync_holds(now)
 
-    def _starving_heads(self, now: float) -> list[GroupKey]:
+    def starving_heads(self, now: float) -> list[GroupKey]:
         """Held gangs without a plan or reservation that waited past their
         starvationSeconds and have no held gang ahead wanting their nodes."""
         found: set[GroupKey] = set()
@@ -234,7 +239,7 @@ class StarvationReservations:
         )
         need = sum(m.requests.get(GPU, 0) for m in pending)
         taken = {node for r in self.reservations.values() for node in r.nodes}
-        # The held view's wanted nodes: `_starving_heads` just computed this gang's shapes.
+        # The held view's wanted nodes: `starving_heads` just computed this gang's shapes.
         eligible = self.queue.held_queue_view().wanted.of_gang(pending) - taken
         gpus = {
             node: NodeGpus(
@@ -285,7 +290,7 @@ class StarvationReservations:
         )
         if not self.shared.switches.fences:
             return message
-        if self._fence_tolerated(key):
+        if self.fence_tolerated(key):
             return (
                 f"{message}; the nodes are tainted {FENCE_TAINT_KEY}:NoSchedule, so no "
                 "other scheduler places a pod there meanwhile"
@@ -315,7 +320,7 @@ class StarvationReservations:
         self._sync_placeholders(now)
         self._sync_fences(now)
 
-    def _fence_tolerated(self, key: GroupKey) -> bool:
+    def fence_tolerated(self, key: GroupKey) -> bool:
         """Every pending member of `key` tolerates its fence (else it would fence itself out)."""
         pending = [
             m for m in self.shared.snapshot.members(key) if not m.is_bound and not m.deleting
@@ -330,7 +335,7 @@ class StarvationReservations:
         if (
             not self.shared.switches.fences
             or reservation is None
-            or not self._fence_tolerated(plan.group)
+            or not self.fence_tolerated(plan.group)
         ):
             return
         nodes = frozenset(reservation.nodes) & set(plan.placements.values())
@@ -353,7 +358,7 @@ class StarvationReservations:
             fenced = {
                 key: reservation.nodes
                 for key, reservation in self.reservations.items()
-                if self._fence_tolerated(key)
+                if self.fence_tolerated(key)
             }
             for key, (_, nodes) in self.fenced_plans.items():
                 fenced.setdefault(key, nodes)

@@ -53,6 +53,10 @@ class WantedNodes:
             return found & restriction.allowed
         return found - restriction.denied
 
+    def shapes_scanned(self) -> int:
+        """Member shapes whose nodes were scanned: one scan of the nodes each."""
+        return len(self._by_shape)
+
     def _scan(self, member: PodInfo) -> set[str]:
         return {
             name
@@ -91,6 +95,10 @@ class HeldQueue:
         if found is None:
             found = self._gang_wanted[key] = frozenset(self.wanted.of_gang(members))
         return found
+
+    def asked(self, key: GroupKey) -> bool:
+        """`key`'s wanted nodes were computed (they are asked for lazily)."""
+        return key in self._gang_wanted
 
     def first_ahead_wanting(self, rank: QueueRank, nodes: Collection[str]) -> QueueRank | None:
         """The first held gang ahead of `rank` that wants one of `nodes`, or None."""

@@ -220,8 +220,8 @@ def test_bound_members_need_not_tolerate_the_fence_only_pending_ones() -> None:
         make_pod("big-3").group("big").gpus(1).node("n0").created(CREATED_AT_T0).obj()
     )
     core.observe_pod(bound_member, T0)
-    assert core.starvation._fence_tolerated(BIG)
-    assert not core.starvation._fence_tolerated(GroupKey("default", "nobody"))  # no pending member
+    assert core.starvation.fence_tolerated(BIG)
+    assert not core.starvation.fence_tolerated(GroupKey("default", "nobody"))  # no pending member
 
 
 def test_switched_off_no_fence_and_the_message_does_not_mention_one() -> None:

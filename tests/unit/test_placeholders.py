@@ -170,9 +170,7 @@ def test_a_placeholder_is_counted_used_by_others_and_free_for_its_gang() -> None
     assert core.free_for_planning(OTHER)["n1"]["nvidia.com/gpu"] == 0
     assert core.free_for_planning(BIG)["n1"]["nvidia.com/gpu"] == 1
     # The reservation still holds that GPU, and nothing more is asked for it.
-    assert core.starvation.reservations[BIG] and core.starvation._held(
-        core.starvation.reservations[BIG]
-    ) == {"n1": 1}
+    assert core.starvation.reservations[BIG] and core.starvation.held(BIG) == {"n1": 1}
     # Already taken from everyone by the pod itself; a plain pod whose kube-scheduler
     # has not seen the placeholder yet is still refused by the extender.
     assert core.starving_holds() == {"n1": (BIG, 0)}

@@ -49,7 +49,7 @@ def check(core: GangCore) -> None:
     for name, node in core.snapshot.nodes.items():
         assert core.snapshot.used(name).get(GPU, 0) <= node.allocatable.get(GPU, 0), name
     for key, reservation in core.starvation.reservations.items():
-        held = core.starvation._held(reservation)
+        held = core.starvation.held(key)
         mine = [p for p in core.snapshot.placeholders.values() if p.placeholder_for == key]
         for p in mine:
             assert p.node_name in reservation.nodes
