@@ -3,8 +3,8 @@
 A user migrating keeps `kubectl get podgroups.scheduling.x-k8s.io` (or
 `.scheduling.volcano.sh`) as the place to watch a job: the group reconciler
 calls `ForeignStatusWriter.write` for every changed group, and this writes the
-phase and counts `domain.status` computed, in that PodGroup's own schema
-(`domain.foreign_status`).
+phase and counts `domain.status.status` computed, in that PodGroup's own schema
+(`domain.status.foreign_status`).
 
 Only for groups with at least one member of this scheduler (`schedulerName:
 gang-extender`): a PodGroup whose pods another scheduler (scheduler-plugins'
@@ -21,16 +21,16 @@ import time
 from typing import Any
 
 from extender.controller.cluster_state import ClusterState
-from extender.domain.core_api import SchedulingCore
-from extender.domain.foreign_podgroups import COSCHEDULING_API, VOLCANO_API
-from extender.domain.foreign_status import (
+from extender.domain.cluster.foreign_podgroups import COSCHEDULING_API, VOLCANO_API
+from extender.domain.gang.core_api import SchedulingCore
+from extender.domain.objects.membership import SCHEDULER_NAME, GroupKey
+from extender.domain.status.foreign_status import (
     coscheduling_status,
     occupied_by,
     volcano_status,
     with_schedule_start,
 )
-from extender.domain.membership import SCHEDULER_NAME, GroupKey
-from extender.domain.status import group_status
+from extender.domain.status.status import group_status
 from extender.kube.client import KubeError, RawApi
 from extender.kube.writers import HTTP_NOT_FOUND, write_foreign_podgroup_status
 

@@ -15,8 +15,8 @@ from typing import Any
 
 from extender.controller.api_writes import namespace_terminating
 from extender.controller.effects import EffectWriter
-from extender.domain.limits import clip
-from extender.domain.membership import GroupKey
+from extender.domain.objects.limits import clip
+from extender.domain.objects.membership import GroupKey
 from extender.kube.client import KubeError
 from extender.kube.writers import api_error_summary
 from extender.metrics import Metrics

@@ -31,15 +31,15 @@ from extender.controller.effects import EffectWriter
 from extender.controller.foreign_status import ForeignStatusWriter
 from extender.controller.lifecycle import LifecycleController
 from extender.controller.reconcile_pass import WRITE_RECONCILE, ReconcileFaults
-from extender.domain.core_api import SchedulingCore
-from extender.domain.membership import (
+from extender.domain.gang.core_api import SchedulingCore
+from extender.domain.objects.membership import (
     CREATED_FROM_ANNOTATION,
     GroupKey,
     MembershipError,
     task_layout,
 )
-from extender.domain.model import GroupSpec
-from extender.domain.status import GroupStatus, group_status
+from extender.domain.objects.model import GroupSpec
+from extender.domain.status.status import GroupStatus, group_status
 from extender.kube.client import KubeError, RawApi
 from extender.kube.wiring import WiringConflictError
 from extender.kube.writers import (

@@ -57,7 +57,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from extender.config import Settings
-from extender.domain.membership import MembershipError, group_name, task_name
+from extender.domain.objects.membership import MembershipError, group_name, task_name
 from extender.injection.layout import is_deleting, is_finished, member_index
 from extender.kube.cache import CacheSink
 from extender.kube.member_indexes import GroupView, ListedGroup, Member, MemberIndex

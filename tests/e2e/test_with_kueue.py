@@ -25,7 +25,7 @@ from kubernetes import client as k8s
 from extender.devcluster.cluster import LocalCluster, new_namespace
 from extender.devcluster.kueue import QUEUE_NAME_LABEL, KueueManager, KueueUnavailable, ensure_kueue
 from extender.devcluster.stack import GangStack
-from extender.domain.membership import INJECT_NAMESPACE_LABEL, MIN_AVAILABLE_ANNOTATION
+from extender.domain.objects.membership import INJECT_NAMESPACE_LABEL, MIN_AVAILABLE_ANNOTATION
 from extender.kube.rawapi import RawApi, path_of
 from tests.e2e.conftest import GpuPool
 from tests.e2e.gang_fixtures import (

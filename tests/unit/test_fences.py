@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from extender.domain.decisions import Effect, PlanCreated, Verdict
-from extender.domain.fences import (
+from extender.domain.cluster.fences import (
     FENCE_TAINT_KEY,
     MEMBER_TOLERATION,
     FenceNode,
@@ -19,9 +18,10 @@ from extender.domain.fences import (
     observed_fence,
     tolerates_fence,
 )
-from extender.domain.gang import PLACEHOLDER_RETRY_SECONDS, GangCore
-from extender.domain.membership import GroupKey
-from extender.domain.model import GroupSpec, NodeInfo, PodInfo, Taint, Toleration
+from extender.domain.gang.gang import PLACEHOLDER_RETRY_SECONDS, GangCore
+from extender.domain.objects.membership import GroupKey
+from extender.domain.objects.model import GroupSpec, NodeInfo, PodInfo, Taint, Toleration
+from extender.domain.state.decisions import Effect, PlanCreated, Verdict
 from tests.builders import make_node, make_pod, make_podgroup
 from tests.unit.test_reservations import (
     BIG,

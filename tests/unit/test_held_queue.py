@@ -1,6 +1,6 @@
 """The held-gang queue view answers as asking every gang afresh would.
 
-domain/held_queue.py is built once per change and caches wanted nodes per member
+domain/queue/held_queue.py is built once per change and caches wanted nodes per member
 shape; the oracle here recomputes every gang's wanted nodes per question, as
 `GangCore.gang_ahead_of` and the starvation check did before.
 """
@@ -12,14 +12,14 @@ from typing import Any
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from extender.domain.gang import GangCore, Timeouts
-from extender.domain.gang_queue import QueueOrder
-from extender.domain.held_queue import WantedNodes, held_queue
-from extender.domain.membership import GroupKey
-from extender.domain.model import NodeInfo, PodInfo
-from extender.domain.planner import NodeRestriction, node_accepts
-from extender.domain.queue import QueueRank
-from extender.domain.snapshot import fits
+from extender.domain.cluster.snapshot import fits
+from extender.domain.gang.gang import GangCore, Timeouts
+from extender.domain.objects.membership import GroupKey
+from extender.domain.objects.model import NodeInfo, PodInfo
+from extender.domain.planning.planner import NodeRestriction, node_accepts
+from extender.domain.planning.queue import QueueRank
+from extender.domain.queue.gang_queue import QueueOrder
+from extender.domain.queue.held_queue import WantedNodes, held_queue
 from tests.builders import make_node, make_pod
 from tests.core_builder import make_core
 
@@ -188,8 +188,8 @@ def test_the_view_looks_at_every_group_that_moved_past_the_planned_ones(monkeypa
 
 
 def test_a_podgroup_status_write_changes_nothing_a_plan_reads() -> None:
-    from extender.domain.model import GroupSpec
-    from extender.domain.snapshot import ClusterSnapshot
+    from extender.domain.cluster.snapshot import ClusterSnapshot
+    from extender.domain.objects.model import GroupSpec
 
     snapshot = ClusterSnapshot()
     key = GroupKey("default", "job")
@@ -344,7 +344,7 @@ def test_the_kept_queue_view_is_the_view_built_afresh_after_any_events(steps) ->
     after any sequence of member, node, PodGroup and plan events (made, released at
     the barrier, dropped; a whole gang deleted at once) it is the view built from
     nothing."""
-    from extender.domain.model import GroupSpec
+    from extender.domain.objects.model import GroupSpec
     from tests.builders import make_podgroup
 
     core = make_core()

@@ -6,7 +6,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from extender.domain.decisions import (
+from extender.domain.gang.gang import PLACEHOLDER_RETRY_SECONDS, GangCore
+from extender.domain.objects.membership import GroupKey
+from extender.domain.objects.model import PLACEHOLDER_LABEL, PodInfo
+from extender.domain.starvation.placeholders import (
+    ObservedPlaceholder,
+    desired,
+    diff,
+    placeholder_name,
+)
+from extender.domain.state.decisions import (
     BarrierReleased,
     BindDecision,
     BindVerdict,
@@ -16,10 +25,6 @@ from extender.domain.decisions import (
     PlanCreated,
     Verdict,
 )
-from extender.domain.gang import PLACEHOLDER_RETRY_SECONDS, GangCore
-from extender.domain.membership import GroupKey
-from extender.domain.model import PLACEHOLDER_LABEL, PodInfo
-from extender.domain.placeholders import ObservedPlaceholder, desired, diff, placeholder_name
 from extender.kube.writers import placeholder_pod
 from tests.builders import make_node, make_pod, placeholder_pod_info
 from tests.unit.test_reservations import (

@@ -12,10 +12,10 @@ from __future__ import annotations
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from extender.domain.decisions import PlaceholderCreate, PlaceholderDelete
-from extender.domain.gang import GangCore, Timeouts
-from extender.domain.model import GroupSpec, NodeInfo, PodInfo
-from extender.domain.quantity import GPU
+from extender.domain.gang.gang import GangCore, Timeouts
+from extender.domain.objects.model import GroupSpec, NodeInfo, PodInfo
+from extender.domain.objects.quantity import GPU
+from extender.domain.state.decisions import PlaceholderCreate, PlaceholderDelete
 from tests.builders import make_node, make_pod, make_podgroup, placeholder_pod_info
 from tests.core_builder import make_core
 

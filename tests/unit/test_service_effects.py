@@ -20,15 +20,15 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from extender.api.health import create_health_app
 from extender.config import Settings
-from extender.domain.decisions import GangBound, PlanCreated, PlanDropped
-from extender.domain.ledger import Plan
-from extender.domain.membership import (
+from extender.domain.cluster.ledger import Plan
+from extender.domain.objects.membership import (
     INJECT_NAMESPACE_LABEL,
     PLANNED_NODE_ANNOTATION,
     TASKS_ANNOTATION,
     GroupKey,
     MembershipError,
 )
+from extender.domain.state.decisions import GangBound, PlanCreated, PlanDropped
 from extender.kube.rawapi import KubeError
 from extender.kube.wiring import WiringConflictError
 from extender.service import Deps, GangService, create_service
