@@ -84,8 +84,8 @@ bench: $(BIN)/gang-extender control-plane
 # Mutation testing of the pure core (extender/domain, and the pure byte work at the
 # edges listed in pyproject.toml's [tool.mutmut]): a surviving mutant is a missing
 # test. Narrow it to what you changed, e.g.
-#   make mutate MUTANTS='extender.domain.scoring* extender.kube.list_split*'
-MUTANTS ?= extender.domain.* extender.kube.list_split.* extender.api.priority_wire.* extender.api.candidates.*
+#   make mutate MUTANTS='extender.domain.planning.scoring* extender.kube.list_split*'
+MUTANTS ?= extender.domain.* extender.kube.list_split.* extender.kube.member_indexes.* extender.api.priority_wire.* extender.api.candidates.*
 mutate: $(BIN)/gang-extender
 	$(BIN)/pip install --quiet -e '.[dev,mutate]'
 	rm -rf mutants

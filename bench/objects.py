@@ -8,8 +8,8 @@ from extender.devcluster.control_plane_commands import (
     KWOK_NODE_ANNOTATION,
     KWOK_NODE_ANNOTATION_VALUE,
 )
-from extender.domain.membership import GROUP_LABEL, MIN_AVAILABLE_ANNOTATION, SCHEDULER_NAME
-from extender.domain.quantity import GPU
+from extender.domain.objects.membership import GROUP_LABEL, MIN_AVAILABLE_ANNOTATION, SCHEDULER_NAME
+from extender.domain.objects.quantity import GPU
 
 #: Every object the bench makes carries this label (cleanup selects on it).
 BENCH_LABEL = "bench.gang-extender.io/workload"

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from extender.config import Settings
-from extender.domain.policy import Policy, PolicyError
+from extender.domain.objects.policy import Policy, PolicyError
 from extender.kube.leader import LeaderElector
 from extender.kube.rawapi import KubeconfigError, load_api_client
 from extender.kube.webhook_config import WebhookConfigError

@@ -84,7 +84,7 @@ def _serve(args: argparse.Namespace) -> int:
     from pydantic_settings import SettingsError
 
     from extender.config import Settings
-    from extender.domain.policy import PolicyError
+    from extender.domain.objects.policy import PolicyError
     from extender.policy_file import load_policy
     from extender.service import StartupError, serve
 

@@ -104,18 +104,18 @@ class Settings(BaseSettings):
     # reasons) must not hold capacity forever.
     default_schedule_timeout_seconds: float = Field(default=60.0, gt=0)
     # A held gang at the head of the queue that has waited this long reserves the
-    # nodes it will use (domain/reservations.py); a PodGroup's spec.starvationSeconds
+    # nodes it will use (domain/starvation/reservations.py); a PodGroup's spec.starvationSeconds
     # (or the members' gang-extender.io/starvation-seconds) wins.
     default_starvation_seconds: float = Field(default=60.0, gt=0)
     # A reservation gives up after this long and re-chooses nodes, so one busy node
     # cannot hold a gang's room (and everyone else's) forever.
     reservation_max_seconds: float = Field(default=300.0, gt=0)
     # While a reservation holds GPUs, placeholder pods request them on the reserved
-    # nodes (domain/placeholders.py), so the default scheduler and the cluster
+    # nodes (domain/starvation/placeholders.py), so the default scheduler and the cluster
     # autoscaler see them taken too.
     reservation_placeholders: bool = True
     # While a reservation holds nodes, they carry the NoSchedule taint
-    # gang-extender.io/reserved (domain/fences.py), which gang members tolerate (the
+    # gang-extender.io/reserved (domain/cluster/fences.py), which gang members tolerate (the
     # webhook adds it): no other scheduler places a pod there, even one already
     # pending when a GPU frees. Needs RBAC to patch nodes (deploy/rbac.yaml).
     reservation_taints: bool = True

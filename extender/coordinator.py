@@ -25,8 +25,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from extender.domain.core_api import SchedulingCore
-from extender.domain.decisions import (
+from extender.domain.gang.core_api import SchedulingCore
+from extender.domain.objects.membership import GroupKey
+from extender.domain.planning.scoring import Priorities
+from extender.domain.preemption.preemption import GangAwareAnswer, NodeVictims
+from extender.domain.state.decisions import (
     BarrierReleased,
     BindVerdict,
     Effect,
@@ -36,9 +39,6 @@ from extender.domain.decisions import (
     GangFaulted,
     PlanDropped,
 )
-from extender.domain.membership import GroupKey
-from extender.domain.preemption import GangAwareAnswer, NodeVictims
-from extender.domain.scoring import Priorities
 from extender.metrics import Metrics
 from extender.ports.binding import Binder, BindError
 

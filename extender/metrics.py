@@ -174,7 +174,7 @@ class Metrics:
             ["kind"],
             registry=r,
         )
-        # Lifecycle policies (domain/lifecycle.py, docs/podgroup.md#lifecycle-policies).
+        # Lifecycle policies (domain/lifecycle/lifecycle.py, docs/podgroup.md#lifecycle-policies).
         self.gang_restarts = Counter(
             "gang_extender_gang_restarts_total",
             "Gangs restarted by their lifecycle policy (RestartJob), by the event that "
@@ -194,7 +194,7 @@ class Metrics:
             ["cause"],
             registry=r,
         )
-        # Gang preemption (domain/preemption.py, docs/podgroup.md#preemption).
+        # Gang preemption (domain/preemption/preemption.py, docs/podgroup.md#preemption).
         self.preemption_evictions = Counter(
             "gang_extender_preemption_evictions_total",
             "Pods gang preemption asked the Eviction API to evict, by result: evicted, "

@@ -1,7 +1,7 @@
 """Reads a placement policy file (`--policy`, `policies/*.yaml`) for the pure domain.
 
 The file read and the YAML decoding live here, at the edge, so `extender.domain`
-stays free of I/O; `domain.policy.policy_from_mapping` validates what was read.
+stays free of I/O; `domain.objects.policy.policy_from_mapping` validates what was read.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from extender.domain.policy import Policy, PolicyError, policy_from_mapping
+from extender.domain.objects.policy import Policy, PolicyError, policy_from_mapping
 
 
 def load_policy(path: Path | None) -> Policy:

@@ -49,10 +49,10 @@ from extender.controller.gauges import Gauges
 from extender.controller.lifecycle import LifecycleController
 from extender.controller.reconciler import GroupReconciler, Wiring
 from extender.coordinator import SchedulingCoordinator
-from extender.domain.decisions import Effect
-from extender.domain.gang import GangCore, Timeouts
-from extender.domain.membership import GroupKey
-from extender.domain.policy import Policy
+from extender.domain.gang.gang import GangCore, Timeouts
+from extender.domain.objects.membership import GroupKey
+from extender.domain.objects.policy import Policy
+from extender.domain.state.decisions import Effect
 from extender.kube.ca_publish import (
     CAShareError,
     publish_client_cert,

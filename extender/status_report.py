@@ -19,8 +19,12 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from extender.domain.foreign_podgroups import SOURCE_COSCHEDULING, SOURCE_OURS, SOURCE_VOLCANO
-from extender.domain.membership import (
+from extender.domain.cluster.foreign_podgroups import (
+    SOURCE_COSCHEDULING,
+    SOURCE_OURS,
+    SOURCE_VOLCANO,
+)
+from extender.domain.objects.membership import (
     SCHEDULER_NAME,
     GroupKey,
     MembershipError,
@@ -30,15 +34,15 @@ from extender.domain.membership import (
     task_name,
     workload_ref,
 )
-from extender.domain.model import (
+from extender.domain.objects.model import (
     UPSTREAM_PODGROUP_SOURCE,
     UPSTREAM_WORKLOAD_SOURCE,
     PodInfo,
     upstream_podgroup_spec,
     upstream_workload_spec,
 )
-from extender.domain.queue import queue_order, rank_of
-from extender.domain.status import MemberCounts, other_scheduler_message
+from extender.domain.planning.queue import queue_order, rank_of
+from extender.domain.status.status import MemberCounts, other_scheduler_message
 
 # The SOURCE column: where a group's size comes from (docs/podgroup.md), by the
 # GroupSpec.source the service gives it (the words its messages use).
@@ -429,7 +433,7 @@ def _with_queue(
     members: dict[tuple[str, str], list[dict[str, Any]]],
 ) -> list[GroupRow]:
     """QUEUE: a held group's place in the order the service plans held gangs
-    (domain/queue.py: pod priority, then oldest member); PRIORITY: its highest.
+    (domain/planning/queue.py: pod priority, then oldest member); PRIORITY: its highest.
     Held: not placed, with a member of this scheduler not bound yet."""
     ranks = {}
     held = []

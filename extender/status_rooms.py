@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from extender.domain.fences import FENCE_TAINT_KEY
-from extender.domain.membership import PLANNED_NODE_ANNOTATION, GroupKey
-from extender.domain.model import NodeInfo, PodInfo
-from extender.domain.quantity import GPU
+from extender.domain.cluster.fences import FENCE_TAINT_KEY
+from extender.domain.objects.membership import PLANNED_NODE_ANNOTATION, GroupKey
+from extender.domain.objects.model import NodeInfo, PodInfo
+from extender.domain.objects.quantity import GPU
 from extender.status_report import GroupRow, StatusObjects
 
 

@@ -11,9 +11,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from extender.controller.cluster_state import ClusterState
-from extender.domain.decisions import PlaceholderCreate
-from extender.domain.ledger import Ledger, Plan
-from extender.domain.membership import (
+from extender.domain.cluster.ledger import Ledger, Plan
+from extender.domain.objects.membership import (
     CREATED_FROM_ANNOTATION,
     GROUP_LABEL,
     MIN_AVAILABLE_ANNOTATION,
@@ -21,9 +20,10 @@ from extender.domain.membership import (
     TASK_LABEL,
     GroupKey,
 )
-from extender.domain.model import NodeInfo, PodInfo
-from extender.domain.planner import Placement, Shortfall
-from extender.domain.quantity import GPU
+from extender.domain.objects.model import NodeInfo, PodInfo
+from extender.domain.objects.quantity import GPU
+from extender.domain.planning.planner import Placement, Shortfall
+from extender.domain.state.decisions import PlaceholderCreate
 from extender.kube.cache import CacheSink
 from extender.kube.ownership import OwnershipSeal
 from extender.kube.writers import placeholder_pod

@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from extender.domain.gang import GangCore, Timeouts
-from extender.domain.model import GroupSpec, NodeInfo, PodInfo
-from extender.domain.policy import Policy
-from extender.domain.snapshot import ClusterSnapshot
+from extender.domain.cluster.snapshot import ClusterSnapshot
+from extender.domain.gang.gang import GangCore, Timeouts
+from extender.domain.objects.model import GroupSpec, NodeInfo, PodInfo
+from extender.domain.objects.policy import Policy
 
 # When the builder's pods are observed (most tests' T0).
 BUILT_AT = 1_000_000.0

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from extender.domain.gang import GangCore
-from extender.domain.model import NodeInfo, PodInfo
+from extender.domain.gang.gang import GangCore
+from extender.domain.objects.model import NodeInfo, PodInfo
 from tests.builders import make_node, make_pod
 
 CHANGE_OPS = ("node", "drop-node", "bind", "unbind", "gang", "forget-gang")

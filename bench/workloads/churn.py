@@ -61,8 +61,8 @@ from bench.workloads.common import (
     observed_partial_gangs,
     service_metric,
 )
-from extender.domain.membership import GROUP_LABEL
-from extender.domain.model import STARVATION_ANNOTATION
+from extender.domain.objects.membership import GROUP_LABEL
+from extender.domain.objects.model import STARVATION_ANNOTATION
 
 log = logging.getLogger("bench.churn")
 

@@ -21,7 +21,7 @@ from bench.workloads.common import (
     service_metric,
     steady_rate,
 )
-from extender.domain.membership import SCHEDULER_NAME
+from extender.domain.objects.membership import SCHEDULER_NAME
 
 log = logging.getLogger("bench.plain")
 

@@ -31,7 +31,7 @@ from bench.workloads.common import (
     observed_partial_gangs,
     service_metric,
 )
-from extender.domain.membership import GROUP_LABEL, INJECT_NAMESPACE_LABEL
+from extender.domain.objects.membership import GROUP_LABEL, INJECT_NAMESPACE_LABEL
 
 WORKLOAD = "webhook"
 GROUP_SIZE = 8

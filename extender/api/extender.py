@@ -10,7 +10,7 @@ answers bind with an `Error`: kube-scheduler retries, and its next connection
 reaches the leader.
 
 `/preempt` (kube-scheduler's preemptVerb, ProcessPreemption) answers with the
-victims per node made whole-gang (domain/preemption.py `gang_aware_victims`):
+victims per node made whole-gang (domain/preemption/preemption.py `gang_aware_victims`):
 nodes dropped, gangs widened to their members on the node; a replica that is not
 the leader, or a failure, answers no node (kube-scheduler preempts nothing now
 and retries the pod later).
@@ -41,9 +41,9 @@ from extender.api.wire import (
     ExtenderPreemptionArgs,
     node_name,
 )
-from extender.domain.decisions import FilterDecision, Verdict
-from extender.domain.preemption import GangAwareAnswer, NodeVictims
-from extender.domain.scoring import Priorities
+from extender.domain.planning.scoring import Priorities
+from extender.domain.preemption.preemption import GangAwareAnswer, NodeVictims
+from extender.domain.state.decisions import FilterDecision, Verdict
 from extender.metrics import Metrics
 
 Model = TypeVar("Model", bound=BaseModel)

@@ -17,7 +17,7 @@ from itertools import count, repeat
 
 import orjson
 
-from extender.domain.scoring import NodeScoreBoard, Priorities
+from extender.domain.planning.scoring import NodeScoreBoard, Priorities
 
 __all__ = ["HostPriorityEncoder"]
 

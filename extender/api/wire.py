@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from extender.domain.quantity import QuantityError, to_units
+from extender.domain.objects.quantity import QuantityError, to_units
 
 
 class _Wire(BaseModel):

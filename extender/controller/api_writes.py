@@ -23,7 +23,7 @@ from typing import Any
 
 from extender.config import Settings
 from extender.controller.cluster_state import ClusterState
-from extender.domain.membership import SCHEDULER_NAME, GroupKey
+from extender.domain.objects.membership import SCHEDULER_NAME, GroupKey
 from extender.kube.client import KubeError, RawApi
 from extender.kube.writers import api_error_summary, emit_event, is_transient
 from extender.metrics import Metrics

@@ -22,25 +22,25 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
-from extender.domain.core_api import SchedulingCore
-from extender.domain.devices.claims import with_claim_needs
-from extender.domain.devices.inventory import DeviceInventory
-from extender.domain.devices.nodes import with_devices
-from extender.domain.devices.objects import Claim, ClaimTemplate, DeviceClass, Slice
-from extender.domain.foreign_podgroups import (
+from extender.domain.cluster.foreign_podgroups import (
     SOURCE_COSCHEDULING,
     SOURCE_OURS,
     SOURCE_VOLCANO,
     volcano_group_spec,
 )
-from extender.domain.membership import (
+from extender.domain.devices.claims import with_claim_needs
+from extender.domain.devices.inventory import DeviceInventory
+from extender.domain.devices.nodes import with_devices
+from extender.domain.devices.objects import Claim, ClaimTemplate, DeviceClass, Slice
+from extender.domain.gang.core_api import SchedulingCore
+from extender.domain.objects.membership import (
     INJECT_NAMESPACE_LABEL,
     GroupKey,
     MembershipError,
     WorkloadRef,
     workload_ref,
 )
-from extender.domain.model import (
+from extender.domain.objects.model import (
     TERMINAL_PHASES,
     UPSTREAM_PODGROUP_SOURCE,
     UPSTREAM_WORKLOAD_SOURCE,

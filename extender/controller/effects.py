@@ -22,8 +22,10 @@ from extender.config import Settings
 from extender.controller.api_writes import ApiWrites
 from extender.controller.cluster_state import ClusterState
 from extender.controller.evictions import Evictions
-from extender.domain.core_api import SchedulingCore
-from extender.domain.decisions import (
+from extender.domain.cluster.fences import FenceNode, UnfenceNode
+from extender.domain.gang.core_api import SchedulingCore
+from extender.domain.objects.membership import GroupKey
+from extender.domain.state.decisions import (
     BarrierReleased,
     Effect,
     EvictVictims,
@@ -37,8 +39,6 @@ from extender.domain.decisions import (
     PlanDropped,
     PlanEffect,
 )
-from extender.domain.fences import FenceNode, UnfenceNode
-from extender.domain.membership import GroupKey
 from extender.kube.client import RawApi
 from extender.kube.ownership import OwnershipSeal
 from extender.kube.writers import (
@@ -163,7 +163,7 @@ class EffectWriter:
                 self.queues.submit(effect.plan.group, functools.partial(self._carry_out, effect))
 
     async def _fence(self, effect: FenceNode | UnfenceNode) -> None:
-        """Put a reservation's fence taint on a node, or take it off (domain/fences.py)."""
+        """Put a reservation's fence taint on a node, or take it off (domain/cluster/fences.py)."""
         timeout = self.settings.api_write_timeout_seconds
         if isinstance(effect, FenceNode):
             log.info("gang %s: fencing node %s (taint %s)", effect.group, effect.node, effect.value)
@@ -182,7 +182,7 @@ class EffectWriter:
         )
 
     async def _placeholder(self, effect: PlaceholderCreate | PlaceholderDelete) -> None:
-        """Create or delete a placeholder pod (domain/placeholders.py)."""
+        """Create or delete a placeholder pod (domain/starvation/placeholders.py)."""
         key, timeout = effect.group, self.settings.api_write_timeout_seconds
         if isinstance(effect, PlaceholderDelete):
             log.info("gang %s: deleting placeholder pod %s", key, effect.name)

@@ -33,9 +33,9 @@ import time
 from typing import Protocol
 
 from extender.controller.api_writes import ApiWrites
-from extender.domain.decisions import EvictVictims, Victim
-from extender.domain.membership import GroupKey
-from extender.domain.preemption import PREEMPTED_EVENT, PREEMPTING_EVENT, EvictionRefusal
+from extender.domain.objects.membership import GroupKey
+from extender.domain.preemption.preemption import PREEMPTED_EVENT, PREEMPTING_EVENT, EvictionRefusal
+from extender.domain.state.decisions import EvictVictims, Victim
 from extender.kube.client import KubeError
 from extender.kube.evictions import HTTP_TOO_MANY_REQUESTS, evict_pod, mark_preempted
 from extender.kube.writers import api_error_summary, is_transient

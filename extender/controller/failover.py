@@ -22,7 +22,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from extender.domain.core_api import SchedulingCore
+from extender.domain.gang.core_api import SchedulingCore
 from extender.kube.leader import LeaderElector
 from extender.metrics import Metrics
 from extender.ports.binding import Binder, BindError

@@ -3,8 +3,8 @@
 A user migrating keeps `kubectl get podgroups.scheduling.x-k8s.io` (or
 `.scheduling.volcano.sh`) as the place to watch a job: the group reconciler
 calls `ForeignStatusWriter.write` for every changed group, and this writes the
-phase and counts `domain.status` computed, in that PodGroup's own schema
-(`domain.foreign_status`). A Kubernetes `scheduling.k8s.io` PodGroup gets its
+phase and counts `domain.status.status` computed, in that PodGroup's own schema
+(`domain.status.foreign_status`). A Kubernetes `scheduling.k8s.io` PodGroup gets its
 `PodGroupInitiallyScheduled` condition (False with our reason while held, True
 once placed, then never again).
 
@@ -23,17 +23,17 @@ import time
 from typing import Any
 
 from extender.controller.cluster_state import ClusterState
-from extender.domain.core_api import SchedulingCore
-from extender.domain.foreign_podgroups import COSCHEDULING_API, UPSTREAM_GROUP, VOLCANO_API
-from extender.domain.foreign_status import (
+from extender.domain.cluster.foreign_podgroups import COSCHEDULING_API, UPSTREAM_GROUP, VOLCANO_API
+from extender.domain.gang.core_api import SchedulingCore
+from extender.domain.objects.membership import SCHEDULER_NAME, GroupKey
+from extender.domain.status.foreign_status import (
     coscheduling_status,
     occupied_by,
     upstream_condition,
     volcano_status,
     with_schedule_start,
 )
-from extender.domain.membership import SCHEDULER_NAME, GroupKey
-from extender.domain.status import GroupStatus, group_status
+from extender.domain.status.status import GroupStatus, group_status
 from extender.kube.client import KubeError, RawApi
 from extender.kube.writers import (
     HTTP_NOT_FOUND,

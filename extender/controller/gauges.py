@@ -10,9 +10,9 @@ from __future__ import annotations
 import contextlib
 from collections import defaultdict
 
-from extender.domain.core_api import SchedulingCore
-from extender.domain.quantity import GPU
-from extender.domain.status import group_status
+from extender.domain.gang.core_api import SchedulingCore
+from extender.domain.objects.quantity import GPU
+from extender.domain.status.status import group_status
 from extender.metrics import Metrics
 
 POOL_LABEL = "gang-extender.io/pool"

@@ -1,7 +1,7 @@
 """Carries out a gang's lifecycle policy: restart, abort, retries exhausted (docs/podgroup.md).
 
-The decisions are domain/lifecycle.py's (`decide`, the policy parsed by
-domain/lifecycle_policy.py); this is the edge: what the group's memory is, which
+The decisions are domain/lifecycle/lifecycle.py's (`decide`, the policy parsed by
+domain/lifecycle/lifecycle_policy.py); this is the edge: what the group's memory is, which
 inputs feed it, and which effect means which writes, in which order. The writes
 themselves (label, announce, delete, recreate) are controller/lifecycle_writes.py's. The group
 reconciler calls `reconcile` for each changed group (and for a group whose
@@ -47,8 +47,7 @@ from extender.config import Settings
 from extender.controller.cluster_state import ClusterState
 from extender.controller.effects import EffectWriter
 from extender.controller.lifecycle_writes import LifecycleWrites, utc
-from extender.domain.decisions import Effect, GangBroken
-from extender.domain.lifecycle import (
+from extender.domain.lifecycle.lifecycle import (
     LIFECYCLE_CONDITION,
     Abort,
     Failure,
@@ -61,15 +60,16 @@ from extender.domain.lifecycle import (
     Stamp,
     decide,
 )
-from extender.domain.lifecycle_policy import (
+from extender.domain.lifecycle.lifecycle_policy import (
     POLICY_ANNOTATIONS,
     Event,
     LifecyclePolicy,
     policy_from_annotations,
     policy_from_spec,
 )
-from extender.domain.membership import GroupKey
-from extender.domain.model import GroupSpec
+from extender.domain.objects.membership import GroupKey
+from extender.domain.objects.model import GroupSpec
+from extender.domain.state.decisions import Effect, GangBroken
 from extender.kube.client import RawApi
 from extender.kube.writers import write_podgroup_status
 from extender.metrics import Metrics

@@ -1,6 +1,6 @@
 """The API writes of a gang's lifecycle policy: label, announce, delete, recreate.
 
-controller/lifecycle.py decides when (`LifecycleController`, after domain/lifecycle.py's
+controller/lifecycle.py decides when (`LifecycleController`, after domain/lifecycle/lifecycle.py's
 `decide`); this carries the writes out. Every write goes through `call`: a 404 is moot,
 a namespace being deleted refuses it quietly (403), anything else is logged and counted
 in gang_extender_api_write_errors_total{kind="lifecycle-<what>"}, never raised.
@@ -24,8 +24,8 @@ from extender.config import Settings
 from extender.controller.api_writes import namespace_terminating
 from extender.controller.cluster_state import ClusterState
 from extender.controller.effects import EffectWriter
-from extender.domain.lifecycle import recreated_pod
-from extender.domain.membership import GroupKey
+from extender.domain.lifecycle.lifecycle import recreated_pod
+from extender.domain.objects.membership import GroupKey
 from extender.kube.client import KubeError, RawApi
 from extender.kube.pod_lifecycle import (
     create_pod,

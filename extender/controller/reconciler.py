@@ -11,7 +11,7 @@ scheduler-plugins or Volcano PodGroup (`controller.foreign_status`). Only the le
 reconciles, and only once the caches are synced. A group whose reconcile raises is
 retried each pass and kept to itself: its PodGroup's `Reconciled` condition and a
 Warning Event carry the error (once per distinct error) until a reconcile of it
-succeeds. Events go through the effect writer's group queue, so they keep their
+succeeds (`controller.reconcile_pass`). Events go through the effect writer's group queue, so they keep their
 order with the group's other writes.
 """
 
@@ -21,7 +21,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple, Protocol
 
 from extender.config import Settings
@@ -30,16 +30,16 @@ from extender.controller.cluster_state import ClusterState
 from extender.controller.effects import EffectWriter
 from extender.controller.foreign_status import ForeignStatusWriter
 from extender.controller.lifecycle import LifecycleController
-from extender.domain.core_api import SchedulingCore
-from extender.domain.limits import clip
-from extender.domain.membership import (
+from extender.controller.reconcile_pass import WRITE_RECONCILE, ReconcileFaults
+from extender.domain.gang.core_api import SchedulingCore
+from extender.domain.objects.membership import (
     CREATED_FROM_ANNOTATION,
     GroupKey,
     MembershipError,
     task_layout,
 )
-from extender.domain.model import GroupSpec
-from extender.domain.status import GroupStatus, group_status
+from extender.domain.objects.model import GroupSpec
+from extender.domain.status.status import GroupStatus, group_status
 from extender.kube.client import KubeError, RawApi
 from extender.kube.wiring import WiringConflictError
 from extender.kube.writers import (
@@ -58,15 +58,6 @@ log = logging.getLogger(__name__)
 CONFIGURED_CONDITION = "Configured"
 # Warning Event on the members for the same problems.
 MISCONFIGURED_EVENT = "GangMisconfigured"
-# The PodGroup condition (status False, reason RECONCILE_FAILED) of a group whose
-# reconcile raised, with the error; absent once a reconcile of it succeeds. Not
-# `InvalidSpec`: the spec may be fine, the failure is the service's (a defect).
-RECONCILED_CONDITION = "Reconciled"
-RECONCILE_FAILED = "ReconcileFailed"
-# Warning Event on the members, once per distinct reconcile error of the group.
-RECONCILE_FAILED_EVENT = "GangReconcileFailed"
-# kind label of gang_extender_api_write_errors_total
-WRITE_RECONCILE = "reconcile"
 # A Warning Event on the members: an object of the group's wiring carried our label
 # without our seal (kube/ownership.py) and was replaced or adopted.
 WIRING_REPLACED_EVENT = "WiringReplaced"
@@ -96,10 +87,6 @@ class _Problem(NamedTuple):
 
     reason: str
     message: str
-
-
-# A group's reconcile this slow is logged by name (a few API calls take milliseconds).
-SLOW_RECONCILE_SECONDS = 5.0
 
 
 def _utc_now() -> str:
@@ -145,9 +132,8 @@ class GroupReconciler:
         self._announced: dict[GroupKey, str] = {}
         self._wired: dict[GroupKey, str] = {}
         self._problems: dict[GroupKey, tuple[_Problem, ...]] = {}
-        # The last error a group's reconcile raised, as shown (`_reconcile_failed`):
-        # its PodGroup condition and Event carry it until a reconcile succeeds.
-        self._faults: dict[GroupKey, str] = {}
+        # Groups whose reconcile raised: their condition and Event until one succeeds.
+        self.faults = ReconcileFaults(metrics=metrics, writer=writer)
         self.clock: Callable[[], float] = time.monotonic  # times each group's reconcile
         # Status of the group's scheduler-plugins / Volcano PodGroups, in their schema.
         self.foreign_status = ForeignStatusWriter(raw=raw, core=core, state=state)
@@ -195,7 +181,7 @@ class GroupReconciler:
         started = self.clock()
         try:
             await self.reconcile_group(key)
-            if self._faults.pop(key, None) is not None:
+            if self.faults.resolved(key):
                 await self._write_status_if_ours(key)  # the failure condition goes
         except KubeError as err:
             if namespace_terminating(err):
@@ -209,42 +195,9 @@ class GroupReconciler:
             log.warning("reconcile %s: %s", key, err)
         except Exception as err:  # contained: the other groups are reconciled
             self.state.dirty.add(key)
-            await self._reconcile_failed(key, err)
+            await self.faults.failed(key, err, self._write_status_if_ours)
         finally:
-            self._time_taken(key, self.clock() - started)
-
-    def _time_taken(self, key: GroupKey, seconds: float) -> None:
-        """Observed per group; a slow one named in the log, since it delays every group
-        after it in the pass (their wiring, status and lifecycle)."""
-        self.metrics.reconcile_seconds.observe(seconds)
-        if seconds >= SLOW_RECONCILE_SECONDS:
-            log.warning(
-                "reconcile of %s took %.1fs; the groups after it in this pass waited", key, seconds
-            )
-
-    async def _reconcile_failed(self, key: GroupKey, err: Exception) -> None:
-        """One group's reconcile raised: counted every time; once per distinct error its
-        traceback logged, a Warning Event and its PodGroup's `Reconciled` condition
-        (it is retried every pass; each would otherwise repeat forever)."""
-        self.metrics.gang_faults.labels(where="reconcile").inc()
-        said = f"{type(err).__name__}: {clip(str(err), 512)}"
-        message = clip(f"gang {key}: reconcile failed ({said}); retried each pass")
-        news = self._faults.get(key) != message
-        if news:
-            self._faults[key] = message
-            log.exception("reconcile %s failed (%s); retrying each pass, logged once", key, said)
-            self.writer.queue_event(key, RECONCILE_FAILED_EVENT, message, "Warning")
-        # Every pass until it is written: `_write_status` writes only a changed body.
-        try:
-            await self._write_status_if_ours(key)
-        except KubeError as write_err:
-            if not namespace_terminating(write_err):
-                self.metrics.api_write_errors.labels(kind=WRITE_RECONCILE).inc()
-            if news:
-                log.warning("status of %s: %s; retrying", key, api_error_summary(write_err))
-        except Exception:  # noqa: BLE001 -- contained like the reconcile itself
-            if news:
-                log.exception("status of %s showing its reconcile failure not written", key)
+            self.faults.time_taken(key, self.clock() - started)
 
     async def _write_status_if_ours(self, key: GroupKey) -> None:
         """`_write_status` for a group whose PodGroup is ours and scheduled here."""
@@ -416,6 +369,20 @@ class GroupReconciler:
                 )
         return None
 
+    def remembered(self, key: GroupKey) -> set[str]:
+        """Which memos hold `key` (status, announced, wiring, problems, fault): a read-only
+        view of what `_forget_group` must drop."""
+        memos: dict[str, Mapping[GroupKey, object]] = {
+            "status": self._written_status,
+            "announced": self._announced,
+            "wiring": self._wired,
+            "problems": self._problems,
+        }
+        held = {name for name, memo in memos.items() if key in memo}
+        if self.faults.condition(key, "") is not None:
+            held.add("fault")
+        return held
+
     def _forget_group(self, key: GroupKey) -> None:
         """A group with no pods and no PodGroup left: drop what was remembered about it,
         so the service's memory follows the groups that exist, not all it ever saw."""
@@ -424,9 +391,9 @@ class GroupReconciler:
             self._announced,
             self._wired,
             self._problems,
-            self._faults,
         ):
             memo.pop(key, None)
+        self.faults.forget(key)
         self.foreign_status.forget(key)
         if self.lifecycle is not None:
             self.lifecycle.forget(key)
@@ -467,17 +434,9 @@ class GroupReconciler:
                     "lastTransitionTime": when,
                 }
             )
-        fault = self._faults.get(key)
+        fault = self.faults.condition(key, when)
         if fault is not None:
-            body["conditions"].append(
-                {
-                    "type": RECONCILED_CONDITION,
-                    "status": "False",
-                    "reason": RECONCILE_FAILED,
-                    "message": fault,
-                    "lastTransitionTime": when,
-                }
-            )
+            body["conditions"].append(fault)
         return body
 
     async def _write_status(self, key: GroupKey) -> None:

@@ -28,8 +28,8 @@ from typing import Any
 
 import orjson
 
-from extender.domain.limits import MAX_GROUP_SIZE, clip, max_task_index, quoted
-from extender.domain.membership import (
+from extender.domain.objects.limits import MAX_GROUP_SIZE, clip, max_task_index, quoted
+from extender.domain.objects.membership import (
     JOB_COMPLETION_INDEX_ANNOTATION,
     STATEFULSET_POD_INDEX_LABEL,
     TASK_INDEX_ANNOTATION,
@@ -203,7 +203,7 @@ def _check_index_against_size(
 ) -> None:
     """Without a declared layout the wiring counts members up to the highest index:
     an index far past the group's size (minMember, else min-available) is denied,
-    naming the limit (extender/domain/limits.py `max_task_index`)."""
+    naming the limit (extender/domain/objects/limits.py `max_task_index`)."""
     size = podgroup_min_member(podgroup) if podgroup is not None else None
     size = size if size is not None else min_available(meta)
     limit = max_task_index(size) if size is not None else MAX_GROUP_SIZE

@@ -25,8 +25,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from extender.domain.limits import MAX_GROUP_SIZE, MAX_SECONDS, MAX_TASKS, quoted
-from extender.domain.membership import MembershipError, is_dns_label
+from extender.domain.objects.limits import MAX_GROUP_SIZE, MAX_SECONDS, MAX_TASKS, quoted
+from extender.domain.objects.membership import MembershipError, is_dns_label
 from extender.injection import names
 from extender.injection.layout import DeclaredLayout
 from extender.injection.scripts import DEFAULT_WAIT_TIMEOUT_SECONDS

@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from extender.domain.membership import DEFAULT_SCHEDULER_NAME, SCHEDULER_NAME
-from extender.domain.quantity import pod_gpus
+from extender.domain.objects.membership import DEFAULT_SCHEDULER_NAME, SCHEDULER_NAME
+from extender.domain.objects.quantity import pod_gpus
 from extender.injection.patch import JsonPatchOp, pointer, set_member
 
 

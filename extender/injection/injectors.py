@@ -12,7 +12,7 @@ not patch ops:
 - `task_wait`: for a pod that declares `gang-extender.io/depends-on`, the last init
   container `wait-for-tasks` (extender.injection.depends);
 - `fence_toleration`: the toleration of the reservation fence taint
-  (extender.domain.fences), so a starving gang can still be placed on the nodes it
+  (extender.domain.cluster.fences), so a starving gang can still be placed on the nodes it
   fenced against every other scheduler.
 
 `extender.injection.admission.render_pod_patch` runs them in `INJECTORS` order and
@@ -26,8 +26,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from extender.domain.fences import MEMBER_TOLERATION
-from extender.domain.membership import (
+from extender.domain.cluster.fences import MEMBER_TOLERATION
+from extender.domain.objects.membership import (
     GROUP_LABEL,
     JOB_COMPLETION_INDEX_ANNOTATION,
     SSH_PATH_ANNOTATION,

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from extender.domain.limits import MAX_GROUP_SIZE, max_task_index, quoted
-from extender.domain.membership import (
+from extender.domain.objects.limits import MAX_GROUP_SIZE, max_task_index, quoted
+from extender.domain.objects.membership import (
     DEFAULT_TASK,
     TASKS_ANNOTATION,
     IndexTooLarge,
@@ -31,7 +31,7 @@ from extender.domain.membership import (
     task_layout,
     task_name,
 )
-from extender.domain.quantity import pod_gpus
+from extender.domain.objects.quantity import pod_gpus
 from extender.injection import names
 
 # Pods in these phases have finished: they no longer hold a place in the layout.

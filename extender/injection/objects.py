@@ -12,7 +12,7 @@ import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from extender.domain.membership import (
+from extender.domain.objects.membership import (
     GROUP_LABEL,
     SSH_PATH_ANNOTATION,
     SSH_PORT_ANNOTATION,

@@ -18,8 +18,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from extender.domain.membership import task_name
-from extender.domain.quantity import pod_gpus
+from extender.domain.objects.membership import task_name
+from extender.domain.objects.quantity import pod_gpus
 from extender.injection import names
 from extender.injection.layout import GroupLayout, is_deleting, is_finished, member_index
 from extender.injection.scripts import discover_hosts_script, wait_for_tasks_script

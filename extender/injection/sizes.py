@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from extender.domain.membership import MembershipError
+from extender.domain.objects.membership import MembershipError
 
 # The API server's limit on a ConfigMap's data (and a Secret's decoded data).
 MAX_OBJECT_DATA_BYTES = 1 << 20

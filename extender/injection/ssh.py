@@ -15,8 +15,12 @@ from typing import Any
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from extender.domain.limits import MAX_SSH_PATH, quoted
-from extender.domain.membership import SSH_PATH_ANNOTATION, SSH_PORT_ANNOTATION, MembershipError
+from extender.domain.objects.limits import MAX_SSH_PATH, quoted
+from extender.domain.objects.membership import (
+    SSH_PATH_ANNOTATION,
+    SSH_PORT_ANNOTATION,
+    MembershipError,
+)
 from extender.injection import names
 
 # 3072-bit RSA: OpenSSH's default size, accepted by every sshd the seed images ship.

@@ -7,7 +7,7 @@ PodDisruptionBudgets: it answers 429 when a budget forbids the eviction now.
 
 from __future__ import annotations
 
-from extender.domain.preemption import PREEMPTED_BY_ANNOTATION
+from extender.domain.preemption.preemption import PREEMPTED_BY_ANNOTATION
 from extender.kube.rawapi import RawApi, path_of
 
 # The API server's answer when a PodDisruptionBudget forbids an eviction now.

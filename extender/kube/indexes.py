@@ -20,7 +20,7 @@ per group:
 
 Where the members come from (docs/webhook.md, "How task indexes are allocated"):
 the service's watch cache feeds every pod event into a `MemberIndex`
-(extender.domain.member_indexes) through `PodIndexFeed`, O(1) per event; while
+(extender.kube.member_indexes) through `PodIndexFeed`, O(1) per event; while
 the pod watch is caught up (its list applied, its watch not failed since, and a
 pod delivered within `hold_seconds`) the allocator answers from it without any
 API call. Before that, and from a watch
@@ -57,10 +57,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from extender.config import Settings
-from extender.domain.member_indexes import GroupView, ListedGroup, Member, MemberIndex
-from extender.domain.membership import MembershipError, group_name, task_name
+from extender.domain.objects.membership import MembershipError, group_name, task_name
 from extender.injection.layout import is_deleting, is_finished, member_index
 from extender.kube.cache import CacheSink
+from extender.kube.member_indexes import GroupView, ListedGroup, Member, MemberIndex
 from extender.kube.rawapi import KubeError, RawApi, path_of
 from extender.ports.indexes import (
     Claimant,

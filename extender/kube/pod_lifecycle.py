@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from extender.domain.lifecycle import (
+from extender.domain.lifecycle.lifecycle import (
     DISRUPTION_TARGET,
     POLICY_DISRUPTION_REASON,
     RESTART_GENERATION_LABEL,

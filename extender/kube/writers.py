@@ -14,13 +14,13 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from extender.domain.fences import FENCE_EFFECT, FENCE_TAINT_KEY
-from extender.domain.membership import (
+from extender.domain.cluster.fences import FENCE_EFFECT, FENCE_TAINT_KEY
+from extender.domain.objects.membership import (
     CREATED_FROM_ANNOTATION,
     PLANNED_NODE_ANNOTATION,
     SCHEDULER_NAME,
 )
-from extender.domain.model import PLACEHOLDER_LABEL
+from extender.domain.objects.model import PLACEHOLDER_LABEL
 from extender.kube.ownership import SEAL_ANNOTATION
 from extender.kube.rawapi import KubeError, RawApi, path_of
 from extender.ports.binding import BindError
@@ -397,7 +397,7 @@ def placeholder_pod(
     owner: dict[str, Any] | None,
     seal: str,
 ) -> dict[str, Any]:
-    """A pod bound to `node` holding `gpus` GPUs for a starving gang (domain/placeholders.py).
+    """A pod bound to `node` holding `gpus` GPUs for a starving gang (domain/starvation/placeholders.py).
 
     Bound directly (`spec.nodeName`), so no scheduler is involved; it tolerates every
     taint (the reserved node may be tainted for GPU work) and goes at once when deleted.
@@ -474,7 +474,7 @@ FENCE_WRITE_ATTEMPTS = 5
 def set_node_fence(
     raw: RawApi, node: str, value: str | None, *, timeout: float = WRITE_TIMEOUT_SECONDS
 ) -> None:
-    """Put the fence taint (domain/fences.py) with `value` on `node`, or take it off
+    """Put the fence taint (domain/cluster/fences.py) with `value` on `node`, or take it off
     (`value` None), leaving every other taint as it is."""
     path = path_of("api", "v1", "nodes", node)
     for attempt in range(1, FENCE_WRITE_ATTEMPTS + 1):

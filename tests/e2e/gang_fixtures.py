@@ -23,8 +23,8 @@ from kubernetes import client as k8s
 from extender.devcluster.cluster import LocalCluster, new_namespace
 from extender.devcluster.nodes import add_gpu_nodes, wait_for_nodes_ready
 from extender.devcluster.stack import GangStack
-from extender.domain.lifecycle import RESTART_GENERATION_LABEL
-from extender.domain.membership import (
+from extender.domain.lifecycle.lifecycle import RESTART_GENERATION_LABEL
+from extender.domain.objects.membership import (
     GROUP_LABEL,
     INJECT_NAMESPACE_LABEL,
     SCHEDULER_NAME,

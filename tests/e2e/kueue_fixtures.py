@@ -23,7 +23,7 @@ from extender.devcluster.kueue import (
     ensure_kueue,
     kueue_path,
 )
-from extender.domain.membership import INJECT_NAMESPACE_LABEL, MIN_AVAILABLE_ANNOTATION
+from extender.domain.objects.membership import INJECT_NAMESPACE_LABEL, MIN_AVAILABLE_ANNOTATION
 from extender.kube.rawapi import RawApi, path_of
 from tests.e2e.gang_fixtures import delete_namespace, gang_pod, indexed_job_of
 

@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from extender.domain.membership import PLANNED_NODE_ANNOTATION
+from extender.domain.objects.membership import PLANNED_NODE_ANNOTATION
 from extender.kube.rawapi import KubeError, RawApi, path_of
 from extender.tls import ensure_serving_cert
 from tests.e2e.gang_fixtures import (  # noqa: F401 (no_partial_gangs is a fixture)

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import pytest
 
-from extender.domain.fences import FENCE_TAINT_KEY
-from extender.domain.membership import GROUP_LABEL
+from extender.domain.cluster.fences import FENCE_TAINT_KEY
+from extender.domain.objects.membership import GROUP_LABEL
 from extender.kube.rawapi import RawApi, path_of
 from tests.e2e.gang_fixtures import (  # noqa: F401 (no_partial_gangs is a fixture)
     STARVING_GANG,

@@ -18,8 +18,8 @@ import time
 from typing import Any
 
 from extender.devcluster.cluster import new_namespace
-from extender.domain.lifecycle import RESTART_GENERATION_LABEL
-from extender.domain.membership import GROUP_LABEL, SCHEDULER_NAME
+from extender.domain.lifecycle.lifecycle import RESTART_GENERATION_LABEL
+from extender.domain.objects.membership import GROUP_LABEL, SCHEDULER_NAME
 from extender.kube.rawapi import RawApi, path_of
 from extender.kube.writers import podgroup_path
 from tests.e2e.gang_fixtures import (

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from extender.domain.policy import KUEUE_REQUIRED_TOPOLOGY
+from extender.domain.objects.policy import KUEUE_REQUIRED_TOPOLOGY
 from tests.e2e.gang_fixtures import (  # noqa: F401 (no_partial_gangs is a fixture)
     bound,
     condition_message,

@@ -25,8 +25,8 @@ from typing import Any
 
 import pytest
 
-from extender.domain.membership import GROUP_LABEL
-from extender.domain.model import PLACEHOLDER_LABEL
+from extender.domain.objects.membership import GROUP_LABEL
+from extender.domain.objects.model import PLACEHOLDER_LABEL
 from extender.kube.rawapi import RawApi
 from tests.e2e.gang_fixtures import (  # noqa: F401 (no_partial_gangs is a fixture)
     bound,

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from extender.domain.preemption import PREEMPTED_BY_ANNOTATION
+from extender.domain.preemption.preemption import PREEMPTED_BY_ANNOTATION
 from extender.kube.rawapi import KubeError, RawApi, path_of
 from tests.e2e.gang_fixtures import (  # noqa: F401 (no_partial_gangs is a fixture)
     bound,

@@ -28,7 +28,7 @@ import pytest
 from extender.devcluster.cluster import LocalCluster, free_port, new_namespace
 from extender.devcluster.nodes import add_gpu_nodes, wait_for_nodes_ready
 from extender.devcluster.stack import GangStack, ServiceReplica
-from extender.domain.membership import INJECT_NAMESPACE_LABEL
+from extender.domain.objects.membership import INJECT_NAMESPACE_LABEL
 from extender.kube.rawapi import KubeError, RawApi, path_of
 from tests.e2e.gang_fixtures import (
     bound,

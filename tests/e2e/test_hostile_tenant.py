@@ -26,15 +26,18 @@ from kubernetes import client as k8s
 
 from extender.devcluster.cluster import new_namespace
 from extender.devcluster.stack import GangStack
-from extender.domain.lifecycle_policy import PODS_READY_TIMEOUT_ANNOTATION, POLICIES_ANNOTATION
-from extender.domain.limits import MAX_GROUP_SIZE, MAX_REASON_CHARS, MAX_TOPOLOGY_LABELS
-from extender.domain.membership import (
+from extender.domain.lifecycle.lifecycle_policy import (
+    PODS_READY_TIMEOUT_ANNOTATION,
+    POLICIES_ANNOTATION,
+)
+from extender.domain.objects.limits import MAX_GROUP_SIZE, MAX_REASON_CHARS, MAX_TOPOLOGY_LABELS
+from extender.domain.objects.membership import (
     INJECT_NAMESPACE_LABEL,
     MIN_AVAILABLE_ANNOTATION,
     TASK_INDEX_ANNOTATION,
     TASKS_ANNOTATION,
 )
-from extender.domain.policy import KUEUE_PREFERRED_TOPOLOGY
+from extender.domain.objects.policy import KUEUE_PREFERRED_TOPOLOGY
 from extender.kube.rawapi import KubeError, RawApi, path_of
 from tests.e2e.gang_fixtures import (
     bound,

@@ -17,7 +17,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 
 from extender.devcluster.stack import GangStack
-from extender.domain.membership import (
+from extender.domain.objects.membership import (
     COSCHEDULING_GROUP_LABEL,
     GROUP_LABEL,
     MIN_AVAILABLE_ANNOTATION,

@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from extender.devcluster.cluster import LocalCluster, new_namespace
 from extender.devcluster.nodes import add_gpu_nodes, wait_for_nodes_ready
 from extender.devcluster.stack import GangStack
-from extender.domain.membership import INJECT_NAMESPACE_LABEL
+from extender.domain.objects.membership import INJECT_NAMESPACE_LABEL
 from extender.kube.rawapi import RawApi
 from tests.e2e.gang_fixtures import (
     bound,

@@ -21,7 +21,7 @@ from extender.devcluster.stack import (
     load_yaml_documents,
     wait_crd_established,
 )
-from extender.domain.membership import SCHEDULER_NAME
+from extender.domain.objects.membership import SCHEDULER_NAME
 from extender.kube.rawapi import KubeError, RawApi, path_of
 from tests.e2e.gang_fixtures import (
     bound,

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from extender.devcluster.cluster import LocalCluster
-from extender.domain.membership import GROUP_LABEL, MIN_AVAILABLE_ANNOTATION, TASK_LABEL
+from extender.domain.objects.membership import GROUP_LABEL, MIN_AVAILABLE_ANNOTATION, TASK_LABEL
 from extender.kube.rawapi import RawApi, path_of
 from tests.e2e.gang_fixtures import (
     bound,

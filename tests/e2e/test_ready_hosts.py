@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
-from extender.domain.membership import TASK_INDEX_ANNOTATION
+from extender.domain.objects.membership import TASK_INDEX_ANNOTATION
 from extender.kube.rawapi import KubeError, RawApi, path_of
 from extender.kube.writers import podgroup_path
 from tests.e2e.gang_fixtures import (

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from extender.domain.membership import MIN_AVAILABLE_ANNOTATION, TASKS_ANNOTATION
+from extender.domain.objects.membership import MIN_AVAILABLE_ANNOTATION, TASKS_ANNOTATION
 from extender.kube.rawapi import RawApi
 from tests.e2e.gang_fixtures import (  # noqa: F401 (no_partial_gangs is a fixture)
     BindRecorder,

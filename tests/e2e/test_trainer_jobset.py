@@ -31,7 +31,7 @@ from extender.devcluster.stack import (
     load_yaml_documents,
     wait_crd_established,
 )
-from extender.domain.membership import (
+from extender.domain.objects.membership import (
     COSCHEDULING_GROUP_LABEL,
     JOBSET_JOB_INDEX_LABEL,
     JOBSET_REPLICATED_JOB_LABEL,

@@ -143,7 +143,7 @@ def post_review(stack: GangStack, path: str, review: dict[str, Any]) -> int:
 def test_forged_admission_reviews_cannot_make_a_real_member_be_denied(
     gang_stack: GangStack, raw: RawApi, injected_namespace: str
 ) -> None:
-    from extender.domain.membership import MIN_AVAILABLE_ANNOTATION, TASKS_ANNOTATION
+    from extender.domain.objects.membership import MIN_AVAILABLE_ANNOTATION, TASKS_ANNOTATION
     from extender.kube.rawapi import path_of
 
     annotations = {TASKS_ANNOTATION: "worker=2", MIN_AVAILABLE_ANNOTATION: "2"}

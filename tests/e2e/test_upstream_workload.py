@@ -28,7 +28,7 @@ from kubernetes import client as k8s
 
 from extender.devcluster.cluster import LocalCluster, binary_version, new_namespace
 from extender.devcluster.stack import SYSTEM_NAMESPACE, GangStack, apply_object
-from extender.domain.membership import (
+from extender.domain.objects.membership import (
     INJECT_NAMESPACE_LABEL,
     PLANNED_NODE_ANNOTATION,
     SCHEDULER_NAME,

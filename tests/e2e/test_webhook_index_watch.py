@@ -14,7 +14,7 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from extender.devcluster.stack import GangStack
-from extender.domain.membership import MIN_AVAILABLE_ANNOTATION, TASK_INDEX_ANNOTATION
+from extender.domain.objects.membership import MIN_AVAILABLE_ANNOTATION, TASK_INDEX_ANNOTATION
 from extender.kube.rawapi import KubeError, RawApi, path_of
 from tests.e2e.gang_fixtures import gang_pod
 

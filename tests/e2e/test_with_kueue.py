@@ -26,7 +26,7 @@ import pytest
 from extender.devcluster.cluster import LocalCluster
 from extender.devcluster.kueue import QUEUE_NAME_LABEL, KueueManager, kueue_path
 from extender.devcluster.stack import GangStack
-from extender.domain.membership import MIN_AVAILABLE_ANNOTATION
+from extender.domain.objects.membership import MIN_AVAILABLE_ANNOTATION
 from extender.kube.rawapi import RawApi, path_of
 from tests.e2e.gang_fixtures import (
     bound,

@@ -29,7 +29,7 @@ from kubernetes import client as k8s
 
 from extender.devcluster.cluster import LocalCluster, binary_version, new_namespace
 from extender.devcluster.stack import GangStack
-from extender.domain.membership import (
+from extender.domain.objects.membership import (
     GROUP_LABEL,
     INJECT_NAMESPACE_LABEL,
     PLANNED_NODE_ANNOTATION,

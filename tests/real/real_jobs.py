@@ -11,7 +11,7 @@ import yaml
 
 from extender.devcluster.cluster import LocalCluster
 from extender.devcluster.node_commands import JOB_IMAGE
-from extender.domain.membership import GROUP_LABEL
+from extender.domain.objects.membership import GROUP_LABEL
 from extender.kube.rawapi import RawApi, path_of
 from tests.e2e.gang_fixtures import create, gang_pod, list_pods, podgroup, wait_until
 

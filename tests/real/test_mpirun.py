@@ -6,8 +6,8 @@ from typing import Any
 
 from extender.devcluster.cluster import LocalCluster
 from extender.devcluster.demo_jobs import MPIRUN
-from extender.domain.lifecycle import RESTART_GENERATION_LABEL
-from extender.domain.membership import GROUP_LABEL
+from extender.domain.lifecycle.lifecycle import RESTART_GENERATION_LABEL
+from extender.domain.objects.membership import GROUP_LABEL
 from extender.kube.rawapi import RawApi
 from tests.e2e.gang_fixtures import (
     labelled_generation,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from extender.devcluster.cluster import LocalCluster
-from extender.domain.membership import GROUP_LABEL
+from extender.domain.objects.membership import GROUP_LABEL
 from extender.kube.rawapi import RawApi
 from tests.e2e.gang_fixtures import events, list_pods, wait_until
 from tests.real.real_jobs import START_SECONDS, host_of, launch, member, sh

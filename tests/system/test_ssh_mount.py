@@ -35,7 +35,7 @@ from typing import Any
 
 import pytest
 
-from extender.domain.membership import SSH_PATH_ANNOTATION
+from extender.domain.objects.membership import SSH_PATH_ANNOTATION
 from extender.injection.admission import read_membership, render_pod_patch
 from extender.injection.patch import apply_patch
 from extender.injection.ssh import SSHKeyPair, generate_key_pair, render_secret_data, ssh_path_of

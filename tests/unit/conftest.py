@@ -10,7 +10,7 @@ from pathlib import Path
 import hypothesis
 import pytest
 
-from extender.domain.quantity import _units_of_text
+from extender.domain.objects.quantity import _units_of_text
 
 
 @pytest.fixture(autouse=True)

@@ -22,9 +22,9 @@ import dataclasses
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from extender.domain.decisions import BindVerdict, GangBroken, Verdict
-from extender.domain.membership import GroupKey
-from extender.domain.model import NodeInfo, PodInfo
+from extender.domain.objects.membership import GroupKey
+from extender.domain.objects.model import NodeInfo, PodInfo
+from extender.domain.state.decisions import BindVerdict, GangBroken, Verdict
 from tests.builders import make_node, make_pod
 from tests.core_builder import make_core
 

@@ -256,9 +256,9 @@ def test_held_groups_are_numbered_in_queue_order_with_their_priority() -> None:
 
 def test_a_group_from_pods_is_phased_as_the_service_phases_it() -> None:
     """The CLI's rows for groups without a status of ours use the service's phase ladder
-    (domain/status.py): every member Failed is Failed, as on a PodGroup it writes."""
-    from extender.domain.model import PodInfo
-    from extender.domain.status import MemberCounts
+    (domain/status/status.py): every member Failed is Failed, as on a PodGroup it writes."""
+    from extender.domain.objects.model import PodInfo
+    from extender.domain.status.status import MemberCounts
 
     size = {"gang-extender.io/min-available": "2"}
     cases = {

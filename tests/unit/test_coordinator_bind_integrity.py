@@ -6,8 +6,8 @@ import asyncio
 from typing import Any
 
 from extender.coordinator import SchedulingCoordinator
-from extender.domain.decisions import Effect, GangBroken, MemberBindFailed
-from extender.domain.model import NodeInfo, PodInfo
+from extender.domain.objects.model import NodeInfo, PodInfo
+from extender.domain.state.decisions import Effect, GangBroken, MemberBindFailed
 from extender.metrics import Metrics
 from extender.ports.binding import BindError
 from tests.builders import make_node, make_pod

@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from extender.domain.devices.objects import ClaimTemplate, class_resource
-from extender.domain.planner import Placement, plan_gang
-from extender.domain.policy import Policy
+from extender.domain.objects.policy import Policy
+from extender.domain.planning.planner import Placement, plan_gang
 from tests.builders import make_cluster_state, make_pod
 from tests.unit.test_dra_devices import DRIVER, claim_obj, class_obj, dra_node, slice_obj
 

@@ -24,9 +24,9 @@ from extender.domain.devices.objects import (
     class_resource,
 )
 from extender.domain.devices.selectors import SelectorError, matches
-from extender.domain.model import PodInfo
-from extender.domain.planner import Placement, plan_gang
-from extender.domain.policy import Policy
+from extender.domain.objects.model import PodInfo
+from extender.domain.objects.policy import Policy
+from extender.domain.planning.planner import Placement, plan_gang
 from tests.builders import make_cluster_state, make_node, make_pod
 
 GPU = "nvidia.com/gpu"

@@ -12,8 +12,8 @@ import pytest
 
 from extender.api.wire import ExtenderBindingArgs
 from extender.coordinator import SchedulingCoordinator
-from extender.domain.decisions import Verdict
-from extender.domain.model import GroupSpec, NodeInfo, PodInfo
+from extender.domain.objects.model import GroupSpec, NodeInfo, PodInfo
+from extender.domain.state.decisions import Verdict
 from extender.metrics import Metrics
 from tests.builders import make_node, make_pod, make_podgroup
 from tests.core_builder import make_core

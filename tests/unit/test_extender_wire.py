@@ -14,8 +14,8 @@ import pytest
 
 from extender.api.extender import create_extender_app
 from extender.coordinator import SchedulingCoordinator
-from extender.domain.gang import GangCore
-from extender.domain.model import GroupSpec, NodeInfo, PodInfo
+from extender.domain.gang.gang import GangCore
+from extender.domain.objects.model import GroupSpec, NodeInfo, PodInfo
 from extender.metrics import Metrics
 from extender.ports.binding import BindError
 from tests.builders import make_node, make_pod, make_podgroup

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from extender.domain.decisions import Effect, PlanCreated, Verdict
-from extender.domain.fences import (
+from extender.domain.cluster.fences import (
     FENCE_TAINT_KEY,
     MEMBER_TOLERATION,
     FenceNode,
@@ -19,9 +18,10 @@ from extender.domain.fences import (
     observed_fence,
     tolerates_fence,
 )
-from extender.domain.gang import PLACEHOLDER_RETRY_SECONDS, GangCore
-from extender.domain.membership import GroupKey
-from extender.domain.model import GroupSpec, NodeInfo, PodInfo, Taint, Toleration
+from extender.domain.gang.gang import PLACEHOLDER_RETRY_SECONDS, GangCore
+from extender.domain.objects.membership import GroupKey
+from extender.domain.objects.model import GroupSpec, NodeInfo, PodInfo, Taint, Toleration
+from extender.domain.state.decisions import Effect, PlanCreated, Verdict
 from tests.builders import make_node, make_pod, make_podgroup
 from tests.unit.test_reservations import (
     BIG,
@@ -220,8 +220,8 @@ def test_bound_members_need_not_tolerate_the_fence_only_pending_ones() -> None:
         make_pod("big-3").group("big").gpus(1).node("n0").created(CREATED_AT_T0).obj()
     )
     core.observe_pod(bound_member, T0)
-    assert core.starvation._fence_tolerated(BIG)
-    assert not core.starvation._fence_tolerated(GroupKey("default", "nobody"))  # no pending member
+    assert core.starvation.fence_tolerated(BIG)
+    assert not core.starvation.fence_tolerated(GroupKey("default", "nobody"))  # no pending member
 
 
 def test_switched_off_no_fence_and_the_message_does_not_mention_one() -> None:

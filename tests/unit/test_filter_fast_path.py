@@ -10,10 +10,10 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from extender.domain.decisions import FilterDecision, Verdict
-from extender.domain.gang import GangCore
-from extender.domain.model import PodInfo
-from extender.domain.snapshot import fits
+from extender.domain.cluster.snapshot import fits
+from extender.domain.gang.gang import GangCore
+from extender.domain.objects.model import PodInfo
+from extender.domain.state.decisions import FilterDecision, Verdict
 from tests.builders import make_pod
 from tests.core_builder import make_core
 from tests.strategies import NODE_NAMES, apply_change, snapshot_changes

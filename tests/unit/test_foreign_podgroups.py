@@ -15,14 +15,17 @@ import pytest
 
 from extender.controller.cluster_state import UPSTREAM_KIND, ClusterState
 from extender.controller.foreign_status import ForeignStatusWriter
-from extender.domain.foreign_podgroups import (
+from extender.domain.cluster.foreign_podgroups import (
     SOURCE_COSCHEDULING,
     SOURCE_OURS,
     SOURCE_VOLCANO,
     pick_podgroup,
     volcano_group_spec,
 )
-from extender.domain.foreign_status import (
+from extender.domain.objects.limits import MAX_GROUP_SIZE
+from extender.domain.objects.membership import GroupKey, task_name
+from extender.domain.objects.model import GroupSpec, NodeInfo, PodInfo
+from extender.domain.status.foreign_status import (
     COSCHEDULING_PHASES,
     UPSTREAM_SCHEDULED_CONDITION,
     VOLCANO_PHASES,
@@ -32,10 +35,7 @@ from extender.domain.foreign_status import (
     volcano_status,
     with_schedule_start,
 )
-from extender.domain.limits import MAX_GROUP_SIZE
-from extender.domain.membership import GroupKey, task_name
-from extender.domain.model import GroupSpec, NodeInfo, PodInfo
-from extender.domain.status import GroupStatus, group_status
+from extender.domain.status.status import GroupStatus, group_status
 from extender.kube.rawapi import KubeError
 from tests.builders import make_node, make_pod, make_podgroup
 from tests.core_builder import make_core

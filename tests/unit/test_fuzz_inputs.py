@@ -23,9 +23,9 @@ from extender.api.extender import create_extender_app
 from extender.api.webhook import create_webhook_app
 from extender.controller.cluster_state import ClusterState
 from extender.coordinator import SchedulingCoordinator
-from extender.domain.gang import GangCore, Timeouts
-from extender.domain.membership import GroupKey
-from extender.domain.model import GroupSpec, NodeInfo
+from extender.domain.gang.gang import GangCore, Timeouts
+from extender.domain.objects.membership import GroupKey
+from extender.domain.objects.model import GroupSpec, NodeInfo
 from extender.metrics import Metrics
 from tests.builders import make_node, make_pod, make_podgroup
 from tests.core_builder import make_core

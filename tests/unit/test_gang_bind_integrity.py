@@ -9,7 +9,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from extender.domain.decisions import (
+from extender.domain.gang.gang import GangCore
+from extender.domain.objects.model import PodInfo
+from extender.domain.state.decisions import (
     BindVerdict,
     GangBound,
     GangBroken,
@@ -17,8 +19,6 @@ from extender.domain.decisions import (
     PlanDropped,
     Verdict,
 )
-from extender.domain.gang import GangCore
-from extender.domain.model import PodInfo
 from tests.builders import make_node, make_pod
 from tests.core_builder import make_core
 

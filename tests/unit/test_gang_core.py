@@ -7,11 +7,17 @@ from typing import Any
 
 import pytest
 
-from extender.domain.decisions import BindVerdict, GangBound, PlanCreated, PlanDropped, Verdict
-from extender.domain.gang import GangCore
-from extender.domain.membership import GroupKey
-from extender.domain.model import PodInfo
-from extender.domain.policy import Policy, Strategy
+from extender.domain.gang.gang import GangCore
+from extender.domain.objects.membership import GroupKey
+from extender.domain.objects.model import PodInfo
+from extender.domain.objects.policy import Policy, Strategy
+from extender.domain.state.decisions import (
+    BindVerdict,
+    GangBound,
+    PlanCreated,
+    PlanDropped,
+    Verdict,
+)
 from tests.builders import make_node, make_pod, make_podgroup
 from tests.core_builder import make_core
 

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import pytest
 
-import extender.domain.gang_filter as gang_filter_module
-from extender.domain.decisions import BindDecision, BindVerdict, PlaceholderCreate, Verdict
-from extender.domain.gang import GangCore
-from extender.domain.ledger import Plan
-from extender.domain.membership import GroupKey
-from extender.domain.model import PodInfo
-from extender.domain.planner import NodeRestriction
-from extender.domain.scoring import MAX_SCORE
+import extender.domain.gang.gang_filter as gang_filter_module
+from extender.domain.cluster.ledger import Plan
+from extender.domain.gang.gang import GangCore
+from extender.domain.objects.membership import GroupKey
+from extender.domain.objects.model import PodInfo
+from extender.domain.planning.planner import NodeRestriction
+from extender.domain.planning.scoring import MAX_SCORE
+from extender.domain.state.decisions import BindDecision, BindVerdict, PlaceholderCreate, Verdict
 from tests.builders import make_node, make_pod, make_podgroup, placeholder_pod_info
 from tests.unit.test_gang_core import T0, core_with, pod_info
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from extender.domain.decisions import BindVerdict, PlanDropped, Verdict
-from extender.domain.gang import GangCore, Timeouts
-from extender.domain.membership import GroupKey
-from extender.domain.model import GroupSpec, NodeInfo, PodInfo
+from extender.domain.gang.gang import GangCore, Timeouts
+from extender.domain.objects.membership import GroupKey
+from extender.domain.objects.model import GroupSpec, NodeInfo, PodInfo
+from extender.domain.state.decisions import BindVerdict, PlanDropped, Verdict
 from tests.builders import make_node, make_pod, make_podgroup
 from tests.core_builder import make_core
 

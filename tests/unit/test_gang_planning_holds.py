@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from extender.domain.decisions import Verdict
-from extender.domain.gang import GangCore
-from extender.domain.model import GroupSpec, PodInfo
+from extender.domain.gang.gang import GangCore
+from extender.domain.objects.model import GroupSpec, PodInfo
+from extender.domain.state.decisions import Verdict
 from tests.builders import make_node, make_pod, make_podgroup
 from tests.unit.test_gang_queue import T0, core_with, gang, key, member, planned_groups
 from tests.unit.test_reservations import BIG, churned_core, finish

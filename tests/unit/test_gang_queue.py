@@ -8,12 +8,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from extender.domain.decisions import BindDecision, BindVerdict, PlanCreated, Verdict
-from extender.domain.gang import GangCore
-from extender.domain.gang_queue import QueueOrder
-from extender.domain.membership import GroupKey
-from extender.domain.model import GroupSpec, NodeInfo, PodInfo
-from extender.domain.queue import QueueRank, gangs_ahead, queue_order, rank_of
+from extender.domain.gang.gang import GangCore
+from extender.domain.objects.membership import GroupKey
+from extender.domain.objects.model import GroupSpec, NodeInfo, PodInfo
+from extender.domain.planning.queue import QueueRank, gangs_ahead, queue_order, rank_of
+from extender.domain.queue.gang_queue import QueueOrder
+from extender.domain.state.decisions import BindDecision, BindVerdict, PlanCreated, Verdict
 from tests.builders import make_node, make_pod, make_podgroup
 from tests.core_builder import make_core
 
@@ -319,7 +319,7 @@ def test_a_gang_ahead_held_for_room_is_named_while_both_wait() -> None:
 def test_the_status_of_a_gang_never_asked_about_names_the_held_gang_ahead() -> None:
     # kube-scheduler's own filters refuse every node (all GPUs taken): it never asks
     # the extender about either gang, and the status still says who goes first.
-    from extender.domain.status import group_status
+    from extender.domain.status.status import group_status
 
     nodes = [make_node("n1").gpus(2).obj()]
     core = core_with(nodes, {"low": gang("low", 2, 1), "high": gang("high", 2, 1, priority=9)})
@@ -511,7 +511,7 @@ def one_gpu_gang(name: str, *, pool: str | None = None, gpus: int = 1) -> list[d
 def test_held_gangs_of_one_template_share_one_plan_on_the_empty_nodes(monkeypatch) -> None:
     """After a node changes every held gang's empty-nodes answer is asked again (the
     status writer's pass): gangs of one template cost one plan, not one each."""
-    import extender.domain.gang_queue as gang_queue
+    import extender.domain.queue.gang_queue as gang_queue
 
     nodes = [make_node(f"n{i}").gpus(2).label("pool", "a").obj() for i in range(3)]
     gangs = {f"g{i}": one_gpu_gang(f"g{i}") for i in range(6)}
@@ -539,7 +539,7 @@ def test_held_gangs_of_one_template_share_one_plan_on_the_empty_nodes(monkeypatc
 
 
 def shape_of(pods: list[dict[str, Any]], allowed: dict[str, Any] | None = None) -> object:
-    from extender.domain.gang_queue import demand_shape
+    from extender.domain.queue.gang_queue import demand_shape
 
     infos = [PodInfo.from_api(p) for p in pods]
     restrictions = {infos[0].uid: allowed["restriction"]} if allowed else {}
@@ -547,8 +547,8 @@ def shape_of(pods: list[dict[str, Any]], allowed: dict[str, Any] | None = None) 
 
 
 def test_a_demand_shape_names_what_the_planner_reads_and_nothing_else() -> None:
-    from extender.domain.planner import NodeRestriction
-    from extender.domain.policy import GroupTopology
+    from extender.domain.objects.policy import GroupTopology
+    from extender.domain.planning.planner import NodeRestriction
 
     base = shape_of(one_gpu_gang("a"))
     assert shape_of(one_gpu_gang("b")) == base  # another gang of the same template
@@ -640,7 +640,7 @@ def held_cluster(draw: st.DrawFn) -> GangCore:
         if taken:
             busy = make_pod(f"busy{i}").gpus(taken).node(f"n{i}").obj()
             core.observe_pod(PodInfo.from_api(busy), T0)
-    from extender.domain.planner import NodeRestriction
+    from extender.domain.planning.planner import NodeRestriction
 
     for pod in list(core.snapshot.pods.values()):
         if pod.group is not None and draw(st.booleans()):
@@ -708,7 +708,7 @@ def test_gangs_that_want_the_same_nodes_but_place_differently_get_their_own_answ
 ) -> None:
     """Three 2-GPU members each, wanting both nodes: one gang fits the empty nodes (it
     waits behind the gang ahead), the other never does (it waits behind no one)."""
-    from extender.domain.planner import NodeRestriction
+    from extender.domain.planning.planner import NodeRestriction
 
     built = []
     for name, gpus, pool, tainted in nodes:

@@ -11,12 +11,12 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from extender.domain.decisions import PlanCreated, Verdict
-from extender.domain.gang import GangCore
-from extender.domain.membership import GroupKey
-from extender.domain.model import GroupSpec, NodeInfo, PodInfo, Resources
-from extender.domain.planner import Placement, plan_gang
-from extender.domain.queue import rank_of
+from extender.domain.gang.gang import GangCore
+from extender.domain.objects.membership import GroupKey
+from extender.domain.objects.model import GroupSpec, NodeInfo, PodInfo, Resources
+from extender.domain.planning.planner import Placement, plan_gang
+from extender.domain.planning.queue import rank_of
+from extender.domain.state.decisions import PlanCreated, Verdict
 from tests.builders import make_node, make_pod, make_podgroup
 from tests.core_builder import make_core
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from extender.domain.membership import GroupKey
-from extender.domain.model import GroupSpec, NodeInfo, PodInfo
-from extender.domain.status import GroupStatus, group_status
+from extender.domain.objects.membership import GroupKey
+from extender.domain.objects.model import GroupSpec, NodeInfo, PodInfo
+from extender.domain.status.status import GroupStatus, group_status
 from tests.builders import make_node, make_pod, make_podgroup
 from tests.core_builder import make_core
 

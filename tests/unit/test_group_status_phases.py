@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from extender.domain.gang import GangCore
-from extender.domain.membership import GroupKey
-from extender.domain.model import GroupSpec, PodInfo, upstream_podgroup_spec
-from extender.domain.status import GroupStatus, group_status
+from extender.domain.gang.gang import GangCore
+from extender.domain.objects.membership import GroupKey
+from extender.domain.objects.model import GroupSpec, PodInfo, upstream_podgroup_spec
+from extender.domain.status.status import GroupStatus, group_status
 from tests.builders import make_node, make_pod, make_podgroup
 from tests.core_builder import make_core
 

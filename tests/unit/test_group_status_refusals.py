@@ -1,13 +1,13 @@
-"""kube-scheduler's own refusals as a PodGroup's status reports them (domain/status.py):
+"""kube-scheduler's own refusals as a PodGroup's status reports them (domain/status/status.py):
 the resources a refusal names are reported exactly as named, without the sentence's
 period, whatever letters they end in and however the sentences are separated."""
 
 from __future__ import annotations
 
-from extender.domain.gang import GangCore
-from extender.domain.membership import GroupKey
-from extender.domain.model import GroupSpec, NodeInfo, PodInfo
-from extender.domain.status import MemberCounts, group_status, kube_scheduler_refusal
+from extender.domain.gang.gang import GangCore
+from extender.domain.objects.membership import GroupKey
+from extender.domain.objects.model import GroupSpec, NodeInfo, PodInfo
+from extender.domain.status.status import MemberCounts, group_status, kube_scheduler_refusal
 from tests.builders import make_node, make_pod, make_podgroup
 from tests.core_builder import make_core
 

@@ -15,8 +15,8 @@ import copy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from extender.domain.gang import GangCore
-from extender.domain.model import NodeInfo, PodInfo
+from extender.domain.gang.gang import GangCore
+from extender.domain.objects.model import NodeInfo, PodInfo
 from tests.builders import make_node, make_pod
 from tests.core_builder import make_core
 

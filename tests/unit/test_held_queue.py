@@ -1,6 +1,6 @@
 """The held-gang queue view answers as asking every gang afresh would.
 
-domain/held_queue.py is built once per change and caches wanted nodes per member
+domain/queue/held_queue.py is built once per change and caches wanted nodes per member
 shape; the oracle here recomputes every gang's wanted nodes per question, as
 `GangCore.gang_ahead_of` and the starvation check did before.
 """
@@ -12,14 +12,14 @@ from typing import Any
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from extender.domain.gang import GangCore, Timeouts
-from extender.domain.gang_queue import QueueOrder
-from extender.domain.held_queue import WantedNodes, held_queue
-from extender.domain.membership import GroupKey
-from extender.domain.model import NodeInfo, PodInfo
-from extender.domain.planner import NodeRestriction, node_accepts
-from extender.domain.queue import QueueRank
-from extender.domain.snapshot import fits
+from extender.domain.cluster.snapshot import fits
+from extender.domain.gang.gang import GangCore, Timeouts
+from extender.domain.objects.membership import GroupKey
+from extender.domain.objects.model import NodeInfo, PodInfo
+from extender.domain.planning.planner import NodeRestriction, node_accepts
+from extender.domain.planning.queue import QueueRank
+from extender.domain.queue.gang_queue import QueueOrder
+from extender.domain.queue.held_queue import WantedNodes, held_queue
 from tests.builders import make_node, make_pod
 from tests.core_builder import make_core
 
@@ -134,9 +134,9 @@ def test_wanted_nodes_are_computed_once_per_member_shape() -> None:
     wanted = WantedNodes(nodes, {})
     first = wanted.of_member(member(0, 0, 1, None, False), {})
     assert first == {"n0", "n2", "n3"}  # n1 tainted, n4 has no GPU
-    assert len(wanted._by_shape) == 1
+    assert wanted.shapes_scanned() == 1
     wanted.of_member(member(1, 0, 1, None, False), {})  # same template, another gang
-    assert len(wanted._by_shape) == 1
+    assert wanted.shapes_scanned() == 1
     # A restricted member gets its shape's nodes narrowed by the restriction.
     pod = member(2, 0, 1, None, False)
     assert wanted.of_member(pod, {pod.uid: NodeRestriction(allowed=frozenset({"n2"}))}) == {"n2"}
@@ -144,7 +144,7 @@ def test_wanted_nodes_are_computed_once_per_member_shape() -> None:
         "n0",
         "n3",
     }
-    assert len(wanted._by_shape) == 1
+    assert wanted.shapes_scanned() == 1
 
 
 def test_heads_stop_once_the_gangs_ahead_want_every_node() -> None:
@@ -154,7 +154,7 @@ def test_heads_stop_once_the_gangs_ahead_want_every_node() -> None:
     held = [(first, [member(0, 0, 1, None, False)]), (later, [member(1, 0, 1, None, False)])]
     queue = held_queue(held, nodes, {})
     assert queue.heads({first.key, later.key}, node_count=1) == [first.key]
-    assert later.key not in queue._gang_wanted  # never looked at: n0 was taken
+    assert not queue.asked(later.key)  # never looked at: n0 was taken
 
 
 def test_a_member_event_recomputes_only_its_groups_entry_in_the_queue_view(monkeypatch) -> None:
@@ -188,8 +188,8 @@ def test_the_view_looks_at_every_group_that_moved_past_the_planned_ones(monkeypa
 
 
 def test_a_podgroup_status_write_changes_nothing_a_plan_reads() -> None:
-    from extender.domain.model import GroupSpec
-    from extender.domain.snapshot import ClusterSnapshot
+    from extender.domain.cluster.snapshot import ClusterSnapshot
+    from extender.domain.objects.model import GroupSpec
 
     snapshot = ClusterSnapshot()
     key = GroupKey("default", "job")
@@ -248,18 +248,18 @@ def test_the_look_for_starving_gangs_rereads_only_groups_whose_version_moved(mon
     starvationSeconds) comes from the group's members and PodGroup only, so it is kept
     per group version: 20 held gangs and two member events re-read two groups."""
     core, looked_at = twenty_held_gangs(monkeypatch, starvation_seconds=600)
-    assert core.starvation._starving_heads(10.0) == []
+    assert core.starvation.starving_heads(10.0) == []
     assert len(core.starvation.held_since) == 20
     looked_at.clear()
-    assert core.starvation._starving_heads(11.0) == []
+    assert core.starvation.starving_heads(11.0) == []
     assert looked_at == []  # nothing changed
     core.snapshot.upsert_pod(sized_member(7, 2))  # a third member of g7
     core.forget_pod(sized_member(3, 0).uid, 12.0)  # g3 is one short: no longer held
-    assert core.starvation._starving_heads(12.0) == []
+    assert core.starvation.starving_heads(12.0) == []
     assert sorted(k.name for k in looked_at) == ["g3", "g7"]
     assert GroupKey("default", "g3") not in core.starvation.held_since
     # Past starvationSeconds every held gang starves: the kept figures still count.
-    assert core.starvation._starving_heads(10.0 + 600.5) != []
+    assert core.starvation.starving_heads(10.0 + 600.5) != []
 
 
 def sized_member(gang: int, index: int) -> PodInfo:
@@ -344,7 +344,7 @@ def test_the_kept_queue_view_is_the_view_built_afresh_after_any_events(steps) ->
     after any sequence of member, node, PodGroup and plan events (made, released at
     the barrier, dropped; a whole gang deleted at once) it is the view built from
     nothing."""
-    from extender.domain.model import GroupSpec
+    from extender.domain.objects.model import GroupSpec
     from tests.builders import make_podgroup
 
     core = make_core()

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from extender.domain.membership import TASK_INDEX_ANNOTATION, VOLCANO_GROUP_ANNOTATION
+from extender.domain.objects.membership import TASK_INDEX_ANNOTATION, VOLCANO_GROUP_ANNOTATION
 from extender.kube.cache import CacheSink
 from extender.kube.indexes import (
     Claimant,

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from extender.domain.membership import (
+from extender.domain.objects.membership import (
     COSCHEDULING_GROUP_LABEL,
     GROUP_LABEL,
     JOB_COMPLETION_INDEX_ANNOTATION,

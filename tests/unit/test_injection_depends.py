@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from extender.domain.membership import TASKS_ANNOTATION
+from extender.domain.objects.membership import TASKS_ANNOTATION
 from extender.injection.admission import (
     AdmissionDenied,
     pod_group,

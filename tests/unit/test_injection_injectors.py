@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from extender.domain.membership import (
+from extender.domain.objects.membership import (
     GROUP_LABEL,
     JOB_COMPLETION_INDEX_ANNOTATION,
     SSH_PATH_ANNOTATION,

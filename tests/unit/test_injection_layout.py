@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from extender.domain.membership import (
+from extender.domain.objects.membership import (
     JOB_COMPLETION_INDEX_ANNOTATION,
     TASK_INDEX_ANNOTATION,
     TASKS_ANNOTATION,

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from extender.domain.membership import SSH_PATH_ANNOTATION, SSH_PORT_ANNOTATION
+from extender.domain.objects.membership import SSH_PATH_ANNOTATION, SSH_PORT_ANNOTATION
 from extender.injection import names
 from extender.injection.objects import (
     ForeignObjectError,

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from extender.domain.membership import TASK_INDEX_ANNOTATION
+from extender.domain.objects.membership import TASK_INDEX_ANNOTATION
 from extender.injection.layout import GroupLayout, LayoutSource, TaskLayout
 from extender.injection.ready import (
     ReadyHost,

@@ -10,7 +10,11 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from extender.domain.membership import SSH_PATH_ANNOTATION, SSH_PORT_ANNOTATION, MembershipError
+from extender.domain.objects.membership import (
+    SSH_PATH_ANNOTATION,
+    SSH_PORT_ANNOTATION,
+    MembershipError,
+)
 from extender.injection.layout import GroupLayout, LayoutSource, TaskLayout
 from extender.injection.ssh import (
     SSHKeyError,

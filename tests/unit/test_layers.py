@@ -68,11 +68,13 @@ REST_CONTRACT = "rest-only-in-kube"
 def _lint_copy(
     tmp_path: Path, contract_id: str, edit: tuple[str, str]
 ) -> subprocess.CompletedProcess[str]:
-    """lint-imports on a copy of the package with one line appended to one module."""
+    """lint-imports on a copy of the package with one line appended to one module (a new
+    module when there is none by that name)."""
     shutil.copytree(PACKAGE, tmp_path / "extender", ignore=shutil.ignore_patterns("__pycache__"))
     module, line = edit
     target = tmp_path / "extender" / module
-    target.write_text(target.read_text() + f"\n{line}\n")
+    before = target.read_text() if target.exists() else ""
+    target.write_text(before + f"\n{line}\n")
     contract = _contracts()[contract_id]
     config = {
         "root_package": "extender",
@@ -129,6 +131,39 @@ def test_rest_contract_fails_on_a_rawapi_import(tmp_path: Path, edit: tuple[str,
 def test_rest_contract_holds_on_the_unchanged_copy(tmp_path: Path) -> None:
     """...and the copy without that import keeps it (the failure above is the import's)."""
     result = _lint_copy(tmp_path, REST_CONTRACT, ("cli.py", "# unchanged"))
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+
+
+DOMAIN_CONTRACT = "domain-layers"
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        # objects/ (the parsed API objects) reaching up into the cluster snapshot
+        ("domain/objects/model.py", "import extender.domain.cluster.snapshot  # noqa"),
+        # a pure planning module reaching up into the gang core
+        ("domain/planning/planner.py", "import extender.domain.gang.core_api  # noqa"),
+        # siblings: the queue part importing the preemption rules
+        ("domain/queue/gang_queue.py", "import extender.domain.preemption.preemption  # noqa"),
+        # a module put straight into domain/: the contract is exhaustive
+        ("domain/stray.py", '"""Left flat, in no subpackage."""'),
+    ],
+    ids=["objects-to-cluster", "planning-to-gang", "sibling-queue-to-preemption", "flat"],
+)
+def test_domain_contract_fails_on_an_import_up_or_across(
+    tmp_path: Path, edit: tuple[str, str]
+) -> None:
+    """domain/'s subpackages import only those below them, each placed in the contract."""
+    result = _lint_copy(tmp_path, DOMAIN_CONTRACT, edit)
+    assert result.returncode != 0, result.stdout[-2000:]
+    named = "extender.domain.stray" if edit[0] == "domain/stray.py" else edit[1].split()[1]
+    assert named in result.stdout
+
+
+def test_domain_contract_holds_on_the_unchanged_copy(tmp_path: Path) -> None:
+    """...and the copy without that import or module keeps it."""
+    result = _lint_copy(tmp_path, DOMAIN_CONTRACT, ("domain/__init__.py", "# unchanged"))
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
 
 

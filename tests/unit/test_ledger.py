@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from extender.domain.ledger import Ledger, Plan
-from extender.domain.membership import GroupKey
-from extender.domain.quantity import CPU, GPU
+from extender.domain.cluster.ledger import Ledger, Plan
+from extender.domain.objects.membership import GroupKey
+from extender.domain.objects.quantity import CPU, GPU
 
 A = GroupKey("team-a", "big")
 B = GroupKey("team-b", "small")

@@ -15,8 +15,8 @@ import pytest
 
 from extender.config import Settings
 from extender.controller import lifecycle_writes as edge
-from extender.domain.lifecycle import RESTART_GENERATION_LABEL
-from extender.domain.membership import GroupKey
+from extender.domain.lifecycle.lifecycle import RESTART_GENERATION_LABEL
+from extender.domain.objects.membership import GroupKey
 from extender.kube.rawapi import KubeError
 from extender.service import Deps, GangService, create_service
 from tests.builders import make_pod, make_podgroup

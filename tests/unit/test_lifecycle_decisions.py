@@ -1,4 +1,4 @@
-"""The lifecycle's decisions in the cases the first tests left open (domain/lifecycle.py):
+"""The lifecycle's decisions in the cases the first tests left open (domain/lifecycle/lifecycle.py):
 the failure text, what the state keeps after each action, which members are stamped,
 and when PodsNotReady starts counting."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from extender.domain.lifecycle import (
+from extender.domain.lifecycle.lifecycle import (
     PHASE_ABORTED,
     LifecycleState,
     Member,
@@ -17,7 +17,7 @@ from extender.domain.lifecycle import (
     Stamp,
     decide,
 )
-from extender.domain.lifecycle_policy import Action, Event
+from extender.domain.lifecycle.lifecycle_policy import Action, Event
 from tests.unit.test_lifecycle_policy import NOW, failing, gang, member, policy, run
 
 

@@ -1,4 +1,4 @@
-"""What the lifecycle reads from the API (domain/lifecycle.py): a member from its pod
+"""What the lifecycle reads from the API (domain/lifecycle/lifecycle.py): a member from its pod
 JSON (defaults when fields are missing), the restart generation label, a PodGroup
 status adopted after a restart, and which members count for PodsNotReady."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from extender.domain.lifecycle import (
+from extender.domain.lifecycle.lifecycle import (
     PHASE_ABORTED,
     RESTART_GENERATION_LABEL,
     LifecycleState,
@@ -16,8 +16,8 @@ from extender.domain.lifecycle import (
     decide,
     generation_of,
 )
-from extender.domain.lifecycle_policy import Action, Event, LifecyclePolicy
-from extender.domain.preemption import PREEMPTED_BY_ANNOTATION
+from extender.domain.lifecycle.lifecycle_policy import Action, Event, LifecyclePolicy
+from extender.domain.preemption.preemption import PREEMPTED_BY_ANNOTATION
 
 NOW = 1_000_000.0
 T = "2026-01-01T00:00:00Z"

@@ -1,4 +1,4 @@
-"""The lifecycle policy engine (domain/lifecycle.py): parsing, each event x action, invariants."""
+"""The lifecycle policy engine (domain/lifecycle/lifecycle.py): parsing, each event x action, invariants."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from extender.domain.lifecycle import (
+from extender.domain.lifecycle.lifecycle import (
     PHASE_ABORTED,
     PHASE_FAILED,
     RESTART_GENERATION_LABEL,
@@ -27,7 +27,7 @@ from extender.domain.lifecycle import (
     decide,
     recreated_pod,
 )
-from extender.domain.lifecycle_policy import (
+from extender.domain.lifecycle.lifecycle_policy import (
     DEFAULT_MAX_RETRY,
     Action,
     Event,
@@ -35,7 +35,7 @@ from extender.domain.lifecycle_policy import (
     policy_from_annotations,
     policy_from_spec,
 )
-from extender.domain.model import GroupSpec
+from extender.domain.objects.model import GroupSpec
 
 NOW = 1_000_000.0
 

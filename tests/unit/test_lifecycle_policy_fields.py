@@ -1,4 +1,4 @@
-"""The lifecycle policy's fields and their errors (domain/lifecycle_policy.py): maxRetry
+"""The lifecycle policy's fields and their errors (domain/lifecycle/lifecycle_policy.py): maxRetry
 and podsReadyTimeoutSeconds in a PodGroup spec and as annotations, and errors that name
 the field or policy entry to fix."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from extender.domain.lifecycle_policy import (
+from extender.domain.lifecycle.lifecycle_policy import (
     MAX_RETRY_ANNOTATION,
     PODS_READY_TIMEOUT_ANNOTATION,
     POLICIES_ANNOTATION,

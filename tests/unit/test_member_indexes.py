@@ -13,7 +13,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from extender.domain.member_indexes import ListedGroup, Member, MemberIndex
+from extender.kube.member_indexes import ListedGroup, Member, MemberIndex
 
 NAMESPACES = ("team-a", "team-b")
 GROUPS = ("g", "h")
@@ -181,4 +181,4 @@ def test_a_group_left_without_members_is_dropped() -> None:
     book.remove("u1")
     book.remove("u1")  # a second delete (a relist after a missed one) is harmless
     assert book.group("team-a", "g").has_name("a") is False
-    assert book._groups == {}
+    assert book.group_count() == 0

@@ -1,4 +1,4 @@
-"""Which members a plan takes (domain/selection.py) and how the core holds a gang short
+"""Which members a plan takes (domain/planning/selection.py) and how the core holds a gang short
 of a task: named after the situation, pure (no cluster, no clock)."""
 
 from __future__ import annotations
@@ -7,19 +7,19 @@ from typing import Any
 
 import pytest
 
-from extender.domain.decisions import Verdict
-from extender.domain.gang import GangCore
-from extender.domain.membership import TASKS_ANNOTATION, GroupKey
-from extender.domain.model import GroupSpec, NodeInfo, PodInfo
-from extender.domain.selection import (
+from extender.domain.cluster.snapshot import ClusterSnapshot
+from extender.domain.gang.gang import GangCore
+from extender.domain.objects.membership import TASKS_ANNOTATION, GroupKey
+from extender.domain.objects.model import GroupSpec, NodeInfo, PodInfo
+from extender.domain.planning.selection import (
     MemberSets,
     MembersMissing,
     TaskShortage,
     choose_members,
     tasks_left_out,
 )
-from extender.domain.snapshot import ClusterSnapshot
-from extender.domain.status import group_status
+from extender.domain.state.decisions import Verdict
+from extender.domain.status.status import group_status
 from tests.builders import make_node, make_pod, make_podgroup
 from tests.core_builder import make_core
 
@@ -478,7 +478,7 @@ def test_a_planned_gang_says_how_many_members_it_binds() -> None:
 def test_a_gang_that_does_not_fit_is_not_planned_again_until_something_changes(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import extender.domain.gang_planning as gang_planning_module
+    import extender.domain.gang.gang_planning as gang_planning_module
 
     calls: list[int] = []
     real = gang_planning_module.plan_gang

@@ -6,8 +6,8 @@ from decimal import Decimal
 
 import pytest
 
-from extender.domain import membership as m
-from extender.domain.quantity import (
+from extender.domain.objects import membership as m
+from extender.domain.objects.quantity import (
     QuantityError,
     parse_quantity,
     pod_gpus,

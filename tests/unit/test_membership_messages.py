@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from extender.domain import membership as m
+from extender.domain.objects import membership as m
 
 
 def test_a_group_key_reads_namespace_slash_name_and_sorts_by_namespace_first() -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from extender.domain.foreign_status import COSCHEDULING_PHASES
+from extender.domain.status.foreign_status import COSCHEDULING_PHASES
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted(p.parent for p in (REPO / "examples").glob("*/README.md"))

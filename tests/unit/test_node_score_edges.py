@@ -1,15 +1,20 @@
-"""Prioritize scores at their edges (domain/scoring.py): nodes that advertise no GPUs,
+"""Prioritize scores at their edges (domain/planning/scoring.py): nodes that advertise no GPUs,
 1-GPU nodes, reservations of a resource a node lacks, and the board's journal as a
 reader that keeps its own copy sees it."""
 
 from __future__ import annotations
 
-from extender.domain.ledger import Ledger
-from extender.domain.model import NodeInfo, PodInfo
-from extender.domain.policy import Policy, Strategy
-from extender.domain.quantity import GPU
-from extender.domain.scoring import MAX_SCORE, NodeScoreBoard, free_after_reservations, node_score
-from extender.domain.snapshot import ClusterSnapshot
+from extender.domain.cluster.ledger import Ledger
+from extender.domain.cluster.snapshot import ClusterSnapshot
+from extender.domain.objects.model import NodeInfo, PodInfo
+from extender.domain.objects.policy import Policy, Strategy
+from extender.domain.objects.quantity import GPU
+from extender.domain.planning.scoring import (
+    MAX_SCORE,
+    NodeScoreBoard,
+    free_after_reservations,
+    node_score,
+)
 from tests.builders import make_node, make_pod
 from tests.builders import reserve_gpus as reserve
 

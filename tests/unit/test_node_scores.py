@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import pytest
 
-from extender.domain.ledger import Ledger
-from extender.domain.model import NodeInfo, PodInfo
-from extender.domain.policy import Policy, Strategy
-from extender.domain.scoring import MAX_SCORE, NodeScoreBoard, node_score
-from extender.domain.snapshot import ClusterSnapshot
+from extender.domain.cluster.ledger import Ledger
+from extender.domain.cluster.snapshot import ClusterSnapshot
+from extender.domain.objects.model import NodeInfo, PodInfo
+from extender.domain.objects.policy import Policy, Strategy
+from extender.domain.planning.scoring import MAX_SCORE, NodeScoreBoard, node_score
 from tests.builders import make_node, make_pod
 from tests.builders import reserve_gpus as reserve
 

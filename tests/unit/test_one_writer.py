@@ -12,10 +12,10 @@ from extender.config import Settings
 from extender.controller.cluster_state import ClusterState
 from extender.controller.effects import EffectWriter, GroupQueues
 from extender.controller.failover import Failover, LeaderOnlyBinder
-from extender.domain.decisions import PlanDropped
-from extender.domain.gang import GangCore
-from extender.domain.membership import PLANNED_NODE_ANNOTATION, GroupKey
-from extender.domain.model import GroupSpec, NodeInfo, PodInfo
+from extender.domain.gang.gang import GangCore
+from extender.domain.objects.membership import PLANNED_NODE_ANNOTATION, GroupKey
+from extender.domain.objects.model import GroupSpec, NodeInfo, PodInfo
+from extender.domain.state.decisions import PlanDropped
 from extender.kube.leader import LeaderElector
 from extender.kube.rawapi import KubeError
 from extender.metrics import Metrics

@@ -13,7 +13,7 @@ import copy
 from typing import Any
 
 from extender.controller.cluster_state import ClusterState
-from extender.domain.decisions import PlaceholderCreate, PlaceholderDelete
+from extender.domain.state.decisions import PlaceholderCreate, PlaceholderDelete
 from extender.kube.ownership import SEAL_ANNOTATION, OwnershipSeal
 from extender.kube.writers import placeholder_pod
 from tests.builders import make_node

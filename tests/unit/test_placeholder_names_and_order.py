@@ -1,4 +1,4 @@
-"""Placeholder pods, the pure diff and names (domain/placeholders.py): every observed
+"""Placeholder pods, the pure diff and names (domain/starvation/placeholders.py): every observed
 placeholder is considered, effects come in a stable order, and names stay valid pod
 names that are readable when they can be and hashed when they are too long."""
 
@@ -6,9 +6,14 @@ from __future__ import annotations
 
 import re
 
-from extender.domain.decisions import PlaceholderCreate, PlaceholderDelete
-from extender.domain.membership import GroupKey
-from extender.domain.placeholders import MAX_NAME, ObservedPlaceholder, diff, placeholder_name
+from extender.domain.objects.membership import GroupKey
+from extender.domain.starvation.placeholders import (
+    MAX_NAME,
+    ObservedPlaceholder,
+    diff,
+    placeholder_name,
+)
+from extender.domain.state.decisions import PlaceholderCreate, PlaceholderDelete
 
 BIG = GroupKey("default", "big")
 OTHER = GroupKey("default", "other")

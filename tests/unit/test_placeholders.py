@@ -6,7 +6,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from extender.domain.decisions import (
+from extender.domain.gang.gang import PLACEHOLDER_RETRY_SECONDS, GangCore
+from extender.domain.objects.membership import GroupKey
+from extender.domain.objects.model import PLACEHOLDER_LABEL, PodInfo
+from extender.domain.starvation.placeholders import (
+    ObservedPlaceholder,
+    desired,
+    diff,
+    placeholder_name,
+)
+from extender.domain.state.decisions import (
     BarrierReleased,
     BindDecision,
     BindVerdict,
@@ -16,10 +25,6 @@ from extender.domain.decisions import (
     PlanCreated,
     Verdict,
 )
-from extender.domain.gang import PLACEHOLDER_RETRY_SECONDS, GangCore
-from extender.domain.membership import GroupKey
-from extender.domain.model import PLACEHOLDER_LABEL, PodInfo
-from extender.domain.placeholders import ObservedPlaceholder, desired, diff, placeholder_name
 from extender.kube.writers import placeholder_pod
 from tests.builders import make_node, make_pod, placeholder_pod_info
 from tests.unit.test_reservations import (
@@ -170,9 +175,7 @@ def test_a_placeholder_is_counted_used_by_others_and_free_for_its_gang() -> None
     assert core.free_for_planning(OTHER)["n1"]["nvidia.com/gpu"] == 0
     assert core.free_for_planning(BIG)["n1"]["nvidia.com/gpu"] == 1
     # The reservation still holds that GPU, and nothing more is asked for it.
-    assert core.starvation.reservations[BIG] and core.starvation._held(
-        core.starvation.reservations[BIG]
-    ) == {"n1": 1}
+    assert core.starvation.reservations[BIG] and core.starvation.held(BIG) == {"n1": 1}
     # Already taken from everyone by the pod itself; a plain pod whose kube-scheduler
     # has not seen the placeholder yet is still refused by the extender.
     assert core.starving_holds() == {"n1": (BIG, 0)}

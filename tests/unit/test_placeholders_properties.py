@@ -12,10 +12,10 @@ from __future__ import annotations
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from extender.domain.decisions import PlaceholderCreate, PlaceholderDelete
-from extender.domain.gang import GangCore, Timeouts
-from extender.domain.model import GroupSpec, NodeInfo, PodInfo
-from extender.domain.quantity import GPU
+from extender.domain.gang.gang import GangCore, Timeouts
+from extender.domain.objects.model import GroupSpec, NodeInfo, PodInfo
+from extender.domain.objects.quantity import GPU
+from extender.domain.state.decisions import PlaceholderCreate, PlaceholderDelete
 from tests.builders import make_node, make_pod, make_podgroup, placeholder_pod_info
 from tests.core_builder import make_core
 
@@ -49,7 +49,7 @@ def check(core: GangCore) -> None:
     for name, node in core.snapshot.nodes.items():
         assert core.snapshot.used(name).get(GPU, 0) <= node.allocatable.get(GPU, 0), name
     for key, reservation in core.starvation.reservations.items():
-        held = core.starvation._held(reservation)
+        held = core.starvation.held(key)
         mine = [p for p in core.snapshot.placeholders.values() if p.placeholder_for == key]
         for p in mine:
             assert p.node_name in reservation.nodes

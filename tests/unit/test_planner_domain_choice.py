@@ -8,9 +8,9 @@ that gives the real numbers.
 
 from __future__ import annotations
 
-from extender.domain.model import NodeInfo
-from extender.domain.planner import Shortfall, plan_gang
-from extender.domain.policy import GroupTopology, Policy
+from extender.domain.objects.model import NodeInfo
+from extender.domain.objects.policy import GroupTopology, Policy
+from extender.domain.planning.planner import Shortfall, plan_gang
 from tests.builders import (
     RACK,
     ZONE,

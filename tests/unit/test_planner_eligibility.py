@@ -11,19 +11,19 @@ from typing import Any
 
 import pytest
 
-from extender.domain.model import NodeInfo, PodInfo
-from extender.domain.planner import (
+from extender.domain.objects.model import NodeInfo, PodInfo
+from extender.domain.objects.policy import (
+    KUEUE_PREFERRED_TOPOLOGY,
+    KUEUE_REQUIRED_TOPOLOGY,
+    Policy,
+    Strategy,
+)
+from extender.domain.planning.planner import (
     NodeRestriction,
     Placement,
     Shortfall,
     node_accepts,
     plan_gang,
-)
-from extender.domain.policy import (
-    KUEUE_PREFERRED_TOPOLOGY,
-    KUEUE_REQUIRED_TOPOLOGY,
-    Policy,
-    Strategy,
 )
 from tests.builders import make_node, make_pod
 

@@ -6,10 +6,8 @@ from typing import Any
 
 import pytest
 
-from extender.domain.decisions import Verdict
-from extender.domain.model import GroupSpec, NodeInfo, PodInfo
-from extender.domain.planner import Placement, Shortfall, plan_gang
-from extender.domain.policy import (
+from extender.domain.objects.model import GroupSpec, NodeInfo, PodInfo
+from extender.domain.objects.policy import (
     KUEUE_PREFERRED_TOPOLOGY,
     KUEUE_REQUIRED_TOPOLOGY,
     GroupTopology,
@@ -19,6 +17,8 @@ from extender.domain.policy import (
     TopologyMode,
     topology_from_spec,
 )
+from extender.domain.planning.planner import Placement, Shortfall, plan_gang
+from extender.domain.state.decisions import Verdict
 from tests.builders import (
     RACK,
     ZONE,
@@ -351,7 +351,7 @@ def test_a_shortfall_counts_the_members_it_could_place() -> None:
     ],
 )
 def test_label_keys_are_checked_as_kubernetes_does(key: str, ok: bool) -> None:
-    from extender.domain.policy import is_label_key
+    from extender.domain.objects.policy import is_label_key
 
     assert is_label_key(key) is ok
 
@@ -416,7 +416,7 @@ def test_fewest_racks_by_capacity_gives_way_to_a_placement_as_good_on_fewer_node
 
 
 def test_cover_takes_the_largest_domains_then_the_tightest_that_holds_the_rest() -> None:
-    from extender.domain.planner import _cover
+    from extender.domain.planning.planner import _cover
 
     free = {"a": {GPU: 5}, "b": {GPU: 4}, "c": {GPU: 2}, "d": {GPU: 3}, "e": {GPU: 1}}
     domains = {name: [name] for name in free}
@@ -441,7 +441,7 @@ def test_a_member_only_one_node_takes_is_not_crowded_out_of_it() -> None:
 
 
 def test_cover_counts_a_node_without_gpus_as_none() -> None:
-    from extender.domain.planner import _cover
+    from extender.domain.planning.planner import _cover
 
     free = {"a": {GPU: 2}, "cpu": {"cpu": 8000}, "b": {GPU: 1}}
     domains = {"x": ["a", "cpu"], "y": ["b"]}
@@ -451,7 +451,7 @@ def test_cover_counts_a_node_without_gpus_as_none() -> None:
 
 
 def test_a_member_restricted_by_kube_scheduler_goes_where_it_may() -> None:
-    from extender.domain.planner import NodeRestriction
+    from extender.domain.planning.planner import NodeRestriction
 
     nodes, free = cluster(gpu_node("two", 2), gpu_node("four", 4))
     members = gang(3, 1)
@@ -462,7 +462,7 @@ def test_a_member_restricted_by_kube_scheduler_goes_where_it_may() -> None:
 
 
 def test_a_planned_node_is_kept_only_when_the_member_fits_and_may_use_it() -> None:
-    from extender.domain.planner import NodeRestriction
+    from extender.domain.planning.planner import NodeRestriction
 
     nodes, free = cluster(gpu_node("two", 2), gpu_node("four", 4))
     members = gang(2, 1)

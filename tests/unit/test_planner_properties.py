@@ -11,11 +11,11 @@ from collections import defaultdict
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from extender.domain.decisions import Verdict
-from extender.domain.gang import GangCore
-from extender.domain.model import NodeInfo, PodInfo
-from extender.domain.planner import Placement, Shortfall, node_accepts, plan_gang
-from extender.domain.policy import GroupTopology, Policy, Strategy, Topology
+from extender.domain.gang.gang import GangCore
+from extender.domain.objects.model import NodeInfo, PodInfo
+from extender.domain.objects.policy import GroupTopology, Policy, Strategy, Topology
+from extender.domain.planning.planner import Placement, Shortfall, node_accepts, plan_gang
+from extender.domain.state.decisions import Verdict
 from tests.builders import make_node, make_pod
 from tests.core_builder import make_core
 from tests.strategies import NODE_NAMES, apply_change, snapshot_changes

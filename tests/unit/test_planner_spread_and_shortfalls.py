@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from extender.domain.model import NodeInfo, PodInfo
-from extender.domain.planner import NodeRestriction, Placement, Shortfall, plan_gang
-from extender.domain.policy import GroupTopology, Policy, Strategy
+from extender.domain.objects.model import NodeInfo, PodInfo
+from extender.domain.objects.policy import GroupTopology, Policy, Strategy
+from extender.domain.planning.planner import NodeRestriction, Placement, Shortfall, plan_gang
 from tests.builders import make_node, make_pod
 
 GPU = "nvidia.com/gpu"

@@ -10,14 +10,14 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from extender.domain.gang import GangCore
-from extender.domain.membership import GroupKey
-from extender.domain.model import PodInfo
-from extender.domain.node_order import NodeOrder
-from extender.domain.planner import plan_gang
-from extender.domain.policy import Policy, Strategy
-from extender.domain.quantity import GPU
-from extender.domain.reservations import Reservation
+from extender.domain.gang.gang import GangCore
+from extender.domain.objects.membership import GroupKey
+from extender.domain.objects.model import PodInfo
+from extender.domain.objects.policy import Policy, Strategy
+from extender.domain.objects.quantity import GPU
+from extender.domain.planning.node_order import NodeOrder
+from extender.domain.planning.planner import plan_gang
+from extender.domain.starvation.reservations import Reservation
 from tests.builders import make_pod
 from tests.core_builder import make_core
 from tests.strategies import apply_change, snapshot_changes

@@ -1,4 +1,4 @@
-"""What the core reads from a pod or node object (domain/model.py) when a field is
+"""What the core reads from a pod or node object (domain/objects/model.py) when a field is
 missing or wrong: the defaults Kubernetes itself applies, and what is held back."""
 
 from __future__ import annotations
@@ -7,14 +7,20 @@ from typing import Any
 
 import pytest
 
-from extender.domain.membership import GroupKey
-from extender.domain.model import PLACEHOLDER_LABEL, STARVATION_ANNOTATION, NodeInfo, PodInfo, Taint
-from extender.domain.policy import (
+from extender.domain.cluster.snapshot import fits
+from extender.domain.objects.membership import GroupKey
+from extender.domain.objects.model import (
+    PLACEHOLDER_LABEL,
+    STARVATION_ANNOTATION,
+    NodeInfo,
+    PodInfo,
+    Taint,
+)
+from extender.domain.objects.policy import (
     KUEUE_PREFERRED_TOPOLOGY,
     KUEUE_REQUIRED_TOPOLOGY,
     topology_from_annotations,
 )
-from extender.domain.snapshot import fits
 from tests.builders import make_node, make_pod
 
 

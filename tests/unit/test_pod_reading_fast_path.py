@@ -18,10 +18,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from extender.domain import membership
-from extender.domain.membership import MembershipError, group_name
-from extender.domain.model import PodInfo, Toleration
-from extender.domain.quantity import (
+from extender.domain.objects import membership
+from extender.domain.objects.membership import MembershipError, group_name
+from extender.domain.objects.model import PodInfo, Toleration
+from extender.domain.objects.quantity import (
     QuantityError,
     _add_max,
     _add_sum,

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from extender.domain.membership import GroupKey
-from extender.domain.model import HELD_PHASE, GroupSpec
+from extender.domain.objects.membership import GroupKey
+from extender.domain.objects.model import HELD_PHASE, GroupSpec
 from tests.builders import make_podgroup
 
 

@@ -7,9 +7,8 @@ from pathlib import Path
 import pytest
 
 from extender.cli import main
-from extender.domain.model import NodeInfo, PodInfo
-from extender.domain.planner import Placement, Shortfall, plan_gang
-from extender.domain.policy import (
+from extender.domain.objects.model import NodeInfo, PodInfo
+from extender.domain.objects.policy import (
     Policy,
     PolicyError,
     Strategy,
@@ -17,6 +16,7 @@ from extender.domain.policy import (
     TopologyMode,
     policy_from_mapping,
 )
+from extender.domain.planning.planner import Placement, Shortfall, plan_gang
 from extender.policy_file import load_policy
 from tests.builders import make_node, make_pod
 

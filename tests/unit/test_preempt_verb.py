@@ -15,9 +15,9 @@ import pytest
 
 from extender.api.extender import create_extender_app
 from extender.coordinator import SchedulingCoordinator
-from extender.domain.decisions import Effect, EvictVictims
-from extender.domain.gang import GangCore
-from extender.domain.model import GroupSpec, NodeInfo, PodInfo
+from extender.domain.gang.gang import GangCore
+from extender.domain.objects.model import GroupSpec, NodeInfo, PodInfo
+from extender.domain.state.decisions import Effect, EvictVictims
 from extender.metrics import Metrics
 from tests.builders import make_node, make_pod, make_podgroup
 from tests.core_builder import make_core

@@ -1,4 +1,4 @@
-"""The preempt verb's pure answer (domain/preemption.py, `gang_aware_victims`): each
+"""The preempt verb's pure answer (domain/preemption/preemption.py, `gang_aware_victims`): each
 node kube-scheduler proposes is judged on its own, so a node refused for a protected
 gang does not cost the preemptor the other nodes."""
 
@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from extender.domain.membership import GroupKey
-from extender.domain.model import PodInfo
-from extender.domain.preemption import NodeVictims, gang_aware_victims
+from extender.domain.objects.membership import GroupKey
+from extender.domain.objects.model import PodInfo
+from extender.domain.preemption.preemption import NodeVictims, gang_aware_victims
 from tests.builders import make_pod
 
 

@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 
-from extender.domain.decisions import EvictVictims, PlanCreated, Verdict
-from extender.domain.gang import GangCore, Timeouts
-from extender.domain.lifecycle import Member, _failure_of
-from extender.domain.membership import GroupKey
-from extender.domain.model import GroupSpec, NodeInfo, PodInfo
-from extender.domain.preemption import (
+from extender.domain.cluster.snapshot import fits
+from extender.domain.gang.gang import GangCore, Timeouts
+from extender.domain.lifecycle.lifecycle import Member, _failure_of
+from extender.domain.objects.membership import GroupKey
+from extender.domain.objects.model import GroupSpec, NodeInfo, PodInfo
+from extender.domain.preemption.preemption import (
     PREEMPTED_BY_ANNOTATION,
     SCHEDULER_PREEMPTION_REASON,
     EvictionRefusal,
@@ -25,7 +25,7 @@ from extender.domain.preemption import (
     rest_of_preempted_gang,
     victim_units,
 )
-from extender.domain.snapshot import fits
+from extender.domain.state.decisions import EvictVictims, PlanCreated, Verdict
 from tests.builders import make_node, make_pod, make_podgroup
 from tests.core_builder import make_core
 

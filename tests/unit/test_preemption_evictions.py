@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from extender.config import Settings
-from extender.domain.decisions import EvictVictims, Victim
-from extender.domain.membership import GroupKey
-from extender.domain.preemption import PREEMPTED_BY_ANNOTATION
+from extender.domain.objects.membership import GroupKey
+from extender.domain.preemption.preemption import PREEMPTED_BY_ANNOTATION
+from extender.domain.state.decisions import EvictVictims, Victim
 from extender.kube.rawapi import KubeError
 from extender.service import Deps, GangService, create_service
 from tests.unit.test_service_effects import FakeRaw, FakeWiring

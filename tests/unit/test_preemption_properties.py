@@ -15,12 +15,12 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from extender.domain.decisions import EvictVictims, PlanCreated
-from extender.domain.gang import GangCore
-from extender.domain.membership import GroupKey
-from extender.domain.model import GroupSpec, NodeInfo, PodInfo
-from extender.domain.planner import Placement, plan_gang
-from extender.domain.preemption import NodeVictims, free_without, gang_aware_victims
+from extender.domain.gang.gang import GangCore
+from extender.domain.objects.membership import GroupKey
+from extender.domain.objects.model import GroupSpec, NodeInfo, PodInfo
+from extender.domain.planning.planner import Placement, plan_gang
+from extender.domain.preemption.preemption import NodeVictims, free_without, gang_aware_victims
+from extender.domain.state.decisions import EvictVictims, PlanCreated
 from tests.builders import make_node, make_pod, make_podgroup
 from tests.core_builder import make_core
 
@@ -115,7 +115,7 @@ def test_gang_preemption_invariants(node_gpus, units, preemptor) -> None:
     for e in evictions:
         for v in e.victims:
             units_by_key[v.unit].append(by_uid[v.uid])
-    from extender.domain.preemption import VictimUnit
+    from extender.domain.preemption.preemption import VictimUnit
 
     chosen = [VictimUnit(tuple(ps), 0) for ps in units_by_key.values()]
     after = free_without(free_before, chosen)

@@ -15,10 +15,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from extender.api.extender import HostPriorityEncoder
-from extender.domain.gang import GangCore
-from extender.domain.model import NodeInfo, PodInfo
-from extender.domain.policy import Policy, Strategy
-from extender.domain.scoring import NodeScoreBoard, Priorities
+from extender.domain.gang.gang import GangCore
+from extender.domain.objects.model import NodeInfo, PodInfo
+from extender.domain.objects.policy import Policy, Strategy
+from extender.domain.planning.scoring import NodeScoreBoard, Priorities
 from tests.builders import make_node, make_pod
 from tests.core_builder import make_core
 from tests.strategies import NODE_NAMES, apply_change, snapshot_changes

@@ -6,8 +6,8 @@ from decimal import Decimal
 
 import pytest
 
-from extender.domain.model import NodeInfo, PodInfo
-from extender.domain.quantity import (
+from extender.domain.objects.model import NodeInfo, PodInfo
+from extender.domain.objects.quantity import (
     QuantityError,
     parse_quantity,
     pod_requests,

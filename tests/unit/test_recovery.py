@@ -1,4 +1,4 @@
-"""Plans rebuilt from planned-node annotations when a replica takes over (domain/recovery.py)."""
+"""Plans rebuilt from planned-node annotations when a replica takes over (domain/failover/recovery.py)."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
-from extender.domain.membership import PLANNED_NODE_ANNOTATION, GroupKey
-from extender.domain.model import GroupSpec, NodeInfo, PodInfo
-from extender.domain.recovery import RecoveredPlan, Recovery, Refused, recover_plans
-from extender.domain.snapshot import ClusterSnapshot
+from extender.domain.cluster.snapshot import ClusterSnapshot
+from extender.domain.failover.recovery import RecoveredPlan, Recovery, Refused, recover_plans
+from extender.domain.objects.membership import PLANNED_NODE_ANNOTATION, GroupKey
+from extender.domain.objects.model import GroupSpec, NodeInfo, PodInfo
 from tests.builders import PodBuilder, make_node, make_pod, make_podgroup
 from tests.core_builder import make_core
 

@@ -1,4 +1,4 @@
-"""The body that recreates a member on a gang restart (domain/lifecycle.py,
+"""The body that recreates a member on a gang restart (domain/lifecycle/lifecycle.py,
 `recreated_pod`): a v1 Pod with the member's own labels plus the restart generation,
 no annotations left when only the planned node was there, and valid for a member
 that was never bound."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from extender.domain.lifecycle import RESTART_GENERATION_LABEL, recreated_pod
+from extender.domain.lifecycle.lifecycle import RESTART_GENERATION_LABEL, recreated_pod
 
 
 def member(**metadata: Any) -> dict[str, Any]:

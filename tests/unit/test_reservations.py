@@ -7,11 +7,10 @@ from typing import Any
 
 import pytest
 
-from extender.domain.decisions import BindVerdict, PlanCreated, Verdict
-from extender.domain.gang import GangCore, Timeouts
-from extender.domain.membership import GroupKey
-from extender.domain.model import STARVATION_ANNOTATION, GroupSpec, PodInfo
-from extender.domain.reservations import (
+from extender.domain.gang.gang import GangCore, Timeouts
+from extender.domain.objects.membership import GroupKey
+from extender.domain.objects.model import STARVATION_ANNOTATION, GroupSpec, PodInfo
+from extender.domain.starvation.reservations import (
     NodeGpus,
     Reservation,
     choose_nodes,
@@ -19,7 +18,8 @@ from extender.domain.reservations import (
     reservation_message,
     starving,
 )
-from extender.domain.status import group_status
+from extender.domain.state.decisions import BindVerdict, PlanCreated, Verdict
+from extender.domain.status.status import group_status
 from tests.builders import make_node, make_pod, make_podgroup
 from tests.core_builder import make_core
 

@@ -1,10 +1,10 @@
-"""Starvation reservations, the pure choice (domain/reservations.py): which nodes a
+"""Starvation reservations, the pure choice (domain/starvation/reservations.py): which nodes a
 starving gang reserves, in what order they are listed, and how the message names them."""
 
 from __future__ import annotations
 
-from extender.domain.membership import GroupKey
-from extender.domain.reservations import (
+from extender.domain.objects.membership import GroupKey
+from extender.domain.starvation.reservations import (
     MAX_NAMED_NODES,
     NodeGpus,
     Reservation,

@@ -10,12 +10,12 @@ from __future__ import annotations
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from extender.domain.gang import Timeouts
-from extender.domain.ledger import Plan
-from extender.domain.membership import GroupKey
-from extender.domain.model import GroupSpec, NodeInfo, PodInfo
-from extender.domain.quantity import GPU
-from extender.domain.reservations import NodeGpus, Reservation, choose_nodes, hold
+from extender.domain.cluster.ledger import Plan
+from extender.domain.gang.gang import Timeouts
+from extender.domain.objects.membership import GroupKey
+from extender.domain.objects.model import GroupSpec, NodeInfo, PodInfo
+from extender.domain.objects.quantity import GPU
+from extender.domain.starvation.reservations import NodeGpus, Reservation, choose_nodes, hold
 from tests.builders import make_node, make_pod, make_podgroup
 from tests.core_builder import make_core
 

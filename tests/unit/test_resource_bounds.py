@@ -4,7 +4,7 @@ For each size a user controls, the size is grown (x10, x100, to the limit, past 
 limit) and the test counts what the service builds or answers: bytes of the /filter
 answer, members a layout names, planner steps. Never time: what is counted is
 what a hostile tenant would make the service spend. Each limit is in
-extender/domain/limits.py and docs/podgroup.md#limits.
+extender/domain/objects/limits.py and docs/podgroup.md#limits.
 """
 
 from __future__ import annotations
@@ -18,31 +18,31 @@ from hypothesis import strategies as st
 
 from extender.api.extender import filter_result
 from extender.api.wire import ExtenderArgs
-from extender.domain import planner
-from extender.domain.decisions import Verdict
-from extender.domain.gang import GangCore, Timeouts
-from extender.domain.lifecycle_policy import (
+from extender.domain.gang.gang import GangCore, Timeouts
+from extender.domain.lifecycle.lifecycle_policy import (
     PODS_READY_TIMEOUT_ANNOTATION,
     POLICIES_ANNOTATION,
     policy_from_annotations,
     policy_from_spec,
 )
-from extender.domain.limits import (
+from extender.domain.objects.limits import (
     MAX_GROUP_SIZE,
     MAX_REASON_CHARS,
     MAX_TASKS,
     MAX_TOPOLOGY_LABELS,
     PLANNER_STEP_BUDGET,
 )
-from extender.domain.membership import (
+from extender.domain.objects.membership import (
     JOB_COMPLETION_INDEX_ANNOTATION,
     TASK_INDEX_ANNOTATION,
     TASKS_ANNOTATION,
     MembershipError,
 )
-from extender.domain.model import GroupSpec, NodeInfo, PodInfo
-from extender.domain.planner import Placement, plan_gang
-from extender.domain.policy import GroupTopology, Policy
+from extender.domain.objects.model import GroupSpec, NodeInfo, PodInfo
+from extender.domain.objects.policy import GroupTopology, Policy
+from extender.domain.planning import planner
+from extender.domain.planning.planner import Placement, plan_gang
+from extender.domain.state.decisions import Verdict
 from extender.injection.admission import AdmissionDenied, read_membership
 from extender.injection.layout import resolve_layout
 from tests.builders import cluster, gang, gpu_node, make_node, make_pod, make_podgroup
@@ -262,7 +262,7 @@ def test_min_available_past_the_limit_holds_the_pod_naming_the_limit(value: str)
 
 @pytest.mark.parametrize("tasks", [MAX_TASKS + 1, 20_000])
 def test_a_tasks_annotation_past_the_limit_is_refused_naming_it(tasks: int) -> None:
-    from extender.domain.membership import parse_task_layout
+    from extender.domain.objects.membership import parse_task_layout
 
     with pytest.raises(MembershipError, match=f"at most {MAX_TASKS} tasks") as raised:
         parse_task_layout(tasks_text(tasks))
@@ -286,7 +286,7 @@ def test_wiring_never_names_members_up_to_an_index_far_past_the_group_size(
         .obj()
     ]
     podgroup = make_podgroup("g", 1, "t")
-    from extender.domain.limits import max_task_index
+    from extender.domain.objects.limits import max_task_index
 
     if index < max_task_index(1):
         layout = resolve_layout(group="g", podgroup=podgroup, pods=pods)
@@ -301,7 +301,7 @@ def test_wiring_never_names_members_up_to_an_index_far_past_the_group_size(
 
 
 def test_the_task_index_limit_grows_with_the_group_and_stops_at_the_size_limit() -> None:
-    from extender.domain.limits import max_task_index
+    from extender.domain.objects.limits import max_task_index
 
     assert max_task_index(1) >= 256  # an elastic job of minimum 1 runs a few hundred
     assert max_task_index(100) >= 400
@@ -357,8 +357,8 @@ def test_one_gangs_planning_error_holds_that_gang_and_no_other(
 ) -> None:
     """The hostile gang is older, so the queue pass plans it first on the team's filter:
     its exception (a RecursionError, in the issue) answered the team's /filter too."""
-    from extender.domain import gang_planning as gang_planning_module
-    from extender.domain.decisions import GangFaulted
+    from extender.domain.gang import gang_planning as gang_planning_module
+    from extender.domain.state.decisions import GangFaulted
 
     real_plan_gang = gang_planning_module.plan_gang
 
@@ -380,7 +380,7 @@ def test_one_gangs_planning_error_holds_that_gang_and_no_other(
     faults = [e for e in core.drain_effects() if isinstance(e, GangFaulted)]
     assert [(f.group.namespace, f.where) for f in faults] == [("hostile", "plan")]
     assert "Traceback" in faults[0].details
-    from extender.domain.status import group_status
+    from extender.domain.status.status import group_status
 
     status = group_status(core, faults[0].group)
     assert status is not None
@@ -442,7 +442,7 @@ def test_wiring_a_group_at_the_size_limit_fits_one_configmap_or_writes_nothing(
 ) -> None:
     """10,000 members with long names render 4.5 MB: the API server would refuse the
     POST on every pass. It is refused before any write, naming the limit."""
-    from extender.domain.membership import TASK_LABEL
+    from extender.domain.objects.membership import TASK_LABEL
     from extender.injection.sizes import MAX_OBJECT_DATA_BYTES
     from extender.kube.wiring import WiringController
     from tests.unit.test_webhook_wiring import FakeApiServer
@@ -464,7 +464,7 @@ def test_wiring_a_group_at_the_size_limit_fits_one_configmap_or_writes_nothing(
 
 
 def test_an_upstream_min_count_past_the_limit_is_refused_naming_it() -> None:
-    from extender.domain.model import upstream_podgroup_spec
+    from extender.domain.objects.model import upstream_podgroup_spec
 
     spec = upstream_podgroup_spec(
         {
@@ -503,8 +503,8 @@ def test_a_starving_gangs_error_holds_that_gang_not_every_filter(
 ) -> None:
     """Every filter first runs the starvation pass, which plans each starving gang's
     reservation: one gang's exception there answered every tenant's /filter."""
-    from extender.domain.decisions import GangFaulted
-    from extender.domain.gang_starvation import StarvationReservations
+    from extender.domain.starvation.gang_starvation import StarvationReservations
+    from extender.domain.state.decisions import GangFaulted
 
     real_start = StarvationReservations._start_reservation
     tried: list[str] = []
@@ -596,7 +596,7 @@ def test_whatever_a_pod_annotates_every_reason_and_the_answer_stay_bounded(
 
 # ------------------------------------------------ the helpers that keep messages short
 def test_clip_keeps_a_message_up_to_the_limit_and_says_how_much_it_cut() -> None:
-    from extender.domain.limits import clip
+    from extender.domain.objects.limits import clip
 
     exact = "m" * MAX_REASON_CHARS
     assert clip(exact) is exact
@@ -607,7 +607,7 @@ def test_clip_keeps_a_message_up_to_the_limit_and_says_how_much_it_cut() -> None
 
 
 def test_quoted_keeps_a_short_value_and_cuts_a_long_one_with_its_length() -> None:
-    from extender.domain.limits import QUOTED_CHARS, quoted
+    from extender.domain.objects.limits import QUOTED_CHARS, quoted
 
     assert quoted("x" * (QUOTED_CHARS - 2)) == repr("x" * (QUOTED_CHARS - 2))
     long = quoted("y" * QUOTED_CHARS)
@@ -627,14 +627,14 @@ def test_quoted_keeps_a_short_value_and_cuts_a_long_one_with_its_length() -> Non
     ],
 )
 def test_listing_names_five_then_counts_the_rest(count: int, expected: str) -> None:
-    from extender.domain.limits import listing
+    from extender.domain.objects.limits import listing
 
     assert listing(f"i{n}" for n in range(count)) == expected
     assert listing(["a", "b", "c"], limit=2, sep="; ") == "a; b; and 1 more"
 
 
 def test_too_big_names_the_limit_only_past_it() -> None:
-    from extender.domain.limits import too_big
+    from extender.domain.objects.limits import too_big
 
     assert too_big(10, 10, "x") is None
     assert too_big(11, 10, "spec.x") == "spec.x=11 is more than this service accepts: at most 10"
@@ -647,7 +647,7 @@ def test_too_big_names_the_limit_only_past_it() -> None:
 def test_max_task_index_is_four_times_the_size_or_size_plus_256_capped(
     size: int, limit: int
 ) -> None:
-    from extender.domain.limits import max_task_index
+    from extender.domain.objects.limits import max_task_index
 
     assert max_task_index(size) == limit
 
@@ -665,7 +665,7 @@ def test_min_available_with_leading_zeros_is_its_number() -> None:
 # ------------------------------------------ each limit: at it accepted, past it refused
 @pytest.mark.parametrize("field", ["scheduleTimeoutSeconds", "starvationSeconds"])
 def test_seconds_at_the_limit_are_accepted_and_past_it_name_the_limit(field: str) -> None:
-    from extender.domain.limits import MAX_SECONDS
+    from extender.domain.objects.limits import MAX_SECONDS
 
     at = GroupSpec.from_podgroup(make_podgroup("g", 2, **{field: MAX_SECONDS}), source="PodGroup")
     assert at.error is None
@@ -705,7 +705,7 @@ def test_max_retry_at_the_limit_is_accepted_and_past_it_names_the_limit(
 
 
 def test_a_tasks_annotation_at_the_limits_is_read() -> None:
-    from extender.domain.membership import parse_task_layout
+    from extender.domain.objects.membership import parse_task_layout
 
     assert len(parse_task_layout(tasks_text(MAX_TASKS))) == MAX_TASKS
     assert parse_task_layout(f"a={MAX_GROUP_SIZE - 1},b=1") == {"a": MAX_GROUP_SIZE - 1, "b": 1}
@@ -746,7 +746,7 @@ def test_min_task_member_at_the_limits_is_read_and_a_bad_name_is_quoted() -> Non
 def test_a_task_index_at_the_group_size_limit_is_refused_naming_it(
     index: int, refused: bool
 ) -> None:
-    from extender.domain.membership import explicit_task_index
+    from extender.domain.objects.membership import explicit_task_index
 
     meta = {"annotations": {TASK_INDEX_ANNOTATION: str(index)}}
     if not refused:

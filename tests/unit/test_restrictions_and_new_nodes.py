@@ -13,14 +13,14 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from extender.domain.decisions import PlanDropped, Verdict
-from extender.domain.gang import GangCore
-from extender.domain.membership import GroupKey
-from extender.domain.model import NodeInfo, PodInfo
-from extender.domain.planner import NodeRestriction, Placement, plan_gang
-from extender.domain.policy import Policy
-from extender.domain.restrictions import CurrentRestrictions, learnt_now
-from extender.domain.snapshot import ClusterSnapshot, fits
+from extender.domain.cluster.snapshot import ClusterSnapshot, fits
+from extender.domain.gang.gang import GangCore
+from extender.domain.objects.membership import GroupKey
+from extender.domain.objects.model import NodeInfo, PodInfo
+from extender.domain.objects.policy import Policy
+from extender.domain.planning.planner import NodeRestriction, Placement, plan_gang
+from extender.domain.planning.restrictions import CurrentRestrictions, learnt_now
+from extender.domain.state.decisions import PlanDropped, Verdict
 from tests.builders import make_node, make_pod, make_podgroup
 from tests.unit.test_gang_core import T0, core_with, pod_info, seed_job
 

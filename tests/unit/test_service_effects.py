@@ -20,15 +20,15 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from extender.api.health import create_health_app
 from extender.config import Settings
-from extender.domain.decisions import GangBound, PlanCreated, PlanDropped
-from extender.domain.ledger import Plan
-from extender.domain.membership import (
+from extender.domain.cluster.ledger import Plan
+from extender.domain.objects.membership import (
     INJECT_NAMESPACE_LABEL,
     PLANNED_NODE_ANNOTATION,
     TASKS_ANNOTATION,
     GroupKey,
     MembershipError,
 )
+from extender.domain.state.decisions import GangBound, PlanCreated, PlanDropped
 from extender.kube.rawapi import KubeError
 from extender.kube.wiring import WiringConflictError
 from extender.service import Deps, GangService, create_service
@@ -521,19 +521,13 @@ async def test_a_group_that_is_gone_leaves_nothing_in_the_services_memory(
     await service.reconciler.reconcile_group(GROUP)
     await service.queues.join()
     reconciler = service.reconciler
-    assert GROUP in reconciler._written_status and GROUP in reconciler._wired
+    assert {"status", "wiring"} <= reconciler.remembered(GROUP)
 
     for pod in pods:
         service.state.on_event("pods", "DELETED", pod)
     service.state.on_event("podgroups", "DELETED", pg)
     await service.reconciler.reconcile_group(GROUP)
-    memos = (
-        reconciler._written_status,
-        reconciler._announced,
-        reconciler._wired,
-        reconciler._problems,
-    )
-    assert [GROUP in memo for memo in memos] == [False, False, False, False]
+    assert reconciler.remembered(GROUP) == set()
 
 
 def podgroup_writes(raw: FakeRaw, method: str) -> list[tuple[str, Any]]:
@@ -706,7 +700,7 @@ async def test_a_slow_group_reconcile_is_timed_and_named_in_the_log(
 ) -> None:
     """Groups are reconciled one after another: one that takes long delays the wiring
     of every group after it, so it is observed in a histogram and named in the log."""
-    from extender.controller import reconciler as reconciler_module
+    from extender.controller import reconcile_pass
 
     observe_injected_job(service)
     now = [100.0]
@@ -715,7 +709,7 @@ async def test_a_slow_group_reconcile_is_timed_and_named_in_the_log(
 
     async def slow(key: GroupKey) -> None:
         await real(key)
-        now[0] += reconciler_module.SLOW_RECONCILE_SECONDS + 1
+        now[0] += reconcile_pass.SLOW_RECONCILE_SECONDS + 1
 
     service.reconciler.reconcile_group = slow  # type: ignore[method-assign]
     with caplog.at_level(logging.WARNING):

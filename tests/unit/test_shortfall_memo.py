@@ -1,6 +1,6 @@
 """Held gangs are memoised per gang: a cluster change re-plans only the gangs it could help.
 
-domain/shortfalls.py: a gang that did not fit stays held, without being planned
+domain/planning/shortfalls.py: a gang that did not fit stays held, without being planned
 again, until one of its own members or its PodGroup changes, or a node changes
 where one of its pending members fits the room before or after the change (and,
 for a gang with a topology, a node's free GPUs or labels change). The property:
@@ -18,15 +18,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import extender.domain.gang_planning as gang_planning_module
-import extender.domain.gang_preemption as gang_preemption_module
-import extender.domain.gang_queue as gang_queue_module
-import extender.domain.gang_starvation as gang_starvation_module
-from extender.domain.gang import GangCore, Timeouts
-from extender.domain.membership import GroupKey
-from extender.domain.model import GroupSpec, NodeInfo, PodInfo
-from extender.domain.policy import KUEUE_PREFERRED_TOPOLOGY
-from extender.domain.shortfalls import MemberShape, NodeChange, ShortfallMemo
+import extender.domain.gang.gang_planning as gang_planning_module
+import extender.domain.preemption.gang_preemption as gang_preemption_module
+import extender.domain.queue.gang_queue as gang_queue_module
+import extender.domain.starvation.gang_starvation as gang_starvation_module
+from extender.domain.gang.gang import GangCore, Timeouts
+from extender.domain.objects.membership import GroupKey
+from extender.domain.objects.model import GroupSpec, NodeInfo, PodInfo
+from extender.domain.objects.policy import KUEUE_PREFERRED_TOPOLOGY
+from extender.domain.planning.shortfalls import MemberShape, NodeChange, ShortfallMemo
 from tests.builders import make_node, make_pod, make_podgroup
 from tests.core_builder import make_core
 

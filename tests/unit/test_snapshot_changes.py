@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import pytest
 
-from extender.domain.decisions import PlaceholderCreate
-from extender.domain.fences import FENCE_TAINT_KEY
-from extender.domain.membership import GroupKey
-from extender.domain.model import GroupSpec, NodeInfo, PodInfo
-from extender.domain.snapshot import ClusterSnapshot
+from extender.domain.cluster.fences import FENCE_TAINT_KEY
+from extender.domain.cluster.snapshot import ClusterSnapshot
+from extender.domain.objects.membership import GroupKey
+from extender.domain.objects.model import GroupSpec, NodeInfo, PodInfo
+from extender.domain.state.decisions import PlaceholderCreate
 from tests.builders import make_node, make_pod, make_podgroup, placeholder_pod_info
 
 G = GroupKey("default", "g")

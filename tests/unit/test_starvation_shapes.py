@@ -8,9 +8,9 @@ that can hold them, preferring the nodes with the most free now.
 
 from __future__ import annotations
 
-from extender.domain.gang import GangCore
-from extender.domain.membership import GroupKey
-from extender.domain.model import STARVATION_ANNOTATION, GroupSpec, PodInfo
+from extender.domain.gang.gang import GangCore
+from extender.domain.objects.membership import GroupKey
+from extender.domain.objects.model import STARVATION_ANNOTATION, GroupSpec, PodInfo
 from tests.builders import make_node, make_pod, make_podgroup
 from tests.unit.test_reservations import T0, add_gang, bound_small, core_with
 

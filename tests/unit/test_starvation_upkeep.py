@@ -8,11 +8,16 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from extender.domain.decisions import BindVerdict, PlaceholderCreate, PlaceholderDelete, Verdict
-from extender.domain.fences import FENCE_TAINT_KEY, UnfenceNode
-from extender.domain.gang import PLACEHOLDER_RETRY_SECONDS, GangCore
-from extender.domain.membership import GroupKey
-from extender.domain.model import GroupSpec, NodeInfo, PodInfo
+from extender.domain.cluster.fences import FENCE_TAINT_KEY, UnfenceNode
+from extender.domain.gang.gang import PLACEHOLDER_RETRY_SECONDS, GangCore
+from extender.domain.objects.membership import GroupKey
+from extender.domain.objects.model import GroupSpec, NodeInfo, PodInfo
+from extender.domain.state.decisions import (
+    BindVerdict,
+    PlaceholderCreate,
+    PlaceholderDelete,
+    Verdict,
+)
 from tests.builders import make_node, make_pod, make_podgroup, placeholder_pod_info
 from tests.unit.test_fences import fences
 from tests.unit.test_placeholders import creates, deletes, reserving_core

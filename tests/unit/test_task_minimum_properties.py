@@ -13,11 +13,11 @@ from collections import Counter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from extender.domain.decisions import Verdict
-from extender.domain.membership import GroupKey
-from extender.domain.model import GroupSpec, NodeInfo, PodInfo
-from extender.domain.policy import Policy, Strategy
-from extender.domain.selection import MemberSets, MembersMissing, choose_members
+from extender.domain.objects.membership import GroupKey
+from extender.domain.objects.model import GroupSpec, NodeInfo, PodInfo
+from extender.domain.objects.policy import Policy, Strategy
+from extender.domain.planning.selection import MemberSets, MembersMissing, choose_members
+from extender.domain.state.decisions import Verdict
 from tests.builders import make_node, make_pod, make_podgroup
 from tests.core_builder import make_core
 

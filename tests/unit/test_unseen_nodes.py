@@ -21,14 +21,14 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from extender.domain.gang import GangCore
-from extender.domain.membership import GroupKey
-from extender.domain.model import NodeInfo, PodInfo
-from extender.domain.planner import Placement, plan_gang
-from extender.domain.policy import Policy
-from extender.domain.quantity import GPU
-from extender.domain.restrictions import UNSEEN_GRACE_SECONDS, UnseenNodes
-from extender.domain.snapshot import ClusterSnapshot, fits
+from extender.domain.cluster.snapshot import ClusterSnapshot, fits
+from extender.domain.gang.gang import GangCore
+from extender.domain.objects.membership import GroupKey
+from extender.domain.objects.model import NodeInfo, PodInfo
+from extender.domain.objects.policy import Policy
+from extender.domain.objects.quantity import GPU
+from extender.domain.planning.planner import Placement, plan_gang
+from extender.domain.planning.restrictions import UNSEEN_GRACE_SECONDS, UnseenNodes
 from tests.builders import make_node, make_pod
 from tests.unit.test_gang_core import T0, core_with
 

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from extender.coordinator import SchedulingCoordinator
-from extender.domain.decisions import PlanCreated, Verdict
-from extender.domain.gang import GangCore
-from extender.domain.model import GroupSpec, PodInfo
+from extender.domain.gang.gang import GangCore
+from extender.domain.objects.model import GroupSpec, PodInfo
+from extender.domain.state.decisions import PlanCreated, Verdict
 from extender.metrics import Metrics
 from tests.builders import make_node, make_pod, make_podgroup
 from tests.core_builder import make_core

@@ -15,8 +15,8 @@ import pytest
 from pydantic import ValidationError
 
 from extender.config import Settings
-from extender.domain import membership as m
-from extender.domain.model import (
+from extender.domain.objects import membership as m
+from extender.domain.objects.model import (
     UPSTREAM_PODGROUP_SOURCE,
     GroupSpec,
     PodInfo,

@@ -21,7 +21,7 @@ import pytest
 
 from extender.admitter import Admitter
 from extender.api.webhook import MAX_REQUEST_BYTES, create_webhook_app
-from extender.domain.membership import (
+from extender.domain.objects.membership import (
     JOB_COMPLETION_INDEX_ANNOTATION,
     MIN_AVAILABLE_ANNOTATION,
     STATEFULSET_POD_INDEX_LABEL,

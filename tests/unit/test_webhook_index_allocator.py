@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from extender.domain.membership import (
+from extender.domain.objects.membership import (
     TASK_INDEX_ANNOTATION,
     VOLCANO_GROUP_ANNOTATION,
 )

@@ -17,7 +17,11 @@ from typing import Any
 import pytest
 from cryptography.hazmat.primitives import serialization
 
-from extender.domain.membership import SSH_PORT_ANNOTATION, TASK_INDEX_ANNOTATION, TASKS_ANNOTATION
+from extender.domain.objects.membership import (
+    SSH_PORT_ANNOTATION,
+    TASK_INDEX_ANNOTATION,
+    TASKS_ANNOTATION,
+)
 from extender.injection.patch import apply_patch
 from extender.kube.rawapi import KubeError, RawApi
 from extender.kube.wiring import WiringConflictError, WiringController

@@ -1,11 +1,11 @@
-"""`spec.workloadRef` of a pod (domain/membership.py, `workload_ref`): a podGroup that
+"""`spec.workloadRef` of a pod (domain/objects/membership.py, `workload_ref`): a podGroup that
 is not a string is refused with what to set, as a missing one is."""
 
 from __future__ import annotations
 
 import pytest
 
-from extender.domain.membership import MembershipError, workload_ref
+from extender.domain.objects.membership import MembershipError, workload_ref
 
 
 @pytest.mark.parametrize("pod_group", [5, "", None])

@@ -17,15 +17,15 @@ import pytest
 import yaml
 
 from extender.controller.cluster_state import ClusterState
-from extender.domain import membership as m
-from extender.domain.foreign_podgroups import pick_podgroup
-from extender.domain.model import (
+from extender.domain.cluster.foreign_podgroups import pick_podgroup
+from extender.domain.objects import membership as m
+from extender.domain.objects.model import (
     UPSTREAM_WORKLOAD_SOURCE,
     GroupSpec,
     PodInfo,
     upstream_workload_spec,
 )
-from extender.domain.status import _waiting_message
+from extender.domain.status.status import _waiting_message
 from extender.injection.admission import AdmissionDenied, pod_group
 from extender.kube.cache import Watcher
 from extender.kube.rawapi import KubeError

@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from extender.domain.devices.objects import CLASS_RESOURCE_PREFIX, ClaimTemplate, class_resource
-from extender.domain.model import PodInfo
+from extender.domain.objects.model import PodInfo
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from extender.domain.devices.inventory import DeviceInventory, Holds
-from extender.domain.model import NodeInfo, PodInfo
+from extender.domain.objects.model import NodeInfo, PodInfo
 
 
 def with_devices(node: NodeInfo, inventory: DeviceInventory, holds: Holds) -> NodeInfo:

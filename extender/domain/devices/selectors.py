@@ -25,7 +25,7 @@ from typing import Any
 import cel
 
 from extender.domain.devices.objects import Device
-from extender.domain.quantity import QuantityError, parse_quantity
+from extender.domain.objects.quantity import QuantityError, parse_quantity
 
 
 class SelectorError(ValueError):

@@ -1,0 +1,180 @@
+"""kube-scheduler's last word on each member's nodes, as a plan should read it now.
+
+The core keeps, per member, the nodes kube-scheduler's own filters offered it the
+last time it asked (`NodeRestriction`, an allow- or a deny-list), so that a plan
+avoids nodes those filters refuse (affinity, ports, volumes). That word is about
+the nodes as kube-scheduler saw them then. Two ways it goes stale, both read here:
+
+- A node joined, or changed in a way the core reads (became ready and lost its
+  not-ready taint, was uncordoned, relabelled, resized), after the word was said:
+  the word judged the old node or none. `CurrentRestrictions` reads the kept words
+  through the snapshot's node news order: an allow-list learnt before some nodes'
+  news is widened by them, once (the widened one is kept), so a node event costs
+  nothing here and a read costs the nodes with news since. A deny-list already
+  admits every node it does not name.
+- kube-scheduler had not seen that news yet when it asked: its informer lags our
+  watch, so a member asked just after a node's news is offered the candidates of
+  kube-scheduler's older view, which omit the node. `UnseenNodes` keeps the nodes
+  with news that no filter's candidates (anyone's) have named since: their absence
+  from a member's candidates is not a refusal (`offered_or_unseen`), and a member
+  planned on one waits for kube-scheduler to offer it rather than dropping the
+  plan. A node named in any filter's candidates after its news is seen: from then
+  on its absence is kube-scheduler's refusal, kept (kube-scheduler asks one pod at a
+  time, so each later filter is answered from a view that has the node). A node
+  nobody is offered within `UNSEEN_GRACE_SECONDS` counts as seen too (a node every
+  pod's filters refuse, for reasons the planner does not model), and a plan still
+  waiting for a member there is dropped and made again.
+
+Without these, the demo's gang (held on a 2-GPU node, a 4-GPU node joining) was
+split over both nodes: members asked while the new node was not ready, or before
+kube-scheduler saw it ready, kept to the old node. Pure: no I/O; time is passed in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Container, Iterable, Iterator, Mapping, MutableMapping, Sequence
+from dataclasses import dataclass, field
+
+from extender.domain.cluster.ledger import Plan
+from extender.domain.cluster.snapshot import ClusterSnapshot
+from extender.domain.planning.planner import NodeRestriction
+
+
+class CurrentRestrictions(Mapping[str, NodeRestriction]):
+    """The restrictions kept in `kept`, each widened by the nodes that joined since."""
+
+    __slots__ = ("_asked", "_kept", "_snapshot")
+
+    def __init__(
+        self,
+        kept: MutableMapping[str, NodeRestriction],
+        snapshot: ClusterSnapshot,
+        asked: Mapping[str, NodeRestriction] | None = None,
+    ) -> None:
+        self._kept = kept
+        self._snapshot = snapshot
+        # The word of the filter being answered, over what was kept for that member.
+        self._asked = asked or {}
+
+    def with_asked(self, uid: str, restriction: NodeRestriction) -> CurrentRestrictions:
+        """This view with the word of the filter being answered for `uid` (not kept)."""
+        return CurrentRestrictions(self._kept, self._snapshot, {**self._asked, uid: restriction})
+
+    def __getitem__(self, uid: str) -> NodeRestriction:
+        found = self.get(uid)
+        if found is None:
+            raise KeyError(uid)
+        return found
+
+    def get(  # type: ignore[override]  # Mapping.get's overloads; same behaviour, no KeyError path
+        self, uid: str, default: NodeRestriction | None = None
+    ) -> NodeRestriction | None:
+        asked = self._asked.get(uid)
+        if asked is not None:
+            return asked
+        kept = self._kept.get(uid)
+        return default if kept is None else self._current(uid, kept)
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self._asked
+        yield from (uid for uid in self._kept if uid not in self._asked)
+
+    def __len__(self) -> int:
+        return len(self._kept) + sum(1 for uid in self._asked if uid not in self._kept)
+
+    def __contains__(self, uid: object) -> bool:
+        return uid in self._asked or uid in self._kept
+
+    def _current(self, uid: str, kept: NodeRestriction) -> NodeRestriction:
+        news = self._snapshot.node_news
+        if kept.allowed is None or kept.learnt_at is None or kept.learnt_at >= news:
+            return kept
+        newer = self._snapshot.news_since(kept.learnt_at)
+        widened = NodeRestriction(
+            allowed=kept.allowed.union(newer) if newer else kept.allowed, learnt_at=news
+        )
+        self._kept[uid] = widened
+        return widened
+
+
+def learnt_now(
+    snapshot: ClusterSnapshot,
+    *,
+    allowed: frozenset[str] | None = None,
+    denied: frozenset[str] = frozenset(),
+) -> NodeRestriction:
+    """kube-scheduler's word on a member as it says it, about the nodes there are now."""
+    return NodeRestriction(allowed=allowed, denied=denied, learnt_at=snapshot.node_news)
+
+
+# How long after a node's news (noticed on this service's clock) its absence from the
+# filters' candidates is not read as a refusal, unless some filter names it first.
+# kube-scheduler's informer lag is well under a second on a healthy control plane;
+# the bound is what a node that no pod is ever offered costs a plan placed on it.
+UNSEEN_GRACE_SECONDS = 10.0
+
+
+@dataclass
+class UnseenNodes:
+    """The nodes whose news (joining, a change) no filter's candidates have named yet.
+
+    Read lazily: `catch_up` notes the snapshot's node news since the last call with
+    the time it is called at (the reconcile tick and every filter call it), `saw`
+    takes out the nodes a filter's candidates name. Costs nothing while empty, which
+    is all but the moments after a node's news.
+    """
+
+    grace_seconds: float = UNSEEN_GRACE_SECONDS
+    # Node -> when its news was noticed, oldest first (news again moves it last).
+    noticed: dict[str, float] = field(default_factory=dict)
+    # The snapshot's node news read so far; None before the first look, which takes
+    # the nodes there are then as seen (kube-scheduler schedules nothing before its
+    # caches have synced, and this service starts beside it).
+    news_read: int | None = None
+
+    def catch_up(self, snapshot: ClusterSnapshot, now: float) -> list[str]:
+        """Note the news since the last call; the nodes whose grace ran out unseen."""
+        news = snapshot.node_news
+        if self.news_read is None:
+            self.news_read = news
+        elif news != self.news_read:
+            for name in reversed(snapshot.news_since(self.news_read)):
+                self.noticed.pop(name, None)
+                self.noticed[name] = now
+            self.news_read = news
+        expired: list[str] = []
+        for name, since in self.noticed.items():
+            if now - since < self.grace_seconds:
+                break
+            expired.append(name)
+        for name in expired:
+            del self.noticed[name]
+        return [name for name in expired if name in snapshot.nodes]
+
+    def saw(self, candidates: Sequence[str]) -> None:
+        """A filter's candidates: kube-scheduler has seen the news of every node named."""
+        if self.noticed:
+            # One C-level pass over the candidates, which stops once all are found.
+            for name in set(self.noticed).intersection(candidates):
+                del self.noticed[name]
+
+    def unseen(self, node: str) -> bool:
+        return node in self.noticed
+
+    def offered_or_unseen(self, candidates: Sequence[str], nodes: Container[str]) -> Sequence[str]:
+        """A member's candidates read as kube-scheduler's word: the nodes it offered and
+        the ones (of `nodes`, the snapshot's) it has not seen yet (after
+        `saw(candidates)`, none of them offered)."""
+        if not self.noticed:
+            return candidates
+        return [*candidates, *(name for name in self.noticed if name in nodes)]
+
+
+def waiting_on(plans: Iterable[Plan], node: str) -> list[Plan]:
+    """The plans not released yet with a member planned on `node` that has not reached
+    bind there: what a node kube-scheduler never offered holds up."""
+    return [
+        plan
+        for plan in plans
+        if not plan.released and any(plan.placements[uid] == node for uid in plan.waiting_for)
+    ]
