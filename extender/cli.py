@@ -218,6 +218,7 @@ def _dev_up(args: argparse.Namespace) -> int:
         foreground=args.foreground,
         real_nodes=args.real_nodes,
         real_gpus=args.real_gpus,
+        kueue=args.kueue,
     )
 
 
@@ -318,6 +319,11 @@ def build_parser(prog: str = "gang-extender") -> argparse.ArgumentParser:
         help="real nodes beside the fake ones: containerd + kubelet each (root; docs/real-nodes.md)",
     )
     up.add_argument("--real-gpus", type=int, default=2, help="fake GPUs per real node (default 2)")
+    up.add_argument(
+        "--kueue",
+        action="store_true",
+        help="run Kueue too, with LocalQueue `gpus` in namespace default (docs/deploy.md)",
+    )
     up.add_argument("--foreground", action="store_true", help=argparse.SUPPRESS)
     up.set_defaults(func=_dev_up)
     down = dev_sub.add_parser("down", help="stop everything `dev up` started")

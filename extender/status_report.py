@@ -288,7 +288,9 @@ def group_rows(objects: StatusObjects) -> list[GroupRow]:
             if _scheduler_of(p) != SCHEDULER_NAME and info.is_active_member
         ]
         if foreign and (min_member is None or len(mine) < min_member) and status is None:
-            reason = other_scheduler_message(GroupKey(*key), foreign)
+            reason = other_scheduler_message(
+                GroupKey(*key), foreign, upstream=source == SOURCE_UPSTREAM
+            )
         if phase in PLACED_PHASES:
             reason = ""
         elif silence:

@@ -1,10 +1,12 @@
-"""Status written back to scheduler-plugins' and Volcano's PodGroups of gangs gang-extender runs.
+"""Status written back to other schedulers' PodGroups of gangs gang-extender runs.
 
 A user migrating keeps `kubectl get podgroups.scheduling.x-k8s.io` (or
 `.scheduling.volcano.sh`) as the place to watch a job: the group reconciler
 calls `ForeignStatusWriter.write` for every changed group, and this writes the
 phase and counts `domain.status.status` computed, in that PodGroup's own schema
-(`domain.status.foreign_status`).
+(`domain.status.foreign_status`). A Kubernetes `scheduling.k8s.io` PodGroup gets its
+`PodGroupInitiallyScheduled` condition (False with our reason while held, True
+once placed, then never again).
 
 Only for groups with at least one member of this scheduler (`schedulerName:
 gang-extender`): a PodGroup whose pods another scheduler (scheduler-plugins'
@@ -21,18 +23,23 @@ import time
 from typing import Any
 
 from extender.controller.cluster_state import ClusterState
-from extender.domain.cluster.foreign_podgroups import COSCHEDULING_API, VOLCANO_API
+from extender.domain.cluster.foreign_podgroups import COSCHEDULING_API, UPSTREAM_GROUP, VOLCANO_API
 from extender.domain.gang.core_api import SchedulingCore
 from extender.domain.objects.membership import SCHEDULER_NAME, GroupKey
 from extender.domain.status.foreign_status import (
     coscheduling_status,
     occupied_by,
+    upstream_condition,
     volcano_status,
     with_schedule_start,
 )
-from extender.domain.status.status import group_status
+from extender.domain.status.status import GroupStatus, group_status
 from extender.kube.client import KubeError, RawApi
-from extender.kube.writers import HTTP_NOT_FOUND, write_foreign_podgroup_status
+from extender.kube.writers import (
+    HTTP_NOT_FOUND,
+    write_foreign_podgroup_status,
+    write_upstream_podgroup_condition,
+)
 
 log = logging.getLogger(__name__)
 
@@ -62,11 +69,16 @@ class ForeignStatusWriter:
     async def write(self, key: GroupKey) -> None:
         coscheduling = self.state.coscheduling_podgroups.get(key)
         volcano = self.state.volcano_podgroups.get(key)
-        if (coscheduling is None and volcano is None) or not self._schedules(key):
+        upstream = self.state.upstream_podgroups.get(key)
+        if (coscheduling is None and volcano is None and upstream is None) or not self._schedules(
+            key
+        ):
             return
         status = group_status(self.core, key)
         if status is None:
             return
+        if upstream is not None:
+            await self._write_upstream(key, upstream, status)
         if coscheduling is not None:
             owners = [
                 str(ref.get("name", ""))
@@ -98,6 +110,47 @@ class ForeignStatusWriter:
                 ):
                     return  # not written: tried again at the group's next change
                 self._written[(VOLCANO_API, key, uid)] = comparable
+
+    async def _write_upstream(
+        self, key: GroupKey, obj: dict[str, Any], status: GroupStatus
+    ) -> None:
+        condition = upstream_condition(
+            status, current=obj.get("status") or {}, transition_time=_utc_now()
+        )
+        if condition is None:
+            return
+        api_version = str(obj.get("apiVersion") or f"{UPSTREAM_GROUP}/v1beta1")
+        uid = _uid(obj)
+        written = (api_version, key, uid)
+        comparable = {k: v for k, v in condition.items() if k != "lastTransitionTime"}
+        if self._written.get(written) == comparable:
+            return
+        try:
+            await asyncio.to_thread(
+                write_upstream_podgroup_condition,
+                self.raw,
+                api_version=api_version,
+                namespace=key.namespace,
+                name=key.name,
+                uid=uid,
+                condition=condition,
+            )
+        except KubeError as err:
+            if err.status == HTTP_NOT_FOUND:
+                return  # deleted meanwhile: its DELETED event drops it from the state
+            if err.status != HTTP_FORBIDDEN:
+                raise
+            log.warning(
+                "gang %s: gang-extender may not patch podgroups/status in %s (%s), so the "
+                "PodGroup's %s condition is not written; grant patch on podgroups/status "
+                "in scheduling.k8s.io to the gang-extender ClusterRole (docs/deploy.md#rbac)",
+                key,
+                UPSTREAM_GROUP,
+                err.reason,
+                condition["type"],
+            )
+        # Remembered when refused too: one warning per change, not one per reconcile.
+        self._written[written] = comparable
 
     async def _volcano_status_subresource(
         self, key: GroupKey, uid: str, body: dict[str, Any]

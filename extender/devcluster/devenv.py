@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from extender.devcluster.cluster import ClusterError, LocalCluster, new_namespace
+from extender.devcluster.kueue import KueueManager, create_dev_queues, ensure_kueue
 from extender.devcluster.node_commands import JOB_IMAGE
 from extender.devcluster.nodes import add_gpu_nodes, wait_for_nodes_ready
 from extender.devcluster.realnode import RealNodes, cannot_run_containers, teardown_workdir
@@ -31,6 +33,7 @@ PID_FILE = "supervisor.pid"
 START_TIMEOUT_SECONDS = 900  # a first run builds the control plane
 DEMO_TIMEOUT_SECONDS = 120
 REAL_NODES_BUILD_SECONDS = 1500  # hack/build-node.sh, first run
+KUEUE_BUILD_SECONDS = 1800  # hack/build-kueue.sh, first run (150 s idle, 26 min loaded)
 
 
 def _alive(pid: int) -> bool:
@@ -59,6 +62,7 @@ def dev_up(
     foreground: bool = False,
     real_nodes: int = 0,
     real_gpus: int = 2,
+    kueue: bool = False,
 ) -> int:
     workdir = workdir.resolve()
     if real_nodes:
@@ -74,6 +78,7 @@ def dev_up(
             with_stack=with_stack,
             real_nodes=real_nodes,
             real_gpus=real_gpus,
+            kueue=kueue,
         )
     pid = _read_pid(workdir)
     if pid is not None and _alive(pid):
@@ -104,6 +109,8 @@ def dev_up(
     ]
     if not with_stack:
         argv.append("--cluster-only")
+    if kueue:
+        argv.append("--kueue")
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
             argv,
@@ -115,7 +122,11 @@ def dev_up(
         )
     print(f"starting local cluster in {workdir} (log: {log_path}) ...", flush=True)
     # A first run with real nodes builds kubelet, containerd, CoreDNS and the images too.
-    limit = START_TIMEOUT_SECONDS + (REAL_NODES_BUILD_SECONDS if real_nodes else 0)
+    limit = (
+        START_TIMEOUT_SECONDS
+        + (REAL_NODES_BUILD_SECONDS if real_nodes else 0)
+        + (KUEUE_BUILD_SECONDS if kueue else 0)
+    )
     deadline = time.monotonic() + limit
     while time.monotonic() < deadline:
         if (workdir / READY_FILE).exists():
@@ -177,6 +188,13 @@ def usage_lines(info: dict[str, Any], cli: Path | None) -> list[str]:
             f"  # real nodes {', '.join(info['real_nodes'])}: image {JOB_IMAGE} "
             "(imagePullPolicy: IfNotPresent); docs/real-nodes.md"
         )
+    if info.get("kueue"):
+        queues = info["kueue"]
+        lines.append(
+            f"  # Kueue: label a Job kueue.x-k8s.io/queue-name={queues['local_queue']} in "
+            f"namespace {queues['namespace']} (ClusterQueue {queues['cluster_queue']}, "
+            f'{queues["gpus"]} nvidia.com/gpu); docs/deploy.md "With Kueue"'
+        )
     if info.get("metrics_url"):
         lines.append(f"  curl {info['metrics_url']}/metrics     # gang-extender metrics")
         lines.append("  gang-extender status                        # pod groups")
@@ -207,6 +225,7 @@ def _supervise(
     with_stack: bool,
     real_nodes: int = 0,
     real_gpus: int = 2,
+    kueue: bool = False,
 ) -> int:
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / PID_FILE).write_text(str(os.getpid()))
@@ -215,6 +234,7 @@ def _supervise(
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     cluster = LocalCluster(workdir / "cluster", kubelet_access=real_nodes > 0)
     real: RealNodes | None = None
+    queue_manager: KueueManager | None = None
     try:
         t0 = time.monotonic()
         cluster.start()
@@ -240,6 +260,11 @@ def _supervise(
             info["extender_ca"] = str(stack.ca_path)
             info["extender_client_cert"] = str(stack.client_cert_path)
             info["extender_client_key"] = str(stack.client_key_path)
+        if kueue:
+            queue_manager = KueueManager(cluster, ensure_kueue())
+            queue_manager.start()
+            queues = create_dev_queues(RawApi(api), gpus=nodes * gpus + real_nodes * real_gpus)
+            info["kueue"] = dataclasses.asdict(queues)
         info["seconds_to_ready"] = round(time.monotonic() - t0, 1)
         (workdir / READY_FILE).write_text(json.dumps(info, indent=2))
         print("ready", flush=True)
@@ -250,6 +275,8 @@ def _supervise(
         print(f"error: {err}", file=sys.stderr, flush=True)
         return 1
     finally:
+        if queue_manager is not None:
+            queue_manager.stop()
         if real is not None:
             real.stop()
         cluster.stop()

@@ -16,7 +16,8 @@ everything that would name its Service names a URL instead:
 - CRDs: applied server-side (they are too big for a client-side apply); the five
   with a conversion webhook get its URL and CA bundle, or the rotator's CA
   injection fails and the manager exits.
-- webhooks: only Kueue's own resources and ``batch/v1`` Jobs are kept (the other
+- webhooks: only Kueue's own resources' and the enabled integrations' (``batch/v1``
+  Jobs; plain pods too with ``frameworks=("batch/job", "pod")``) are kept (the other
   integrations' webhooks fail closed and would block every Pod with no controller
   behind them), pointed at the URL, and limited to namespaces carrying
   ``namespace_labels`` so other tenants of a shared cluster are untouched. They
@@ -32,6 +33,7 @@ import subprocess
 import time
 import urllib.request
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -44,14 +46,28 @@ from kubernetes import client as k8s
 
 from extender.devcluster.cluster import ClusterError, LocalCluster, free_ports
 from extender.devcluster.process import ManagedProcess
+from extender.kube.rawapi import RawApi, path_of
 from extender.x509build import build_leaf, cert_pem, subject
 
-__all__ = ["KUEUE_NAMESPACE", "KueueManager", "KueueUnavailable", "ensure_kueue"]
+__all__ = [
+    "KUEUE_NAMESPACE",
+    "DevQueues",
+    "KueueManager",
+    "KueueUnavailable",
+    "create_dev_queues",
+    "create_queues",
+    "ensure_kueue",
+    "kueue_path",
+]
 
 BUILD_SCRIPT = Path(__file__).resolve().parents[2] / "hack" / "build-kueue.sh"
 KUEUE_DIR_ENV = "GANG_E2E_KUEUE_DIR"
 KUEUE_NAMESPACE = "kueue-system"
 QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
+KUEUE_API = ("apis", "kueue.x-k8s.io", "v1beta2")
+# What `dev up --kueue` makes: one flavor, one ClusterQueue, one LocalQueue in `default`.
+DEV_QUEUE = "gpus"
+DEV_FLAVOR = "default-flavor"
 _SERVICE_DNS = f"kueue-webhook-service.{KUEUE_NAMESPACE}.svc"
 _SECRET = "kueue-webhook-server-cert"
 _CA_NAME = "kueue-ca"  # Kueue's rotator accepts a CA only when its SAN is this name
@@ -164,23 +180,35 @@ def make_certificates(cert_dir: Path) -> dict[str, bytes]:
     return files
 
 
-def _kept_webhook(webhook: Mapping[str, Any]) -> bool:
+# Kueue's integration frameworks this runner supports, and the suffix of their
+# webhooks' paths (Kueue's own resources' webhooks are always kept).
+WEBHOOK_OF_FRAMEWORK = {"batch/job": "-batch-v1-job", "pod": "--v1-pod"}
+
+
+def _kept_webhook(webhook: Mapping[str, Any], frameworks: tuple[str, ...]) -> bool:
     path = str(((webhook.get("clientConfig") or {}).get("service") or {}).get("path", ""))
-    return "kueue-x-k8s-io" in path or path.endswith("-batch-v1-job")
+    return "kueue-x-k8s-io" in path or any(
+        path.endswith(WEBHOOK_OF_FRAMEWORK[f]) for f in frameworks
+    )
 
 
 def webhook_configurations(
-    manifests: str, base_url: str, ca_bundle: str, namespace_labels: Mapping[str, str]
+    manifests: str,
+    base_url: str,
+    ca_bundle: str,
+    namespace_labels: Mapping[str, str],
+    frameworks: tuple[str, ...] = ("batch/job",),
 ) -> list[dict[str, Any]]:
-    """Kueue's webhook configurations, kept to its own resources and batch/v1 Jobs,
-    pointed at ``base_url`` and limited to namespaces labelled ``namespace_labels``."""
+    """Kueue's webhook configurations, kept to its own resources and `frameworks`'
+    (batch/v1 Jobs; plain pods with "pod"), pointed at ``base_url`` and limited to
+    namespaces labelled ``namespace_labels``."""
     out = []
     for doc in yaml.safe_load_all(manifests):
         if not doc or doc.get("kind") not in _WEBHOOK_CONFIGS:
             continue
         hooks = []
         for hook in doc.get("webhooks") or []:
-            if not _kept_webhook(hook):
+            if not _kept_webhook(hook, frameworks):
                 continue
             path = hook["clientConfig"]["service"]["path"]
             hook["clientConfig"] = {"url": f"{base_url}{path}", "caBundle": ca_bundle}
@@ -232,9 +260,17 @@ class KueueManager:
         *,
         namespace_labels: Mapping[str, str] | None = None,
         extra_config: Mapping[str, Any] | None = None,
+        frameworks: tuple[str, ...] = ("batch/job",),
     ) -> None:
+        unknown = sorted(set(frameworks) - set(WEBHOOK_OF_FRAMEWORK))
+        if unknown:
+            raise ValueError(
+                f"Kueue frameworks {unknown} are not run here; choose from "
+                f"{sorted(WEBHOOK_OF_FRAMEWORK)}"
+            )
         self.cluster = cluster
         self.kueue_dir = kueue_dir
+        self.frameworks = frameworks
         self.namespace_labels = dict(namespace_labels or {})
         self.extra_config = dict(extra_config or {})
         self.workdir = cluster.workdir / "kueue"
@@ -274,7 +310,7 @@ class KueueManager:
             # Off, the manager wants a metrics certificate at a fixed path and exits.
             "internalCertManagement": {"enable": True},
             "featureGates": {"VisibilityOnDemand": False},
-            "integrations": {"frameworks": ["batch/job"]},
+            "integrations": {"frameworks": list(self.frameworks)},
             **self.extra_config,
         }
 
@@ -310,6 +346,7 @@ class KueueManager:
             self.base_url,
             ca_bundle,
             self.namespace_labels,
+            self.frameworks,
         )
         manifest = self.workdir / "objects.yaml"
         manifest.write_text(yaml.safe_dump_all([*crds, *hooks]))
@@ -356,3 +393,99 @@ class KueueManager:
         if self._proc is not None:
             self._proc.stop(grace)
             self._proc = None
+
+
+def kueue_path(namespace: str | None, resource: str, name: str | None = None) -> str:
+    """The REST path of a Kueue object (`kueue.x-k8s.io/v1beta2`), cluster-scoped when
+    `namespace` is None."""
+    scope = ("namespaces", namespace) if namespace else ()
+    return path_of(*KUEUE_API, *scope, resource, *((name,) if name else ()))
+
+
+@dataclass(frozen=True)
+class DevQueues:
+    """The queues `dev up --kueue` made, for its usage lines."""
+
+    cluster_queue: str
+    local_queue: str
+    namespace: str
+    gpus: int
+
+
+def create_queues(
+    raw: RawApi,
+    *,
+    flavor: str,
+    cluster_queue: str,
+    local_queue: str,
+    namespace: str,
+    quota: Mapping[str, str],
+    node_labels: Mapping[str, str] | None = None,
+) -> None:
+    """A ResourceFlavor (on the nodes carrying `node_labels`; every node without), a
+    ClusterQueue of `quota` in it for every namespace, and a LocalQueue pointing at it."""
+    flavor_spec = {"nodeLabels": dict(node_labels)} if node_labels else {}
+    raw.call(
+        "POST",
+        kueue_path(None, "resourceflavors"),
+        body={
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "ResourceFlavor",
+            "metadata": {"name": flavor},
+            **({"spec": flavor_spec} if flavor_spec else {}),
+        },
+    )
+    raw.call(
+        "POST",
+        kueue_path(None, "clusterqueues"),
+        body={
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "ClusterQueue",
+            "metadata": {"name": cluster_queue},
+            "spec": {
+                "namespaceSelector": {},
+                "resourceGroups": [
+                    {
+                        "coveredResources": list(quota),
+                        "flavors": [
+                            {
+                                "name": flavor,
+                                "resources": [
+                                    {"name": name, "nominalQuota": value}
+                                    for name, value in quota.items()
+                                ],
+                            }
+                        ],
+                    }
+                ],
+            },
+        },
+    )
+    raw.call(
+        "POST",
+        kueue_path(namespace, "localqueues"),
+        body={
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "LocalQueue",
+            "metadata": {"name": local_queue},
+            "spec": {"clusterQueue": cluster_queue},
+        },
+    )
+
+
+def create_dev_queues(raw: RawApi, *, gpus: int, namespace: str = "default") -> DevQueues:
+    """A ResourceFlavor matching every node, a ClusterQueue whose GPU quota is `gpus`
+    (the nodes' GPUs: Kueue checks quota, gang-extender checks nodes, so the two agree),
+    and a LocalQueue in `namespace`, all named `gpus` but the flavor.
+
+    cpu and memory are covered with room to spare: Kueue refuses a Workload whose pods
+    ask for a resource its ClusterQueue does not cover."""
+    create_queues(
+        raw,
+        flavor=DEV_FLAVOR,
+        cluster_queue=DEV_QUEUE,
+        local_queue=DEV_QUEUE,
+        namespace=namespace,
+        quota={"cpu": "1000", "memory": "4Ti", "nvidia.com/gpu": str(gpus)},
+    )
+    return DevQueues(DEV_QUEUE, DEV_QUEUE, namespace, gpus)

@@ -130,6 +130,30 @@ def check_managed(existing: Mapping[str, Any]) -> None:
         )
 
 
+def serves_members(service: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> bool:
+    """A Service another controller made that already does the group Service's job: not
+    labelled ours, headless, and its selector (not empty) selects every member.
+
+    JobSet (and so Kubeflow Trainer) makes one named after the JobSet, which is the
+    group's name and the members' subdomain: it is used as it is, not fought over."""
+    meta = service.get("metadata") or {}
+    if (meta.get("labels") or {}).get(names.MANAGED_BY_LABEL) == names.MANAGED_BY_VALUE:
+        return False
+    spec = service.get("spec") or {}
+    selector = spec.get("selector") or {}
+    if spec.get("type", "ClusterIP") != "ClusterIP" or spec.get("clusterIP") != "None":
+        return False
+    if not isinstance(selector, Mapping) or not selector or not pods:
+        return False
+    return all(
+        all(
+            ((pod.get("metadata") or {}).get("labels") or {}).get(k) == v
+            for k, v in selector.items()
+        )
+        for pod in pods
+    )
+
+
 def updated_object(
     existing: Mapping[str, Any], desired: Mapping[str, Any]
 ) -> dict[str, Any] | None:

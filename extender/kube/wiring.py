@@ -17,7 +17,9 @@ seal) is never trusted as it is: a Secret gets a new key pair (a planted key pai
 is never used), a ConfigMap gets our data, a Service is adopted only if headless
 (else the group's wiring is refused, WiringConflictError), each is then sealed, and
 `reconcile` returns a notice for each, which the reconciler makes a Warning Event
-(`WiringReplaced`). An object without the label is refused as before.
+(`WiringReplaced`). An object without the label is refused as before, but for a
+headless Service another controller made that selects every member (JobSet's, named
+after the JobSet: `injection.objects.serves_members`), which is used as it is.
 
 The ConfigMap also lists the Ready members (`extender.injection.ready`), so it is
 re-rendered as pods change readiness and patched only when that list changed;
@@ -42,6 +44,7 @@ from extender.injection.objects import (
     desired_secret,
     desired_service,
     owner_reference,
+    serves_members,
     ssh_settings,
     update_patch,
 )
@@ -125,6 +128,7 @@ class WiringController:
             "Service",
             desired_service(namespace=namespace, group=group, ssh_port=port, owner=owner),
             notices,
+            use_foreign=lambda found: serves_members(found, pods),
         )
         self._ensure_secret(
             namespace=namespace,
@@ -215,7 +219,14 @@ class WiringController:
             ) from None
         self._update("Secret", existing, render(keys))
 
-    def _ensure(self, kind: str, desired: dict[str, Any], notices: list[str]) -> None:
+    def _ensure(
+        self,
+        kind: str,
+        desired: dict[str, Any],
+        notices: list[str],
+        *,
+        use_foreign: Callable[[dict[str, Any]], bool] = lambda found: False,
+    ) -> None:
         meta = desired["metadata"]
         existing = self._get(kind, meta["namespace"], meta["name"])
         if existing is None:
@@ -230,6 +241,8 @@ class WiringController:
                     f"{kind} {meta['namespace']}/{meta['name']} was reported to exist and "
                     f"then was not found; it is being deleted, the next reconcile creates it"
                 )
+        if use_foreign(existing):
+            return  # another controller's object does the job: read, never written
         self._check_managed(existing)
         if self.seal.is_sealed(existing):
             self._update(kind, existing, desired)

@@ -362,6 +362,27 @@ def write_foreign_podgroup_status(
     )
 
 
+def write_upstream_podgroup_condition(
+    raw: RawApi,
+    *,
+    api_version: str,
+    namespace: str,
+    name: str,
+    uid: str,
+    condition: dict[str, Any],
+) -> dict[str, Any]:
+    """Merge one condition into a `scheduling.k8s.io` PodGroup's status, through its
+    status subresource. A strategic merge patch (conditions merge by type), so the
+    conditions kube-scheduler writes (DisruptionTarget) are kept; the uid makes it
+    fail (409) rather than write to a PodGroup re-created meanwhile."""
+    return raw.call(
+        "PATCH",
+        foreign_podgroup_path(api_version, namespace, name, status=True),
+        body={"metadata": {"uid": uid}, "status": {"conditions": [condition]}},
+        content_type="application/strategic-merge-patch+json",
+    )
+
+
 # A placeholder runs nothing: the smallest image every cluster can pull.
 PLACEHOLDER_IMAGE = "registry.k8s.io/pause:3.10"
 

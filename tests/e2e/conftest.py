@@ -24,6 +24,7 @@ from tests.e2e import cluster_fixtures
 
 # The product under test (service + gang scheduler) and helpers for its scenarios.
 from tests.e2e.gang_fixtures import delete_namespace, gang_stack, injected_namespace, raw  # noqa: F401
+from tests.e2e.kueue_fixtures import gpu_queue, queued_namespace  # noqa: F401 (fixtures)
 
 # The session cluster's clients (shared with tests/real): fixtures named here are served.
 api, apps, core = cluster_fixtures.api, cluster_fixtures.apps, cluster_fixtures.core

@@ -8,6 +8,7 @@ deploy/scheduler/scheduler-config.yaml against the session cluster, exactly as
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import re
 import threading
 import time
@@ -316,8 +317,13 @@ def own_control_plane(workdir: Path, bin_dir: Path, **options: Any) -> Iterator[
 def gpu_pool_for(
     api: k8s.ApiClient, request: pytest.FixtureRequest, *, gpus: int, label: str
 ) -> dict[str, str]:
-    """Two fresh GPU nodes named after the test; the node selector that keeps its pods there."""
-    name = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower())[:20].strip("-")
+    """Two fresh GPU nodes named after the test; the node selector that keeps its pods there.
+
+    The name is the test's, cut short, plus a hash of all of it: two tests (or two
+    parameters of one) whose names start alike get nodes of their own."""
+    full = request.node.name.lower()
+    digest = hashlib.sha256(full.encode()).hexdigest()[:6]
+    name = f"{re.sub(r'[^a-z0-9]+', '-', full)[:13].strip('-')}-{digest}"
     names = add_gpu_nodes(api, 2, gpus=gpus, labels={label: name}, name_prefix=f"gpu-{name}")
     wait_for_nodes_ready(api, names)
     return {label: name}

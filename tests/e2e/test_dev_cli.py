@@ -6,7 +6,9 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 from extender.kube.rawapi import RawApi, load_api_client
 
@@ -145,6 +147,57 @@ def test_the_readme_demo_shows_the_seed_gang_held_then_placed_with_its_hostfile(
     assert len(members) == 4 and all("gpu-" in line for line in members)
     hostfile = out[out.index("== /etc/volcano/hostfile") :].splitlines()[1:5]
     assert [line.split()[1] for line in hostfile] == ["slots=1"] * 4, hostfile
+    leftovers = subprocess.run(
+        ["pgrep", "-f", str(workdir)], capture_output=True, text=True
+    ).stdout.split()
+    assert leftovers == [], f"processes still running from {workdir}: {leftovers}"
+
+
+def _with_kueue_example() -> str:
+    """The Job docs/deploy.md's "With Kueue" section shows (its first yaml block)."""
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "deploy.md").read_text()
+    section = doc[doc.index("## With Kueue") :]
+    start = section.index("```yaml\n") + len("```yaml\n")
+    return section[start : section.index("```", start)]
+
+
+def test_dev_up_with_kueue_admits_the_docs_job_and_gang_extender_binds_it_whole(
+    tmp_path: Path, bin_dir: Path
+) -> None:
+    workdir = tmp_path / "dev"
+    env = {**os.environ, "GANG_E2E_BIN_DIR": str(bin_dir)}
+    up = _run("dev", "up", "--kueue", "--workdir", str(workdir), "--nodes", "2", env=env)
+    try:
+        assert up.returncode == 0, up.stdout + up.stderr
+        # 2 nodes x 4 GPUs (the default): the ClusterQueue's quota is the nodes' GPUs.
+        assert (
+            "Kueue: label a Job kueue.x-k8s.io/queue-name=gpus in namespace default "
+            "(ClusterQueue gpus, 8 nvidia.com/gpu)"
+        ) in up.stdout, up.stdout
+        info = json.loads((workdir / "ready.json").read_text())
+        job = tmp_path / "trainer.yaml"
+        job.write_text(_with_kueue_example())
+        made = _kubectl(info, "apply", "-n", "default", "-f", str(job))
+        assert made.returncode == 0, made.stdout + made.stderr
+        raw = RawApi(load_api_client(info["kubeconfig"]))
+        pods_path = "/api/v1/namespaces/default/pods"
+        deadline = time.monotonic() + 120
+        pods: list[dict[str, Any]] = []
+        while time.monotonic() < deadline:
+            pods = raw.call(
+                "GET", pods_path, query={"labelSelector": "batch.kubernetes.io/job-name=trainer"}
+            )["items"]
+            if len(pods) == 4 and all(p["spec"].get("nodeName") for p in pods):
+                break
+            time.sleep(0.5)
+        assert len(pods) == 4 and all(p["spec"].get("nodeName") for p in pods), pods
+        assert {p["spec"]["schedulerName"] for p in pods} == {"gang-extender"}
+        workloads = raw.call("GET", "/apis/kueue.x-k8s.io/v1beta2/namespaces/default/workloads")
+        [workload] = workloads["items"]
+        assert workload["status"]["admission"]["clusterQueue"] == "gpus"
+    finally:
+        down = _run("dev", "down", "--workdir", str(workdir), env=env)
+    assert down.returncode == 0, down.stdout + down.stderr
     leftovers = subprocess.run(
         ["pgrep", "-f", str(workdir)], capture_output=True, text=True
     ).stdout.split()

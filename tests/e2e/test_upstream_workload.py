@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 import socket
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,8 @@ from extender.domain.objects.membership import (
 from extender.kube.rawapi import RawApi, path_of
 from tests.e2e.gang_fixtures import (
     bound,
+    bound_live_names,
+    create,
     gang_status,
     get_or_none,
     gpu_indexed_job,
@@ -43,6 +46,7 @@ from tests.e2e.gang_fixtures import (
     job_pods,
     minor_version,
     own_control_plane,
+    temporary_priority_classes,
     unschedulable_message,
     wait_until,
 )
@@ -235,6 +239,151 @@ def test_a_job_naming_only_an_upstream_podgroup_is_held_then_bound_whole_by_gang
         stack.stop()
 
 
+def test_lowering_a_held_upstream_podgroups_min_count_binds_the_members_it_has(
+    wl_raw: RawApi, workload_cluster: LocalCluster, pool: dict[str, str], wired_namespace: str
+) -> None:
+    """Beta semantics: `minCount` is mutable; a held gang resized to what exists binds."""
+    raw, namespace = wl_raw, wired_namespace
+    stack = GangStack(workload_cluster)
+    stack.start()
+    try:
+        create_in(raw, namespace, upstream_podgroup("resize", MEMBERS))
+        create_in(
+            raw,
+            namespace,
+            indexed_job(
+                "resize",
+                group="resize",
+                parallelism=MEMBERS - 1,
+                node_selector=pool,
+                scheduler=SCHEDULER_NAME,
+            ),
+        )
+        held = wait_until(
+            lambda: (
+                (pods := job_pods(raw, namespace, "resize"))
+                and len(pods) == MEMBERS - 1
+                and all("resize" in unschedulable_message(p) for p in pods)
+                and pods
+            ),
+            what="3 members held for a gang of 4",
+        )
+        assert bound(held) == []
+        # Kubernetes' own status words: PodGroupInitiallyScheduled, False while held...
+        waiting = wait_until(
+            lambda: (
+                initially_scheduled(raw, namespace, "resize").get("status") == "False"
+                and initially_scheduled(raw, namespace, "resize")
+            ),
+            what="PodGroupInitiallyScheduled False on the held PodGroup",
+        )
+        assert waiting["reason"] == "Unschedulable"
+        assert "resize" in waiting["message"], waiting
+        raw.call(
+            "PATCH",
+            path_of(*UPSTREAM_API, "namespaces", namespace, "podgroups", "resize"),
+            body={"spec": {"schedulingPolicy": {"gang": {"minCount": MEMBERS - 1}}}},
+            content_type="application/merge-patch+json",
+        )
+        pods = wait_until(
+            lambda: len(bound(ps := job_pods(raw, namespace, "resize"))) >= MEMBERS - 1 and ps,
+            what="the 3 members bound once minCount is 3",
+        )
+        assert len(bound(pods)) >= MEMBERS - 1
+        # ...and True once placed (terminal: never written again).
+        placed = wait_until(
+            lambda: (
+                initially_scheduled(raw, namespace, "resize").get("status") == "True"
+                and initially_scheduled(raw, namespace, "resize")
+            ),
+            what="PodGroupInitiallyScheduled True on the placed PodGroup",
+        )
+        assert placed["reason"] == "Scheduled"
+    finally:
+        stack.stop()
+
+
+def initially_scheduled(raw: RawApi, namespace: str, name: str) -> dict[str, Any]:
+    """The PodGroupInitiallyScheduled condition of upstream PodGroup `name` ({} if none)."""
+    obj = raw.call("GET", path_of(*UPSTREAM_API, "namespaces", namespace, "podgroups", name))
+    for found in (obj.get("status") or {}).get("conditions") or []:
+        if found.get("type") == "PodGroupInitiallyScheduled":
+            return dict(found)
+    return {}
+
+
+@pytest.mark.parametrize(("mode", "low_left"), [("single", 1), ("all", 0)])
+def test_a_high_gang_preempts_one_member_of_a_single_mode_podgroup_and_all_of_an_all_mode_one(
+    wl_raw: RawApi,
+    workload_cluster: LocalCluster,
+    pool: dict[str, str],
+    wired_namespace: str,
+    mode: str,
+    low_left: int,
+) -> None:
+    """disruptionMode: the low gang's 2 members fill both 4-GPU nodes; a high gang of one
+    4-GPU member needs one node. Single: one low member goes, the other keeps running;
+    All: the low gang goes whole."""
+    raw, namespace = wl_raw, wired_namespace
+    suffix = uuid.uuid4().hex[:6]
+    low_class, high_class = f"low-{suffix}", f"high-{suffix}"
+    low_group = upstream_podgroup("low", 2)
+    low_group["spec"]["disruptionMode"] = {mode: {}}
+    stack = GangStack(workload_cluster)
+    stack.start()
+    try:
+        with temporary_priority_classes(raw, {low_class: 10, high_class: 1000}):
+            create_in(raw, namespace, low_group)
+            create_in(raw, namespace, upstream_podgroup("high", 1))
+            for i in range(2):
+                create(raw, namespace, member_of("low", f"low-{i}", pool, low_class))
+            wait_until(
+                lambda: len(bound_live_names(raw, namespace, "e2e-member=low")) == 2,
+                what="the low gang's 2 members bound",
+            )
+            create(raw, namespace, member_of("high", "high-0", pool, high_class))
+            # Tried before the service's watch has seen the low gang bound, the high gang
+            # finds no victim and is held; kube-scheduler tries it again on its own
+            # schedule (its unschedulable pods are flushed every 5 minutes), so the wait
+            # allows that much.
+            wait_until(
+                lambda: bound_live_names(raw, namespace, "e2e-member=high") == {"high-0"},
+                timeout=330,
+                what="the high gang bound",
+            )
+            low = bound_live_names(raw, namespace, "e2e-member=low")
+            assert len(low) == low_left, low
+    finally:
+        stack.stop()
+
+
+def member_of(group: str, name: str, pool: dict[str, str], priority_class: str) -> dict[str, Any]:
+    """A bare pod (KWOK keeps it Running) of 4 GPUs naming upstream PodGroup `group`."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"e2e-member": group}},
+        "spec": {
+            "schedulerName": SCHEDULER_NAME,
+            "schedulingGroup": {"podGroupName": group},
+            "priorityClassName": priority_class,
+            # KWOK deletes an evicted pod at once; a grace period only slows the test.
+            "terminationGracePeriodSeconds": 0,
+            "nodeSelector": pool,
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "registry.example/train:1",
+                    "resources": {
+                        "requests": {"cpu": "100m", "nvidia.com/gpu": GPUS_PER_NODE},
+                        "limits": {"nvidia.com/gpu": GPUS_PER_NODE},
+                    },
+                }
+            ],
+        },
+    }
+
+
 GATED = re.compile(r'^scheduler_pending_pods\{queue="gated"\} (\S+)$', re.M)
 
 
@@ -291,6 +440,9 @@ def test_with_the_upstream_gate_on_wiring_only_mode_leaves_scheduling_to_kube_sc
             what="kube-scheduler to gate the 3 members (scheduler_pending_pods{queue=gated})",
         )
         assert bound(job_pods(raw, namespace, "mpi")) == []
+        # `gang-extender status` says whose gang it is, not "set schedulerName".
+        waiting_for = gang_status(workload_cluster, namespace)["mpi"]["WAITING FOR"]
+        assert "gang-extender only wires them" in waiting_for, waiting_for
         podgroup = raw.call(
             "GET", path_of(*UPSTREAM_API, "namespaces", namespace, "podgroups", "mpi")
         )

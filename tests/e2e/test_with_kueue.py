@@ -8,7 +8,9 @@ labelled ``e2e.gang-extender.io/kueue=enabled``. A ClusterQueue holds 4 GPUs:
   webhook, admitted, and its 4 pods are bound together by gang-extender and wired
   (hostfile ConfigMap);
 - a Job of 8 one-GPU pods is over the quota: Kueue keeps it suspended, no pod is
-  ever made, and ``gang-extender status`` says Kueue holds it, not gang-extender.
+  ever made, and ``gang-extender status`` says Kueue holds it, not gang-extender;
+- a Kueue pod group (4 plain pods with ``kueue.x-k8s.io/pod-group-name``) is gated by
+  Kueue's webhook until admitted, then bound whole by gang-extender.
 """
 
 from __future__ import annotations
@@ -16,154 +18,38 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from kubernetes import client as k8s
 
-from extender.devcluster.cluster import LocalCluster, new_namespace
-from extender.devcluster.kueue import QUEUE_NAME_LABEL, KueueManager, KueueUnavailable, ensure_kueue
+from extender.devcluster.cluster import LocalCluster
+from extender.devcluster.kueue import QUEUE_NAME_LABEL, KueueManager, kueue_path
 from extender.devcluster.stack import GangStack
-from extender.domain.objects.membership import INJECT_NAMESPACE_LABEL, MIN_AVAILABLE_ANNOTATION
+from extender.domain.objects.membership import MIN_AVAILABLE_ANNOTATION
 from extender.kube.rawapi import RawApi, path_of
-from tests.e2e.conftest import GpuPool
 from tests.e2e.gang_fixtures import (
     bound,
-    delete_namespace,
+    create,
     gang_pod,
+    hold_unready,
     hostfile,
-    indexed_job_of,
     job_pods,
+    list_pods,
     wait_until,
 )
-
-KUEUE_NAMESPACE_LABEL = "e2e.gang-extender.io/kueue"
-KUEUE_API = ("apis", "kueue.x-k8s.io", "v1beta2")
+from tests.e2e.kueue_fixtures import (
+    condition,
+    jobs_path,
+    queued_gpu_job,
+    running_kueue,
+    workload_of,
+)
 
 
 @pytest.fixture(scope="module")
 def kueue(cluster: LocalCluster, gang_stack: GangStack) -> Iterator[KueueManager]:
-    try:
-        kueue_dir = ensure_kueue()
-    except KueueUnavailable as exc:
-        pytest.skip(f"Kueue is not built here ({exc}); hack/build-kueue.sh builds it")
-    manager = KueueManager(cluster, kueue_dir, namespace_labels={KUEUE_NAMESPACE_LABEL: "enabled"})
-    manager.start()
-    try:
-        yield manager
-    finally:
-        manager.stop()
-
-
-@pytest.fixture
-def queued_namespace(api: k8s.ApiClient, core: k8s.CoreV1Api, kueue: KueueManager) -> Iterator[str]:
-    """A namespace wired by gang-extender and watched by Kueue."""
-    name = new_namespace(
-        api,
-        "kueue",
-        labels={INJECT_NAMESPACE_LABEL: "enabled", KUEUE_NAMESPACE_LABEL: "enabled"},
-    )
-    yield name
-    delete_namespace(core, name)
-
-
-def kueue_path(namespace: str | None, resource: str, name: str | None = None) -> str:
-    scope = ("namespaces", namespace) if namespace else ()
-    return path_of(*KUEUE_API, *scope, resource, *((name,) if name else ()))
-
-
-@pytest.fixture
-def gpu_queue(
-    raw: RawApi, queued_namespace: str, gpu_nodes: Callable[..., GpuPool]
-) -> Iterator[str]:
-    """A ResourceFlavor on a fresh pool of 2 four-GPU nodes, a ClusterQueue of 4 GPUs, and
-    a LocalQueue `gpus` in the namespace. Yields the ClusterQueue's name."""
-    pool = gpu_nodes(2, gpus=4)
-    flavor = f"flavor-{pool.name}"
-    cluster_queue = f"cq-{pool.name}"
-    raw.call(
-        "POST",
-        kueue_path(None, "resourceflavors"),
-        body={
-            "apiVersion": "kueue.x-k8s.io/v1beta2",
-            "kind": "ResourceFlavor",
-            "metadata": {"name": flavor},
-            "spec": {"nodeLabels": pool.node_selector},
-        },
-    )
-    raw.call(
-        "POST",
-        kueue_path(None, "clusterqueues"),
-        body={
-            "apiVersion": "kueue.x-k8s.io/v1beta2",
-            "kind": "ClusterQueue",
-            "metadata": {"name": cluster_queue},
-            "spec": {
-                "namespaceSelector": {},
-                "resourceGroups": [
-                    {
-                        "coveredResources": ["cpu", "memory", "nvidia.com/gpu"],
-                        "flavors": [
-                            {
-                                "name": flavor,
-                                "resources": [
-                                    {"name": "cpu", "nominalQuota": "16"},
-                                    {"name": "memory", "nominalQuota": "64Gi"},
-                                    {"name": "nvidia.com/gpu", "nominalQuota": "4"},
-                                ],
-                            }
-                        ],
-                    }
-                ],
-            },
-        },
-    )
-    raw.call(
-        "POST",
-        kueue_path(queued_namespace, "localqueues"),
-        body={
-            "apiVersion": "kueue.x-k8s.io/v1beta2",
-            "kind": "LocalQueue",
-            "metadata": {"name": "gpus"},
-            "spec": {"clusterQueue": cluster_queue},
-        },
-    )
-    yield cluster_queue
-    raw.call("DELETE", kueue_path(queued_namespace, "localqueues", "gpus"))
-    raw.call("DELETE", kueue_path(None, "clusterqueues", cluster_queue))
-    raw.call("DELETE", kueue_path(None, "resourceflavors", flavor))
-
-
-def queued_gpu_job(name: str, members: int) -> dict[str, Any]:
-    """An Indexed Job of `members` one-GPU gang members, in LocalQueue `gpus`."""
-    template = gang_pod("", name, gpus=1, annotations={MIN_AVAILABLE_ANNOTATION: str(members)})
-    template["metadata"].pop("name")
-    template["spec"]["restartPolicy"] = "Never"
-    job = indexed_job_of(name, completions=members, parallelism=members, template=template)
-    job["metadata"]["labels"] = {QUEUE_NAME_LABEL: "gpus"}
-    return job
-
-
-def jobs_path(namespace: str, name: str | None = None) -> str:
-    return path_of(
-        "apis", "batch", "v1", "namespaces", namespace, "jobs", *((name,) if name else ())
-    )
-
-
-def workload_of(raw: RawApi, namespace: str, job: str) -> dict[str, Any] | None:
-    for workload in raw.call("GET", kueue_path(namespace, "workloads")).get("items", []):
-        owners = workload["metadata"].get("ownerReferences") or []
-        if any(o.get("kind") == "Job" and o.get("name") == job for o in owners):
-            return dict(workload)
-    return None
-
-
-def condition(obj: dict[str, Any] | None, kind: str) -> dict[str, Any]:
-    for found in ((obj or {}).get("status") or {}).get("conditions") or []:
-        if found.get("type") == kind:
-            return dict(found)
-    return {}
+    yield from running_kueue(cluster, frameworks=("batch/job", "pod"))
 
 
 def status_json(cluster: LocalCluster, namespace: str) -> dict[str, Any]:
@@ -203,6 +89,12 @@ def test_kueue_admits_the_job_and_gang_extender_places_it_whole_and_wires_it(
         what="Kueue to admit the Job's Workload",
     )
     assert workload["status"]["admission"]["clusterQueue"] == gpu_queue
+    made = wait_until(
+        lambda: len(found := job_pods(raw, queued_namespace, "trainer")) == 4 and found,
+        what="the 4 admitted pods",
+    )
+    for pod in made:
+        hold_unready(raw, queued_namespace, pod["metadata"]["name"])
     pods = wait_until(
         lambda: len(found := bound(job_pods(raw, queued_namespace, "trainer"))) == 4 and found,
         what="the 4 admitted pods bound",
@@ -260,3 +152,53 @@ def test_a_job_over_the_quota_stays_suspended_and_status_says_kueue_holds_it(
     ).stdout
     print(table)  # docs/deploy.md "With Kueue" quotes it
     assert "waiting for Kueue admission (ClusterQueue" in table
+
+
+KUEUE_ADMISSION_GATE = "kueue.x-k8s.io/admission"
+
+
+def queued_group_pod(name: str, group: str, members: int) -> dict[str, Any]:
+    """A plain pod of Kueue pod group `group` (its pod integration) and of our gang."""
+    pod = gang_pod(name, group, gpus=1, annotations={MIN_AVAILABLE_ANNOTATION: str(members)})
+    pod["metadata"]["labels"].update(
+        {QUEUE_NAME_LABEL: "gpus", "kueue.x-k8s.io/pod-group-name": group}
+    )
+    pod["metadata"]["annotations"]["kueue.x-k8s.io/pod-group-total-count"] = str(members)
+    # KWOK deletes a pod at once; a grace period would only slow the clean-up.
+    pod["spec"]["terminationGracePeriodSeconds"] = 0
+    return pod
+
+
+def test_a_kueue_pod_group_is_gated_until_admitted_then_bound_whole(
+    raw: RawApi, queued_namespace: str, gpu_queue: str
+) -> None:
+    namespace = queued_namespace
+    made = [create(raw, namespace, queued_group_pod(f"grp-{i}", "grp", 4)) for i in range(4)]
+    # Kueue's webhook gated each on create: nothing to place before admission.
+    for pod in made:
+        gates = [g["name"] for g in pod["spec"].get("schedulingGates") or []]
+        assert KUEUE_ADMISSION_GATE in gates, pod["spec"]
+    pods = wait_until(
+        lambda: (
+            len(found := bound(list_pods(raw, namespace, "kueue.x-k8s.io/pod-group-name=grp"))) == 4
+            and found
+        ),
+        what="the pod group admitted and its 4 pods bound",
+    )
+    assert {p["spec"]["schedulerName"] for p in pods} == {"gang-extender"}
+    admitted = [
+        w
+        for w in raw.call("GET", kueue_path(namespace, "workloads"))["items"]
+        if (w.get("status") or {}).get("admission")
+    ]
+    assert [w["status"]["admission"]["clusterQueue"] for w in admitted] == [gpu_queue]
+    # Deleted while Kueue runs: it takes off the finalizer it put on each pod.
+    raw.call(
+        "DELETE",
+        path_of("api", "v1", "namespaces", namespace, "pods"),
+        query={"labelSelector": "kueue.x-k8s.io/pod-group-name=grp"},
+    )
+    wait_until(
+        lambda: list_pods(raw, namespace, "kueue.x-k8s.io/pod-group-name=grp") == [],
+        what="the pod group's pods gone",
+    )

@@ -8,11 +8,12 @@ name, and a gang's life as `kubectl get` on their PodGroup shows it.
 from __future__ import annotations
 
 import inspect
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
-from extender.controller.cluster_state import ClusterState
+from extender.controller.cluster_state import UPSTREAM_KIND, ClusterState
 from extender.controller.foreign_status import ForeignStatusWriter
 from extender.domain.cluster.foreign_podgroups import (
     SOURCE_COSCHEDULING,
@@ -26,9 +27,11 @@ from extender.domain.objects.membership import GroupKey, task_name
 from extender.domain.objects.model import GroupSpec, NodeInfo, PodInfo
 from extender.domain.status.foreign_status import (
     COSCHEDULING_PHASES,
+    UPSTREAM_SCHEDULED_CONDITION,
     VOLCANO_PHASES,
     coscheduling_status,
     occupied_by,
+    upstream_condition,
     volcano_status,
     with_schedule_start,
 )
@@ -578,3 +581,94 @@ async def test_a_volcano_status_subresource_it_may_not_patch_is_logged_with_the_
     assert "grant patch on podgroups/status in scheduling.volcano.sh" in caplog.text
     await writer.write(KEY)
     assert len(raw.calls) == 2, "not remembered as written: tried again"
+
+
+# ---- Kubernetes' own PodGroup: the PodGroupInitiallyScheduled condition ----
+
+HELD = our_status("Pending")
+PLACED = our_status("Running", scheduled=4, running=4)
+NOW = "2026-11-27T10:00:00Z"
+EARLIER = "2026-11-27T09:00:00Z"
+
+
+def upstream_cond(status: str, reason: str, message: str, when: str = EARLIER) -> dict[str, Any]:
+    return {
+        "type": UPSTREAM_SCHEDULED_CONDITION,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": when,
+    }
+
+
+@pytest.mark.parametrize(
+    ("current", "ours", "written"),
+    [
+        pytest.param(
+            None,
+            HELD,
+            upstream_cond("False", "Unschedulable", HELD.message, NOW),
+            id="held, nothing written yet",
+        ),
+        pytest.param(
+            upstream_cond("False", "Unschedulable", HELD.message),
+            HELD,
+            None,
+            id="says it already",
+        ),
+        pytest.param(
+            upstream_cond("False", "Unschedulable", "gang team-a/train: 1/4"),
+            HELD,
+            upstream_cond("False", "Unschedulable", HELD.message, EARLIER),
+            id="new message, same status: transition time kept",
+        ),
+        pytest.param(
+            upstream_cond("False", "Unschedulable", HELD.message),
+            PLACED,
+            upstream_cond("True", "Scheduled", PLACED.message, NOW),
+            id="placed",
+        ),
+        pytest.param(
+            upstream_cond("True", "Scheduled", PLACED.message),
+            HELD,
+            None,
+            id="True is terminal: members evicted later change nothing",
+        ),
+    ],
+)
+def test_an_upstream_podgroup_gets_kubernetes_initially_scheduled_condition(
+    current: dict[str, Any] | None, ours: GroupStatus, written: dict[str, Any] | None
+) -> None:
+    status = {"conditions": [current]} if current else {}
+    assert upstream_condition(ours, current=status, transition_time=NOW) == written
+
+
+def test_the_upstream_condition_message_is_cut_to_metav1_conditions_limit() -> None:
+    long = replace(HELD, message="x" * 40000)
+    written = upstream_condition(long, current={}, transition_time=NOW)
+    assert written is not None and len(written["message"]) == 32768
+
+
+def upstream_podgroup(uid: str = "u1") -> dict[str, Any]:
+    return {
+        "apiVersion": "scheduling.k8s.io/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {"name": "train", "namespace": "team-a", "uid": uid},
+        "spec": {"schedulingPolicy": {"gang": {"minCount": 2}}},
+    }
+
+
+async def test_an_upstream_podgroup_condition_is_merged_through_its_status_once_per_change() -> (
+    None
+):
+    writer, _, raw = writer_with((UPSTREAM_KIND, upstream_podgroup()))
+    await writer.write(KEY)
+    await writer.write(KEY)
+    ((method, path, body),) = raw.calls
+    assert (method, path) == (
+        "PATCH",
+        "/apis/scheduling.k8s.io/v1beta1/namespaces/team-a/podgroups/train/status",
+    )
+    (condition,) = body["status"]["conditions"]
+    assert body["metadata"] == {"uid": "u1"}
+    assert (condition["type"], condition["status"]) == ("PodGroupInitiallyScheduled", "False")

@@ -298,6 +298,27 @@ def test_a_bound_member_once_refused_is_not_reported_as_refused() -> None:
     assert "kube-scheduler" not in status.message
 
 
+def test_pods_of_an_upstream_podgroup_another_scheduler_places_are_left_to_it_saying_so() -> None:
+    core = new_core()
+    core.apply_group_spec(
+        upstream_podgroup_spec(
+            {
+                "metadata": {"name": "train", "namespace": "default"},
+                "spec": {"schedulingPolicy": {"gang": {"minCount": 2}}},
+            }
+        )
+    )
+    stray = make_pod("train-9").group("train").scheduler("default-scheduler").obj()
+    status = status_in(core, stray, min_member=None)
+    assert status.reason == "OtherScheduler"
+    assert status.message == (
+        "gang default/train: 1 pod of this group uses schedulerName default-scheduler "
+        "(train-9), which gang-schedules Kubernetes' PodGroups itself where its "
+        "GenericWorkload gate is on: gang-extender only wires them (for gang-extender to "
+        "place the gang, set schedulerName: gang-extender in their pod template)"
+    )
+
+
 # --- messages: too few members -----------------------------------------------------
 
 

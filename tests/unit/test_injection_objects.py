@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from extender.domain.objects.membership import SSH_PATH_ANNOTATION, SSH_PORT_ANNOTATION
+from extender.injection import names
 from extender.injection.objects import (
     ForeignObjectError,
     check_managed,
@@ -14,6 +15,7 @@ from extender.injection.objects import (
     desired_configmap,
     desired_service,
     owner_reference,
+    serves_members,
     ssh_settings,
     update_patch,
 )
@@ -134,3 +136,59 @@ class TestSshSettings:
             make_pod("b").annotation(SSH_PORT_ANNOTATION, "2222").obj(),
         ]
         assert ssh_settings(pods) == (2222, "/root/.ssh")
+
+
+def jobset_service(**spec: Any) -> dict[str, Any]:
+    """The headless Service JobSet makes, named after the JobSet."""
+    return {
+        "kind": "Service",
+        "metadata": {"name": "train", "namespace": "ml"},
+        "spec": {
+            "clusterIP": "None",
+            "selector": {"jobset.sigs.k8s.io/jobset-name": "train"},
+            **spec,
+        },
+    }
+
+
+def labelled(*labels: dict[str, str]) -> list[dict[str, Any]]:
+    return [{"metadata": {"labels": each}} for each in labels]
+
+
+MEMBERS_OF_TRAIN = labelled(
+    {"jobset.sigs.k8s.io/jobset-name": "train", "x": "1"},
+    {"jobset.sigs.k8s.io/jobset-name": "train"},
+)
+
+
+@pytest.mark.parametrize(
+    ("service", "pods", "used"),
+    [
+        pytest.param(jobset_service(), MEMBERS_OF_TRAIN, True, id="JobSet's, selecting all"),
+        pytest.param(
+            jobset_service(),
+            [*MEMBERS_OF_TRAIN, *labelled({"jobset.sigs.k8s.io/jobset-name": "other"})],
+            False,
+            id="a member it does not select",
+        ),
+        pytest.param(
+            jobset_service(clusterIP="10.0.0.9"), MEMBERS_OF_TRAIN, False, id="not headless"
+        ),
+        pytest.param(jobset_service(type="NodePort"), MEMBERS_OF_TRAIN, False, id="a NodePort"),
+        pytest.param(jobset_service(selector={}), MEMBERS_OF_TRAIN, False, id="no selector"),
+        pytest.param(jobset_service(), [], False, id="no members yet"),
+        pytest.param(
+            {
+                **jobset_service(),
+                "metadata": {"labels": {names.MANAGED_BY_LABEL: names.MANAGED_BY_VALUE}},
+            },
+            MEMBERS_OF_TRAIN,
+            False,
+            id="labelled ours: the seal decides, not this",
+        ),
+    ],
+)
+def test_another_controllers_headless_service_selecting_every_member_is_used(
+    service: dict[str, Any], pods: list[dict[str, Any]], used: bool
+) -> None:
+    assert serves_members(service, pods) is used

@@ -22,6 +22,9 @@ from extender.domain.objects.quantity import (
         pytest.param({m.COSCHEDULING_GROUP_LABEL: "job"}, {}, "job", id="scheduler-plugins label"),
         pytest.param({}, {m.VOLCANO_GROUP_ANNOTATION: "job"}, "job", id="Volcano annotation"),
         pytest.param(
+            {m.VOLCANO_GROUP_ANNOTATION: "job"}, {}, "job", id="Volcano's key as a label (Trainer)"
+        ),
+        pytest.param(
             {m.GROUP_LABEL: "job", m.COSCHEDULING_GROUP_LABEL: "job"},
             {},
             "job",

@@ -66,6 +66,24 @@ def test_an_empty_group_label_is_no_group() -> None:
         pytest.param({m.TASK_LABEL: "ps"}, {m.VOLCANO_TASK_ANNOTATION: "w"}, "ps", id="label wins"),
         pytest.param({}, {m.VOLCANO_TASK_ANNOTATION: "master"}, "master", id="Volcano's task"),
         pytest.param({}, {}, "worker", id="default"),
+        pytest.param(
+            {m.JOBSET_REPLICATED_JOB_LABEL: "node", m.JOBSET_JOB_INDEX_LABEL: "1"},
+            {},
+            "node-1",
+            id="JobSet: the replicated job's Job",
+        ),
+        pytest.param(
+            {m.JOBSET_REPLICATED_JOB_LABEL: "launcher"},
+            {},
+            "launcher",
+            id="JobSet without a job index",
+        ),
+        pytest.param(
+            {m.TASK_LABEL: "ps", m.JOBSET_REPLICATED_JOB_LABEL: "node"},
+            {},
+            "ps",
+            id="our label wins over JobSet's",
+        ),
         pytest.param(None, None, "worker", id="no labels or annotations at all"),
     ],
 )

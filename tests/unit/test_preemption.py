@@ -782,3 +782,66 @@ def test_only_units_refused_lately_are_remembered() -> None:
     later = T0 + core.timeouts.preemption_hold_seconds + 1
     core.eviction_refused("gang default/low", later, preemptor=None, **BUDGET)
     assert list(core.preemption.refused_evictions) == ["gang default/low"]
+
+
+# ---- disruptionMode: a gang whose members may be disrupted one at a time ----
+
+
+def single_mode_low_gang(nodes: dict[str, int], extra: list[dict[str, Any]]) -> GangCore:
+    """The low gang (upstream disruptionMode Single: `disrupted_whole` false) runs on n0
+    and n1, 1 GPU each, beside `extra` pods."""
+    low, _ = low_gang_running()
+    core = core_with(nodes, [*low, *extra], {})
+    core.apply_group_spec(
+        GroupSpec(
+            key=GroupKey("default", "low"), min_member=2, source="PodGroup", disrupted_whole=False
+        )
+    )
+    core.drain_effects()
+    return core
+
+
+def test_victim_units_split_a_gang_disrupted_one_member_at_a_time() -> None:
+    members = [PodInfo.from_api(pod(f"g-{i}", node="n1", group="g")) for i in range(2)]
+    units = victim_units(members, preemptible=lambda k: True, disrupted_whole=lambda k: False)
+    assert sorted(u.key for u in units) == ["pod default/g-0", "pod default/g-1"]
+    assert {u.group for u in units} == {GroupKey("default", "g")}  # still the gang's
+    whole = victim_units(members, preemptible=lambda k: True, disrupted_whole=lambda k: True)
+    assert [u.key for u in whole] == ["gang default/g"]
+
+
+def test_a_high_gang_needing_one_gpu_evicts_one_member_of_a_single_mode_gang() -> None:
+    core = single_mode_low_gang({"n0": 1, "n1": 1}, high_gang(1))
+    core.apply_group_spec(
+        GroupSpec(key=GroupKey("default", "high"), min_member=1, source="PodGroup")
+    )
+    assert ask(core, "high-0") is Verdict.PLANNED
+    evicted = [
+        v.ref for e in core.drain_effects() if isinstance(e, EvictVictims) for v in e.victims
+    ]
+    assert len(evicted) == 1 and evicted[0] in {"default/low-0", "default/low-1"}
+
+
+def test_kube_schedulers_preemption_of_a_single_mode_member_leaves_the_rest_running() -> None:
+    core = single_mode_low_gang({"n0": 1, "n1": 1}, [])
+    preempted = pod("low-0", node="n0", group="low", priority=10)
+    preempted["status"]["conditions"] = [
+        {"type": "DisruptionTarget", "status": "True", "reason": SCHEDULER_PREEMPTION_REASON}
+    ]
+    core.observe_pod(PodInfo.from_api(preempted), T0)
+    assert [e for e in core.drain_effects() if isinstance(e, EvictVictims)] == []
+
+
+def test_kube_schedulers_victims_in_a_single_mode_gang_are_not_made_whole() -> None:
+    pods = infos(pod("a-0", node="n1", group="a"), pod("a-1", node="n2", group="a"))
+    preemptor = PodInfo.from_api(pod("plain-high", priority=500))
+    answer = gang_aware_victims(
+        preemptor,
+        {"n1": NodeVictims(("uid-a-0",))},
+        pods,
+        lambda key: [p for p in pods.values() if p.group == key],
+        lambda key: True,
+        lambda key: False,
+    )
+    assert {n: v.uids for n, v in answer.nodes.items()} == {"n1": ("uid-a-0",)}
+    assert answer.dropped == {}

@@ -194,7 +194,39 @@ def test_the_gang_policy_gives_the_group_size(
         min_member=min_member,
         source=UPSTREAM_PODGROUP_SOURCE,
         error=error,
+        disrupted_whole=False,  # no disruptionMode: the API's default, Single
     )
+
+
+@pytest.mark.parametrize(
+    ("mode", "disrupted_whole", "error"),
+    [
+        pytest.param({"all": {}}, True, None, id="all"),
+        pytest.param({"single": {}}, False, None, id="single"),
+        pytest.param(None, False, None, id="unset: the API's default, single"),
+        pytest.param(
+            "All",
+            True,
+            "upstream PodGroup train spec.disruptionMode='All' must be {single: {}} or {all: {}}",
+            id="a string",
+        ),
+        pytest.param(
+            {"pod": {}},
+            True,
+            "upstream PodGroup train spec.disruptionMode={'pod': {}} must be {single: {}} or "
+            "{all: {}}",
+            id="an unknown mode",
+        ),
+    ],
+)
+def test_the_disruption_mode_says_whether_members_are_preempted_together(
+    mode: object, disrupted_whole: bool, error: str | None
+) -> None:
+    obj = upstream_podgroup("train", {"gang": {"minCount": 2}})
+    if mode is not None:
+        obj["spec"]["disruptionMode"] = mode
+    spec = upstream_podgroup_spec(obj)
+    assert (spec.disrupted_whole, spec.error) == (disrupted_whole, error)
 
 
 def test_an_upstream_podgroup_without_a_namespace_is_in_default() -> None:
@@ -485,3 +517,17 @@ def test_status_without_upstream_podgroups_shows_the_group_from_its_pods() -> No
 
     rows = status_rows([], [], [_status_pod("train-0")], [])
     assert [(r[1], r[3], r[5]) for r in rows[1:]] == [("train", "0/?", SOURCE_PODS)]
+
+
+def test_a_child_of_a_composite_podgroup_is_held_saying_why_and_what_to_do() -> None:
+    obj = upstream_podgroup("train", {"gang": {"minCount": 2}})
+    obj["spec"]["parentCompositePodGroupName"] = "job-root"
+    spec = upstream_podgroup_spec(obj)
+    assert spec.error == (
+        "upstream PodGroup train is a child of CompositePodGroup 'job-root' "
+        "(spec.parentCompositePodGroupName): gang-extender places each PodGroup as a gang "
+        "of its own and not a composite's minGroupCount groups together, so it holds the "
+        "group; run it with Kubernetes' gang scheduling (gang-extender in wiring-only "
+        "mode) or create the PodGroup without a parent"
+    )
+    assert spec.min_member == 2

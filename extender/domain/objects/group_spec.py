@@ -69,6 +69,9 @@ class GroupSpec:
     starvation_seconds: float | None = None
     # spec.preemptible: False opts the gang out of being preempted (domain/preemption/preemption.py).
     preemptible: bool = True
+    # Disruption mode All: members are preempted and evicted together (ours, every
+    # source's but an upstream PodGroup's, whose spec.disruptionMode defaults to Single).
+    disrupted_whole: bool = True
 
     @classmethod
     def from_podgroup(cls, obj: Mapping[str, Any], *, source: str) -> GroupSpec:
@@ -214,8 +217,13 @@ def upstream_podgroup_spec(obj: Mapping[str, Any]) -> GroupSpec:
     """A scheduling.k8s.io PodGroup as a group: `spec.schedulingPolicy.gang.minCount` is
     its size; `spec.schedulingPolicy.basic` (no gang) is size 1: no member waits for others.
 
-    Anything else (no policy, a minCount that is not a whole number >= 1) is an error
-    the group shows until it is fixed. Its other fields (priority, disruptionMode,
+    `spec.disruptionMode` is read: `all` keeps members preempted together as every
+    gang-extender group is; `single`, or none (the API server's default), lets
+    preemption take one member at a time (domain/preemption/preemption.py).
+
+    Anything else (no policy, a minCount that is not a whole number >= 1, a parent
+    CompositePodGroup, which gang-extender does not place) is an error the group
+    shows until it is fixed. Its other fields (priority,
     schedulingConstraints, resourceClaims) are not read.
     """
     meta, spec = obj["metadata"], obj.get("spec") or {}
@@ -236,7 +244,32 @@ def upstream_podgroup_spec(obj: Mapping[str, Any]) -> GroupSpec:
             )
     elif not isinstance(policy.get("basic"), Mapping):
         error = f"{where} sets neither spec.schedulingPolicy.gang nor spec.schedulingPolicy.basic"
-    return GroupSpec(key=key, min_member=min_member, source=UPSTREAM_PODGROUP_SOURCE, error=error)
+    parent = spec.get("parentCompositePodGroupName")
+    if parent is not None:
+        # A gang of gangs: placing this group alone could run part of the composite.
+        error = error or (
+            f"{where} is a child of CompositePodGroup {quoted(parent)} "
+            f"(spec.parentCompositePodGroupName): gang-extender places each PodGroup as a "
+            f"gang of its own and not a composite's minGroupCount groups together, so it "
+            f"holds the group; run it with Kubernetes' gang scheduling (gang-extender in "
+            f"wiring-only mode) or create the PodGroup without a parent"
+        )
+    mode = spec.get("disruptionMode")
+    disrupted_whole = isinstance(mode, Mapping) and isinstance(mode.get("all"), Mapping)
+    if mode is not None and not (
+        isinstance(mode, Mapping) and (disrupted_whole or isinstance(mode.get("single"), Mapping))
+    ):
+        error = error or (
+            f"{where} spec.disruptionMode={quoted(mode)} must be {{single: {{}}}} or {{all: {{}}}}"
+        )
+        disrupted_whole = True  # unreadable: the safer of the two until it is fixed
+    return GroupSpec(
+        key=key,
+        min_member=min_member,
+        source=UPSTREAM_PODGROUP_SOURCE,
+        error=error,
+        disrupted_whole=disrupted_whole,
+    )
 
 
 # GroupSpec.source of a group named by a pod's spec.workloadRef (Kubernetes 1.35's

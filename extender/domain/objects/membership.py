@@ -24,6 +24,10 @@ VOLCANO_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
 # Volcano's own spelling of the same (VolcanoGroupNameAnnotationKey in volcano.sh/apis
 # scheduling/v1beta1, beside KubeGroupNameAnnotationKey above); its job controller sets both.
 VOLCANO_OWN_GROUP_ANNOTATION = "scheduling.volcano.sh/group-name"
+# JobSet's labels on its pods (sigs.k8s.io/jobset api/jobset/v1alpha2): the replicated
+# job and which of its Jobs (Kubeflow Trainer v2 runs every TrainJob as a JobSet).
+JOBSET_REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
+JOBSET_JOB_INDEX_LABEL = "jobset.sigs.k8s.io/job-index"
 # Kubernetes' own reference (k8s.io/api core/v1 PodSpec.SchedulingGroup, 1.36 and later,
 # behind the GenericWorkload gate): the name of a scheduling.k8s.io PodGroup.
 UPSTREAM_GROUP_FIELD = "spec.schedulingGroup.podGroupName"
@@ -158,6 +162,8 @@ def group_name(meta: Mapping[str, Any], spec: Mapping[str, Any] | None = None) -
         labels.get(GROUP_LABEL),
         labels.get(COSCHEDULING_GROUP_LABEL),
         annotations.get(VOLCANO_GROUP_ANNOTATION),
+        # Kubeflow Trainer's volcano podGroupPolicy sets Volcano's key as a label.
+        labels.get(VOLCANO_GROUP_ANNOTATION),
         annotations.get(VOLCANO_OWN_GROUP_ANNOTATION),
         upstream,
         ref.group if ref else None,
@@ -182,6 +188,7 @@ _GROUP_SOURCES = (
     f"label {GROUP_LABEL}",
     f"label {COSCHEDULING_GROUP_LABEL}",
     f"annotation {VOLCANO_GROUP_ANNOTATION}",
+    f"label {VOLCANO_GROUP_ANNOTATION}",
     f"annotation {VOLCANO_OWN_GROUP_ANNOTATION}",
     f"field {UPSTREAM_GROUP_FIELD}",
     f"field {WORKLOAD_REF_FIELD}",
@@ -196,12 +203,22 @@ def group_key(meta: Mapping[str, Any], spec: Mapping[str, Any] | None = None) ->
 
 
 def task_name(meta: Mapping[str, Any]) -> str:
-    """Label gang-extender.io/task, else Volcano's volcano.sh/task-spec annotation, else worker."""
-    return (
-        _labels(meta).get(TASK_LABEL)
-        or _annotations(meta).get(VOLCANO_TASK_ANNOTATION)
-        or DEFAULT_TASK
-    )
+    """Label gang-extender.io/task, else Volcano's volcano.sh/task-spec annotation, else
+    JobSet's `<replicatedjob-name>-<job-index>`, else worker.
+
+    A JobSet pod's task is one of its Jobs, so the task's index is the Job's completion
+    index and the hostname `<group>-<task>-<index>` is the one JobSet gives it
+    (`<jobset>-<replicatedjob>-<job-index>-<index>`, the group being named after the JobSet).
+    """
+    labels = _labels(meta)
+    explicit = labels.get(TASK_LABEL) or _annotations(meta).get(VOLCANO_TASK_ANNOTATION)
+    if explicit:
+        return explicit
+    replicated = labels.get(JOBSET_REPLICATED_JOB_LABEL)
+    if replicated:
+        job = labels.get(JOBSET_JOB_INDEX_LABEL)
+        return f"{replicated}-{job}" if job else replicated
+    return DEFAULT_TASK
 
 
 def min_available(meta: Mapping[str, Any]) -> int | None:

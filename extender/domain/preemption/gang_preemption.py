@@ -68,6 +68,12 @@ class GangPreemption:
             for uid in self.shared.snapshot.member_uids(key)
         )
 
+    def group_disrupted_whole(self, key: GroupKey) -> bool:
+        """Are the gang's members disrupted only together: its spec's disruption mode
+        (All for every source but an upstream PodGroup that says Single or nothing)."""
+        spec = self.shared.snapshot.group_spec(key)
+        return spec is None or spec.disrupted_whole
+
     def group_pods(self, key: GroupKey) -> list[PodInfo]:
         return [self.shared.snapshot.pods[uid] for uid in self.shared.snapshot.member_uids(key)]
 
@@ -96,7 +102,9 @@ class GangPreemption:
         units = [
             u
             for u in victim_units(
-                self.shared.snapshot.pods.values(), preemptible=self.group_preemptible
+                self.shared.snapshot.pods.values(),
+                preemptible=self.group_preemptible,
+                disrupted_whole=self.group_disrupted_whole,
             )
             if u.group != key
         ]
@@ -215,12 +223,18 @@ class GangPreemption:
             self.shared.groups.setdefault(known.group, GroupState())
             self.group_changed(known.group, now)
         return gang_aware_victims(
-            known, proposed, self.shared.snapshot.pods, self.group_pods, self.group_preemptible
+            known,
+            proposed,
+            self.shared.snapshot.pods,
+            self.group_pods,
+            self.group_preemptible,
+            self.group_disrupted_whole,
         )
 
     def complete_preempted_gang(self, pod: PodInfo, group: GroupKey) -> None:
-        """A member kube-scheduler preempted (any scheduler): evict the rest of its gang."""
-        if pod.uid in self.evicting:
+        """A member kube-scheduler preempted (any scheduler): evict the rest of its gang,
+        unless its members may be disrupted one at a time (disruptionMode Single)."""
+        if pod.uid in self.evicting or not self.group_disrupted_whole(group):
             return
         self.evicting.add(pod.uid)
         rest = rest_of_preempted_gang(self.group_pods(group), self.evicting)

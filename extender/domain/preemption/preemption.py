@@ -83,10 +83,15 @@ class VictimUnit:
     priority: int
     group: GroupKey | None = None
     preemptible: bool = True
+    # False for one member of a gang whose members may be disrupted one at a time
+    # (an upstream PodGroup's disruptionMode Single): the unit is that pod alone.
+    whole: bool = True
 
     @property
     def key(self) -> str:
-        return gang_unit_key(self.group) if self.group is not None else f"pod {self.pods[0].ref}"
+        if self.group is not None and self.whole:
+            return gang_unit_key(self.group)
+        return f"pod {self.pods[0].ref}"
 
     @property
     def newest(self) -> float:
@@ -115,21 +120,37 @@ def victim_units(
     pods: Iterable[PodInfo],
     *,
     preemptible: Callable[[GroupKey], bool],
+    disrupted_whole: Callable[[GroupKey], bool] = lambda _: True,
 ) -> list[VictimUnit]:
-    """Every bound, running pod as an eviction unit: one per gang, one per plain pod.
+    """Every bound, running pod as an eviction unit: one per gang, one per plain pod,
+    one per member of a gang that `disrupted_whole` says may lose members one at a time.
 
     A pod being deleted already is no unit: it frees its room anyway. A gang's
     priority is its highest member's, as in the queue (domain/planning/queue.py).
     """
     gangs: dict[GroupKey, list[PodInfo]] = {}
     units: list[VictimUnit] = []
+    whole: dict[GroupKey, bool] = {}
     for pod in pods:
         if not pod.holds_capacity or pod.deleting:
             continue
         if pod.group is None:
             units.append(VictimUnit((pod,), pod.priority))
-        else:
+            continue
+        if pod.group not in whole:
+            whole[pod.group] = disrupted_whole(pod.group)
+        if whole[pod.group]:
             gangs.setdefault(pod.group, []).append(pod)
+        else:
+            units.append(
+                VictimUnit(
+                    (pod,),
+                    pod.priority,
+                    group=pod.group,
+                    preemptible=preemptible(pod.group),
+                    whole=False,
+                )
+            )
     for key, members in gangs.items():
         ordered = tuple(sorted(members, key=lambda p: p.ref))
         units.append(
@@ -229,8 +250,10 @@ def gang_aware_victims(
     pods: Mapping[str, PodInfo],
     members_of: Callable[[GroupKey], Sequence[PodInfo]],
     preemptible: Callable[[GroupKey], bool],
+    disrupted_whole: Callable[[GroupKey], bool] = lambda _: True,
 ) -> GangAwareAnswer:
-    """kube-scheduler's victims made whole-gang (see the module docstring).
+    """kube-scheduler's victims made whole-gang (see the module docstring); a member of
+    a gang that may lose members one at a time (`disrupted_whole` false) goes alone.
 
     `pods` is the watch cache by uid; a proposed victim it does not know is kept
     as kube-scheduler proposed it (it is not ours to judge). `members_of` gives a
@@ -256,6 +279,11 @@ def gang_aware_victims(
                 continue
             key = pod.group
             seen_groups.add(key)
+            if not disrupted_whole(key):
+                if not preemptible(key):
+                    refusal = f"gang {key} opted out of preemption (preemptible: false)"
+                    break
+                continue  # the member alone, as kube-scheduler proposed it
             members = [m for m in members_of(key) if m.holds_capacity and not m.deleting]
             priority = max([m.priority for m in members] + [pod.priority])
             if not preemptible(key):

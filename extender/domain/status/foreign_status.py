@@ -2,9 +2,10 @@
 
 `domain.status.status` computes phase, counts and the condition for any group; here
 they are put in the words of scheduler-plugins' `scheduling.x-k8s.io/v1alpha1`
-PodGroup (`coscheduling_status`) and Volcano's `scheduling.volcano.sh/v1beta1`
-PodGroup (`volcano_status`), so `kubectl get podgroups.scheduling.x-k8s.io`
-(or `.scheduling.volcano.sh`) shows a gang moving. Field names and phases are
+PodGroup (`coscheduling_status`), Volcano's `scheduling.volcano.sh/v1beta1`
+PodGroup (`volcano_status`) and Kubernetes' own `scheduling.k8s.io/v1beta1`
+PodGroup (`upstream_condition`), so `kubectl get podgroups.scheduling.x-k8s.io`
+(or `.scheduling.volcano.sh`, `.scheduling.k8s.io`) shows a gang moving. Field names and phases are
 those of the real API types (scheduler-plugins `apis/scheduling/v1alpha1/types.go`,
 Volcano `pkg/apis/scheduling/v1beta1/types.go`).
 
@@ -107,3 +108,48 @@ def volcano_status(status: GroupStatus, *, transition_time: str) -> dict[str, An
             }
         ],
     }
+
+
+# Kubernetes' PodGroup condition (k8s.io/api scheduling/v1beta1 PodGroupStatus): whether
+# the gang's scheduling requirement was met; True is terminal (never False again, even
+# once members are evicted). Reasons: upstream's Unschedulable for a gang held; for a
+# gang placed upstream names none, so ours says Scheduled.
+UPSTREAM_SCHEDULED_CONDITION = "PodGroupInitiallyScheduled"
+UPSTREAM_UNSCHEDULABLE = "Unschedulable"
+UPSTREAM_SCHEDULED = "Scheduled"
+# metav1.Condition's limit on message, in characters.
+CONDITION_MESSAGE_LIMIT = 32768
+
+
+def upstream_condition(
+    status: GroupStatus, *, current: Mapping[str, Any], transition_time: str
+) -> dict[str, Any] | None:
+    """The `PodGroupInitiallyScheduled` condition to write on a `scheduling.k8s.io`
+    PodGroup whose status is `current`, or None when there is nothing to write: it is
+    True already (terminal), or says what it would say now.
+
+    `lastTransitionTime` is `transition_time` when the status value changes, else kept.
+    """
+    found = next(
+        (
+            c
+            for c in current.get("conditions") or []
+            if isinstance(c, Mapping) and c.get("type") == UPSTREAM_SCHEDULED_CONDITION
+        ),
+        None,
+    )
+    if found is not None and found.get("status") == "True":
+        return None
+    placed = status.condition_status == "True"
+    value = "True" if placed else "False"
+    condition = {
+        "type": UPSTREAM_SCHEDULED_CONDITION,
+        "status": value,
+        "reason": UPSTREAM_SCHEDULED if placed else UPSTREAM_UNSCHEDULABLE,
+        "message": status.message[:CONDITION_MESSAGE_LIMIT],
+    }
+    if found is not None and all(found.get(k) == v for k, v in condition.items()):
+        return None
+    kept = found is not None and found.get("status") == value and found.get("lastTransitionTime")
+    condition["lastTransitionTime"] = str(kept) if kept else transition_time
+    return condition

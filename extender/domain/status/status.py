@@ -120,11 +120,14 @@ def _names(pods: list[PodInfo]) -> str:
     return ", ".join(names[:MAX_NAMED] + (["..."] if len(names) > MAX_NAMED else []))
 
 
-def other_scheduler_message(key: GroupKey, pods: list[PodInfo]) -> str:
+def other_scheduler_message(key: GroupKey, pods: list[PodInfo], *, upstream: bool = False) -> str:
     """Name the group's pods that another scheduler places, and what to set.
 
     Such pods are not held, counted or given Events: kube-scheduler's default
-    profile placed them one by one. Pure, shared with `gang-extender status`.
+    profile placed them one by one. A group sized by Kubernetes' own PodGroup
+    (`upstream`) is one that scheduler gang-schedules itself when its GenericWorkload
+    gate is on: gang-extender stands aside and says so, rather than asking for its
+    own schedulerName. Pure, shared with `gang-extender status`.
     """
     by_scheduler: dict[str, list[PodInfo]] = {}
     for pod in pods:
@@ -134,6 +137,15 @@ def other_scheduler_message(key: GroupKey, pods: list[PodInfo]) -> str:
         count = len(mine)
         noun, verb = ("pod", "uses") if count == 1 else ("pods", "use")
         names = _names(mine)
+        if upstream:
+            parts.append(
+                f"gang {key}: {count} {noun} of this group {verb} schedulerName {scheduler} "
+                f"({names}), which gang-schedules Kubernetes' PodGroups itself where its "
+                f"GenericWorkload gate is on: gang-extender only wires them (for "
+                f"gang-extender to place the gang, set schedulerName: {SCHEDULER_NAME} in "
+                f"their pod template)"
+            )
+            continue
         parts.append(
             f"gang {key}: {count} {noun} of this group {verb} schedulerName {scheduler} "
             f"({names}): set schedulerName: {SCHEDULER_NAME} in their pod template"
@@ -259,7 +271,14 @@ def group_status(core: SchedulingCore, key: GroupKey) -> GroupStatus | None:
         reason = PHASE_REASONS[phase]
     else:
         if foreign and len(active) < spec.min_member:
-            reason, message = "OtherScheduler", other_scheduler_message(key, foreign)
+            reason, message = (
+                "OtherScheduler",
+                other_scheduler_message(
+                    key,
+                    foreign,
+                    upstream=spec.source in (UPSTREAM_PODGROUP_SOURCE, UPSTREAM_WORKLOAD_SOURCE),
+                ),
+            )
         elif refused and not message:
             reason, message = "Unschedulable", _refusal_message(key, refused)
         elif len(active) < spec.min_member:
