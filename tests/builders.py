@@ -26,7 +26,7 @@ from extender.domain.planning.planner import Placement, Shortfall
 from extender.domain.state.decisions import PlaceholderCreate
 from extender.kube.cache import CacheSink
 from extender.kube.ownership import OwnershipSeal
-from extender.kube.writers import placeholder_pod
+from extender.kube.reservation_writes import placeholder_pod
 from extender.metrics import Metrics
 from tests.core_builder import make_core
 

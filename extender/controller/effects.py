@@ -41,14 +41,13 @@ from extender.domain.state.decisions import (
 )
 from extender.kube.client import RawApi
 from extender.kube.ownership import OwnershipSeal
-from extender.kube.writers import (
-    PODGROUP_API,
+from extender.kube.reservation_writes import (
     create_placeholder,
     delete_placeholder,
     placeholder_pod,
     set_node_fence,
-    set_planned_node,
 )
+from extender.kube.writers import PODGROUP_API, set_planned_node
 from extender.metrics import Metrics
 
 log = logging.getLogger(__name__)

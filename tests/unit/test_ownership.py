@@ -15,7 +15,7 @@ from typing import Any
 from extender.controller.cluster_state import ClusterState
 from extender.domain.state.decisions import PlaceholderCreate, PlaceholderDelete
 from extender.kube.ownership import SEAL_ANNOTATION, OwnershipSeal
-from extender.kube.writers import placeholder_pod
+from extender.kube.reservation_writes import placeholder_pod
 from tests.builders import make_node
 from tests.unit.test_placeholders import deletes
 from tests.unit.test_reservations import BIG, T0, core_with

@@ -25,7 +25,7 @@ from extender.domain.state.decisions import (
     PlanCreated,
     Verdict,
 )
-from extender.kube.writers import placeholder_pod
+from extender.kube.reservation_writes import placeholder_pod
 from tests.builders import make_node, make_pod, placeholder_pod_info
 from tests.unit.test_reservations import (
     BIG,
