@@ -18,8 +18,10 @@ re-created PodGroup is written afresh).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from extender.controller.cluster_state import ClusterState
@@ -126,18 +128,20 @@ class ForeignStatusWriter:
         if self._written.get(written) == comparable:
             return
         try:
-            await asyncio.to_thread(
-                write_upstream_podgroup_condition,
-                self.raw,
-                api_version=api_version,
-                namespace=key.namespace,
-                name=key.name,
-                uid=uid,
-                condition=condition,
+            answer = await self._unless_deleted(
+                functools.partial(
+                    write_upstream_podgroup_condition,
+                    self.raw,
+                    api_version=api_version,
+                    namespace=key.namespace,
+                    name=key.name,
+                    uid=uid,
+                    condition=condition,
+                )
             )
+            if answer is None:
+                return
         except KubeError as err:
-            if err.status == HTTP_NOT_FOUND:
-                return  # deleted meanwhile: its DELETED event drops it from the state
             if err.status != HTTP_FORBIDDEN:
                 raise
             log.warning(
@@ -177,8 +181,8 @@ class ForeignStatusWriter:
     async def _patch(
         self, api_version: str, key: GroupKey, uid: str, body: dict[str, Any], *, subresource: bool
     ) -> dict[str, Any]:
-        try:
-            return await asyncio.to_thread(
+        answer = await self._unless_deleted(
+            functools.partial(
                 write_foreign_podgroup_status,
                 self.raw,
                 api_version=api_version,
@@ -188,11 +192,22 @@ class ForeignStatusWriter:
                 status=body,
                 subresource=subresource,
             )
+        )
+        return {} if answer is None else answer
+
+    @staticmethod
+    async def _unless_deleted(
+        write: Callable[[], dict[str, Any]],
+    ) -> dict[str, Any] | None:
+        """The API server's answer to a status write, or None when the PodGroup was
+        deleted meanwhile (404): its DELETED event drops it from the state, so there
+        is nothing left to write to. Other errors are the caller's."""
+        try:
+            return await asyncio.to_thread(write)
         except KubeError as err:
             if err.status != HTTP_NOT_FOUND:
                 raise
-            # Deleted meanwhile: its DELETED event drops it from the state; nothing to write to.
-            return {}
+            return None
 
     def forget(self, key: GroupKey) -> None:
         """The group is gone: drop what was remembered about its PodGroups."""
