@@ -48,7 +48,12 @@ def test_a_node_refused_for_a_protected_gang_leaves_the_next_nodes_answered() ->
         "n3": NodeVictims(("uid-plain",), pdb_violations=1),
     }
     answer = gang_aware_victims(
-        preemptor(), proposed, BY_UID, members_of, preemptible=lambda key: key.name != "keep"
+        preemptor(),
+        proposed,
+        BY_UID,
+        members_of,
+        preemptible=lambda key: key.name != "keep",
+        disrupted_whole=lambda key: True,
     )
     assert answer.nodes == {"n3": NodeVictims(("uid-plain",), pdb_violations=1)}
     assert set(answer.dropped) == {"n1", "n2"}

@@ -301,6 +301,7 @@ def test_kube_schedulers_victims_are_made_whole_gang(
         pods,
         members_of,
         lambda key: key.name != "c",
+        disrupted_whole=lambda key: True,
     )
     assert {n: v.uids for n, v in answer.nodes.items()} == kept, situation
     assert sorted(answer.dropped) == dropped, situation
@@ -309,7 +310,12 @@ def test_kube_schedulers_victims_are_made_whole_gang(
 def test_a_gang_member_asking_kube_scheduler_to_preempt_gets_no_node() -> None:
     preemptor = PodInfo.from_api(pod("high-0", group="high", priority=1000))
     answer = gang_aware_victims(
-        preemptor, {"n1": NodeVictims(("uid-x",))}, {}, lambda key: [], lambda key: True
+        preemptor,
+        {"n1": NodeVictims(("uid-x",))},
+        {},
+        lambda key: [],
+        lambda key: True,
+        disrupted_whole=lambda key: True,
     )
     assert answer.nodes == {}
     assert "gang-extender preempts for whole gangs itself" in answer.dropped["n1"]
@@ -392,7 +398,11 @@ def test_victim_units_group_a_gangs_bound_members_and_skip_deleting_and_unbound(
     ]
     gone = pod("q", node="n1")
     gone["metadata"]["deletionTimestamp"] = "2026-11-22T10:00:00Z"
-    units = victim_units([PodInfo.from_api(o) for o in [*objs, gone]], preemptible=lambda k: True)
+    units = victim_units(
+        [PodInfo.from_api(o) for o in [*objs, gone]],
+        preemptible=lambda k: True,
+        disrupted_whole=lambda k: True,
+    )
     assert sorted((u.key, len(u.pods)) for u in units) == [
         ("gang default/g", 2),
         ("pod default/p", 1),
@@ -515,6 +525,7 @@ def test_a_pending_member_does_not_make_a_gang_run_elsewhere() -> None:
         pods,
         members_of,
         lambda key: True,
+        disrupted_whole=lambda key: True,
     )
     assert sorted(answer.nodes) == ["n1", "n2"]
 
@@ -536,6 +547,7 @@ def test_dropped_nodes_say_why() -> None:
         pods,
         members_of,
         lambda key: key.name != "c",
+        disrupted_whole=lambda key: True,
     )
     assert answer.dropped == {
         "n3": "its victims include part of a gang running on other nodes too",

@@ -158,6 +158,7 @@ def test_kube_schedulers_victims_never_leave_part_of_a_gang_on_a_kept_node(
         core.snapshot.pods,
         core.preemption.group_pods,
         core.preemption.group_preemptible,
+        core.preemption.group_disrupted_whole,
     )
     for node, victims in answer.nodes.items():
         assert set(proposed[node].uids) <= set(victims.uids)

@@ -120,7 +120,7 @@ def victim_units(
     pods: Iterable[PodInfo],
     *,
     preemptible: Callable[[GroupKey], bool],
-    disrupted_whole: Callable[[GroupKey], bool] = lambda _: True,
+    disrupted_whole: Callable[[GroupKey], bool],
 ) -> list[VictimUnit]:
     """Every bound, running pod as an eviction unit: one per gang, one per plain pod,
     one per member of a gang that `disrupted_whole` says may lose members one at a time.
@@ -250,7 +250,7 @@ def gang_aware_victims(
     pods: Mapping[str, PodInfo],
     members_of: Callable[[GroupKey], Sequence[PodInfo]],
     preemptible: Callable[[GroupKey], bool],
-    disrupted_whole: Callable[[GroupKey], bool] = lambda _: True,
+    disrupted_whole: Callable[[GroupKey], bool],
 ) -> GangAwareAnswer:
     """kube-scheduler's victims made whole-gang (see the module docstring); a member of
     a gang that may lose members one at a time (`disrupted_whole` false) goes alone.
