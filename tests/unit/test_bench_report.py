@@ -45,3 +45,16 @@ def test_the_profiled_pass_is_shown_beside_the_timed_figures_it_did_not_replace(
     # the timed table keeps the timed figures: the profiled ones are only beside them
     timed_rows = [line for line in lines if line.startswith(f"| {label} | ")]
     assert len(timed_rows) == 2 and "19.25" not in timed_rows[0], timed_rows
+
+
+def test_service_cpu_per_request_gets_its_own_table_only_when_measured() -> None:
+    results = orjson.loads(RESULTS.read_bytes())
+    size = copy.deepcopy(results["latency"]["sizes"][0])
+    results["latency"]["sizes"] = [size]
+    # results written before the figure existed: no CPU table
+    assert "CPU per request" not in markdown(results)
+    size["verbs"]["filter plain pod"]["service_cpu_ms"] = 0.734
+    lines = markdown(results).splitlines()
+    assert any("CPU per request" in line for line in lines)
+    assert "| filter plain pod | 0.73 |" in lines
+    assert "| prioritize plain pod | - |" in lines
