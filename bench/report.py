@@ -453,6 +453,14 @@ def markdown(results: dict[str, Any]) -> str:
             f"Ratio (gang-extender / coscheduling throughput): **{_fmt(gang.get('ratio'), 3)}**",
             "",
         ]
+        cpu = {k: r.get("service_cpu_seconds") for k, r in gang["runs"].items()}
+        if any(v is not None for v in cpu.values()):
+            out += [
+                "gang-extender service's CPU over each run (s; user + system; with "
+                "coscheduling it only watches): "
+                + ", ".join(f"{k} {_fmt(v)}" for k, v in cpu.items() if v is not None),
+                "",
+            ]
         locality = gang.get("locality") or {}
         if locality.get("runs"):
             out += [

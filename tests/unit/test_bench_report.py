@@ -58,3 +58,14 @@ def test_service_cpu_per_request_gets_its_own_table_only_when_measured() -> None
     assert any("CPU per request" in line for line in lines)
     assert "| filter plain pod | 0.73 |" in lines
     assert "| prioritize plain pod | - |" in lines
+
+
+def test_gang_runs_show_the_service_cpu_when_measured() -> None:
+    results = orjson.loads(RESULTS.read_bytes())
+    gang = copy.deepcopy(results["gang"])
+    results["gang"] = gang
+    assert "service's CPU over each run" not in markdown(results)
+    gang["runs"]["gang-extender"]["service_cpu_seconds"] = 15.5
+    gang["runs"]["coscheduling"]["service_cpu_seconds"] = 2.25
+    text = markdown(results)
+    assert "gang-extender 15.50, coscheduling 2.25" in text
