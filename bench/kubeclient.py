@@ -9,6 +9,7 @@ cluster's admin certificate. Only 127.0.0.1 is ever contacted.
 from __future__ import annotations
 
 import http.client
+import logging
 import ssl
 import threading
 import time
@@ -21,6 +22,8 @@ from urllib.parse import urlencode, urlparse
 import orjson
 
 from extender.devcluster.cluster import LocalCluster
+
+log = logging.getLogger("bench.kubeclient")
 
 #: A watch is reopened after this long (the server ends it); reads wait a bit longer.
 WATCH_SECONDS = 300
@@ -150,11 +153,22 @@ def pods_path(namespace: str) -> str:
 
 
 def delete_pods(api: FastApi, namespace: str, selector: str | None = None) -> None:
-    """Delete a namespace's pods at once (grace 0: no kubelet needs to confirm)."""
+    """Delete a namespace's pods at once (grace 0: no kubelet needs to confirm).
+
+    A delete of thousands of pods on a loaded machine can outlast the client's read
+    timeout; the API server goes on deleting, so a timeout is not an error here:
+    callers that need the pods gone wait for that (workloads.common.clear)."""
     query: dict[str, Any] = {"gracePeriodSeconds": 0}
     if selector:
         query["labelSelector"] = selector
-    api.call("DELETE", pods_path(namespace), query=query)
+    try:
+        api.call("DELETE", pods_path(namespace), query=query)
+    except TimeoutError:
+        log.warning(
+            "deleting the pods of %s: no answer in %.0fs; waiting for them to go",
+            namespace,
+            api.timeout,
+        )
 
 
 def delete_nodes(api: FastApi, selector: str) -> None:

@@ -357,6 +357,27 @@ def markdown(results: dict[str, Any]) -> str:
             ]
         )
         out += _table(header, rows)
+        cpu_rows = [
+            [label]
+            + [
+                _fmt((s["verbs"].get(label) or {}).get("service_cpu_ms"))
+                if (s["verbs"].get(label) or {}).get("service_cpu_ms") is not None
+                else "-"
+                for s in sizes
+            ]
+            for label in labels
+        ]
+        if any(c != "-" for row in cpu_rows for c in row[1:]):
+            out += [
+                "The service's CPU per request over the same loops (ms; user + system, read "
+                "from /proc): what load on other processes does not move, where wall-clock "
+                "latency does:",
+                "",
+            ]
+            out += _table(
+                ["verb / case"] + [f"{s['nodes']} nodes, {s['bound_pods']} pods" for s in sizes],
+                cpu_rows,
+            )
         out += ["Service process at each size:", ""]
         out += _table(
             [
@@ -432,6 +453,14 @@ def markdown(results: dict[str, Any]) -> str:
             f"Ratio (gang-extender / coscheduling throughput): **{_fmt(gang.get('ratio'), 3)}**",
             "",
         ]
+        cpu = {k: r.get("service_cpu_seconds") for k, r in gang["runs"].items()}
+        if any(v is not None for v in cpu.values()):
+            out += [
+                "gang-extender service's CPU over each run (s; user + system; with "
+                "coscheduling it only watches): "
+                + ", ".join(f"{k} {_fmt(v)}" for k, v in cpu.items() if v is not None),
+                "",
+            ]
         locality = gang.get("locality") or {}
         if locality.get("runs"):
             out += [

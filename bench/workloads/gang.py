@@ -111,7 +111,13 @@ def _run_one(
         env.api.create(podgroups_path(api, namespace), pg)
     counted_before = service_metric(env, PARTIAL_GANGS_METRIC) if kind == "gang-extender" else None
     verbs_before = verb_histograms(env, VERBS) if kind == "gang-extender" else None
+    pid = env.stack.service.pid if env.stack.service else 0
+    cpu_before = env.cpu_seconds(pid)
     result = create_and_time(env, namespace, pods, timeout=timeout)
+    # Over the same window for either scheduler: the service watches (and, for its own
+    # gangs, admits, plans and binds) every pod. Unlike the wall-clock figures, it does
+    # not move with load from other processes on a shared machine.
+    service_cpu = env.cpu_seconds(pid) - cpu_before
     # per gang: first member created -> last member bound
     members: dict[str, list[str]] = defaultdict(list)
     for body in pods:
@@ -139,6 +145,7 @@ def _run_one(
         steady_pods_per_second=steady_rate(result["bound_at"]),
         max_gpus_on_a_node=max(gpus.values(), default=0),
         nodes_spanned=nodes_spanned(members, result["node_of"]),
+        service_cpu_seconds=round(service_cpu, 2),
     )
     if kind == "gang-extender":
         # The service's own count (GangPartial) during this run: must be 0, like the

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -76,21 +77,30 @@ class Probes:
 
 
 def _loop(
-    client: ExtenderClient, verb: str, body: bytes, count: int, seconds: float
-) -> tuple[list[float], bytes]:
+    client: ExtenderClient,
+    verb: str,
+    body: bytes,
+    count: int,
+    seconds: float,
+    cpu: Callable[[], float],
+) -> tuple[list[float], bytes, float]:
+    """The timed requests (after a warm-up), their last answer, and the service's CPU
+    seconds over them: on a shared machine, CPU per request is the figure that load
+    on other processes does not move, where wall-clock latency does."""
     last = b""
     for _ in range(WARMUP_REQUESTS):
         _, status, last = client.post(verb, body)
         if status != 200:
             raise RuntimeError(f"/{verb} answered {status}: {last[:300]!r}")
     samples: list[float] = []
+    cpu_start = cpu()
     deadline = time.monotonic() + seconds
     while len(samples) < count and time.monotonic() < deadline:
         took, status, last = client.post(verb, body)
         if status != 200:
             raise RuntimeError(f"/{verb} answered {status}: {last[:300]!r}")
         samples.append(took)
-    return samples, last
+    return samples, last, cpu() - cpu_start
 
 
 class LatencyWorkload:
@@ -223,9 +233,17 @@ class LatencyWorkload:
         cpu_before = env.cpu_seconds(pid)
 
         def loop(label: str, verb: str, body: bytes, into: dict[str, Any] = verbs) -> bytes:
-            samples, last = _loop(client, verb, body, cfg.requests, cfg.seconds_per_scenario)
+            samples, last, cpu = _loop(
+                client,
+                verb,
+                body,
+                cfg.requests,
+                cfg.seconds_per_scenario,
+                lambda: env.cpu_seconds(pid),
+            )
             into[label] = {
                 **summary_ms(samples),
+                "service_cpu_ms": round(1000 * cpu / len(samples), 3) if samples else 0.0,
                 "response_bytes": len(last),
                 "request_bytes": len(body),
             }

@@ -45,3 +45,27 @@ def test_the_profiled_pass_is_shown_beside_the_timed_figures_it_did_not_replace(
     # the timed table keeps the timed figures: the profiled ones are only beside them
     timed_rows = [line for line in lines if line.startswith(f"| {label} | ")]
     assert len(timed_rows) == 2 and "19.25" not in timed_rows[0], timed_rows
+
+
+def test_service_cpu_per_request_gets_its_own_table_only_when_measured() -> None:
+    results = orjson.loads(RESULTS.read_bytes())
+    size = copy.deepcopy(results["latency"]["sizes"][0])
+    results["latency"]["sizes"] = [size]
+    # results written before the figure existed: no CPU table
+    assert "CPU per request" not in markdown(results)
+    size["verbs"]["filter plain pod"]["service_cpu_ms"] = 0.734
+    lines = markdown(results).splitlines()
+    assert any("CPU per request" in line for line in lines)
+    assert "| filter plain pod | 0.73 |" in lines
+    assert "| prioritize plain pod | - |" in lines
+
+
+def test_gang_runs_show_the_service_cpu_when_measured() -> None:
+    results = orjson.loads(RESULTS.read_bytes())
+    gang = copy.deepcopy(results["gang"])
+    results["gang"] = gang
+    assert "service's CPU over each run" not in markdown(results)
+    gang["runs"]["gang-extender"]["service_cpu_seconds"] = 15.5
+    gang["runs"]["coscheduling"]["service_cpu_seconds"] = 2.25
+    line = next(x for x in markdown(results).splitlines() if "CPU over each run" in x)
+    assert "gang-extender 15.50" in line and "coscheduling 2.25" in line, line
