@@ -225,7 +225,8 @@ def test_gang_asking_the_classs_extended_resource_held_whole_then_bound_whole(
         lambda: "placeable" in (m := condition_message(get_podgroup(raw, namespace, "xr"))) and m,
         what="the hold to name the extended resource",
     )
-    assert f"needs 4 {IMPLICIT_RESOURCE} in all" in message, message
+    # The implicit resource is the class's devices: the hold names the class.
+    assert f"needs 4 devices of class {DRA_DEVICE_CLASS} in all" in message, message
     assert "3 free" in message, message
     time.sleep(HOLD_OBSERVATION_SECONDS)
     assert bound(list_pods(raw, namespace, f"{GROUP_LABEL}=xr")) == [], (
