@@ -321,8 +321,10 @@ class RealNodes:
             argv = plan.dra_driver_argv(
                 Path(self._bin(DRA_DRIVER_BINARY)), node, kubeconfig=kubeconfig
             )
-            # It makes the plugins dir but not its own dir in it, where its socket goes.
+            # It makes neither its own dir in the plugins dir (its socket) nor the
+            # registry dir (kubelet does, maybe later; it finds sockets already there).
             (node.plugins_dir / plan.DRA_DRIVER).mkdir(parents=True, exist_ok=True)
+            node.plugin_registry_dir.mkdir(parents=True, exist_ok=True)
             self._procs.append(self.cluster.start_process(f"{node.name}-dra-driver", argv))
 
     def _apply_device_class(self) -> None:
