@@ -1,5 +1,11 @@
 """`gang-extender dev up --real-nodes 2 --real-gpus-by dra`, a pod served by DRA, then
-`dev down`: the host is as it was."""
+`dev down`: the host is as it was.
+
+The pod asks the class's implicit extended resource, not ``nvidia.com/gpu``: the
+session's nodes run device plugins beside, and kubelet keeps their state at a
+path every kubelet on the host shares, so these nodes advertise
+``nvidia.com/gpu: 0`` for their first minutes (docs/dra.md "Real nodes").
+"""
 
 from __future__ import annotations
 
@@ -13,11 +19,13 @@ from typing import Any
 import yaml
 
 from extender.devcluster.devenv import READY_FILE
-from extender.devcluster.node_commands import DRA_DRIVER, JOB_IMAGE
+from extender.devcluster.node_commands import DRA_DEVICE_CLASS, DRA_DRIVER, JOB_IMAGE
 from extender.devcluster.nodehost import host_footprint
 from extender.devcluster.stack import REPO
 from tests.e2e.gang_fixtures import wait_until
 from tests.real.real_jobs import START_SECONDS
+
+IMPLICIT_RESOURCE = f"deviceclass.resource.kubernetes.io/{DRA_DEVICE_CLASS}"
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -43,11 +51,10 @@ def _kubectl(info: dict[str, Any], *args: str, stdin: str | None = None) -> str:
 
 
 def _gpu_pod_runs_on_dra_devices(info: dict[str, Any]) -> None:
-    """The nodes advertise no nvidia.com/gpu: a plain 1-GPU pod is served by DRA (the
-    DeviceClass's extendedResourceName), and its container sees the prepared claim."""
-    nodes = json.loads(_kubectl(info, "get", "nodes", "-o", "json"))["items"]
-    real = [n for n in nodes if n["metadata"]["name"] in info["real_nodes"]]
-    assert [(n["status"]["allocatable"].get("nvidia.com/gpu")) for n in real] == [None, None]
+    """The DeviceClass maps nvidia.com/gpu; a plain pod asking one device of the class
+    (its implicit extended resource) is served by DRA, its container sees the claim."""
+    device_class = json.loads(_kubectl(info, "get", "deviceclass", DRA_DEVICE_CLASS, "-o", "json"))
+    assert device_class["spec"]["extendedResourceName"] == "nvidia.com/gpu"
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -60,7 +67,7 @@ def _gpu_pod_runs_on_dra_devices(info: dict[str, Any]) -> None:
                     "image": JOB_IMAGE,
                     "imagePullPolicy": "IfNotPresent",
                     "command": ["/bin/sh", "-c", "env | grep ^claim_; exec sleep 3600"],
-                    "resources": {"limits": {"nvidia.com/gpu": 1}},
+                    "resources": {"limits": {IMPLICIT_RESOURCE: 1}},
                 }
             ],
         },
@@ -75,7 +82,7 @@ def _gpu_pod_runs_on_dra_devices(info: dict[str, Any]) -> None:
             and _kubectl(info, "logs", "gpu", "-n", "default")
         ),
         timeout=START_SECONDS,
-        what="the 1-GPU pod running on a DRA device",
+        what="the pod running on a DRA device",
     )
     got = json.loads(_kubectl(info, "get", "pod", "gpu", "-n", "default", "-o", "json"))
     claim_name = got["status"]["extendedResourceClaimStatus"]["resourceClaimName"]
