@@ -218,6 +218,7 @@ def _dev_up(args: argparse.Namespace) -> int:
         foreground=args.foreground,
         real_nodes=args.real_nodes,
         real_gpus=args.real_gpus,
+        real_gpus_by=args.real_gpus_by,
         kueue=args.kueue,
     )
 
@@ -319,6 +320,13 @@ def build_parser(prog: str = "gang-extender") -> argparse.ArgumentParser:
         help="real nodes beside the fake ones: containerd + kubelet each (root; docs/real-nodes.md)",
     )
     up.add_argument("--real-gpus", type=int, default=2, help="fake GPUs per real node (default 2)")
+    up.add_argument(
+        "--real-gpus-by",
+        choices=("device-plugin", "dra", "both"),
+        default="device-plugin",
+        help="how real nodes serve their GPUs: a device plugin (nvidia.com/gpu), a DRA "
+        "kubelet plugin (DeviceClass gpu.example.com), or both (docs/real-nodes.md)",
+    )
     up.add_argument(
         "--kueue",
         action="store_true",

@@ -62,6 +62,7 @@ def dev_up(
     foreground: bool = False,
     real_nodes: int = 0,
     real_gpus: int = 2,
+    real_gpus_by: str = "device-plugin",
     kueue: bool = False,
 ) -> int:
     workdir = workdir.resolve()
@@ -78,6 +79,7 @@ def dev_up(
             with_stack=with_stack,
             real_nodes=real_nodes,
             real_gpus=real_gpus,
+            real_gpus_by=real_gpus_by,
             kueue=kueue,
         )
     pid = _read_pid(workdir)
@@ -106,6 +108,8 @@ def dev_up(
         str(real_nodes),
         "--real-gpus",
         str(real_gpus),
+        "--real-gpus-by",
+        real_gpus_by,
     ]
     if not with_stack:
         argv.append("--cluster-only")
@@ -188,6 +192,11 @@ def usage_lines(info: dict[str, Any], cli: Path | None) -> list[str]:
             f"  # real nodes {', '.join(info['real_nodes'])}: image {JOB_IMAGE} "
             "(imagePullPolicy: IfNotPresent); docs/real-nodes.md"
         )
+        if info.get("real_gpus_by") in ("dra", "both"):
+            lines.append(
+                "  # their GPUs are DRA devices: a ResourceClaim(Template) of DeviceClass "
+                "gpu.example.com; docs/dra.md"
+            )
     if info.get("kueue"):
         queues = info["kueue"]
         lines.append(
@@ -225,6 +234,7 @@ def _supervise(
     with_stack: bool,
     real_nodes: int = 0,
     real_gpus: int = 2,
+    real_gpus_by: str = "device-plugin",
     kueue: bool = False,
 ) -> int:
     workdir.mkdir(parents=True, exist_ok=True)
@@ -248,8 +258,9 @@ def _supervise(
             "nodes": names,
         }
         if real_nodes:
-            real = RealNodes(cluster, real_nodes, gpus=real_gpus)
+            real = RealNodes(cluster, real_nodes, gpus=real_gpus, gpus_by=real_gpus_by)
             info["real_nodes"] = real.start()
+            info["real_gpus_by"] = real_gpus_by
             info["real_node_timings"] = {k: round(v, 1) for k, v in real.timings.items()}
         if with_stack:
             stack = GangStack(cluster)

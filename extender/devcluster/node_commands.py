@@ -9,6 +9,7 @@ an address, a bridge, a cgroup or a subnet:
     DNS          10.250.<slot>.2/32 on lo          (CoreDNS, every pod's nameserver)
     pod subnet   10.251.<slot * 8 + i>.0/24        (bridge gx<slot>n<i>, gateway .1)
     cgroup root  /gang-extender-s<slot>n<i>         (each kubelet its own kubepods tree)
+    CDI specs    <run dir>/cdi                      (containerd's only CDI spec dir)
 
 Everything is routed on this host between the bridges and the lo addresses;
 nothing is masqueraded, and the FORWARD chain drops what would leave them.
@@ -37,6 +38,11 @@ RUNC = "/usr/sbin/runc"
 FORWARD_CHAIN = "GANG-REAL-NODES"
 BRIDGE_PREFIX = "gx"
 NODE_LABEL = "gang-extender.io/real-node"
+#: The DRA kubelet plugin's driver name on real nodes served by DRA: the kubernetes
+#: e2e test driver (hack/build-node.sh) under this name, one pool per node.
+DRA_DRIVER = "gpu.example.com"
+#: The DeviceClass that selects the driver's devices (docs/dra.md).
+DRA_DEVICE_CLASS = "gpu.example.com"
 #: How often kubelet re-syncs a pod, and so refreshes its ConfigMap and Secret
 #: volumes (hostfile, ready.hostfile): 1 minute by default.
 KUBELET_SYNC_SECONDS = 5
@@ -102,6 +108,17 @@ class NodePlan:
         """Where kubelet's plugin watcher finds device plugins (under its --root-dir;
         its kubelet.sock for device plugins has a fixed path shared by every kubelet)."""
         return self.kubelet_root / "plugins_registry"
+
+    @property
+    def plugins_dir(self) -> Path:
+        """Where a DRA kubelet plugin puts its own socket (``<dir>/<driver>/dra.sock``)."""
+        return self.kubelet_root / "plugins"
+
+    @property
+    def cdi_dir(self) -> Path:
+        """The node's CDI spec dir: its DRA plugin writes there, its containerd reads only
+        there (not the host's /etc/cdi and /var/run/cdi, which every node would share)."""
+        return self.run_dir / "cdi"
 
 
 @dataclass(frozen=True)
@@ -170,6 +187,8 @@ def containerd_config(node: NodePlan, cni_conf_dir: Path) -> str:
             "[plugins.'io.containerd.cri.v1.runtime']",
             "  restrict_oom_score_adj = true",
             "  netns_mounts_under_state_dir = true",
+            "  enable_cdi = true",
+            f"  cdi_spec_dirs = [{toml_path(str(node.cdi_dir))}]",
             "  [plugins.'io.containerd.cri.v1.runtime'.cni]",
             f"    bin_dirs = [{toml_path(CNI_BIN_DIR)}]",
             f"    conf_dir = {toml_path(str(cni_conf_dir))}",
@@ -270,6 +289,45 @@ def kubelet_argv(kubelet: Path, node: NodePlan, *, config: Path, kubeconfig: Pat
         f"--node-labels={NODE_LABEL}=true",
         "--v=1",
     ]
+
+
+def dra_driver_argv(driver: Path, node: NodePlan, *, kubeconfig: Path) -> list[str]:
+    """The kubernetes e2e DRA test driver as one node's kubelet plugin.
+
+    It publishes ``node.gpus`` devices (``device-00``...) in a ResourceSlice of pool
+    ``node.name`` and prepares a claim by writing a CDI spec that sets
+    ``claim_<claim>_<request>=true`` in the container. It talks to the API server as
+    the node (the Node authorizer lets a node write its own slices and read the
+    claims of its pods).
+    """
+    return [
+        str(driver),
+        f"--kubeconfig={kubeconfig}",
+        f"--drivername={DRA_DRIVER}",
+        "--v=1",
+        "kubelet-plugin",
+        f"--node-name={node.name}",
+        f"--num-devices={node.gpus}",
+        f"--plugin-registration-path={node.plugin_registry_dir}",
+        f"--datadir={node.plugins_dir}",
+        f"--cdi-dir={node.cdi_dir}",
+    ]
+
+
+def dra_device_class(extended_resource: str | None) -> dict[str, Any]:
+    """The DeviceClass of the real nodes' DRA devices; with ``extended_resource`` (on
+    nodes that do not advertise it) a plain request of that resource is served by it."""
+    spec: dict[str, Any] = {
+        "selectors": [{"cel": {"expression": f'device.driver == "{DRA_DRIVER}"'}}]
+    }
+    if extended_resource:
+        spec["extendedResourceName"] = extended_resource
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": DRA_DEVICE_CLASS},
+        "spec": spec,
+    }
 
 
 def corefile(dns_ip: str, kubeconfig: Path) -> str:

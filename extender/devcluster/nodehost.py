@@ -17,6 +17,7 @@ import json
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import time
 from collections.abc import Iterable, Sequence
@@ -326,7 +327,14 @@ def teardown(manifest: Manifest) -> None:
 def host_footprint() -> dict[str, list[str]]:
     """What real nodes can leave on this host, listed: compare one taken before
     `dev up --real-nodes` with one taken after `dev down` (they must be equal)."""
-    names = ("containerd", "kubelet", "coredns", "fake-gpu-plugin", str(RUN_ROOT))
+    names = (
+        "containerd",
+        "kubelet",
+        "coredns",
+        "fake-gpu-plugin",
+        "dra-test-driver",
+        str(RUN_ROOT),
+    )
     processes = sorted(
         cmd
         for pid in _pids_mentioning(names)
@@ -356,10 +364,20 @@ def host_footprint() -> dict[str, list[str]]:
     cgroups = sorted(
         str(p) for h in cgroup_hierarchies() for p in h.glob("gang-extender-*") if p.is_dir()
     )
-    paths = sorted(p for p in (*FIXED_PATHS, str(RUN_ROOT)) if os.path.lexists(p))
+    # The CDI spec dirs a DRA plugin or containerd use by default (ours are per node).
+    cdi = ("/etc/cdi", "/var/run/cdi")
+    paths = sorted(p for p in (*FIXED_PATHS, *cdi, str(RUN_ROOT)) if os.path.lexists(p))
     sysctls = sorted(f"{k}={(SYSCTL / k).read_text().strip()}" for k in CHANGED_SYSCTLS)
+    # Unix sockets (containerd's, kubelet's, the GPU plugins') and CDI specs (a DRA
+    # plugin's) under our run dir.
+    runtime_files = sorted(
+        str(p)
+        for p in (RUN_ROOT.rglob("*") if RUN_ROOT.is_dir() else ())
+        if _is_socket(p) or (p.parent.name == "cdi" and p.suffix in (".json", ".yaml"))
+    )
     return {
         "processes": processes,
+        "sockets and CDI specs": runtime_files,
         "mounts": mounts,
         "links": links,
         "lo addresses": addresses,
@@ -368,6 +386,13 @@ def host_footprint() -> dict[str, list[str]]:
         "paths": paths,
         "sysctls": sysctls,
     }
+
+
+def _is_socket(path: Path) -> bool:
+    try:
+        return stat.S_ISSOCK(path.lstat().st_mode)
+    except OSError:
+        return False
 
 
 def _cmdline(pid: int) -> str:

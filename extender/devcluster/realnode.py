@@ -1,10 +1,14 @@
-"""Real nodes beside the KWOK ones: containerd, kubelet and a fake GPU plugin per node.
+"""Real nodes beside the KWOK ones: containerd, kubelet and a GPU driver per node.
 
     with LocalCluster(workdir, kubelet_access=True) as cluster:
         nodes = RealNodes(cluster, 2, gpus=2)
         names = nodes.start()          # Ready, with 2 allocatable nvidia.com/gpu each
         ...
         nodes.stop()                   # leaves nothing on the host
+
+A node's fake GPUs are served by a device plugin (``nvidia.com/gpu`` in its
+allocatable), by a DRA kubelet plugin (a ResourceSlice of DeviceClass
+``gpu.example.com``, prepared through CDI), or both: ``gpus_by``.
 
 Each node is its own containerd (root, state, socket) and kubelet (root dir,
 client certificate ``system:node:<name>`` from the cluster's CA), its own
@@ -31,7 +35,7 @@ from extender.devcluster import nodehost
 from extender.devcluster.cluster import ClusterError, LocalCluster
 from extender.devcluster.loopback import wait_for
 from extender.devcluster.process import ManagedProcess, run_build_script
-from extender.kube.rawapi import RawApi
+from extender.kube.rawapi import KubeError, RawApi, path_of
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO / "hack" / "build-node.sh"
@@ -47,10 +51,17 @@ REQUIRED = (
     "coredns",
     "fake-gpu-plugin",
 )
+#: The DRA kubelet plugin (kubernetes' e2e test driver), needed only with DRA.
+DRA_DRIVER_BINARY = "dra-test-driver"
+#: How real nodes serve their GPUs: kubelet's device plugin API, DRA, or both at once.
+GPUS_BY = ("device-plugin", "dra", "both")
 IMAGES = {"pause.tar": "registry.k8s.io/pause", "mpi.tar": plan.JOB_IMAGE.rsplit(":", 1)[0]}
 GPU_RESOURCE = "nvidia.com/gpu"
 READY_TIMEOUT_SECONDS = 180
 _STOP_GRACE_SECONDS = 10
+_DEVICE_CLASSES = ("apis", "resource.k8s.io", "v1", "deviceclasses")
+#: Stopped before crictl removes the pods (kubelet would start them again).
+_NODE_AGENTS = ("-kubelet", "-fake-gpu-plugin", "-dra-driver")
 
 
 def cannot_run_containers() -> str | None:
@@ -69,7 +80,7 @@ def cannot_run_containers() -> str | None:
     return None
 
 
-def ensure_node_pieces() -> Path:
+def ensure_node_pieces(*, dra: bool = False) -> Path:
     """The directory with bin/ and images/ for real nodes, built if needed.
 
     ``$GANG_NODE_DIR`` names a prebuilt one; otherwise hack/build-node.sh runs
@@ -83,7 +94,8 @@ def ensure_node_pieces() -> Path:
         if run.code != 0 or run.last_line is None:
             raise ClusterError(f"{BUILD_SCRIPT} failed ({run.code}):\n" + run.stderr_tail)
         pieces = Path(run.last_line)
-    missing = [b for b in REQUIRED if not os.access(pieces / "bin" / b, os.X_OK)]
+    wanted = (*REQUIRED, DRA_DRIVER_BINARY) if dra else REQUIRED
+    missing = [b for b in wanted if not os.access(pieces / "bin" / b, os.X_OK)]
     missing += [i for i in IMAGES if not (pieces / "images" / i).is_file()]
     if missing:
         raise ClusterError(f"{pieces} lacks {', '.join(missing)}: run {BUILD_SCRIPT}")
@@ -91,7 +103,8 @@ def ensure_node_pieces() -> Path:
 
 
 def node_usable(node: dict[str, Any], gpus: int) -> bool:
-    """Ready, ``gpus`` GPUs allocatable (the plugin registered), no start-up taint."""
+    """Ready, ``gpus`` GPUs allocatable (the device plugin registered; 0 without one),
+    no start-up taint."""
     status = node.get("status") or {}
     ready = any(
         c.get("type") == "Ready" and c.get("status") == "True"
@@ -103,20 +116,58 @@ def node_usable(node: dict[str, Any], gpus: int) -> bool:
     return ready and allocatable == gpus and not tainted
 
 
+def dra_devices_per_node(slices: list[dict[str, Any]]) -> dict[str, int]:
+    """The devices our DRA driver published, per node (its pool's newest generation)."""
+    newest: dict[str, int] = {}
+    for item in slices:
+        spec = item.get("spec") or {}
+        if spec.get("driver") == plan.DRA_DRIVER and spec.get("nodeName"):
+            pool = spec.get("pool") or {}
+            newest[spec["nodeName"]] = max(
+                newest.get(spec["nodeName"], 0), int(pool.get("generation", 0))
+            )
+    devices: dict[str, int] = {}
+    for item in slices:
+        spec = item.get("spec") or {}
+        node = spec.get("nodeName")
+        if spec.get("driver") != plan.DRA_DRIVER or not node:
+            continue
+        if int((spec.get("pool") or {}).get("generation", 0)) == newest[node]:
+            devices[node] = devices.get(node, 0) + len(spec.get("devices") or [])
+    return devices
+
+
 class RealNodes:
-    """``count`` real nodes joined to ``cluster`` (started with ``kubelet_access=True``)."""
+    """``count`` real nodes joined to ``cluster`` (started with ``kubelet_access=True``).
+
+    ``gpus_by``: ``device-plugin`` (``gpus`` allocatable ``nvidia.com/gpu`` a node),
+    ``dra`` (``gpus`` devices a node in a ResourceSlice of driver and DeviceClass
+    ``gpu.example.com``, which also serves plain ``nvidia.com/gpu`` requests through
+    its ``extendedResourceName``), or ``both`` (each node serves ``gpus`` each way;
+    the class then maps no extended resource: the device plugin serves it).
+    """
 
     def __init__(
-        self, cluster: LocalCluster, count: int, *, gpus: int = 2, pieces: Path | None = None
+        self,
+        cluster: LocalCluster,
+        count: int,
+        *,
+        gpus: int = 2,
+        pieces: Path | None = None,
+        gpus_by: str = "device-plugin",
     ) -> None:
         if count < 1:
             raise ClusterError(f"real nodes: count must be at least 1, not {count}")
+        if gpus_by not in GPUS_BY:
+            raise ClusterError(f"real nodes: gpus_by is one of {', '.join(GPUS_BY)}, not {gpus_by}")
         if not cluster.kubelet_access:
             raise ClusterError("real nodes need LocalCluster(..., kubelet_access=True)")
         self.cluster = cluster
         self.count = count
         self.gpus = gpus
         self.pieces = pieces
+        self.device_plugin = gpus_by in ("device-plugin", "both")
+        self.dra = gpus_by in ("dra", "both")
         self.manifest_path = cluster.workdir / MANIFEST
         self.layout: plan.Layout | None = None
         #: seconds per phase of start(): build, host, dns, nodes (containerd + images +
@@ -140,7 +191,7 @@ class RealNodes:
         if reason:
             raise ClusterError(reason)
         t0 = time.monotonic()
-        self.pieces = self.pieces or ensure_node_pieces()
+        self.pieces = self.pieces or ensure_node_pieces(dra=self.dra)
         self.timings["build"] = time.monotonic() - t0
         try:
             self._start(timeout, t0)
@@ -192,6 +243,8 @@ class RealNodes:
         with ThreadPoolExecutor(max_workers=len(layout.nodes)) as pool:
             for future in [pool.submit(self._start_node, n, resolv) for n in layout.nodes]:
                 future.result()
+        if self.dra:
+            self._apply_device_class()
         self.timings["nodes"] = time.monotonic() - t
 
         t = time.monotonic()
@@ -200,7 +253,7 @@ class RealNodes:
         self.timings["total"] = time.monotonic() - t0
 
     def _start_node(self, node: plan.NodePlan, resolv: Path) -> None:
-        for d in (node.dir, node.run_dir, node.kubelet_root):
+        for d in (node.dir, node.run_dir, node.kubelet_root, node.cdi_dir):
             d.mkdir(parents=True, exist_ok=True)
         cni_dir = node.dir / "cni"
         cni_dir.mkdir(exist_ok=True)
@@ -251,17 +304,44 @@ class RealNodes:
             env={"PATH": path},
         )
         self._procs.append(kubelet)
-        self._procs.append(
-            self.cluster.start_process(
-                f"{node.name}-fake-gpu-plugin",
-                [
-                    self._bin("fake-gpu-plugin"),
-                    f"--registry-dir={node.plugin_registry_dir}",
-                    f"--count={node.gpus}",
-                    f"--resource={GPU_RESOURCE}",
-                ],
+        if self.device_plugin:
+            self._procs.append(
+                self.cluster.start_process(
+                    f"{node.name}-fake-gpu-plugin",
+                    [
+                        self._bin("fake-gpu-plugin"),
+                        f"--registry-dir={node.plugin_registry_dir}",
+                        f"--count={node.gpus}",
+                        f"--resource={GPU_RESOURCE}",
+                    ],
+                )
             )
-        )
+        if self.dra:
+            # As the node: its kubeconfig is the kubelet's (the Node authorizer's rules).
+            argv = plan.dra_driver_argv(
+                Path(self._bin(DRA_DRIVER_BINARY)), node, kubeconfig=kubeconfig
+            )
+            # It makes neither its own dir in the plugins dir (its socket) nor the
+            # registry dir (kubelet does, maybe later; it finds sockets already there).
+            (node.plugins_dir / plan.DRA_DRIVER).mkdir(parents=True, exist_ok=True)
+            node.plugin_registry_dir.mkdir(parents=True, exist_ok=True)
+            self._procs.append(self.cluster.start_process(f"{node.name}-dra-driver", argv))
+
+    def _apply_device_class(self) -> None:
+        """Create (or replace) the DeviceClass of the DRA devices."""
+        body = plan.dra_device_class(None if self.device_plugin else GPU_RESOURCE)
+        path = path_of(*_DEVICE_CLASSES)
+        with self.cluster.api_client() as api:
+            raw = RawApi(api)
+            try:
+                raw.call("POST", path, body=body)
+            except KubeError as err:
+                if err.status != 409:
+                    raise
+                # Left by an earlier run on this cluster's etcd: replace its spec.
+                old = raw.call("GET", path_of(*_DEVICE_CLASSES, plan.DRA_DEVICE_CLASS))
+                body["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
+                raw.call("PUT", path_of(*_DEVICE_CLASSES, plan.DRA_DEVICE_CLASS), body=body)
 
     @property
     def layout_dns(self) -> str:
@@ -288,14 +368,31 @@ class RealNodes:
                 nodes = raw.call(
                     "GET", "/api/v1/nodes", query={"labelSelector": f"{plan.NODE_LABEL}=true"}
                 )["items"]
+                published: dict[str, int] = {}
+                if self.dra:
+                    slices = raw.call("GET", "/apis/resource.k8s.io/v1/resourceslices")["items"]
+                    published = dra_devices_per_node(slices)
                 for node in nodes:
                     name = node["metadata"]["name"]
-                    if name in pending and node_usable(node, pending[name]):
+                    if name not in pending:
+                        continue
+                    plugin_gpus = pending[name] if self.device_plugin else 0
+                    if node_usable(node, plugin_gpus) and (
+                        not self.dra or published.get(name) == pending[name]
+                    ):
                         del pending[name]
                 return not pending
 
+            served = " and ".join(
+                w
+                for w, on in (
+                    ("allocatable", self.device_plugin),
+                    (f"in ResourceSlices of {plan.DRA_DRIVER}", self.dra),
+                )
+                if on
+            )
             self._await(
-                f"real nodes Ready with their GPUs allocatable (waiting: {', '.join(pending)})",
+                f"real nodes Ready with their GPUs {served} (waiting: {', '.join(pending)})",
                 list(self._procs),
                 ready,
                 deadline,
@@ -308,10 +405,10 @@ class RealNodes:
         deadline = time.monotonic() + _STOP_GRACE_SECONDS
         # kubelet first, or it would start again what crictl removes.
         for proc in self._procs:
-            if proc.name.endswith(("-kubelet", "-fake-gpu-plugin")):
+            if proc.name.endswith(_NODE_AGENTS):
                 proc.terminate()
         for proc in self._procs:
-            if proc.name.endswith(("-kubelet", "-fake-gpu-plugin")):
+            if proc.name.endswith(_NODE_AGENTS):
                 proc.finish(deadline)
         manifest = nodehost.Manifest.load(self.manifest_path)
         if manifest is not None and self.pieces is not None:

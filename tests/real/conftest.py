@@ -1,7 +1,8 @@
 """The real tier: gang jobs on real local nodes (containerd, kubelet, CNI, CoreDNS).
 
 One LocalCluster per session with the gang-extender stack and 2 real nodes
-(2 fake GPUs each, counted by kubelet through its device plugin API), no KWOK
+(2 fake GPUs each, counted by kubelet through its device plugin API, and 2 DRA
+devices each, of DeviceClass gpu.example.com, from a DRA kubelet plugin), no KWOK
 nodes: every pod runs for real, in the image hack/build-node.sh builds
 (sshd, Open MPI, mpi4py). Each test gets its own injected namespace.
 
@@ -58,7 +59,7 @@ def cluster(
 ) -> Iterator[LocalCluster]:
     local = LocalCluster(tmp_path_factory.mktemp("real"), ensure_binaries(), kubelet_access=True)
     local.start()
-    nodes = RealNodes(local, REAL_NODE_COUNT, gpus=GPUS_PER_NODE)
+    nodes = RealNodes(local, REAL_NODE_COUNT, gpus=GPUS_PER_NODE, gpus_by="both")
     try:
         nodes.start()
         pytestconfig.stash[_SESSION] = (local, nodes)

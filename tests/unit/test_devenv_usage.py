@@ -61,3 +61,13 @@ def test_under_python_m_it_is_the_venv_bin_beside_the_interpreter(
     assert devenv.cli_dir() == tmp_path
     monkeypatch.setattr(sys, "executable", str(tmp_path / "elsewhere" / "python3"))
     assert devenv.cli_dir() is None
+
+
+@pytest.mark.parametrize(("gpus_by", "says_dra"), [("device-plugin", False), ("dra", True)])
+def test_real_nodes_serving_gpus_by_dra_point_at_their_device_class(
+    gpus_by: str, says_dra: bool
+) -> None:
+    info = {**INFO, "real_nodes": ["real-node-0", "real-node-1"], "real_gpus_by": gpus_by}
+    lines = devenv.usage_lines(info, Path("/venv/bin"))
+    assert any("real nodes real-node-0, real-node-1" in line for line in lines)
+    assert any("DeviceClass gpu.example.com" in line for line in lines) == says_dra

@@ -95,6 +95,38 @@ def test_containerd_config_restricts_oom_scores_and_keeps_state_per_node() -> No
     assert "SystemdCgroup = false" in text
 
 
+def test_containerd_reads_cdi_specs_from_its_own_node_only() -> None:
+    first, second = _layout().nodes
+    text = plan.containerd_config(first, Path("/w/cni"))
+    assert "enable_cdi = true" in text
+    assert f'cdi_spec_dirs = ["{first.cdi_dir}"]' in text
+    assert first.cdi_dir != second.cdi_dir
+    assert first.cdi_dir.is_relative_to(first.run_dir)  # removed with the node
+
+
+def test_the_dra_driver_of_a_node_serves_that_node_from_its_kubelet_dirs() -> None:
+    node = _layout().nodes[1]
+    argv = plan.dra_driver_argv(Path("/b/dra-test-driver"), node, kubeconfig=Path("/k"))
+    flags = dict(a.split("=", 1) for a in argv if a.startswith("--"))
+    assert argv.index("kubelet-plugin") > argv.index("--kubeconfig=/k")
+    assert flags["--drivername"] == plan.DRA_DRIVER
+    assert flags["--node-name"] == node.name
+    assert flags["--num-devices"] == "2"
+    assert flags["--plugin-registration-path"] == str(node.plugin_registry_dir)
+    assert flags["--datadir"] == str(node.plugins_dir)
+    assert flags["--cdi-dir"] == str(node.cdi_dir)
+
+
+def test_the_device_class_maps_the_extended_resource_only_when_asked() -> None:
+    served = plan.dra_device_class("nvidia.com/gpu")
+    assert served["metadata"]["name"] == plan.DRA_DEVICE_CLASS
+    assert served["spec"]["extendedResourceName"] == "nvidia.com/gpu"
+    assert served["spec"]["selectors"] == [
+        {"cel": {"expression": f'device.driver == "{plan.DRA_DRIVER}"'}}
+    ]
+    assert "extendedResourceName" not in plan.dra_device_class(None)["spec"]
+
+
 def test_unix_socket_paths_stay_under_the_kernel_limit_however_deep_the_workdir() -> None:
     deep = Path("/tmp") / ("d" * 200)
     layout = plan.plan_layout(
@@ -110,6 +142,8 @@ def test_unix_socket_paths_stay_under_the_kernel_limit_however_deep_the_workdir(
             Path(str(node.containerd_socket) + ".ttrpc"),
             node.kubelet_root / "pod-resources" / "1234567890",
             node.plugin_registry_dir / "fake-gpu.sock",
+            node.plugin_registry_dir / f"{plan.DRA_DRIVER}-reg.sock",
+            node.plugins_dir / plan.DRA_DRIVER / "dra.sock",
         ]
         for socket in sockets:
             assert len(str(socket)) < 108, socket
