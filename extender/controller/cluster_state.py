@@ -419,7 +419,13 @@ class ClusterState(CacheSink):
         pod = self.core.snapshot.pods.get(claim.owner_pod or "")
         if pod is None or pod.phase in TERMINAL_PHASES:
             return False
-        if not claim.extended and claim.pod_claim_name not in pod.device_claims:
+        # A claim whose devices depend on the node (firstAvailable, allocationMode All):
+        # its devices are in the member's plan's requests while it is planned, never in
+        # a bound pod's requests (there they are taken).
+        chosen = not pod.node_name and any(
+            c.claim == claim.pod_claim_name for c in pod.device_choices
+        )
+        if not claim.extended and claim.pod_claim_name not in pod.device_claims and not chosen:
             return False
         if pod.node_name:
             return pod.node_name == node and pod.holds_capacity

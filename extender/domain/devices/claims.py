@@ -10,6 +10,10 @@ and leaves the allocation) is not asked again: the member has those devices
 already, and they count as taken. A claim named directly
 (`resourceClaimName`, shared) is not a per-member need: its devices are taken
 once, when it is allocated.
+
+A template whose devices depend on the node (`firstAvailable`, `allocationMode:
+All`) gives the member `DeviceChoice`s instead, which the planner resolves per
+node (domain/devices/choices.py).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from extender.domain.devices.objects import CLASS_RESOURCE_PREFIX, ClaimTemplate, class_resource
+from extender.domain.objects.device_choice import DeviceChoice
 from extender.domain.objects.model import PodInfo
 
 
@@ -27,6 +32,7 @@ class ClaimNeeds:
     requests: dict[str, int]  # class resource -> devices
     claims: tuple[str, ...]  # the pod's claim names counted in `requests`
     error: str | None  # a template missing or not countable
+    choices: tuple[DeviceChoice, ...] = ()  # requests whose devices depend on the node
 
 
 def claim_needs(
@@ -39,6 +45,7 @@ def claim_needs(
     which need no device again."""
     requests: dict[str, int] = {}
     counted: list[str] = []
+    choices: list[DeviceChoice] = []
     for entry in spec.get("resourceClaims") or []:
         if not isinstance(entry, dict):
             continue
@@ -57,11 +64,18 @@ def claim_needs(
                 f"ResourceClaimTemplate {template_name}: {template.unsupported}, "
                 "which gang-extender cannot count yet (docs/dra.md)",
             )
+        claim_name = str(entry.get("name") or "")
+        choices.extend(
+            DeviceChoice(claim_name, str(template_name), request, alternatives)
+            for request, alternatives in template.choices
+        )
+        if template.choices:
+            continue
         for device_class, count in template.needs.items():
             resource = class_resource(device_class)
             requests[resource] = requests.get(resource, 0) + count
-        counted.append(str(entry.get("name") or ""))
-    return ClaimNeeds(requests, tuple(counted), None)
+        counted.append(claim_name)
+    return ClaimNeeds(requests, tuple(counted), None, tuple(choices))
 
 
 def with_claim_needs(
@@ -77,12 +91,12 @@ def with_claim_needs(
     needs = claim_needs(spec, pod.namespace, templates, held)
     if needs.error is not None:
         return replace(pod, group_error=pod.group_error or needs.error)
-    if not needs.requests:
+    if not needs.requests and not needs.choices:
         return pod
     requests = dict(pod.requests)
     for name, count in needs.requests.items():
         requests[name] = requests.get(name, 0) + count
-    return replace(pod, requests=requests, device_claims=needs.claims)
+    return replace(pod, requests=requests, device_claims=needs.claims, device_choices=needs.choices)
 
 
 def device_shortfall(

@@ -167,6 +167,21 @@ class DeviceInventory:
                 offered[resource] = count
         return offered, unreadable
 
+    def totals(self, node: str, advertised: Mapping[str, int]) -> dict[str, int]:
+        """Per DRA-served resource `node` does not advertise, every device of its slices
+        that matches the class, free or taken (what allocationMode All asks there)."""
+        totals: dict[str, int] = {}
+        slices = [self.slices[n] for n in sorted(self._node_slices.get(node, ()))]
+        current = [s for s in slices if self._newest.get((s.driver, s.pool)) == s.generation]
+        if not current:
+            return totals
+        for resource, device_class in self.served().items():
+            if resource not in advertised:
+                totals[resource] = sum(
+                    len(self._matching(s, device_class).matched[device_class.name]) for s in current
+                )
+        return totals
+
     # ---- helpers ----
     def _taken_on(self, current: list[Slice], node: str, holds: Holds) -> set[DeviceId]:
         """Devices of `current` slices allocated to claims whose devices the snapshot does

@@ -16,6 +16,8 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from extender.domain.cluster.snapshot import add_into
+from extender.domain.devices.choices import choice_shortfall, requests_on
 from extender.domain.devices.claims import device_shortfall
 from extender.domain.devices.nodes import unreadable_note
 from extender.domain.objects.limits import MAX_TOPOLOGY_LABELS, PLANNER_STEP_BUDGET, listing
@@ -52,6 +54,9 @@ __all__ = [
 @dataclass(frozen=True)
 class Placement:
     nodes: dict[str, str]  # pod uid -> node
+    # What members with device choices (domain/devices/choices.py) take on their
+    # node, by uid; the others take their requests.
+    requests: dict[str, Resources] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -292,7 +297,7 @@ def plan_gang(
         return _plan_required(planner, free, resolved.required)
     placed, misfit = planner.within(free)
     if misfit is None:
-        return Placement(placed)
+        return _placement(members, placed, free, nodes)
     return Shortfall(
         len(placed),
         len(members),
@@ -319,7 +324,7 @@ def _plan_required(
             where = f" domain: bound members already span {key} {', '.join(anchors)};"
     best = planner.best_single(free, domains, 0)
     if best is not None:
-        return Placement(best)
+        return _placement(members, best, free, nodes)
     most = max((sum(free[n].get(GPU, 0) for n in names) for names in domains.values()), default=0)
     return Shortfall(
         0,
@@ -327,6 +332,37 @@ def _plan_required(
         f"no single {key} domain fits all {len(members)} members "
         f"({_need_text(members)};{where} most free {GPU} in one {key} domain: {most})",
     )
+
+
+def _placement(
+    members: Sequence[PodInfo],
+    placed: dict[str, str],
+    free: Mapping[str, Resources],
+    nodes: Mapping[str, NodeInfo],
+) -> Placement:
+    """`placed` with what each member with device choices takes on its node: on each
+    node the fixed requests first, then the choices in the order they were placed
+    (planned members first, then largest first), as the fill resolved them."""
+    choosers = [p for p in members if p.device_choices and p.uid in placed]
+    if not choosers:
+        return Placement(placed)
+    rooms: dict[str, Resources] = {}
+    for pod in members:
+        node = placed.get(pod.uid)
+        if node is not None and not pod.device_choices:
+            add_into(rooms.setdefault(node, dict(free[node])), pod.requests, -1)
+    requests: dict[str, Resources] = {}
+    first = [p for p in choosers if p.planned_node == placed[p.uid]]
+    early = {p.uid for p in first}
+    for pod in first + [p for p in member_order(choosers) if p.uid not in early]:
+        node = placed[pod.uid]
+        room = rooms.setdefault(node, dict(free[node]))
+        taken = requests_on(pod, room, nodes[node].device_totals)
+        if taken is None:  # not seen: the fill found room in this order
+            taken = requests_on(pod, free[node], nodes[node].device_totals) or pod.requests
+        add_into(room, taken, -1)
+        requests[pod.uid] = taken
+    return Placement(placed, requests)
 
 
 def _need_text(members: Sequence[PodInfo]) -> str:
@@ -369,7 +405,9 @@ def _shortfall_text(
             f"{head}: needs {need_gpus} {GPU} in all ({want} for {misfit.name}), "
             f"{free_gpus} free, largest free node has {largest}"
         )
-    devices = device_shortfall(head, members, misfit, free)
+    devices = device_shortfall(head, members, misfit, free) or choice_shortfall(
+        head, members, misfit, free
+    )
     if devices is not None:
         return devices
     for resource in (CPU, MEMORY, "pods"):
