@@ -74,7 +74,7 @@ def pod_with(
         device_choices=tuple(
             DeviceChoice(
                 "c",
-                "t",
+                "ResourceClaimTemplate t",
                 f"r{i}",
                 tuple(DeviceAlternative(r, n, f"r{i}/{j}") for j, (r, n) in enumerate(alts)),
             )

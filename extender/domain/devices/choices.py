@@ -83,7 +83,7 @@ def choice_shortfall(
     if not misfit.device_choices:
         return None
     asks = "; ".join(
-        f"ResourceClaimTemplate {c.template} request {c.request}: "
+        f"{c.source} request {c.request}: "
         + (" or ".join(_wants(a) for a in c.alternatives))
         + (" (firstAvailable, the first that fits)" if len(c.alternatives) > 1 else "")
         for c in misfit.device_choices

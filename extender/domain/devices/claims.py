@@ -8,8 +8,9 @@ which every node offers as many of as its matching free devices
 after its bind failed (kube-scheduler takes the pod out of the claim's reservedFor
 and leaves the allocation) is not asked again: the member has those devices
 already, and they count as taken. A claim named directly
-(`resourceClaimName`, shared) is not a per-member need: its devices are taken
-once, when it is allocated.
+(`resourceClaimName`, shared) is not a per-member need: once allocated, its
+devices are taken, once; before that it is a need of the gang, counted once, on
+the one node its members share it on (domain/planning/sharers.py).
 
 A template whose devices depend on the node (`firstAvailable`, `allocationMode:
 All`) gives the member `DeviceChoice`s instead, which the planner resolves per
@@ -22,8 +23,13 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from extender.domain.devices.objects import CLASS_RESOURCE_PREFIX, ClaimTemplate, class_resource
-from extender.domain.objects.device_choice import DeviceChoice
+from extender.domain.devices.objects import (
+    CLASS_RESOURCE_PREFIX,
+    Claim,
+    ClaimTemplate,
+    class_resource,
+)
+from extender.domain.objects.device_choice import DeviceChoice, SharedClaim
 from extender.domain.objects.model import PodInfo
 
 
@@ -33,6 +39,8 @@ class ClaimNeeds:
     claims: tuple[str, ...]  # the pod's claim names counted in `requests`
     error: str | None  # a template missing or not countable
     choices: tuple[DeviceChoice, ...] = ()  # requests whose devices depend on the node
+    shared: tuple[SharedClaim, ...] = ()  # claims named directly, not allocated yet
+    named: tuple[str, ...] = ()  # keys of the claims named directly
 
 
 def claim_needs(
@@ -40,19 +48,31 @@ def claim_needs(
     namespace: str,
     templates: Mapping[str, ClaimTemplate],
     held: Collection[str] = (),
+    claims: Mapping[str, Claim] | None = None,
 ) -> ClaimNeeds:
     """`held`: the pod's claims allocated to it already (left over from a failed bind),
-    which need no device again."""
+    which need no device again. `claims`: the ResourceClaims by key, for the claims
+    the pod names directly (None: not looked at)."""
     requests: dict[str, int] = {}
     counted: list[str] = []
     choices: list[DeviceChoice] = []
+    shared: list[SharedClaim] = []
+    named: list[str] = []
     for entry in spec.get("resourceClaims") or []:
         if not isinstance(entry, dict):
             continue
+        claim_name = entry.get("resourceClaimName")
+        if claim_name and claims is not None:
+            named.append(f"{namespace}/{claim_name}")
+            need = _shared_need(str(entry.get("name") or ""), str(claim_name), namespace, claims)
+            if isinstance(need, str):
+                return ClaimNeeds({}, (), need)
+            if need is not None:
+                shared.append(need)
+            continue
         template_name = entry.get("resourceClaimTemplateName")
         if not template_name or entry.get("name") in held:
-            # A shared claim (resourceClaimName) is counted once, when allocated; a
-            # claim allocated to the pod already counts as taken (inventory.py).
+            # A claim allocated to the pod already counts as taken (inventory.py).
             continue
         template = templates.get(f"{namespace}/{template_name}")
         if template is None:
@@ -64,9 +84,9 @@ def claim_needs(
                 f"ResourceClaimTemplate {template_name}: {template.unsupported}, "
                 "which gang-extender cannot count yet (docs/dra.md)",
             )
-        claim_name = str(entry.get("name") or "")
+        pod_claim = str(entry.get("name") or "")
         choices.extend(
-            DeviceChoice(claim_name, str(template_name), request, alternatives)
+            DeviceChoice(pod_claim, f"ResourceClaimTemplate {template_name}", request, alternatives)
             for request, alternatives in template.choices
         )
         if template.choices:
@@ -74,8 +94,33 @@ def claim_needs(
         for device_class, count in template.needs.items():
             resource = class_resource(device_class)
             requests[resource] = requests.get(resource, 0) + count
-        counted.append(claim_name)
-    return ClaimNeeds(requests, tuple(counted), None, tuple(choices))
+        counted.append(pod_claim)
+    return ClaimNeeds(requests, tuple(counted), None, tuple(choices), tuple(shared), tuple(named))
+
+
+def _shared_need(
+    pod_claim: str, claim_name: str, namespace: str, claims: Mapping[str, Claim]
+) -> SharedClaim | str | None:
+    """What a claim named directly asks of its members' gang: None once it is allocated
+    (its devices are taken, once), or why it cannot be counted."""
+    claim = claims.get(f"{namespace}/{claim_name}")
+    if claim is None:
+        return f"ResourceClaim {claim_name} not found"
+    if claim.allocated or claim.asks is None:
+        return None
+    if claim.asks.unsupported is not None:
+        return (
+            f"ResourceClaim {claim_name}: {claim.asks.unsupported}, "
+            "which gang-extender cannot count yet (docs/dra.md)"
+        )
+    return SharedClaim(
+        claim.key,
+        tuple(sorted((class_resource(c), n) for c, n in claim.asks.needs.items())),
+        tuple(
+            DeviceChoice(pod_claim, f"ResourceClaim {claim_name}", request, alternatives)
+            for request, alternatives in claim.asks.choices
+        ),
+    )
 
 
 def with_claim_needs(
@@ -83,14 +128,18 @@ def with_claim_needs(
     spec: Mapping[str, Any],
     templates: Mapping[str, ClaimTemplate],
     held: Collection[str] = (),
+    claims: Mapping[str, Claim] | None = None,
 ) -> PodInfo:
-    """`pod` with what its claim templates ask added to its requests (a gang member's
-    group error when a template is missing or cannot be counted)."""
+    """`pod` with what its claim templates ask added to its requests, and the claims it
+    names directly that are not allocated yet (a gang member's group error when a
+    template or claim is missing or cannot be counted)."""
     if not spec.get("resourceClaims"):
         return pod
-    needs = claim_needs(spec, pod.namespace, templates, held)
+    needs = claim_needs(spec, pod.namespace, templates, held, claims)
     if needs.error is not None:
         return replace(pod, group_error=pod.group_error or needs.error)
+    if needs.named:
+        pod = replace(pod, shared_claims=needs.shared, named_claims=needs.named)
     if not needs.requests and not needs.choices:
         return pod
     requests = dict(pod.requests)

@@ -20,7 +20,7 @@ resource (domain/devices/claims.py).
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from extender.domain.devices.objects import Claim, DeviceClass, DeviceId, Slice
@@ -122,6 +122,15 @@ class DeviceInventory:
             nodes |= self._claim_nodes(self.claims[uid])
         return nodes
 
+    def nodes_of_claims(self, keys: Iterable[str]) -> set[str]:
+        """Nodes holding devices of these claims (a pod naming them directly)."""
+        nodes: set[str] = set()
+        for key in keys:
+            claim = self.claims.get(key)
+            if claim is not None:
+                nodes |= self._claim_nodes(claim)
+        return nodes
+
     def left_over(self, pod_uid: str) -> set[str]:
         """The pod's claims (by its names for them) that stay allocated after a failed
         bind: the pod has those devices already, it does not need them again."""
@@ -193,7 +202,7 @@ class DeviceInventory:
                 if uid is None:
                     continue
                 claim = self.claims[uid]
-                if claim.owner_pod is not None and holds(claim, node):
+                if holds(claim, node):
                     continue
                 taken.add(device.id)
         return taken

@@ -166,6 +166,9 @@ class Claim:
     # status.reservedFor, the uids of the pods: kube-scheduler reserves the claim for
     # the pod as it allocates it, and takes the pod out when the pod's bind fails.
     reserved_for: tuple[str, ...] = ()
+    # What its spec.devices asks (a claim named directly by pods, not allocated yet,
+    # is a need of their gang: domain/devices/claims.py).
+    asks: ClaimTemplate | None = None
 
     @property
     def left_over(self) -> bool:
@@ -206,6 +209,12 @@ class Claim:
                 for ref in (obj.get("status") or {}).get("reservedFor") or []
                 if isinstance(ref, dict)
             ),
+            asks=None
+            if owner is not None or allocated
+            else ClaimTemplate.of_devices(
+                f"{meta.get('namespace') or 'default'}/{meta['name']}",
+                ((obj.get("spec") or {}).get("devices")) or {},
+            ),
         )
 
 
@@ -231,6 +240,11 @@ class ClaimTemplate:
         meta = obj["metadata"]
         key = f"{meta.get('namespace') or 'default'}/{meta['name']}"
         devices = (((obj.get("spec") or {}).get("spec") or {}).get("devices")) or {}
+        return cls.of_devices(key, devices)
+
+    @classmethod
+    def of_devices(cls, key: str, devices: Mapping[str, Any]) -> ClaimTemplate:
+        """What a claim's `spec.devices` asks (a template's, or a claim's own)."""
         requests: list[tuple[str, tuple[DeviceAlternative, ...]]] = []
         for request in devices.get("requests") or []:
             if not isinstance(request, dict):

@@ -28,6 +28,18 @@ class DeviceChoice:
     """A claim request served by the first of its alternatives that fits the node."""
 
     claim: str  # the pod's name for the claim (spec.resourceClaims[].name)
-    template: str  # the ResourceClaimTemplate's name, for holds
+    source: str  # "ResourceClaimTemplate <name>" or "ResourceClaim <name>", for holds
     request: str
     alternatives: tuple[DeviceAlternative, ...]
+
+
+@dataclass(frozen=True)
+class SharedClaim:
+    """A ResourceClaim named directly by members (`resourceClaimName`), not allocated
+    yet: a need of their gang, counted once, on the one node all of them share it on
+    (its devices are node-local). The planner places the members naming it together
+    (domain/planning/sharers.py)."""
+
+    key: str  # namespace/name
+    requests: tuple[tuple[str, int], ...]  # class resource -> devices, exactly
+    choices: tuple[DeviceChoice, ...]  # its requests whose devices depend on the node

@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from extender.domain.objects import membership
-from extender.domain.objects.device_choice import DeviceChoice
+from extender.domain.objects.device_choice import DeviceChoice, SharedClaim
 from extender.domain.objects.limits import (
     MAX_SECONDS,
     quoted,
@@ -149,6 +149,10 @@ class PodInfo:
     # Its template requests whose devices depend on the node (firstAvailable,
     # allocationMode All): not in `requests`; the planner resolves them per node.
     device_choices: tuple[DeviceChoice, ...] = ()
+    # The ResourceClaims it names directly (resourceClaimName), by key, and those of
+    # them not allocated yet: a need of its gang, on one node (domain/planning/sharers.py).
+    named_claims: tuple[str, ...] = ()
+    shared_claims: tuple[SharedClaim, ...] = ()
 
     @property
     def ref(self) -> str:

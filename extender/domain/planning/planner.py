@@ -14,7 +14,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from extender.domain.cluster.snapshot import add_into
 from extender.domain.devices.choices import choice_shortfall, requests_on
@@ -33,6 +33,7 @@ from extender.domain.planning.node_fill import (
 )
 from extender.domain.planning.node_fit import NodeRestriction, node_accepts, node_admits
 from extender.domain.planning.node_order import NodeOrder
+from extender.domain.planning.sharers import units_of
 
 # Domains that hold a gang are compared, tightest first, up to this many: the plan
 # stays a few placements' work however many racks or zones a cluster has.
@@ -286,6 +287,24 @@ def plan_gang(
     for the policy's strategy (kept by the score board instead of sorted per plan).
     """
     allowed = allowed or {}
+    units = units_of(members, allowed)
+    if units is not None:  # members sharing a claim not allocated yet: one node each unit
+        outcome = plan_gang(
+            units.members,
+            free,
+            nodes,
+            policy,
+            allowed=units.allowed,
+            topology=topology,
+            bound=bound,
+            order=order,
+        )
+        if isinstance(outcome, Placement):
+            return Placement(*units.spread(outcome.nodes, outcome.requests))
+        unplaced = tuple(u for uid in outcome.unplaced for u in units.members_of(uid))
+        return replace(
+            outcome, placeable=len(members) - len(unplaced), total=len(members), unplaced=unplaced
+        )
     resolved = _resolve_topology(members, topology, policy)
     if isinstance(resolved, str):
         return Shortfall(0, len(members), resolved)
