@@ -274,6 +274,7 @@ class ClusterState(CacheSink):
                     self.claim_templates,
                     self.devices.left_over(pod.uid),
                     self.devices.claims,
+                    self.devices.allocated_to(pod.uid),
                 )
             placeholder = pod.placeholder_for
             if placeholder is not None and not self.seal.is_our_placeholder(obj, placeholder.name):
@@ -371,8 +372,9 @@ class ClusterState(CacheSink):
                 else self.devices.upsert_claim(claim)
             )
             # A member whose claim stays allocated after a failed bind needs its
-            # devices no more (domain/devices/claims.py): read it again.
-            if (old is not None and old.left_over) != (claim is not None and claim.left_over):
+            # devices no more (domain/devices/claims.py): read it again; so is one
+            # whose claim was allocated for it, which asks what kube-scheduler chose.
+            if _allocation_of(old) != _allocation_of(claim):
                 self._reread_owner(old or claim)
             # Members naming the claim directly need it until it is allocated.
             either = old or claim
@@ -485,3 +487,10 @@ def _describe(obj: Any) -> str:
     if not isinstance(meta, dict):
         return "no metadata"
     return f"{meta.get('namespace', '')}/{meta.get('name', '?')}"[:253]
+
+
+def _allocation_of(claim: Claim | None) -> tuple[object, ...]:
+    """What of a claim its owner's needs depend on (domain/devices/claims.py)."""
+    if claim is None:
+        return ()
+    return (claim.left_over, claim.served if claim.allocated else ())

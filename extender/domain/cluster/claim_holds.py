@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Protocol
 
-from extender.domain.devices.objects import Claim
+from extender.domain.devices.objects import CLASS_RESOURCE_PREFIX, Claim
 from extender.domain.objects.membership import GroupKey
 from extender.domain.objects.model import TERMINAL_PHASES, PodInfo
 
@@ -21,6 +21,9 @@ class Placed(Protocol):
 
     @property
     def placements(self) -> Mapping[str, str]: ...
+
+    @property
+    def requests(self) -> Mapping[str, Mapping[str, int]]: ...
 
 
 def claim_held(
@@ -46,7 +49,20 @@ def claim_held(
     if pod.node_name:
         return pod.node_name == node and pod.holds_capacity
     plan = plans.get(pod.group) if pod.group is not None else None
-    return plan is not None and plan.placements.get(pod.uid) == node
+    if plan is None or plan.placements.get(pod.uid) != node:
+        return False
+    # The plan reserves what the member needed when it was made: a claim allocated
+    # later with more devices than that (another firstAvailable subrequest, or one
+    # left over by a failed bind when the plan was made) is taken, not a reservation.
+    return claim.extended or _devices_reserved(plan, pod.uid) >= len(claim.allocated)
+
+
+def _devices_reserved(plan: Placed, uid: str) -> int:
+    return sum(
+        value
+        for name, value in plan.requests.get(uid, {}).items()
+        if name.startswith(CLASS_RESOURCE_PREFIX)
+    )
 
 
 def _shared_held(

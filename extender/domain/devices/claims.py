@@ -49,10 +49,13 @@ def claim_needs(
     templates: Mapping[str, ClaimTemplate],
     held: Collection[str] = (),
     claims: Mapping[str, Claim] | None = None,
+    allocated: Mapping[str, Sequence[str]] | None = None,
 ) -> ClaimNeeds:
     """`held`: the pod's claims allocated to it already (left over from a failed bind),
     which need no device again. `claims`: the ResourceClaims by key, for the claims
-    the pod names directly (None: not looked at)."""
+    the pod names directly (None: not looked at). `allocated`: the pod's claims
+    kube-scheduler allocated and reserved for it, with the request each device
+    serves: a request with choices then asks what was allocated for it."""
     requests: dict[str, int] = {}
     counted: list[str] = []
     choices: list[DeviceChoice] = []
@@ -85,6 +88,12 @@ def claim_needs(
                 "which gang-extender cannot count yet (docs/dra.md)",
             )
         pod_claim = str(entry.get("name") or "")
+        served = (allocated or {}).get(pod_claim)
+        if template.choices and served is not None:
+            for resource, count in _as_allocated(template, served).items():
+                requests[resource] = requests.get(resource, 0) + count
+            counted.append(pod_claim)
+            continue
         choices.extend(
             DeviceChoice(pod_claim, f"ResourceClaimTemplate {template_name}", request, alternatives)
             for request, alternatives in template.choices
@@ -96,6 +105,19 @@ def claim_needs(
             requests[resource] = requests.get(resource, 0) + count
         counted.append(pod_claim)
     return ClaimNeeds(requests, tuple(counted), None, tuple(choices), tuple(shared), tuple(named))
+
+
+def _as_allocated(template: ClaimTemplate, served: Sequence[str]) -> dict[str, int]:
+    """What a claim with choices holds once allocated: per class, the devices of the
+    (sub)request each allocated device serves."""
+    names = {a.name: a.resource for _, alternatives in template.choices for a in alternatives}
+    held: dict[str, int] = {}
+    first = template.choices[0][1][0].resource
+    for request in served:
+        # A request name not in the template (not expected): its device still counts.
+        resource = names.get(request, first)
+        held[resource] = held.get(resource, 0) + 1
+    return held
 
 
 def _shared_need(
@@ -129,18 +151,19 @@ def with_claim_needs(
     templates: Mapping[str, ClaimTemplate],
     held: Collection[str] = (),
     claims: Mapping[str, Claim] | None = None,
+    allocated: Mapping[str, Sequence[str]] | None = None,
 ) -> PodInfo:
     """`pod` with what its claim templates ask added to its requests, and the claims it
     names directly that are not allocated yet (a gang member's group error when a
     template or claim is missing or cannot be counted)."""
     if not spec.get("resourceClaims"):
         return pod
-    needs = claim_needs(spec, pod.namespace, templates, held, claims)
+    needs = claim_needs(spec, pod.namespace, templates, held, claims, allocated)
     if needs.error is not None:
         return replace(pod, group_error=pod.group_error or needs.error)
     if needs.named:
         pod = replace(pod, shared_claims=needs.shared, named_claims=needs.named)
-    if not needs.requests and not needs.choices:
+    if not needs.requests and not needs.choices and not needs.claims:
         return pod
     requests = dict(pod.requests)
     for name, count in needs.requests.items():

@@ -131,6 +131,17 @@ class DeviceInventory:
                 nodes |= self._claim_nodes(claim)
         return nodes
 
+    def allocated_to(self, pod_uid: str) -> dict[str, tuple[str, ...]]:
+        """The pod's claims (by its names for them) allocated and reserved for it, with
+        the request each device serves: kube-scheduler chose them (PreBind)."""
+        return {
+            claim.pod_claim_name: claim.served
+            for key in self._owned.get(pod_uid, ())
+            if (claim := self.claims[key]).allocated
+            and not claim.left_over
+            and claim.pod_claim_name is not None
+        }
+
     def left_over(self, pod_uid: str) -> set[str]:
         """The pod's claims (by its names for them) that stay allocated after a failed
         bind: the pod has those devices already, it does not need them again."""

@@ -166,6 +166,9 @@ class Claim:
     # status.reservedFor, the uids of the pods: kube-scheduler reserves the claim for
     # the pod as it allocates it, and takes the pod out when the pod's bind fails.
     reserved_for: tuple[str, ...] = ()
+    # The request each allocated device serves ("r", or "r/s0" for a firstAvailable
+    # subrequest), in the order of `allocated`.
+    served: tuple[str, ...] = ()
     # What its spec.devices asks (a claim named directly by pods, not allocated yet,
     # is a need of their gang: domain/devices/claims.py).
     asks: ClaimTemplate | None = None
@@ -204,6 +207,7 @@ class Claim:
             extended=annotations.get(EXTENDED_RESOURCE_CLAIM_ANNOTATION) == "true",
             allocated=allocated,
             pod_claim_name=annotations.get(POD_CLAIM_NAME_ANNOTATION),
+            served=tuple(str(r.get("request") or "") for r in results if isinstance(r, dict)),
             reserved_for=tuple(
                 str(ref.get("uid"))
                 for ref in (obj.get("status") or {}).get("reservedFor") or []
