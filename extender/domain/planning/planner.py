@@ -302,8 +302,18 @@ def plan_gang(
         if isinstance(outcome, Placement):
             return Placement(*units.spread(outcome.nodes, outcome.requests))
         unplaced = tuple(u for uid in outcome.unplaced for u in units.members_of(uid))
+        placeable = len(members) - len(unplaced) if outcome.unplaced else outcome.placeable
+        # The head counts members, not units ("1/2 members placeable" of 2 units).
+        head = f"{outcome.placeable}/{len(units.members)} members placeable"
+        message = outcome.message
+        if message.startswith(head):
+            message = f"{placeable}/{len(members)} members placeable" + message[len(head) :]
         return replace(
-            outcome, placeable=len(members) - len(unplaced), total=len(members), unplaced=unplaced
+            outcome,
+            placeable=placeable,
+            total=len(members),
+            unplaced=unplaced,
+            message=message,
         )
     resolved = _resolve_topology(members, topology, policy)
     if isinstance(resolved, str):
