@@ -22,7 +22,7 @@ from typing import Any
 import orjson
 
 from bench.env import CREATE_WORKERS, BenchEnv
-from bench.kubeclient import bulk, count, pods_path
+from bench.kubeclient import ApiError, bulk, count, pods_path
 from bench.objects import (
     GANG_PODGROUP_API,
     UNSERVED_SCHEDULER,
@@ -362,7 +362,14 @@ class LatencyWorkload:
         partial = observed_partial_gangs(env, self.probe_namespace, GROUP_LABEL)
         counted = service_metric(env, PARTIAL_GANGS_METRIC)  # since this size's restart
         # The next size starts from no plans or reservations: its probes are its own.
-        clear(env, self.probe_namespace)
+        # A loaded API server may time the deletion out (504): this size's figures are
+        # kept with the error; a next size would start with the probes left.
+        cleanup_error = None
+        try:
+            clear(env, self.probe_namespace)
+        except ApiError as err:
+            log.error("clearing %s failed: %s", self.probe_namespace, err)
+            cleanup_error = repr(err)
         result: dict[str, Any] = {
             "nodes": nodes,
             "bound_pods": pods,
@@ -381,6 +388,7 @@ class LatencyWorkload:
             "partial_gangs": partial,
             "partial_gangs_counted": counted,
             "settle_after_start_s": round(settle_wait, 1),
+            "cleanup_error": cleanup_error,
             "bind_overhead_ms": {
                 q: round(
                     verbs["bind plain pod (extender)"][f"{q}_ms"]
