@@ -15,7 +15,7 @@ export K8S_VERSION
 OLDEST_K8S_VERSION := v1.35.4
 OLDEST_SUITE := tests/e2e/test_control_plane.py tests/e2e/test_gang_scheduling.py \
 	tests/e2e/test_job_wiring.py tests/e2e/test_ha.py tests/e2e/test_workload_v135.py \
-	tests/e2e/test_gang_preemption.py
+	tests/e2e/test_gang_preemption.py tests/e2e/test_dra.py
 
 .PHONY: demo demo-real test test-oldest test-real unit e2e lint typecheck bench mutate \
 	control-plane kueue node dev-up dev-down clean

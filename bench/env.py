@@ -62,7 +62,7 @@ class BenchEnv:
         *,
         kwok: bool,
         prefix: str,
-        gpus: int = 8,
+        gpus: int | None = 8,
         start: int = 0,
         labels: dict[str, str] | None = None,
     ) -> list[str]:

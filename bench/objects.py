@@ -45,10 +45,18 @@ _UNKNOWN_CONDITIONS = [
 
 
 def node_body(
-    name: str, workload: str, *, gpus: int = 8, kwok: bool, labels: dict[str, str] | None = None
+    name: str,
+    workload: str,
+    *,
+    gpus: int | None = 8,
+    kwok: bool,
+    labels: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """A GPU node. `kwok=False`: a plain Node object nobody heartbeats (cache-size runs)."""
-    resources = {"cpu": "64", "memory": "512Gi", "pods": "110", GPU: str(gpus)}
+    """A GPU node. `kwok=False`: a plain Node object nobody heartbeats (cache-size runs).
+    `gpus=None`: no nvidia.com/gpu in allocatable (its GPUs are DRA devices)."""
+    resources = {"cpu": "64", "memory": "512Gi", "pods": "110"}
+    if gpus is not None:
+        resources[GPU] = str(gpus)
     annotations = {"node.alpha.kubernetes.io/ttl": "0"}
     spec: dict[str, Any] = {}
     status: dict[str, Any] = {"capacity": dict(resources), "allocatable": dict(resources)}
@@ -164,3 +172,46 @@ def coscheduling_member(name: str, group: str, workload: str, *, gpus: int = 1) 
         gpus=gpus,
         labels={COSCHEDULING_GROUP_LABEL: group},
     )
+
+
+DRA_DRIVER = "gpu.bench.example.com"
+DRA_CLASS = "bench-gpu"
+
+
+def dra_device_class() -> dict[str, Any]:
+    """A DeviceClass serving nvidia.com/gpu from the bench driver's devices (as NVIDIA's
+    DRA driver's class does), selecting them with a CEL expression."""
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": DRA_CLASS},
+        "spec": {
+            "selectors": [{"cel": {"expression": f'device.driver == "{DRA_DRIVER}"'}}],
+            "extendedResourceName": GPU,
+        },
+    }
+
+
+def dra_slice(node: str, devices: int) -> dict[str, Any]:
+    """One ResourceSlice publishing `devices` GPUs of `node`."""
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{node}-gpus"},
+        "spec": {
+            "driver": DRA_DRIVER,
+            "nodeName": node,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "devices": [
+                {
+                    "name": f"gpu-{i}",
+                    "attributes": {
+                        "index": {"int": i},
+                        "productName": {"string": "NVIDIA H100 80GB HBM3"},
+                    },
+                    "capacity": {"memory": {"value": "80Gi"}},
+                }
+                for i in range(devices)
+            ],
+        },
+    }

@@ -119,6 +119,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--latency-sizes", help="NODESxPODS,... (default: the preset's)")
     p.add_argument(
+        "--latency-dra",
+        type=int,
+        default=0,
+        metavar="DEVICES",
+        help="latency: GPUs as DRA devices, DEVICES per node in a ResourceSlice, served as "
+        "nvidia.com/gpu by a DeviceClass (nodes advertise none); 0: device plugin",
+    )
+    p.add_argument(
         "--webhook-namespace-sizes",
         help="pods in the namespace for the webhook's size series, N,...",
     )
@@ -212,6 +220,7 @@ def main(argv: list[str] | None = None) -> int:
             "machine": machine_info(),
             "commit": _commit(),
             "service_src": str(args.service_src) if args.service_src else None,
+            "latency_dra_devices_per_node": args.latency_dra,
         }
     }
     scheduler_plugins = None
@@ -292,6 +301,7 @@ def main(argv: list[str] | None = None) -> int:
                             plans=cfg["plans"],
                             seconds_per_scenario=cfg["seconds_per_scenario"],
                             restarts=cfg["restarts"],
+                            dra_devices=args.latency_dra,
                             profile_dir=None if args.no_profile else args.out,
                             service_src=args.service_src,
                         ),

@@ -23,8 +23,15 @@ from typing import Any
 import orjson
 
 from bench.env import CREATE_WORKERS, BenchEnv
-from bench.kubeclient import bulk, count, pods_path
-from bench.objects import GANG_PODGROUP_API, UNSERVED_SCHEDULER, gang_member, pod_body
+from bench.kubeclient import ApiError, bulk, count, pods_path
+from bench.objects import (
+    GANG_PODGROUP_API,
+    UNSERVED_SCHEDULER,
+    dra_device_class,
+    dra_slice,
+    gang_member,
+    pod_body,
+)
 from bench.profile import as_text, summarize
 from bench.service import ExtenderClient, PySpy, binding_args, extender_args, restart_service
 from bench.stats import summary_ms
@@ -40,6 +47,7 @@ from extender.domain.objects.model import STARVATION_ANNOTATION
 log = logging.getLogger("bench.latency")
 
 WORKLOAD = "cache"
+RESOURCE_API = "/apis/resource.k8s.io/v1"
 GANG_SIZE = 8
 # The probe gangs outlive their plans (nobody binds them) and, past the default
 # starvationSeconds (60 s), one at the head would reserve a node, which is not the
@@ -61,6 +69,9 @@ class LatencyConfig:
     plans: int  # gangs planned (one filter each) per size
     seconds_per_scenario: float  # bound on each loop's time
     restarts: int = 1  # service starts timed per size (the median is reported)
+    # GPUs as DRA devices: nodes advertise no nvidia.com/gpu, each publishes this many
+    # in a ResourceSlice, a DeviceClass maps nvidia.com/gpu to them (0: device plugin).
+    dra_devices: int = 0
     profile_dir: Path | None = None  # py-spy of the largest size's verbs, when set
     service_src: Path | None = None
 
@@ -116,9 +127,18 @@ class LatencyWorkload:
     def _grow(self, nodes: int, pods: int) -> None:
         env = self.env
         if len(self.nodes) < nodes:
-            self.nodes += env.add_nodes(
-                nodes - len(self.nodes), WORKLOAD, kwok=False, prefix="cache", start=len(self.nodes)
+            dra = self.cfg.dra_devices
+            added = env.add_nodes(
+                nodes - len(self.nodes),
+                WORKLOAD,
+                kwok=False,
+                prefix="cache",
+                start=len(self.nodes),
+                gpus=None if dra else 8,
             )
+            if dra:
+                self._publish_devices(added, dra)
+            self.nodes += added
         if self.pods < pods:
             ns = self.namespace
             width = len(self.nodes)
@@ -140,6 +160,25 @@ class LatencyWorkload:
                 raise RuntimeError(f"bound pods: {result.errors} failed: {result.first_error}")
             log.info("created %d bound pods in %.1fs", result.done, result.seconds)
             self.pods = pods
+
+    def _publish_devices(self, nodes: list[str], devices: int) -> None:
+        """The DeviceClass (once) and one ResourceSlice of `devices` GPUs per node."""
+        api = self.env.api
+        if not self.nodes:
+            api.create(f"{RESOURCE_API}/deviceclasses", dra_device_class())
+        result = bulk(
+            nodes,
+            lambda n: api.create(f"{RESOURCE_API}/resourceslices", dra_slice(n, devices)),
+            workers=CREATE_WORKERS,
+        )
+        if result.errors:
+            raise RuntimeError(f"resource slices: {result.errors} failed: {result.first_error}")
+        log.info(
+            "published %d DRA devices in %d slices in %.1fs",
+            devices * len(nodes),
+            result.done,
+            result.seconds,
+        )
 
     def _probes(self, tag: str) -> Probes:
         env, ns, cfg = self.env, self.probe_namespace, self.cfg
@@ -341,10 +380,18 @@ class LatencyWorkload:
         partial = observed_partial_gangs(env, self.probe_namespace, GROUP_LABEL)
         counted = service_metric(env, PARTIAL_GANGS_METRIC)  # since this size's restart
         # The next size starts from no plans or reservations: its probes are its own.
-        clear(env, self.probe_namespace)
+        # A loaded API server may time the deletion out (504): this size's figures are
+        # kept with the error; a next size would start with the probes left.
+        cleanup_error = None
+        try:
+            clear(env, self.probe_namespace)
+        except ApiError as err:
+            log.error("clearing %s failed: %s", self.probe_namespace, err)
+            cleanup_error = repr(err)
         result: dict[str, Any] = {
             "nodes": nodes,
             "bound_pods": pods,
+            "dra_devices": nodes * cfg.dra_devices,
             "cluster_at_start": contents,
             # median of the restarts (each one under "ready_all_s")
             "healthz_s": round(healthz[len(healthz) // 2], 2),
@@ -359,6 +406,7 @@ class LatencyWorkload:
             "partial_gangs": partial,
             "partial_gangs_counted": counted,
             "settle_after_start_s": round(settle_wait, 1),
+            "cleanup_error": cleanup_error,
             "bind_overhead_ms": {
                 q: round(
                     verbs["bind plain pod (extender)"][f"{q}_ms"]

@@ -22,6 +22,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
+from extender.domain.cluster.claim_holds import claim_held
 from extender.domain.cluster.foreign_podgroups import (
     SOURCE_COSCHEDULING,
     SOURCE_OURS,
@@ -41,7 +42,6 @@ from extender.domain.objects.membership import (
     workload_ref,
 )
 from extender.domain.objects.model import (
-    TERMINAL_PHASES,
     UPSTREAM_PODGROUP_SOURCE,
     UPSTREAM_WORKLOAD_SOURCE,
     GroupSpec,
@@ -273,6 +273,8 @@ class ClusterState(CacheSink):
                     obj.get("spec") or {},
                     self.claim_templates,
                     self.devices.left_over(pod.uid),
+                    self.devices.claims,
+                    self.devices.allocated_to(pod.uid),
                 )
             placeholder = pod.placeholder_for
             if placeholder is not None and not self.seal.is_our_placeholder(obj, placeholder.name):
@@ -290,13 +292,18 @@ class ClusterState(CacheSink):
             if deleted:
                 self._drop_pod_json(pod)
                 self.core.forget_pod(pod.uid, now)
-                self._reapply_nodes(self.devices.nodes_of_pod(pod.uid))
+                self._reapply_nodes(
+                    self.devices.nodes_of_pod(pod.uid)
+                    | self.devices.nodes_of_claims(pod.named_claims)
+                )
                 if pod.group is not None and self.on_member_deleted is not None:
                     self.on_member_deleted(pod.group, obj)
                 return
             self.core.observe_pod(pod, now)
             # Bound or gone, the pod's DRA claims count as its request or as taken.
-            self._reapply_nodes(self.devices.nodes_of_pod(pod.uid))
+            self._reapply_nodes(
+                self.devices.nodes_of_pod(pod.uid) | self.devices.nodes_of_claims(pod.named_claims)
+            )
             if pod.group is not None:
                 self.group_pods[pod.group][pod.uid] = obj
                 self.dirty.add(pod.group)
@@ -365,9 +372,16 @@ class ClusterState(CacheSink):
                 else self.devices.upsert_claim(claim)
             )
             # A member whose claim stays allocated after a failed bind needs its
-            # devices no more (domain/devices/claims.py): read it again.
-            if (old is not None and old.left_over) != (claim is not None and claim.left_over):
+            # devices no more (domain/devices/claims.py): read it again; so is one
+            # whose claim was allocated for it, which asks what kube-scheduler chose.
+            if _allocation_of(old) != _allocation_of(claim):
                 self._reread_owner(old or claim)
+            # Members naming the claim directly need it until it is allocated.
+            either = old or claim
+            moved = old is None or claim is None or old.allocated != claim.allocated
+            if either is not None and either.owner_pod is None and moved:
+                namespace, _, claim_name = name.partition("/")
+                self._reread_users(namespace, "resourceClaimName", claim_name)
         self._reapply_nodes(touched)
 
     def _template_change(self, key: str, obj: dict[str, Any] | None) -> None:
@@ -382,13 +396,17 @@ class ClusterState(CacheSink):
                 return
             self.claim_templates[key] = template
         namespace, _, name = key.partition("/")
+        self._reread_users(namespace, "resourceClaimTemplateName", name)
+
+    def _reread_users(self, namespace: str, field: str, name: str) -> None:
+        """Read again the members whose spec.resourceClaims name `name` in `field`."""
         users = [
             pod
             for group, pods in self.group_pods.items()
             if group.namespace == namespace
             for pod in pods.values()
             if any(
-                isinstance(entry, dict) and entry.get("resourceClaimTemplateName") == name
+                isinstance(entry, dict) and entry.get(field) == name
                 for entry in (pod.get("spec") or {}).get("resourceClaims") or []
             )
         ]
@@ -411,20 +429,7 @@ class ClusterState(CacheSink):
         self.core.apply_node(with_devices(self.api_nodes[name], self.devices, self._holds))
 
     def _holds(self, claim: Claim, node: str) -> bool:
-        """The claim's devices are its owner pod's requests (kube-scheduler's claim for
-        the pod's extended resources, or one from a template the member's requests
-        count), counted on `node` already: as used (bound there) or as reserved (a
-        gang member its plan places there, whose claim kube-scheduler allocated before
-        calling bind, while the bind barrier waits)."""
-        pod = self.core.snapshot.pods.get(claim.owner_pod or "")
-        if pod is None or pod.phase in TERMINAL_PHASES:
-            return False
-        if not claim.extended and claim.pod_claim_name not in pod.device_claims:
-            return False
-        if pod.node_name:
-            return pod.node_name == node and pod.holds_capacity
-        plan = self.core.ledger.plans.get(pod.group) if pod.group is not None else None
-        return plan is not None and plan.placements.get(pod.uid) == node
+        return claim_held(self.core.snapshot.pods, self.core.ledger.plans, claim, node)
 
     def _podgroup_store(self, kind: str) -> dict[GroupKey, dict[str, Any]]:
         return {
@@ -482,3 +487,10 @@ def _describe(obj: Any) -> str:
     if not isinstance(meta, dict):
         return "no metadata"
     return f"{meta.get('namespace', '')}/{meta.get('name', '?')}"[:253]
+
+
+def _allocation_of(claim: Claim | None) -> tuple[object, ...]:
+    """What of a claim its owner's needs depend on (domain/devices/claims.py)."""
+    if claim is None:
+        return ()
+    return (claim.left_over, claim.served if claim.allocated else ())

@@ -329,3 +329,159 @@ def test_claims_of_members_whose_bind_barrier_times_out(
         assert [r["name"] for r in status.get("reservedFor") or []] == [name]
     # train-0 was bound with the device it kept, not a second one.
     assert claims["train-0"]["status"]["allocation"] == kept
+
+
+def plain_with_claim(name: str, template: str, selector: dict[str, str]) -> dict[str, Any]:
+    """A pod of the stock default scheduler asking a device through `template`."""
+    pod = gang_pod(name, "", node_selector=selector, scheduler="default-scheduler")
+    pod["spec"]["resourceClaims"] = [{"name": "dev", "resourceClaimTemplateName": template}]
+    pod["spec"]["containers"][0]["resources"]["claims"] = [{"name": "dev"}]
+    return pod
+
+
+def test_the_stock_scheduler_cannot_take_a_planned_gangs_devices_past_the_barrier(
+    gang_stack: Any,
+    api: k8s.ApiClient,
+    raw: RawApi,
+    namespace: str,
+    dra_objects: list[str],
+    made_nodes: list[str],
+) -> None:
+    """A gang of 2 x 1 device is planned on a node with 2; train-0 waits in the bind
+    barrier (its claim allocated), train-1 is gated. The stock default scheduler, which
+    sees claims but not our plans, gives the device planned for train-1 to a plain pod.
+    No member may bind alone: the barrier's re-check finds the node short, the gang
+    is held naming the class, and binds whole once the plain pod is gone."""
+    suffix = uuid.uuid4().hex[:6]
+    driver = f"stk-{suffix}.e2e.example.com"
+    device_class_name = f"stk-{suffix}.example.com"
+    make(raw, dra_objects, "deviceclasses", device_class(device_class_name, driver))
+    pool = f"k{suffix}"
+    node = dra_node(api, made_nodes, pool)
+    make(raw, dra_objects, "resourceslices", resource_slice(f"{node}-devs", node, driver, 2))
+    raw.call(
+        "POST",
+        path_of("apis", "resource.k8s.io", "v1", "namespaces", namespace, "resourceclaimtemplates"),
+        body=claim_template("one-device", device_class_name),
+    )
+    selector = {"e2e.gang-extender.io/pool": pool}
+    create(raw, namespace, podgroup("train", 2, scheduleTimeoutSeconds=300))
+    for i in range(2):
+        pod = gang_pod(f"train-{i}", "train", node_selector=selector, gated=(i == 1))
+        pod["spec"]["resourceClaims"] = [{"name": "dev", "resourceClaimTemplateName": "one-device"}]
+        pod["spec"]["containers"][0]["resources"]["claims"] = [{"name": "dev"}]
+        create(raw, namespace, pod)
+    wait_until(
+        lambda: (
+            (c := claims_of(raw, namespace).get("train-0"))
+            and (c.get("status") or {}).get("allocation")
+        ),
+        what="train-0 in the barrier, its claim allocated",
+    )
+    create(raw, namespace, plain_with_claim("plain", "one-device", selector))
+    wait_until(
+        lambda: [p["metadata"]["name"] for p in bound(list_pods(raw, namespace))] == ["plain"],
+        what="the stock scheduler to bind the plain pod with the node's last free device",
+    )
+    ungate(raw, namespace, "train-1")
+    message = wait_until(
+        lambda: (
+            f"devices of class {device_class_name}"
+            in (m := condition_message(get_podgroup(raw, namespace, "train")))
+            and m
+        ),
+        what="the gang held, short of a device of the class",
+    )
+    print(f"\nheld: {message}")
+    time.sleep(HOLD_OBSERVATION_SECONDS)
+    assert [p["metadata"]["name"] for p in bound(list_pods(raw, namespace))] == ["plain"], (
+        "no member may bind while the plain pod holds the device planned for the gang"
+    )
+
+    delete_pod(raw, namespace, "plain")
+    wait_until(
+        lambda: (
+            sorted(p["metadata"]["name"] for p in bound(list_pods(raw, namespace)))
+            == ["train-0", "train-1"]
+        ),
+        what="the gang bound whole once the plain pod's device is free",
+    )
+    assert {p["spec"]["nodeName"] for p in bound(list_pods(raw, namespace))} == {node}
+
+
+def shared_claim(name: str, device_class_name: str, count: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name},
+        "spec": {
+            "devices": {
+                "requests": [
+                    {
+                        "name": "gpus",
+                        "exactly": {"deviceClassName": device_class_name, "count": count},
+                    }
+                ]
+            }
+        },
+    }
+
+
+def test_a_claim_shared_by_the_gang_is_planned_once_on_the_node_its_devices_fit(
+    gang_stack: Any,
+    api: k8s.ApiClient,
+    raw: RawApi,
+    namespace: str,
+    dra_objects: list[str],
+    made_nodes: list[str],
+) -> None:
+    """Both members name one ResourceClaim of 2 devices. With a node of 1 device no
+    member binds (kube-scheduler's own filter refuses the claim there); once a node
+    with 2 joins, the gang is planned as one unit there: both members are bound on
+    it, the claim allocated once and reserved for both. (The hold that names the
+    claim, when kube-scheduler does offer nodes, is unit-tested:
+    tests/unit/test_dra_shared_claims.py.)"""
+    suffix = uuid.uuid4().hex[:6]
+    driver = f"shr-{suffix}.e2e.example.com"
+    device_class_name = f"shr-{suffix}.example.com"
+    make(raw, dra_objects, "deviceclasses", device_class(device_class_name, driver))
+    pool = f"s{suffix}"
+    small = dra_node(api, made_nodes, pool)
+    make(raw, dra_objects, "resourceslices", resource_slice(f"{small}-devs", small, driver, 1))
+    claims_path = path_of(
+        "apis", "resource.k8s.io", "v1", "namespaces", namespace, "resourceclaims"
+    )
+    raw.call("POST", claims_path, body=shared_claim("shared", device_class_name, 2))
+    selector = {"e2e.gang-extender.io/pool": pool}
+    create(raw, namespace, podgroup("train", 2))
+    for i in range(2):
+        pod = gang_pod(f"train-{i}", "train", node_selector=selector)
+        pod["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimName": "shared"}]
+        pod["spec"]["containers"][0]["resources"]["claims"] = [{"name": "gpus"}]
+        create(raw, namespace, pod)
+    # No node can serve the claim: kube-scheduler's own DRA filter refuses every node
+    # before asking the extender, and the PodGroup relays its words.
+    message = wait_until(
+        lambda: (
+            "cannot allocate all claims"
+            in (m := condition_message(get_podgroup(raw, namespace, "train")))
+            and m
+        ),
+        what="the PodGroup to relay kube-scheduler's refusal",
+    )
+    print(f"\nheld: {message}")
+    time.sleep(HOLD_OBSERVATION_SECONDS)
+    assert bound(list_pods(raw, namespace)) == []
+
+    big = dra_node(api, made_nodes, pool + "b")
+    k8s.CoreV1Api(api).patch_node(big, {"metadata": {"labels": selector}})
+    make(raw, dra_objects, "resourceslices", resource_slice(f"{big}-devs", big, driver, 2))
+    wait_until(
+        lambda: len(bound(list_pods(raw, namespace))) == 2,
+        what="both members bound where the shared claim's devices fit",
+    )
+    assert {p["spec"]["nodeName"] for p in bound(list_pods(raw, namespace))} == {big}
+    claim = raw.call("GET", f"{claims_path}/shared")
+    results = claim["status"]["allocation"]["devices"]["results"]
+    assert len(results) == 2 and {r["pool"] for r in results} == {big}
+    assert sorted(r["name"] for r in claim["status"]["reservedFor"]) == ["train-0", "train-1"]

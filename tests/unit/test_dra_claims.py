@@ -46,11 +46,17 @@ def exactly(device_class: str, count: int | None = None, mode: str | None = None
     [
         ([exactly("gpu")], {"gpu": 1}, None),
         ([exactly("gpu", 2), exactly("gpu", 1), exactly("nic", 1)], {"gpu": 3, "nic": 1}, None),
-        ([exactly("gpu", mode="All")], {}, "allocationMode All"),
+        ([exactly("gpu", mode="Some")], {}, "allocationMode Some"),
+        ([{"name": "r"}], {}, "neither exactly nor firstAvailable"),
         (
-            [{"name": "r", "firstAvailable": [{"name": "a", "deviceClassName": "gpu"}]}],
+            [
+                {
+                    "name": "r",
+                    "firstAvailable": [{"name": "a", "deviceClassName": "gpu", "count": 0}],
+                }
+            ],
             {},
-            "firstAvailable",
+            "subrequest 'r/a' has count 0",
         ),
         ([exactly("gpu", 0)], {}, "count 0"),
     ],

@@ -8,8 +8,13 @@ which every node offers as many of as its matching free devices
 after its bind failed (kube-scheduler takes the pod out of the claim's reservedFor
 and leaves the allocation) is not asked again: the member has those devices
 already, and they count as taken. A claim named directly
-(`resourceClaimName`, shared) is not a per-member need: its devices are taken
-once, when it is allocated.
+(`resourceClaimName`, shared) is not a per-member need: once allocated, its
+devices are taken, once; before that it is a need of the gang, counted once, on
+the one node its members share it on (domain/planning/sharers.py).
+
+A template whose devices depend on the node (`firstAvailable`, `allocationMode:
+All`) gives the member `DeviceChoice`s instead, which the planner resolves per
+node (domain/devices/choices.py).
 """
 
 from __future__ import annotations
@@ -18,7 +23,13 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from extender.domain.devices.objects import CLASS_RESOURCE_PREFIX, ClaimTemplate, class_resource
+from extender.domain.devices.objects import (
+    CLASS_RESOURCE_PREFIX,
+    Claim,
+    ClaimTemplate,
+    class_resource,
+)
+from extender.domain.objects.device_choice import DeviceChoice, SharedClaim
 from extender.domain.objects.model import PodInfo
 
 
@@ -27,6 +38,9 @@ class ClaimNeeds:
     requests: dict[str, int]  # class resource -> devices
     claims: tuple[str, ...]  # the pod's claim names counted in `requests`
     error: str | None  # a template missing or not countable
+    choices: tuple[DeviceChoice, ...] = ()  # requests whose devices depend on the node
+    shared: tuple[SharedClaim, ...] = ()  # claims named directly, not allocated yet
+    named: tuple[str, ...] = ()  # keys of the claims named directly
 
 
 def claim_needs(
@@ -34,18 +48,34 @@ def claim_needs(
     namespace: str,
     templates: Mapping[str, ClaimTemplate],
     held: Collection[str] = (),
+    claims: Mapping[str, Claim] | None = None,
+    allocated: Mapping[str, Sequence[str]] | None = None,
 ) -> ClaimNeeds:
     """`held`: the pod's claims allocated to it already (left over from a failed bind),
-    which need no device again."""
+    which need no device again. `claims`: the ResourceClaims by key, for the claims
+    the pod names directly (None: not looked at). `allocated`: the pod's claims
+    kube-scheduler allocated and reserved for it, with the request each device
+    serves: a request with choices then asks what was allocated for it."""
     requests: dict[str, int] = {}
     counted: list[str] = []
+    choices: list[DeviceChoice] = []
+    shared: list[SharedClaim] = []
+    named: list[str] = []
     for entry in spec.get("resourceClaims") or []:
         if not isinstance(entry, dict):
             continue
+        claim_name = entry.get("resourceClaimName")
+        if claim_name and claims is not None:
+            named.append(f"{namespace}/{claim_name}")
+            need = _shared_need(str(entry.get("name") or ""), str(claim_name), namespace, claims)
+            if isinstance(need, str):
+                return ClaimNeeds({}, (), need)
+            if need is not None:
+                shared.append(need)
+            continue
         template_name = entry.get("resourceClaimTemplateName")
         if not template_name or entry.get("name") in held:
-            # A shared claim (resourceClaimName) is counted once, when allocated; a
-            # claim allocated to the pod already counts as taken (inventory.py).
+            # A claim allocated to the pod already counts as taken (inventory.py).
             continue
         template = templates.get(f"{namespace}/{template_name}")
         if template is None:
@@ -57,11 +87,62 @@ def claim_needs(
                 f"ResourceClaimTemplate {template_name}: {template.unsupported}, "
                 "which gang-extender cannot count yet (docs/dra.md)",
             )
+        pod_claim = str(entry.get("name") or "")
+        served = (allocated or {}).get(pod_claim)
+        if template.choices and served is not None:
+            for resource, count in _as_allocated(template, served).items():
+                requests[resource] = requests.get(resource, 0) + count
+            counted.append(pod_claim)
+            continue
+        choices.extend(
+            DeviceChoice(pod_claim, f"ResourceClaimTemplate {template_name}", request, alternatives)
+            for request, alternatives in template.choices
+        )
+        if template.choices:
+            continue
         for device_class, count in template.needs.items():
             resource = class_resource(device_class)
             requests[resource] = requests.get(resource, 0) + count
-        counted.append(str(entry.get("name") or ""))
-    return ClaimNeeds(requests, tuple(counted), None)
+        counted.append(pod_claim)
+    return ClaimNeeds(requests, tuple(counted), None, tuple(choices), tuple(shared), tuple(named))
+
+
+def _as_allocated(template: ClaimTemplate, served: Sequence[str]) -> dict[str, int]:
+    """What a claim with choices holds once allocated: per class, the devices of the
+    (sub)request each allocated device serves."""
+    names = {a.name: a.resource for _, alternatives in template.choices for a in alternatives}
+    held: dict[str, int] = {}
+    first = template.choices[0][1][0].resource
+    for request in served:
+        # A request name not in the template (not expected): its device still counts.
+        resource = names.get(request, first)
+        held[resource] = held.get(resource, 0) + 1
+    return held
+
+
+def _shared_need(
+    pod_claim: str, claim_name: str, namespace: str, claims: Mapping[str, Claim]
+) -> SharedClaim | str | None:
+    """What a claim named directly asks of its members' gang: None once it is allocated
+    (its devices are taken, once), or why it cannot be counted."""
+    claim = claims.get(f"{namespace}/{claim_name}")
+    if claim is None:
+        return f"ResourceClaim {claim_name} not found"
+    if claim.allocated or claim.asks is None:
+        return None
+    if claim.asks.unsupported is not None:
+        return (
+            f"ResourceClaim {claim_name}: {claim.asks.unsupported}, "
+            "which gang-extender cannot count yet (docs/dra.md)"
+        )
+    return SharedClaim(
+        claim.key,
+        tuple(sorted((class_resource(c), n) for c, n in claim.asks.needs.items())),
+        tuple(
+            DeviceChoice(pod_claim, f"ResourceClaim {claim_name}", request, alternatives)
+            for request, alternatives in claim.asks.choices
+        ),
+    )
 
 
 def with_claim_needs(
@@ -69,20 +150,25 @@ def with_claim_needs(
     spec: Mapping[str, Any],
     templates: Mapping[str, ClaimTemplate],
     held: Collection[str] = (),
+    claims: Mapping[str, Claim] | None = None,
+    allocated: Mapping[str, Sequence[str]] | None = None,
 ) -> PodInfo:
-    """`pod` with what its claim templates ask added to its requests (a gang member's
-    group error when a template is missing or cannot be counted)."""
+    """`pod` with what its claim templates ask added to its requests, and the claims it
+    names directly that are not allocated yet (a gang member's group error when a
+    template or claim is missing or cannot be counted)."""
     if not spec.get("resourceClaims"):
         return pod
-    needs = claim_needs(spec, pod.namespace, templates, held)
+    needs = claim_needs(spec, pod.namespace, templates, held, claims, allocated)
     if needs.error is not None:
         return replace(pod, group_error=pod.group_error or needs.error)
-    if not needs.requests:
+    if needs.named:
+        pod = replace(pod, shared_claims=needs.shared, named_claims=needs.named)
+    if not needs.requests and not needs.choices and not needs.claims:
         return pod
     requests = dict(pod.requests)
     for name, count in needs.requests.items():
         requests[name] = requests.get(name, 0) + count
-    return replace(pod, requests=requests, device_claims=needs.claims)
+    return replace(pod, requests=requests, device_claims=needs.claims, device_choices=needs.choices)
 
 
 def device_shortfall(

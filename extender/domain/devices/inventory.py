@@ -20,7 +20,7 @@ resource (domain/devices/claims.py).
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from extender.domain.devices.objects import Claim, DeviceClass, DeviceId, Slice
@@ -122,6 +122,26 @@ class DeviceInventory:
             nodes |= self._claim_nodes(self.claims[uid])
         return nodes
 
+    def nodes_of_claims(self, keys: Iterable[str]) -> set[str]:
+        """Nodes holding devices of these claims (a pod naming them directly)."""
+        nodes: set[str] = set()
+        for key in keys:
+            claim = self.claims.get(key)
+            if claim is not None:
+                nodes |= self._claim_nodes(claim)
+        return nodes
+
+    def allocated_to(self, pod_uid: str) -> dict[str, tuple[str, ...]]:
+        """The pod's claims (by its names for them) allocated and reserved for it, with
+        the request each device serves: kube-scheduler chose them (PreBind)."""
+        return {
+            claim.pod_claim_name: claim.served
+            for key in self._owned.get(pod_uid, ())
+            if (claim := self.claims[key]).allocated
+            and not claim.left_over
+            and claim.pod_claim_name is not None
+        }
+
     def left_over(self, pod_uid: str) -> set[str]:
         """The pod's claims (by its names for them) that stay allocated after a failed
         bind: the pod has those devices already, it does not need them again."""
@@ -167,6 +187,21 @@ class DeviceInventory:
                 offered[resource] = count
         return offered, unreadable
 
+    def totals(self, node: str, advertised: Mapping[str, int]) -> dict[str, int]:
+        """Per DRA-served resource `node` does not advertise, every device of its slices
+        that matches the class, free or taken (what allocationMode All asks there)."""
+        totals: dict[str, int] = {}
+        slices = [self.slices[n] for n in sorted(self._node_slices.get(node, ()))]
+        current = [s for s in slices if self._newest.get((s.driver, s.pool)) == s.generation]
+        if not current:
+            return totals
+        for resource, device_class in self.served().items():
+            if resource not in advertised:
+                totals[resource] = sum(
+                    len(self._matching(s, device_class).matched[device_class.name]) for s in current
+                )
+        return totals
+
     # ---- helpers ----
     def _taken_on(self, current: list[Slice], node: str, holds: Holds) -> set[DeviceId]:
         """Devices of `current` slices allocated to claims whose devices the snapshot does
@@ -178,7 +213,7 @@ class DeviceInventory:
                 if uid is None:
                     continue
                 claim = self.claims[uid]
-                if claim.owner_pod is not None and holds(claim, node):
+                if holds(claim, node):
                     continue
                 taken.add(device.id)
         return taken

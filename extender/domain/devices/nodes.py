@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 
+from extender.domain.devices.choices import choice_resources
 from extender.domain.devices.inventory import DeviceInventory, Holds
 from extender.domain.objects.model import NodeInfo, PodInfo
 
@@ -15,7 +16,12 @@ def with_devices(node: NodeInfo, inventory: DeviceInventory, holds: Holds) -> No
     offered, unreadable = inventory.capacity(node.name, node.allocatable, holds)
     if not offered and not unreadable:
         return node
-    return replace(node, allocatable={**node.allocatable, **offered}, unreadable_devices=unreadable)
+    return replace(
+        node,
+        allocatable={**node.allocatable, **offered},
+        unreadable_devices=unreadable,
+        device_totals=inventory.totals(node.name, node.allocatable),
+    )
 
 
 def unreadable_note(pod: PodInfo, nodes: Mapping[str, NodeInfo]) -> str:
@@ -24,7 +30,7 @@ def unreadable_note(pod: PodInfo, nodes: Mapping[str, NodeInfo]) -> str:
     found: dict[str, str] = {}
     for node in nodes.values():
         for resource, why in node.unreadable_devices.items():
-            if pod.requests.get(resource, 0) > 0:
+            if pod.requests.get(resource, 0) > 0 or resource in choice_resources(pod):
                 found.setdefault(resource, f"{why} (node {node.name})")
     if not found:
         return ""

@@ -10,6 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from extender.domain.objects.device_choice import DeviceAlternative
+
 # The implicit extended resource name of a DeviceClass (KEP-5004): a pod may ask for
 # `deviceclass.resource.kubernetes.io/<class>: N` whatever its extendedResourceName.
 CLASS_RESOURCE_PREFIX = "deviceclass.resource.kubernetes.io/"
@@ -164,6 +166,12 @@ class Claim:
     # status.reservedFor, the uids of the pods: kube-scheduler reserves the claim for
     # the pod as it allocates it, and takes the pod out when the pod's bind fails.
     reserved_for: tuple[str, ...] = ()
+    # The request each allocated device serves ("r", or "r/s0" for a firstAvailable
+    # subrequest), in the order of `allocated`.
+    served: tuple[str, ...] = ()
+    # What its spec.devices asks (a claim named directly by pods, not allocated yet,
+    # is a need of their gang: domain/devices/claims.py).
+    asks: ClaimTemplate | None = None
 
     @property
     def left_over(self) -> bool:
@@ -199,42 +207,91 @@ class Claim:
             extended=annotations.get(EXTENDED_RESOURCE_CLAIM_ANNOTATION) == "true",
             allocated=allocated,
             pod_claim_name=annotations.get(POD_CLAIM_NAME_ANNOTATION),
+            served=tuple(str(r.get("request") or "") for r in results if isinstance(r, dict)),
             reserved_for=tuple(
                 str(ref.get("uid"))
                 for ref in (obj.get("status") or {}).get("reservedFor") or []
                 if isinstance(ref, dict)
+            ),
+            asks=None
+            if owner is not None or allocated
+            else ClaimTemplate.of_devices(
+                f"{meta.get('namespace') or 'default'}/{meta['name']}",
+                ((obj.get("spec") or {}).get("devices")) or {},
             ),
         )
 
 
 @dataclass(frozen=True)
 class ClaimTemplate:
-    """A ResourceClaimTemplate: the devices each claim made from it asks, per class."""
+    """A ResourceClaimTemplate: the devices each claim made from it asks, per class.
+
+    Requests of `exactly` N devices (ExactCount) are `needs`. When one request's
+    devices depend on the node (`firstAvailable`, `allocationMode: All`), every
+    request of the template is a choice instead (`choices`, in the template's
+    order): the claim is then served on a node as a whole, first fit per request.
+    """
 
     key: str  # namespace/name
     needs: Mapping[str, int]  # DeviceClass name -> devices, exactly
-    # Why its requests cannot be counted as a number of devices of a class, or None.
+    # Why its requests cannot be counted as devices of a class, or None.
     unsupported: str | None = None
+    # (request name, its alternatives), when a request depends on the node.
+    choices: tuple[tuple[str, tuple[DeviceAlternative, ...]], ...] = ()
 
     @classmethod
     def from_api(cls, obj: Mapping[str, Any]) -> ClaimTemplate:
         meta = obj["metadata"]
         key = f"{meta.get('namespace') or 'default'}/{meta['name']}"
         devices = (((obj.get("spec") or {}).get("spec") or {}).get("devices")) or {}
-        needs: dict[str, int] = {}
+        return cls.of_devices(key, devices)
+
+    @classmethod
+    def of_devices(cls, key: str, devices: Mapping[str, Any]) -> ClaimTemplate:
+        """What a claim's `spec.devices` asks (a template's, or a claim's own)."""
+        requests: list[tuple[str, tuple[DeviceAlternative, ...]]] = []
         for request in devices.get("requests") or []:
             if not isinstance(request, dict):
                 continue
+            name = str(request.get("name") or "")
             exactly = request.get("exactly")
-            if not isinstance(exactly, dict):
-                how = "firstAvailable" if request.get("firstAvailable") else "no exactly"
-                return cls(key, {}, f"request {request.get('name')!r} uses {how}")
-            mode = exactly.get("allocationMode") or "ExactCount"
-            if mode != "ExactCount":
-                return cls(key, {}, f"request {request.get('name')!r} uses allocationMode {mode}")
-            name = str(exactly.get("deviceClassName") or "")
-            count = exactly.get("count", 1)
-            if not isinstance(count, int) or isinstance(count, bool) or count < 1:
-                return cls(key, {}, f"request {request.get('name')!r} has count {count!r}")
-            needs[name] = needs.get(name, 0) + count
+            if isinstance(exactly, dict):
+                alternative = _alternative(name, exactly)
+                if isinstance(alternative, str):
+                    return cls(key, {}, f"request {name!r} {alternative}")
+                requests.append((name, (alternative,)))
+                continue
+            subrequests = request.get("firstAvailable")
+            if not isinstance(subrequests, list) or not subrequests:
+                return cls(key, {}, f"request {name!r} has neither exactly nor firstAvailable")
+            alternatives: list[DeviceAlternative] = []
+            for sub in subrequests:
+                if not isinstance(sub, dict):
+                    continue
+                sub_name = f"{name}/{sub.get('name') or ''}"
+                alternative = _alternative(sub_name, sub)
+                if isinstance(alternative, str):
+                    return cls(key, {}, f"subrequest {sub_name!r} {alternative}")
+                alternatives.append(alternative)
+            requests.append((name, tuple(alternatives)))
+        if any(len(alts) != 1 or alts[0].count is None for _, alts in requests):
+            return cls(key, {}, choices=tuple(requests))
+        needs: dict[str, int] = {}
+        for _, (alternative,) in requests:
+            class_name = alternative.resource[len(CLASS_RESOURCE_PREFIX) :]
+            needs[class_name] = needs.get(class_name, 0) + (alternative.count or 0)
         return cls(key, needs)
+
+
+def _alternative(name: str, request: Mapping[str, Any]) -> DeviceAlternative | str:
+    """One (sub)request as devices of a class, or why it cannot be counted."""
+    mode = request.get("allocationMode") or "ExactCount"
+    class_name = str(request.get("deviceClassName") or "")
+    if mode == "All":
+        return DeviceAlternative(class_resource(class_name), None, name)
+    if mode != "ExactCount":
+        return f"uses allocationMode {mode}"
+    count = request.get("count", 1)
+    if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+        return f"has count {count!r}"
+    return DeviceAlternative(class_resource(class_name), count, name)

@@ -43,7 +43,10 @@ class Failover:
                     group=key,
                     plan_id=self.shared.ledger.new_plan_id(),
                     placements=dict(recovered.placements),
-                    requests={uid: pod.requests for uid, pod in pods.items()},
+                    requests={
+                        uid: dict(recovered.requests.get(uid, pod.requests))
+                        for uid, pod in pods.items()
+                    },
                     names={uid: pod.ref for uid, pod in pods.items()},
                     created_at=now,
                     deadline=now + timeout,

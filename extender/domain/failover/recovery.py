@@ -27,9 +27,10 @@ covered just minMember) are not part of it: they are scheduled after, as before.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from extender.domain.cluster.snapshot import ClusterSnapshot, fits
+from extender.domain.cluster.snapshot import ClusterSnapshot
+from extender.domain.devices.choices import requests_on
 from extender.domain.objects.membership import GroupKey
 from extender.domain.planning.planner import node_accepts
 
@@ -38,6 +39,8 @@ from extender.domain.planning.planner import node_accepts
 class RecoveredPlan:
     group: GroupKey
     placements: Mapping[str, str]  # pod uid -> planned node
+    # What members with device choices take on their node (domain/devices/choices.py).
+    requests: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -89,6 +92,7 @@ def recover_plans(
             )
             continue
         trial = {node: dict(r) for node, r in taken.items()}
+        chosen: dict[str, dict[str, int]] = {}
         problem = ""
         for pod in annotated:  # 4
             node = pod.planned_node
@@ -102,14 +106,19 @@ def recover_plans(
                 break
             held = trial.setdefault(node, {})
             free = {n: v - held.get(n, 0) for n, v in snapshot.free(node).items()}
-            if not fits(pod.requests, free):
+            takes = requests_on(pod, free, info.device_totals)
+            if takes is None:
                 problem = f"{pod.ref}: no room left on planned node {node}"
                 break
-            for name, value in pod.requests.items():
+            if pod.device_choices:
+                chosen[pod.uid] = takes
+            for name, value in takes.items():
                 held[name] = held.get(name, 0) + value
         if problem:
             refused.append(Refused(key, f"gang {key}: stale plan: {problem}"))
             continue
         taken = trial
-        plans.append(RecoveredPlan(key, {m.uid: m.planned_node or "" for m in annotated}))  # 5
+        plans.append(
+            RecoveredPlan(key, {m.uid: m.planned_node or "" for m in annotated}, chosen)
+        )  # 5
     return Recovery(tuple(plans), tuple(refused))

@@ -52,6 +52,9 @@ class PlanView(Protocol):
     @property
     def placements(self) -> Mapping[str, str]: ...
 
+    @property
+    def requests(self) -> Mapping[str, Mapping[str, int]]: ...
+
 
 class PlansView(Protocol):
     """The plans and what they reserve, read-only (a `Ledger` is one)."""

@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from extender.domain.objects import membership
+from extender.domain.objects.device_choice import DeviceChoice, SharedClaim
 from extender.domain.objects.limits import (
     MAX_SECONDS,
     quoted,
@@ -72,6 +73,9 @@ class NodeInfo:
     # DRA-served resources whose devices here could not all be told to match their
     # DeviceClass (a CEL selector that failed), resource -> why: holds name it.
     unreadable_devices: dict[str, str] = field(default_factory=dict)
+    # Per DRA-served resource, every device here that matches its class, free or not:
+    # what a request with allocationMode All asks on this node (domain/devices/choices.py).
+    device_totals: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def from_api(cls, obj: Mapping[str, Any]) -> NodeInfo:
@@ -142,6 +146,13 @@ class PodInfo:
     # Its spec.resourceClaims entries (from templates) whose devices are in `requests`
     # as deviceclass.resource.kubernetes.io/<class> (domain/devices/claims.py).
     device_claims: tuple[str, ...] = ()
+    # Its template requests whose devices depend on the node (firstAvailable,
+    # allocationMode All): not in `requests`; the planner resolves them per node.
+    device_choices: tuple[DeviceChoice, ...] = ()
+    # The ResourceClaims it names directly (resourceClaimName), by key, and those of
+    # them not allocated yet: a need of its gang, on one node (domain/planning/sharers.py).
+    named_claims: tuple[str, ...] = ()
+    shared_claims: tuple[SharedClaim, ...] = ()
 
     @property
     def ref(self) -> str:

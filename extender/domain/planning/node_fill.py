@@ -15,6 +15,7 @@ from functools import partial
 from math import gcd
 
 from extender.domain.cluster.snapshot import add_into, fits
+from extender.domain.devices.choices import requests_on
 from extender.domain.objects.model import NodeInfo, PodInfo, Resources
 from extender.domain.objects.policy import Policy, Strategy
 from extender.domain.objects.quantity import CPU, GPU, MEMORY
@@ -53,9 +54,23 @@ def _usable(
     fits in what is left there (`remaining`, the room as members are placed)."""
     return (
         (choices is None or choices.permits(node))
-        and fits(pod.requests, remaining[node])
+        and fits_on(pod, remaining[node], nodes[node])
         and node_accepts(nodes[node], pod)
     )
+
+
+def fits_on(pod: PodInfo, room: Resources, node: NodeInfo) -> bool:
+    """`pod` fits in `room` on `node`, its device choices resolved there."""
+    if pod.device_choices:
+        return requests_on(pod, room, node.device_totals) is not None
+    return fits(pod.requests, room)
+
+
+def take_on(pod: PodInfo, room: Resources, node: NodeInfo) -> Resources:
+    """What `pod` takes of `room` on `node` (it fits: `fits_on`)."""
+    if pod.device_choices:
+        return requests_on(pod, room, node.device_totals) or pod.requests
+    return pod.requests
 
 
 def place_best_fit(
@@ -90,7 +105,7 @@ def place_best_fit(
             touched.add(node)
             remaining[node] = dict(remaining[node])
         placed[pod.uid] = node
-        add_into(remaining[node], pod.requests, -1)
+        add_into(remaining[node], take_on(pod, remaining[node], nodes[node]), -1)
         on_node[node] += 1
 
     usable = partial(_usable, remaining=remaining, nodes=nodes)
@@ -188,7 +203,7 @@ def place_together(
             if node not in gang_nodes:
                 used.append(node)
         placed[pod.uid] = node
-        add_into(remaining[node], pod.requests, -1)
+        add_into(remaining[node], take_on(pod, remaining[node], nodes[node]), -1)
 
     usable = partial(_usable, remaining=remaining, nodes=nodes)
 

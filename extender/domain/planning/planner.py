@@ -14,8 +14,10 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from extender.domain.cluster.snapshot import add_into
+from extender.domain.devices.choices import choice_shortfall, requests_on
 from extender.domain.devices.claims import device_shortfall
 from extender.domain.devices.nodes import unreadable_note
 from extender.domain.objects.limits import MAX_TOPOLOGY_LABELS, PLANNER_STEP_BUDGET, listing
@@ -31,6 +33,7 @@ from extender.domain.planning.node_fill import (
 )
 from extender.domain.planning.node_fit import NodeRestriction, node_accepts, node_admits
 from extender.domain.planning.node_order import NodeOrder
+from extender.domain.planning.sharers import units_of
 
 # Domains that hold a gang are compared, tightest first, up to this many: the plan
 # stays a few placements' work however many racks or zones a cluster has.
@@ -52,6 +55,9 @@ __all__ = [
 @dataclass(frozen=True)
 class Placement:
     nodes: dict[str, str]  # pod uid -> node
+    # What members with device choices (domain/devices/choices.py) take on their
+    # node, by uid; the others take their requests.
+    requests: dict[str, Resources] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -281,6 +287,34 @@ def plan_gang(
     for the policy's strategy (kept by the score board instead of sorted per plan).
     """
     allowed = allowed or {}
+    units = units_of(members, allowed)
+    if units is not None:  # members sharing a claim not allocated yet: one node each unit
+        outcome = plan_gang(
+            units.members,
+            free,
+            nodes,
+            policy,
+            allowed=units.allowed,
+            topology=topology,
+            bound=bound,
+            order=order,
+        )
+        if isinstance(outcome, Placement):
+            return Placement(*units.spread(outcome.nodes, outcome.requests))
+        unplaced = tuple(u for uid in outcome.unplaced for u in units.members_of(uid))
+        placeable = len(members) - len(unplaced) if outcome.unplaced else outcome.placeable
+        # The head counts members, not units ("1/2 members placeable" of 2 units).
+        head = f"{outcome.placeable}/{len(units.members)} members placeable"
+        message = outcome.message
+        if message.startswith(head):
+            message = f"{placeable}/{len(members)} members placeable" + message[len(head) :]
+        return replace(
+            outcome,
+            placeable=placeable,
+            total=len(members),
+            unplaced=unplaced,
+            message=message,
+        )
     resolved = _resolve_topology(members, topology, policy)
     if isinstance(resolved, str):
         return Shortfall(0, len(members), resolved)
@@ -292,7 +326,7 @@ def plan_gang(
         return _plan_required(planner, free, resolved.required)
     placed, misfit = planner.within(free)
     if misfit is None:
-        return Placement(placed)
+        return _placement(members, placed, free, nodes)
     return Shortfall(
         len(placed),
         len(members),
@@ -319,7 +353,7 @@ def _plan_required(
             where = f" domain: bound members already span {key} {', '.join(anchors)};"
     best = planner.best_single(free, domains, 0)
     if best is not None:
-        return Placement(best)
+        return _placement(members, best, free, nodes)
     most = max((sum(free[n].get(GPU, 0) for n in names) for names in domains.values()), default=0)
     return Shortfall(
         0,
@@ -327,6 +361,37 @@ def _plan_required(
         f"no single {key} domain fits all {len(members)} members "
         f"({_need_text(members)};{where} most free {GPU} in one {key} domain: {most})",
     )
+
+
+def _placement(
+    members: Sequence[PodInfo],
+    placed: dict[str, str],
+    free: Mapping[str, Resources],
+    nodes: Mapping[str, NodeInfo],
+) -> Placement:
+    """`placed` with what each member with device choices takes on its node: on each
+    node the fixed requests first, then the choices in the order they were placed
+    (planned members first, then largest first), as the fill resolved them."""
+    choosers = [p for p in members if p.device_choices and p.uid in placed]
+    if not choosers:
+        return Placement(placed)
+    rooms: dict[str, Resources] = {}
+    for pod in members:
+        node = placed.get(pod.uid)
+        if node is not None and not pod.device_choices:
+            add_into(rooms.setdefault(node, dict(free[node])), pod.requests, -1)
+    requests: dict[str, Resources] = {}
+    first = [p for p in choosers if p.planned_node == placed[p.uid]]
+    early = {p.uid for p in first}
+    for pod in first + [p for p in member_order(choosers) if p.uid not in early]:
+        node = placed[pod.uid]
+        room = rooms.setdefault(node, dict(free[node]))
+        taken = requests_on(pod, room, nodes[node].device_totals)
+        if taken is None:  # not seen: the fill found room in this order
+            taken = requests_on(pod, free[node], nodes[node].device_totals) or pod.requests
+        add_into(room, taken, -1)
+        requests[pod.uid] = taken
+    return Placement(placed, requests)
 
 
 def _need_text(members: Sequence[PodInfo]) -> str:
@@ -369,7 +434,9 @@ def _shortfall_text(
             f"{head}: needs {need_gpus} {GPU} in all ({want} for {misfit.name}), "
             f"{free_gpus} free, largest free node has {largest}"
         )
-    devices = device_shortfall(head, members, misfit, free)
+    devices = device_shortfall(head, members, misfit, free) or choice_shortfall(
+        head, members, misfit, free
+    )
     if devices is not None:
         return devices
     for resource in (CPU, MEMORY, "pods"):

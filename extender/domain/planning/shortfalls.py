@@ -32,6 +32,7 @@ from collections.abc import Iterable, KeysView, Mapping
 from dataclasses import dataclass, field
 
 from extender.domain.cluster.snapshot import fits
+from extender.domain.objects.device_choice import DeviceChoice
 from extender.domain.objects.membership import GroupKey
 from extender.domain.objects.model import NodeInfo, PodInfo, Resources, Toleration
 from extender.domain.objects.quantity import GPU
@@ -46,6 +47,9 @@ class MemberShape:
     requests: tuple[tuple[str, int], ...]
     node_selector: tuple[tuple[str, str], ...]
     tolerations: tuple[Toleration, ...]
+    # Its device choices (domain/devices/choices.py): what they take depends on the
+    # node's devices, so a shape with any is taken to fit every room (never stale).
+    choices: tuple[DeviceChoice, ...] = ()
 
     @classmethod
     def of(cls, pod: PodInfo) -> MemberShape:
@@ -53,11 +57,14 @@ class MemberShape:
             requests=tuple(sorted((k, v) for k, v in pod.requests.items() if v > 0)),
             node_selector=tuple(sorted(pod.node_selector.items())),
             tolerations=pod.tolerations,
+            choices=pod.device_choices,
         )
 
     def fits_room(self, room: Mapping[str, int] | None) -> bool:
         """Its requests fit `room` (None: the node did not exist)."""
-        return room is not None and fits(dict(self.requests), room)
+        if room is None:
+            return False
+        return bool(self.choices) or fits(dict(self.requests), room)
 
     def usable_on(self, node: NodeInfo | None, room: Mapping[str, int] | None) -> bool:
         """It could be placed on `node` with `room` free (cordon, taints, selector too)."""

@@ -21,9 +21,9 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from extender.domain.cluster.snapshot import fits
 from extender.domain.objects.membership import GroupKey
 from extender.domain.objects.model import NodeInfo, PodInfo
+from extender.domain.planning.node_fill import fits_on
 from extender.domain.planning.planner import NodeRestriction, node_accepts
 from extender.domain.planning.queue import QueueRank
 from extender.domain.planning.shortfalls import MemberShape
@@ -61,7 +61,7 @@ class WantedNodes:
         return {
             name
             for name, node in self.nodes.items()
-            if node_accepts(node, member) and fits(member.requests, node.allocatable)
+            if node_accepts(node, member) and fits_on(member, node.allocatable, node)
         }
 
     def of_gang(

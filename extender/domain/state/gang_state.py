@@ -251,7 +251,9 @@ class SharedState:
             group=key,
             plan_id=self.ledger.new_plan_id(),
             placements=dict(outcome.nodes),
-            requests={uid: by_uid[uid].requests for uid in outcome.nodes},
+            requests={
+                uid: outcome.requests.get(uid, by_uid[uid].requests) for uid in outcome.nodes
+            },
             names={uid: by_uid[uid].ref for uid in outcome.nodes},
             created_at=now,
             deadline=deadline,

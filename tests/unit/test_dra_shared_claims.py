@@ -1,0 +1,167 @@
+"""A ResourceClaim named directly by a gang's members (`resourceClaimName`), not
+allocated yet (docs/dra.md): a need of the gang counted once, its members placed
+together on one node where its devices are free; once kube-scheduler allocates it,
+its devices are the plan's reservation until the member carrying them binds, then
+taken by the allocation.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from extender.domain.objects.model import PodInfo
+from extender.domain.objects.policy import Policy
+from extender.domain.planning.node_fit import NodeRestriction
+from extender.domain.planning.planner import Placement, plan_gang
+from extender.domain.planning.sharers import NO_NODE, units_of
+from tests.unit.test_dra_choices import BIG, choice_state, devices, first_available
+from tests.unit.test_dra_claims import exactly, member_with_claims, template_obj
+from tests.unit.test_dra_devices import claim_obj
+
+
+def shared_claim(name: str, *requests: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"devices": {"requests": list(requests)}},
+        "status": {},
+    }
+
+
+def add_sharers(state: Any, count: int, claim: str = "shared") -> list[PodInfo]:
+    for i in range(count):
+        pod = member_with_claims(f"m{i}", {"name": "dev", "resourceClaimName": claim})
+        pod["metadata"]["annotations"]["gang-extender.io/min-available"] = str(count)
+        state.on_event("pods", "ADDED", pod)
+    return [state.core.snapshot.pods[f"m{i}"] for i in range(count)]
+
+
+def free_plan(state: Any, members: list[PodInfo]) -> Placement | Any:
+    snapshot = state.core.snapshot
+    free = {n: snapshot.free(n) for n in snapshot.nodes}
+    return plan_gang(members, free, snapshot.nodes, Policy())
+
+
+def two_nodes() -> Any:
+    # n1 has 1 device of class big, n2 has 2; the template is not used here.
+    return choice_state({"n1": 1, "n2": 2}, {}, template_obj("t", exactly("big")))
+
+
+def test_the_gang_waits_for_a_claim_it_names_that_does_not_exist() -> None:
+    state = two_nodes()
+    members = add_sharers(state, 2)
+    assert "ResourceClaim shared not found" in (members[0].group_error or "")
+
+
+def test_members_sharing_a_claim_go_to_the_one_node_where_its_devices_are_free() -> None:
+    state = two_nodes()
+    state.on_event("resourceclaims", "ADDED", shared_claim("shared", exactly("big", 2)))
+    members = add_sharers(state, 3)
+    assert members[0].group_error is None and members[0].shared_claims
+    outcome = free_plan(state, members)
+    assert isinstance(outcome, Placement), outcome
+    assert set(outcome.nodes.values()) == {"n2"} and len(outcome.nodes) == 3
+    # Counted once, on the first member by name.
+    assert [devices(outcome.requests[f"m{i}"]) for i in range(3)] == [{BIG: 2}, {}, {}]
+
+
+def test_a_shared_claim_no_node_can_serve_holds_the_gang_naming_it() -> None:
+    state = two_nodes()
+    state.on_event("resourceclaims", "ADDED", shared_claim("shared", exactly("big", 3)))
+    members = add_sharers(state, 2)
+    outcome = free_plan(state, members)
+    assert not isinstance(outcome, Placement)
+    assert outcome.placeable == 0 and outcome.total == 2
+    assert sorted(outcome.unplaced) == ["m0", "m1"]
+    assert outcome.message.startswith("0/2 members placeable: needs 3 devices of class big")
+    assert "sharing ResourceClaim shared (one node)" in outcome.message
+    assert "largest free node has 2" in outcome.message
+
+
+def test_a_shared_claims_first_available_is_resolved_on_the_units_node() -> None:
+    state = two_nodes()
+    state.on_event(
+        "resourceclaims", "ADDED", shared_claim("shared", first_available(("big", 2), ("big", 1)))
+    )
+    members = add_sharers(state, 2)
+    outcome = free_plan(state, members)
+    assert isinstance(outcome, Placement), outcome
+    node = outcome.nodes["m0"]
+    assert outcome.nodes["m1"] == node
+    assert devices(outcome.requests["m0"]) == {BIG: 2 if node == "n2" else 1}
+
+
+def test_the_allocated_claim_is_the_plans_reservation_until_its_carrier_binds() -> None:
+    state = two_nodes()
+    claim = shared_claim("shared", exactly("big", 2))
+    state.on_event("resourceclaims", "ADDED", claim)
+    members = add_sharers(state, 2)
+    core = state.core
+    assert core.filter(members[1], ["n1", "n2"], 1_000_000.0).nodes == ["n2"]
+    assert core.free_after_reservations("n2")[BIG] == 0
+    # kube-scheduler allocates the claim for m1 (PreBind), before calling our bind.
+    claim["status"] = {
+        "allocation": {
+            "devices": {
+                "results": [
+                    {"driver": "gpu.example.com", "pool": "n2", "device": f"b-n2-{i}"}
+                    for i in range(2)
+                ]
+            }
+        },
+        "reservedFor": [{"resource": "pods", "name": "m1", "uid": "m1"}],
+    }
+    state.on_event("resourceclaims", "MODIFIED", claim)
+    snapshot = core.snapshot
+    assert snapshot.pods["m0"].shared_claims == ()  # allocated: no more a need
+    assert snapshot.nodes["n2"].allocatable[BIG] == 2  # not counted twice
+    assert core.free_after_reservations("n2")[BIG] == 0
+    for i in range(2):
+        pod = member_with_claims(f"m{i}", {"name": "dev", "resourceClaimName": "shared"})
+        pod["metadata"]["annotations"]["gang-extender.io/min-available"] = "2"
+        pod["spec"]["nodeName"] = "n2"
+        pod["status"]["phase"] = "Running"
+        state.on_event("pods", "MODIFIED", pod)
+    assert snapshot.nodes["n2"].allocatable[BIG] == 0  # bound: the allocation takes them
+    assert snapshot.free("n2")[BIG] == 0
+
+
+def test_a_stray_allocated_claim_takes_its_devices() -> None:
+    state = two_nodes()
+    state.on_event("resourceclaims", "ADDED", claim_obj("stray", [("n2", "b-n2-0")]))
+    assert state.core.snapshot.nodes["n2"].allocatable[BIG] == 1
+
+
+def member(name: str, *claims: str, **fields: Any) -> PodInfo:
+    from extender.domain.objects.device_choice import SharedClaim
+
+    return PodInfo(
+        uid=name,
+        namespace="default",
+        name=name,
+        requests={"cpu": 1},
+        shared_claims=tuple(SharedClaim(f"default/{c}", ((BIG, 1),), ()) for c in claims),
+        **fields,
+    )
+
+
+def test_units_join_members_linked_through_any_claim_and_meet_their_constraints() -> None:
+    members = [
+        member("a", "x", node_selector={"zone": "1"}),
+        member("b", "x", "y"),
+        member("c", "y", node_selector={"zone": "2"}),
+        member("d"),
+    ]
+    allowed = {
+        "a": NodeRestriction(allowed=frozenset({"n1", "n2"})),
+        "c": NodeRestriction(denied=frozenset({"n2"})),
+    }
+    units = units_of(members, allowed)
+    assert units is not None
+    ((stand_in_uid, unit),) = units.units.items()
+    assert [m.name for m in unit] == ["a", "b", "c"]
+    stand_in = next(m for m in units.members if m.uid == stand_in_uid)
+    assert stand_in.requests == {"cpu": 3, BIG: 2}  # x and y once each
+    assert stand_in.node_selector == {"zone": NO_NODE}
+    assert units.allowed[stand_in_uid] == NodeRestriction(allowed=frozenset({"n1"}))
+    assert [m.name for m in units.members if not m.uid.startswith("shared")] == ["d"]
+    assert units_of([member("d")], {}) is None
