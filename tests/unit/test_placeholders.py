@@ -181,7 +181,7 @@ def test_a_placeholder_is_counted_used_by_others_and_free_for_its_gang() -> None
     assert core.starving_holds() == {"n1": (BIG, 0)}
     decision = core.filter(plain("late"), ["n1"], T0 + 7)
     assert decision.nodes == [] and decision.failed["n1"].startswith(
-        "1 free GPU(s) on n1 are reserved"
+        "1 free nvidia.com/gpu on n1 are reserved"
     )
     core.expire(T0 + 8)
     assert creates(core.drain_effects()) == [] and deletes(core.drain_effects()) == []

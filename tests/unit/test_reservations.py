@@ -149,7 +149,7 @@ def test_after_starvation_seconds_a_freed_gpu_is_held_for_the_gang() -> None:
     core.expire(T0 + 7)  # the reconcile tick brings the message up to date
     assert decision.nodes == []
     assert decision.failed["n1"] == (
-        "1 free GPU(s) on n1 are reserved for gang default/big, which has waited longer "
+        "1 free nvidia.com/gpu on n1 are reserved for gang default/big, which has waited longer "
         "than its starvationSeconds; nothing else is placed there until it fits"
     )
     assert core.groups[BIG].message.startswith(
@@ -201,7 +201,7 @@ def test_gpus_free_beyond_what_a_reservation_holds_stay_open_to_plain_pods() -> 
     # The refusal counts what the gang holds there, not what is free.
     assert core.starvation.starving_refusal(plain("p2"), "n1", (BIG, 2)) == ""
     assert core.starvation.starving_refusal(plain("p3"), "n1", (BIG, 3)).startswith(
-        "3 free GPU(s) on n1"
+        "3 free nvidia.com/gpu on n1"
     )
 
 
