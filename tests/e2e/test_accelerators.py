@@ -5,7 +5,8 @@ held whole, with a hold naming the resource, while their nodes are short, then
 bound whole on the fewest nodes once a node that holds them joins; the gauge of
 accelerators per pool carries the resource as a label. A gang whose PodGroup
 prefers the NVLink clique label (`nvidia.com/gpu.clique`, policies/binpack-nvlink.yaml)
-stays in one clique.
+stays in one clique. With GPU routing on, a plain pod of any accelerator resource is
+routed to the gang scheduler, and one of another extended resource is not.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from tests.e2e.gang_fixtures import (  # noqa: F401 (no_partial_gangs is a fixtu
     podgroup,
     wait_until,
 )
+from tests.e2e.test_bind_integrity import gpu_routing  # noqa: F401 (a fixture)
 from tests.e2e.test_metrics import scrape, value
 
 SET_LABEL = "e2e.gang-extender.io/accelerator-set"
@@ -152,3 +154,24 @@ def test_a_gang_preferring_the_nvlink_clique_stays_in_one_clique(
     )
     used = {p["spec"]["nodeName"] for p in pods}
     assert used == set(first), used
+
+
+@pytest.mark.usefixtures("gpu_routing")
+def test_routing_sends_plain_pods_of_every_accelerator_and_only_those(
+    gang_stack, raw, injected_namespace
+) -> None:
+    # deploy/webhook.yaml's requests-accelerators matchCondition, on the real API
+    # server, and the service's own check behind it.
+    for name, resource, routed in (
+        ("amd", "amd.com/gpu", True),
+        ("mig", "nvidia.com/mig-1g.10gb", True),
+        ("neuron", "aws.amazon.com/neuroncore", True),
+        ("other", "example.com/fpga", False),
+    ):
+        pod = create(
+            raw,
+            injected_namespace,
+            gang_pod(name, "", gpus=1, resource=resource, scheduler="default-scheduler"),
+        )
+        expected = "gang-extender" if routed else "default-scheduler"
+        assert pod["spec"]["schedulerName"] == expected, (resource, pod["spec"]["schedulerName"])

@@ -5,6 +5,7 @@ holds, starvation placeholders, gauges, hostfile slots, GPU routing), table-driv
 from __future__ import annotations
 
 from collections import defaultdict
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -18,15 +19,17 @@ from extender.domain.objects.accelerators import (
     Accelerators,
 )
 from extender.domain.objects.membership import GroupKey
-from extender.domain.objects.model import NodeInfo, PodInfo
-from extender.domain.objects.policy import GroupTopology, Policy, Strategy
+from extender.domain.objects.model import GroupSpec, NodeInfo, PodInfo
+from extender.domain.objects.policy import GroupTopology, Policy, Strategy, default_topology
 from extender.domain.objects.quantity import pod_gpus
 from extender.domain.planning.planner import Placement, Shortfall, plan_gang
 from extender.domain.state.decisions import PlaceholderCreate, Verdict
 from extender.injection.gpu_routing import wants_routing
 from extender.kube.reservation_writes import placeholder_pod
-from tests.builders import make_node, make_pod, placeholder_pod_info
+from extender.policy_file import load_policy
+from tests.builders import make_node, make_pod, make_podgroup, placeholder_pod_info
 from tests.core_builder import make_core
+from tests.unit.test_reservations import BIG, CREATED_AT_T0, T0, core_with
 
 RESOURCES = [
     "nvidia.com/gpu",
@@ -253,3 +256,68 @@ def test_slots_and_routing_count_each_accelerator(resource: str) -> None:
     narrow = Accelerators.from_setting("nvidia.com/gpu")
     if resource != "nvidia.com/gpu" and not resource.startswith("deviceclass."):
         assert not wants_routing(pod, narrow) and pod_gpus(pod["spec"], narrow) == 0
+
+
+# ------------------------------------------------------------------- NVLink domains
+def test_the_nvlink_policy_prefers_one_gpu_clique() -> None:
+    policy = load_policy(Path(__file__).resolve().parents[2] / "policies" / "binpack-nvlink.yaml")
+    assert policy.strategy is Strategy.BINPACK
+    assert default_topology(policy) == GroupTopology(preferred=("nvidia.com/gpu.clique",))
+    # ...and a gang planned under it stays in one clique when one holds it.
+    nodes = {
+        name: NodeInfo.from_api(
+            make_node(name).gpus(gpus).label("nvidia.com/gpu.clique", clique).obj()
+        )
+        for name, gpus, clique in (
+            ("a", 4, "u.1"),
+            ("b", 4, "u.1"),
+            ("c", 6, "u.2"),
+            ("d", 2, "u.2"),
+        )
+    }
+    free = {name: dict(n.allocatable) for name, n in nodes.items()}
+    outcome = plan_gang(members_of("nvidia.com/gpu", [4, 4]), free, nodes, policy)
+    assert isinstance(outcome, Placement) and set(outcome.nodes.values()) == {"a", "b"}
+    # Without the clique, binpack takes the 6-GPU node and one 4-GPU node (tightest first).
+    plain = plan_gang(members_of("nvidia.com/gpu", [4, 4]), free, nodes, Policy())
+    assert isinstance(plain, Placement) and "c" in set(plain.nodes.values())
+
+
+# ------------------------------------------------------ starvation, for each resource
+@pytest.mark.parametrize("resource", ["amd.com/gpu", "nvidia.com/mig-1g.10gb"])
+def test_a_starving_gang_reserves_and_holds_its_own_resource(resource: str) -> None:
+    """A 4-accelerator node full of 1-accelerator pods, a 4 x 1 gang starving for it:
+    the freed accelerator is held for the gang (a plain pod asking it is refused, one
+    asking another resource is not), its placeholder requests the gang's resource."""
+    t0 = T0
+    core = core_with([make_node("n1").gpus(4, resource).gpus(2).obj()], starvation=5)
+    smalls = []
+    for i in range(4):
+        small = PodInfo.from_api(make_pod(f"s{i}").gpus(1, resource).node("n1").obj())
+        core.observe_pod(small, t0)
+        smalls.append(small)
+    core.apply_group_spec(GroupSpec.from_podgroup(make_podgroup("big", 4), source="PodGroup"))
+    big = [
+        PodInfo.from_api(
+            make_pod(f"big-{i}").group("big").gpus(1, resource).created(CREATED_AT_T0).obj()
+        )
+        for i in range(4)
+    ]
+    for pod in big:
+        core.observe_pod(pod, t0)
+    held = core.filter(big[0], ["n1"], t0)
+    assert held.verdict is Verdict.WAIT
+    core.expire(t0 + 6)
+    reservation = core.starvation.reservations[BIG]
+    assert reservation.resource == resource and reservation.need == 4
+    core.forget_pod(smalls[0].uid, t0 + 7)
+    core.expire(t0 + 7)
+    (made,) = [e for e in core.drain_effects() if isinstance(e, PlaceholderCreate)]
+    assert (made.resource, made.gpus, made.node) == (resource, 1, "n1")
+    assert core.starving_holds()["n1"] == (BIG, 1, resource)
+    refused = core.filter(PodInfo.from_api(make_pod("p").gpus(1, resource).obj()), ["n1"], t0 + 7)
+    assert refused.nodes == [] and f"1 free {resource} on n1 are reserved" in refused.failed["n1"]
+    other = core.filter(PodInfo.from_api(make_pod("q").gpus(1).obj()), ["n1"], t0 + 7)
+    assert other.nodes == ["n1"]  # nvidia.com/gpu is not what the gang holds
+    status = core.starvation.reserving_message(BIG)
+    assert f"1/4 {resource} free" in status

@@ -322,8 +322,11 @@ class StarvationReservations:
     def starving_refusal(self, pod: PodInfo, node: str, held: StarvingHold) -> str:
         """Why a plain pod may not take a GPU a starving gang holds on `node` ("" if it may)."""
         owner, gpus, resource = held
+        want = pod.requests.get(resource, 0)
+        if want <= 0:
+            return ""  # it asks another accelerator than the one held here
         free = self.room.free_after_reservations(node).get(resource, 0) - gpus
-        if pod.requests.get(resource, 0) <= free:
+        if want <= free:
             return ""
         gpus += self.shared.snapshot.placeholder_gpus(owner, node, resource)
         return (
