@@ -18,6 +18,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from extender.domain.objects.accelerators import DEFAULT_ACCELERATORS, Accelerators
 from extender.injection.admission import (
     AdmissionDenied,
     AdmissionRequest,
@@ -62,6 +63,7 @@ class Admitter:
         *,
         podgroup_reader: PodGroupReader | None = None,
         route_gpu_pods: bool = False,
+        accelerators: Accelerators = DEFAULT_ACCELERATORS,
     ) -> None:
         """`podgroup_reader` gives spec.minTaskMember; None: there are no PodGroups.
 
@@ -72,6 +74,9 @@ class Admitter:
         self.allocator = allocator
         self.podgroup_reader = podgroup_reader
         self.route_gpu_pods = route_gpu_pods
+        self.accelerators = (
+            accelerators  # which requests route a pod (Settings.accelerator_resources)
+        )
 
     async def admit(self, review: AdmissionRequest) -> dict[str, Any]:
         """The AdmissionReview answering `review` (see extender.injection.admission for the steps)."""
@@ -168,7 +173,7 @@ class Admitter:
         return allowed_response(review.uid, patch + self._routing(pod))
 
     def _routing(self, pod: dict[str, Any]) -> list[JsonPatchOp]:
-        return route_to_gang_scheduler(pod) if self.route_gpu_pods else []
+        return route_to_gang_scheduler(pod, self.accelerators) if self.route_gpu_pods else []
 
 
 def _deny(review: AdmissionRequest, message: str, *, code: int | None = None) -> dict[str, Any]:

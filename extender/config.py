@@ -12,6 +12,12 @@ from typing import Literal
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from extender.domain.objects.accelerators import (
+    DEFAULT_ACCELERATOR_PATTERNS,
+    AcceleratorPatternError,
+    Accelerators,
+)
+
 MAX_PORT = 65535
 WIRING_ONLY = "wiring-only"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -95,11 +101,19 @@ class Settings(BaseSettings):
     # left with one member missing because of one throttled request.
     binding_retry_backoff_seconds: float = Field(default=0.2, gt=0)
     # Opt-in: the webhook also sets spec.schedulerName: gang-extender on every pod
-    # that requests nvidia.com/gpu in namespaces labelled gang-extender.io/inject:
-    # enabled, so plain GPU pods there are filtered against gang reservations instead
+    # that requests an accelerator resource (accelerator_resources) in namespaces
+    # labelled gang-extender.io/inject: enabled, so plain GPU pods there are filtered against gang reservations instead
     # of being placed by the default scheduler, which does not see them. Needs the
     # webhook's gpu-routing entry (in deploy/webhook.yaml).
     route_gpu_pods: bool = Field(default=False)
+    # Which resources are accelerators (docs/deploy.md "Accelerators"): comma-separated
+    # extended resource names, a trailing `*` a prefix. Every GPU figure (plan, hold,
+    # reservation, placeholder, score, gauge, hostfile slots, GPU routing) keys on them;
+    # DRA class resources (deviceclass.resource.kubernetes.io/...) always count.
+    accelerator_resources: str = Field(
+        default=",".join(DEFAULT_ACCELERATOR_PATTERNS),
+        description="accelerator resources, comma-separated; a trailing * is a prefix",
+    )
     # A plan nobody acts on (a member the scheduler keeps rejecting for its own
     # reasons) must not hold capacity forever.
     default_schedule_timeout_seconds: float = Field(default=60.0, gt=0)
@@ -234,6 +248,20 @@ class Settings(BaseSettings):
     index_list_timeout_seconds: float = Field(default=5.0, gt=0)
 
     log_level: str = Field(default="INFO", description="DEBUG, INFO, WARNING, ERROR")
+
+    @field_validator("accelerator_resources")
+    @classmethod
+    def _accelerator_patterns(cls, value: str) -> str:
+        try:
+            Accelerators.from_setting(value)
+        except AcceleratorPatternError as err:
+            raise ValueError(str(err)) from None
+        return value
+
+    @property
+    def accelerators(self) -> Accelerators:
+        """The accelerator matcher the core and the webhook are given."""
+        return Accelerators.from_setting(self.accelerator_resources)
 
     @field_validator("log_level")
     @classmethod

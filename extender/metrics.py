@@ -121,8 +121,9 @@ class Metrics:
         )
         self.gpus = Gauge(
             "gang_extender_gpus",
-            "nvidia.com/gpu per node pool (label gang-extender.io/pool, else 'default'), by state.",
-            ["pool", "state"],
+            "Accelerators per node pool (label gang-extender.io/pool, else 'default'), "
+            "resource (nvidia.com/gpu, amd.com/gpu, ...) and state.",
+            ["pool", "resource", "state"],
             registry=r,
         )
         self.cache_synced = Gauge(

@@ -49,6 +49,7 @@ from extender.controller.gauges import Gauges
 from extender.controller.lifecycle import LifecycleController
 from extender.controller.reconciler import GroupReconciler, Wiring
 from extender.coordinator import SchedulingCoordinator
+from extender.domain.cluster.snapshot import ClusterSnapshot
 from extender.domain.gang.gang import GangCore, Timeouts
 from extender.domain.objects.membership import GroupKey
 from extender.domain.objects.policy import Policy
@@ -222,6 +223,7 @@ class GangService:
                 self.allocator,
                 podgroup_reader=self._podgroup_reader,
                 route_gpu_pods=s.route_gpu_pods,
+                accelerators=s.accelerators,
             )
         )
         time_admission(webhook_app, self.metrics)
@@ -334,6 +336,7 @@ def create_service(settings: Settings, deps: Deps | None = None) -> GangService:
         preemption_enabled=settings.preemption,
         placeholders=settings.reservation_placeholders,
         fences=settings.reservation_taints,
+        snapshot=ClusterSnapshot(settings.accelerators),
     )
     # The state flushes the core's effects through the coordinator, whose sink is
     # the writer, which reads the state: the coordinator is looked up when the
@@ -402,7 +405,11 @@ def create_service(settings: Settings, deps: Deps | None = None) -> GangService:
         effect_sink=effect_sink,
         namespace_deleted=state.terminating,
     )
-    wiring = deps.wiring if deps.wiring is not None else WiringController(deps.raw, seal=seal)
+    wiring = (
+        deps.wiring
+        if deps.wiring is not None
+        else WiringController(deps.raw, seal=seal, accelerators=settings.accelerators)
+    )
     allocator = IndexAllocator(
         deps.raw,
         hold_seconds=settings.index_hold_seconds,

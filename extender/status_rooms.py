@@ -1,7 +1,8 @@
 """`gang-extender status -o wide` and `status <group>`: where the GPUs are, and who holds them.
 
-Pure, from the same snapshot as `status_report`: per node with `nvidia.com/gpu`,
-its allocatable GPUs, how many are free, and who holds the rest: gangs' bound
+Pure, from the same snapshot as `status_report`: per node with an accelerator
+resource (`nvidia.com/gpu`, `amd.com/gpu`, ...: the default accelerator resources,
+domain/objects/accelerators.py; every one a node offers is added up), its allocatable GPUs, how many are free, and who holds the rest: gangs' bound
 members, other gangs' plans (members not bound yet whose `gang-extender.io/planned-node`
 names the node), plain pods, and starvation reservations (placeholder pods, and the
 `gang-extender.io/reserved` taint). A held group's candidate nodes are the GPU
@@ -14,9 +15,9 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from extender.domain.cluster.fences import FENCE_TAINT_KEY
+from extender.domain.objects.accelerators import DEFAULT_ACCELERATORS
 from extender.domain.objects.membership import PLANNED_NODE_ANNOTATION, GroupKey
 from extender.domain.objects.model import NodeInfo, PodInfo
-from extender.domain.objects.quantity import GPU
 from extender.status_report import GroupRow, StatusObjects
 
 
@@ -29,13 +30,13 @@ class NodeRoom:
 
 
 def _gpus(pod: PodInfo) -> int:
-    return int(pod.requests.get(GPU, 0))
+    return DEFAULT_ACCELERATORS.amount(pod.requests)
 
 
 def node_rooms(objects: StatusObjects) -> dict[str, NodeRoom]:
     """Every node with GPUs, by name; {} when the nodes could not be read."""
     nodes = [NodeInfo.from_api(n) for n in objects.nodes or []]
-    with_gpus = {n.name: n for n in nodes if n.allocatable.get(GPU, 0)}
+    with_gpus = {n.name: n for n in nodes if DEFAULT_ACCELERATORS.offered(n.allocatable)}
     held: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     used: dict[str, int] = defaultdict(int)
     for obj in objects.pods:
@@ -58,7 +59,7 @@ def node_rooms(objects: StatusObjects) -> dict[str, NodeRoom]:
         used[node] += _gpus(pod)
     rooms = {}
     for name, node in sorted(with_gpus.items()):
-        total = int(node.allocatable.get(GPU, 0))
+        total = DEFAULT_ACCELERATORS.amount(node.allocatable)
         who = [
             f"{h} {n}" if not h.startswith("pod ") else f"{h} ({n})" for h, n in held[name].items()
         ]

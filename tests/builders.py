@@ -79,8 +79,8 @@ class PodBuilder:
         self._pod["metadata"]["labels"][TASK_LABEL] = task
         return self
 
-    def gpus(self, n: int) -> PodBuilder:
-        self._container()["resources"]["limits"]["nvidia.com/gpu"] = str(n)
+    def gpus(self, n: int, resource: str = "nvidia.com/gpu") -> PodBuilder:
+        self._container()["resources"]["limits"][resource] = str(n)
         return self
 
     def cpu(self, q: str) -> PodBuilder:
@@ -163,8 +163,12 @@ class NodeBuilder:
             },
         }
 
-    def gpus(self, n: int) -> NodeBuilder:
-        self._node["status"]["allocatable"]["nvidia.com/gpu"] = str(n)
+    def gpus(self, n: int, resource: str = "nvidia.com/gpu") -> NodeBuilder:
+        """`n` of `resource`; a node given another accelerator has no nvidia.com/gpu."""
+        allocatable = self._node["status"]["allocatable"]
+        if resource != "nvidia.com/gpu":
+            allocatable.pop("nvidia.com/gpu", None)
+        allocatable[resource] = str(n)
         return self
 
     def cpu_only(self) -> NodeBuilder:
@@ -282,6 +286,7 @@ def placeholder_pod_info(effect: PlaceholderCreate, uid: str | None = None) -> P
         group=effect.group.name,
         node=effect.node,
         gpus=effect.gpus,
+        resource=effect.resource,
         owner=None,
         seal=OwnershipSeal().placeholder(
             namespace=effect.group.namespace,

@@ -205,16 +205,18 @@ class EffectWriter:
             group=key.name,
             node=effect.node,
             gpus=effect.gpus,
+            resource=effect.resource,
             owner=owner,
             seal=self.seal.placeholder(
                 namespace=key.namespace, name=effect.name, group=key.name, node=effect.node
             ),
         )
         log.info(
-            "gang %s: placeholder pod %s holds %d GPU(s) on %s",
+            "gang %s: placeholder pod %s holds %d %s on %s",
             key,
             effect.name,
             effect.gpus,
+            effect.resource,
             effect.node,
         )
         await self.writes.write(

@@ -1,8 +1,9 @@
-"""The gauges drawn from the core's state: groups per phase, GPUs per pool and state.
+"""The gauges drawn from the core's state: groups per phase, GPUs per pool, resource and state.
 
 Recomputed from scratch before each /metrics scrape (`Gauges.update`, called by
 `GangService.update_gauges`: O(groups + nodes), too much for every tick); a pool whose
-last GPU node is gone has its series removed rather than left at a stale value.
+last GPU node is gone has its series removed rather than left at a stale value. "GPUs"
+are each accelerator resource a node offers (the snapshot's matcher), one series each.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ import contextlib
 from collections import defaultdict
 
 from extender.domain.gang.core_api import SchedulingCore
-from extender.domain.objects.quantity import GPU
 from extender.domain.status.status import group_status
 from extender.metrics import Metrics
 
@@ -23,7 +23,7 @@ class Gauges:
     def __init__(self, core: SchedulingCore, metrics: Metrics) -> None:
         self.core = core
         self.metrics = metrics
-        self._gpu_pools: set[str] = set()
+        self._gpu_pools: set[tuple[str, str]] = set()  # (pool, resource)
 
     def update(self) -> None:
         phases: dict[str, int] = defaultdict(int)
@@ -35,22 +35,24 @@ class Gauges:
             phases[status.phase if status is not None else "Pending"] += 1
         for phase in ("Pending", "Scheduling", "Scheduled", "Running", "Succeeded", "Failed"):
             self.metrics.groups.labels(phase=phase).set(phases.get(phase, 0))
-        pools: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-        for name, node in self.core.snapshot.nodes.items():
+        snapshot = self.core.snapshot
+        pools: dict[tuple[str, str], dict[str, int]] = defaultdict(lambda: defaultdict(int))
+        for name, node in snapshot.nodes.items():
             pool = node.labels.get(POOL_LABEL, "default")
-            total = node.allocatable.get(GPU, 0)
-            if not total:
-                continue
-            bound = self.core.snapshot.used(name).get(GPU, 0)
-            reserved = self.core.ledger.reserved(name).get(GPU, 0)
-            pools[pool]["bound"] += bound
-            pools[pool]["reserved"] += reserved
-            pools[pool]["free"] += max(0, total - bound - reserved)
-        for pool, states in pools.items():
+            used, reserved_here = snapshot.used(name), self.core.ledger.reserved(name)
+            for resource in snapshot.accelerators.offered(node.allocatable):
+                total = node.allocatable[resource]
+                bound = used.get(resource, 0)
+                reserved = reserved_here.get(resource, 0)
+                states = pools[(pool, resource)]
+                states["bound"] += bound
+                states["reserved"] += reserved
+                states["free"] += max(0, total - bound - reserved)
+        for (pool, resource), states in pools.items():
             for state, value in states.items():
-                self.metrics.gpus.labels(pool=pool, state=state).set(value)
-        for pool in self._gpu_pools - pools.keys():  # its last GPU node is gone
+                self.metrics.gpus.labels(pool=pool, resource=resource, state=state).set(value)
+        for pool, resource in self._gpu_pools - pools.keys():  # its last node is gone
             for state in GPU_STATES:
                 with contextlib.suppress(KeyError):
-                    self.metrics.gpus.remove(pool, state)
+                    self.metrics.gpus.remove(pool, resource, state)
         self._gpu_pools = set(pools)

@@ -40,9 +40,11 @@ def gpu_node_body(
     memory: str = "256Gi",
     pods: int = 110,
     labels: Mapping[str, str] | None = None,
+    resource: str = GPU_RESOURCE,
 ) -> dict[str, Any]:
-    """The Node object for one fake GPU node (no taints of our own)."""
-    resources = {"cpu": cpu, "memory": memory, "pods": str(pods), GPU_RESOURCE: str(gpus)}
+    """The Node object for one fake GPU node (no taints of our own); `gpus` of
+    `resource` (another accelerator: amd.com/gpu, nvidia.com/mig-1g.10gb, ...)."""
+    resources = {"cpu": cpu, "memory": memory, "pods": str(pods), resource: str(gpus)}
     return {
         "apiVersion": "v1",
         "kind": "Node",
@@ -80,6 +82,7 @@ def add_gpu_nodes(
     labels: dict[str, str] | None = None,
     name_prefix: str = "gpu-node",
     start_index: int = 0,
+    resource: str = GPU_RESOURCE,
 ) -> list[str]:
     """Create ``count`` kwok-managed GPU nodes named ``<name_prefix>-<i>``; return their names.
 
@@ -90,7 +93,9 @@ def add_gpu_nodes(
     names = []
     for i in range(start_index, start_index + count):
         name = f"{name_prefix}-{i}"
-        body: Any = gpu_node_body(name, gpus=gpus, cpu=cpu, memory=memory, pods=pods, labels=labels)
+        body: Any = gpu_node_body(
+            name, gpus=gpus, cpu=cpu, memory=memory, pods=pods, labels=labels, resource=resource
+        )
         core.create_node(body)
         names.append(name)
     return names

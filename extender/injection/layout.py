@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from extender.domain.objects.accelerators import DEFAULT_ACCELERATORS, Accelerators
 from extender.domain.objects.limits import MAX_GROUP_SIZE, max_task_index, quoted
 from extender.domain.objects.membership import (
     DEFAULT_TASK,
@@ -143,7 +144,11 @@ def declared_layout(
 
 
 def resolve_layout(
-    *, group: str, podgroup: Mapping[str, Any] | None, pods: Sequence[Mapping[str, Any]]
+    *,
+    group: str,
+    podgroup: Mapping[str, Any] | None,
+    pods: Sequence[Mapping[str, Any]],
+    accelerators: Accelerators = DEFAULT_ACCELERATORS,
 ) -> GroupLayout:
     """The layout the controller renders for a group (see the module docstring for the order).
 
@@ -158,7 +163,7 @@ def resolve_layout(
             f"the layout from {source} names {total} members; at most {MAX_GROUP_SIZE} "
             f"members in a group"
         )
-    slots = _slots_per_task(pods)
+    slots = _slots_per_task(pods, accelerators)
     tasks = tuple(
         TaskLayout(name=task, count=count, slots=slots.get(task, 1))
         for task, count in counts.items()
@@ -230,11 +235,14 @@ def _derive_counts(pods: Sequence[Mapping[str, Any]], index_limit: int) -> dict[
     return {task: count for task, count in counts.items() if count > 0}
 
 
-def _slots_per_task(pods: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+def _slots_per_task(
+    pods: Iterable[Mapping[str, Any]], accelerators: Accelerators
+) -> dict[str, int]:
+    """A task's slots: the accelerators its pods request (every accelerator resource)."""
     slots: dict[str, int] = {}
     for pod in pods:
         task = task_name(pod.get("metadata") or {})
-        gpus = pod_gpus(pod.get("spec") or {})
+        gpus = pod_gpus(pod.get("spec") or {}, accelerators)
         slots[task] = max(slots.get(task, 1), gpus)
     return slots
 

@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from extender.domain.objects.accelerators import DEFAULT_ACCELERATORS, Accelerators
 from extender.domain.objects.membership import task_name
 from extender.domain.objects.quantity import pod_gpus
 from extender.injection import names
@@ -49,7 +50,10 @@ def is_ready(pod: Mapping[str, Any]) -> bool:
 
 
 def ready_hosts(
-    group: str, layout: GroupLayout, pods: Sequence[Mapping[str, Any]]
+    group: str,
+    layout: GroupLayout,
+    pods: Sequence[Mapping[str, Any]],
+    accelerators: Accelerators = DEFAULT_ACCELERATORS,
 ) -> list[ReadyHost]:
     """The Ready members, tasks in layout order (then by name), indexes ascending.
 
@@ -73,7 +77,7 @@ def ready_hosts(
                 task=task,
                 index=index,
                 fqdn=names.fqdn(group, task, index),
-                slots=max(1, pod_gpus(pod.get("spec") or {})),
+                slots=max(1, pod_gpus(pod.get("spec") or {}, accelerators)),
             ),
         )
     return sorted(
@@ -87,11 +91,15 @@ def render_ready_hostfile(hosts: Sequence[ReadyHost]) -> str:
 
 
 def render_ready_data(
-    group: str, layout: GroupLayout, pods: Sequence[Mapping[str, Any]]
+    group: str,
+    layout: GroupLayout,
+    pods: Sequence[Mapping[str, Any]],
+    accelerators: Accelerators = DEFAULT_ACCELERATORS,
 ) -> dict[str, str]:
     """The ConfigMap keys about readiness: the ready hostfile and the two scripts."""
+    hosts = ready_hosts(group, layout, pods, accelerators)
     return {
-        names.READY_HOSTFILE_KEY: render_ready_hostfile(ready_hosts(group, layout, pods)),
+        names.READY_HOSTFILE_KEY: render_ready_hostfile(hosts),
         names.DISCOVER_HOSTS_KEY: discover_hosts_script(group),
         names.WAIT_FOR_TASKS_KEY: wait_for_tasks_script(group),
     }

@@ -13,6 +13,7 @@ from typing import Any
 from extender.domain.cluster.fences import FENCE_EFFECT, FENCE_TAINT_KEY
 from extender.domain.objects.membership import SCHEDULER_NAME
 from extender.domain.objects.model import PLACEHOLDER_LABEL
+from extender.domain.objects.quantity import GPU
 from extender.kube.ownership import SEAL_ANNOTATION
 from extender.kube.rawapi import KubeError, RawApi, path_of
 from extender.kube.writers import HTTP_CONFLICT, WRITE_TIMEOUT_SECONDS
@@ -30,15 +31,17 @@ def placeholder_pod(
     gpus: int,
     owner: dict[str, Any] | None,
     seal: str,
+    resource: str = GPU,
 ) -> dict[str, Any]:
-    """A pod bound to `node` holding `gpus` GPUs for a starving gang (domain/starvation/placeholders.py).
+    """A pod bound to `node` holding `gpus` of `resource` (the gang's accelerator) for a
+    starving gang (domain/starvation/placeholders.py).
 
     Bound directly (`spec.nodeName`), so no scheduler is involved; it tolerates every
     taint (the reserved node may be tainted for GPU work) and goes at once when deleted.
     `owner` (the group's PodGroup) lets the garbage collector remove it with the group.
     `seal` (kube/ownership.py) is what tells it from a pod that only carries the label.
     """
-    resources = {"nvidia.com/gpu": str(gpus)}
+    resources = {resource: str(gpus)}
     metadata: dict[str, Any] = {
         "name": name,
         "namespace": namespace,

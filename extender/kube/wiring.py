@@ -33,6 +33,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from extender.domain.objects.accelerators import DEFAULT_ACCELERATORS, Accelerators
 from extender.injection import names
 from extender.injection.hostfile import render_svc_data
 from extender.injection.layout import resolve_layout
@@ -90,10 +91,13 @@ class WiringController:
         *,
         field_manager: str = "gang-extender",
         seal: OwnershipSeal | None = None,
+        accelerators: Accelerators = DEFAULT_ACCELERATORS,
     ) -> None:
         self.raw = raw
         self._field_manager = field_manager
         self.seal = seal if seal is not None else OwnershipSeal()
+        # Which resources count as a member's hostfile slots (Settings.accelerator_resources).
+        self.accelerators = accelerators
 
     def reconcile(
         self,
@@ -116,12 +120,17 @@ class WiringController:
         if podgroup is None:
             return []
         notices: list[str] = []
-        layout = resolve_layout(group=group, podgroup=podgroup, pods=pods)
+        layout = resolve_layout(
+            group=group, podgroup=podgroup, pods=pods, accelerators=self.accelerators
+        )
         port, ssh_path = ssh_settings(pods)
         owner = owner_reference(podgroup)
         # Rendered and checked before anything is written: a group too big for one
         # ConfigMap is refused here, not by the API server on every pass.
-        data = {**render_svc_data(layout), **render_ready_data(group, layout, pods)}
+        data = {
+            **render_svc_data(layout),
+            **render_ready_data(group, layout, pods, self.accelerators),
+        }
         members = sum(task.count for task in layout.tasks)
         check_fits("ConfigMap", names.svc_configmap_name(group), data, members=members)
         self._ensure(

@@ -126,14 +126,15 @@ def gang_pod(
     annotations: dict[str, str] | None = None,
     scheduler: str = SCHEDULER_NAME,
     gated: bool = False,
+    resource: str = "nvidia.com/gpu",
 ) -> dict[str, Any]:
     labels = {GROUP_LABEL: group} if group else {}
     if task:
         labels[TASK_LABEL] = task
     resources: dict[str, Any] = {"requests": {"cpu": cpu, "memory": memory}, "limits": {}}
     if gpus:
-        resources["limits"]["nvidia.com/gpu"] = gpus
-        resources["requests"]["nvidia.com/gpu"] = gpus
+        resources["limits"][resource] = gpus
+        resources["requests"][resource] = gpus
     spec: dict[str, Any] = {
         "schedulerName": scheduler,
         "nodeSelector": node_selector or {},

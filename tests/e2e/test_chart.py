@@ -295,6 +295,8 @@ def _sample(field: str) -> tuple[str, Any]:
         return '"debug"', "DEBUG"
     if field == "mode":
         return '"wiring-only"', "wiring-only"
+    if field == "accelerator_resources":
+        return '"amd.com/gpu,nvidia.com/mig-*"', "amd.com/gpu,nvidia.com/mig-*"
     if isinstance(default, list):  # tls_hosts, extender_client_names, webhook_client_names
         return '["a.example", "10.0.0.1"]', ["a.example", "10.0.0.1"]
     if isinstance(default, bool):

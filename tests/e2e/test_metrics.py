@@ -15,7 +15,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from extender.devcluster.cluster import LocalCluster, new_namespace
-from extender.devcluster.nodes import add_gpu_nodes, wait_for_nodes_ready
+from extender.devcluster.nodes import GPU_RESOURCE, add_gpu_nodes, wait_for_nodes_ready
 from extender.devcluster.stack import GangStack
 from extender.domain.objects.membership import INJECT_NAMESPACE_LABEL
 from extender.kube.rawapi import RawApi
@@ -93,7 +93,14 @@ def test_metrics_after_a_gang_run_show_what_the_run_implies(metrics_stack: GangS
     wait_until(
         # The new pool is not exported until the service has seen its nodes.
         lambda: (
-            value(scrape(stack), "gang_extender_gpus", default=0.0, pool=pool, state="free")
+            value(
+                scrape(stack),
+                "gang_extender_gpus",
+                default=0.0,
+                pool=pool,
+                resource=GPU_RESOURCE,
+                state="free",
+            )
             == total_gpus
         ),
         what="the pool's GPUs counted free",
@@ -118,10 +125,13 @@ def test_metrics_after_a_gang_run_show_what_the_run_implies(metrics_stack: GangS
         what="gang_extender_groups{phase=Pending} 1",
     )
     assert groups_by_phase(held) == {**dict.fromkeys(PHASES, 0.0), "Pending": 1.0}
-    assert value(held, "gang_extender_gpus", pool=pool, state="free") == total_gpus, (
-        "a held gang holds no GPUs"
+    assert (
+        value(held, "gang_extender_gpus", pool=pool, resource=GPU_RESOURCE, state="free")
+        == total_gpus
+    ), "a held gang holds no GPUs"
+    assert (
+        value(held, "gang_extender_gpus", pool=pool, resource=GPU_RESOURCE, state="reserved") == 0
     )
-    assert value(held, "gang_extender_gpus", pool=pool, state="reserved") == 0
     assert value(held, "gang_extender_reservations") == 0
     assert value(held, "gang_extender_gangs_bound_total") == value(
         before, "gang_extender_gangs_bound_total"
@@ -148,16 +158,25 @@ def test_metrics_after_a_gang_run_show_what_the_run_implies(metrics_stack: GangS
             if value(s, "gang_extender_reservations") == MEMBERS
             and value(s, "gang_extender_bind_barrier_waiting") == MEMBERS - 1
             # Pool gauges are refreshed on the reconcile tick, a moment later.
-            and value(s, "gang_extender_gpus", pool=pool, state="reserved") == MEMBERS
+            and value(s, "gang_extender_gpus", pool=pool, resource=GPU_RESOURCE, state="reserved")
+            == MEMBERS
             else None
         )
 
     reserved = wait_until(
         planned, what=f"{MEMBERS} members reserved, {MEMBERS - 1} waiting at the barrier"
     )
-    assert value(reserved, "gang_extender_gpus", pool=pool, state="reserved") == MEMBERS
-    assert value(reserved, "gang_extender_gpus", pool=pool, state="bound") == 0
-    assert value(reserved, "gang_extender_gpus", pool=pool, state="free") == total_gpus - MEMBERS
+    assert (
+        value(reserved, "gang_extender_gpus", pool=pool, resource=GPU_RESOURCE, state="reserved")
+        == MEMBERS
+    )
+    assert (
+        value(reserved, "gang_extender_gpus", pool=pool, resource=GPU_RESOURCE, state="bound") == 0
+    )
+    assert (
+        value(reserved, "gang_extender_gpus", pool=pool, resource=GPU_RESOURCE, state="free")
+        == total_gpus - MEMBERS
+    )
     assert bound(list_pods(raw, namespace)) == []
 
     # Completed: the last member may be scheduled; the gang is bound.
@@ -180,7 +199,8 @@ def test_metrics_after_a_gang_run_show_what_the_run_implies(metrics_stack: GangS
         return (
             s
             if groups_by_phase(s)[phase] == 1
-            and value(s, "gang_extender_gpus", pool=pool, state="bound") == MEMBERS
+            and value(s, "gang_extender_gpus", pool=pool, resource=GPU_RESOURCE, state="bound")
+            == MEMBERS
             else None
         )
 
@@ -217,9 +237,17 @@ def test_metrics_after_a_gang_run_show_what_the_run_implies(metrics_stack: GangS
     assert value(after, "gang_extender_bind_barrier_timeouts_total") == 0
     # Gauges: one group, in the phase its PodGroup shows; the pool's GPUs add up.
     assert groups_by_phase(after) == {**dict.fromkeys(PHASES, 0.0), phase: 1.0}
-    assert value(after, "gang_extender_gpus", pool=pool, state="bound") == MEMBERS
-    assert value(after, "gang_extender_gpus", pool=pool, state="reserved") == 0
-    assert value(after, "gang_extender_gpus", pool=pool, state="free") == total_gpus - MEMBERS
+    assert (
+        value(after, "gang_extender_gpus", pool=pool, resource=GPU_RESOURCE, state="bound")
+        == MEMBERS
+    )
+    assert (
+        value(after, "gang_extender_gpus", pool=pool, resource=GPU_RESOURCE, state="reserved") == 0
+    )
+    assert (
+        value(after, "gang_extender_gpus", pool=pool, resource=GPU_RESOURCE, state="free")
+        == total_gpus - MEMBERS
+    )
     assert value(after, "gang_extender_reservations") == 0
     assert value(after, "gang_extender_bind_barrier_waiting") == 0
     # Caches: listed and watching.

@@ -158,7 +158,7 @@ def test_a_plain_pod_whose_node_a_starving_gang_holds_is_refused_at_bind() -> No
     decision = core.arrive(late.uid, "n1", T0 + 7)
     assert decision == BindDecision(
         BindVerdict.ERROR,
-        message="1 free GPU(s) on n1 are reserved for gang default/big, which has waited "
+        message="1 free nvidia.com/gpu on n1 are reserved for gang default/big, which has waited "
         "longer than its starvationSeconds; nothing else is placed there until it fits "
         "(reserved after default/late passed filter); retrying",
     )

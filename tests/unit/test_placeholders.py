@@ -178,10 +178,10 @@ def test_a_placeholder_is_counted_used_by_others_and_free_for_its_gang() -> None
     assert core.starvation.reservations[BIG] and core.starvation.held(BIG) == {"n1": 1}
     # Already taken from everyone by the pod itself; a plain pod whose kube-scheduler
     # has not seen the placeholder yet is still refused by the extender.
-    assert core.starving_holds() == {"n1": (BIG, 0)}
+    assert core.starving_holds() == {"n1": (BIG, 0, "nvidia.com/gpu")}
     decision = core.filter(plain("late"), ["n1"], T0 + 7)
     assert decision.nodes == [] and decision.failed["n1"].startswith(
-        "1 free GPU(s) on n1 are reserved"
+        "1 free nvidia.com/gpu on n1 are reserved"
     )
     core.expire(T0 + 8)
     assert creates(core.drain_effects()) == [] and deletes(core.drain_effects()) == []
@@ -328,7 +328,9 @@ def test_switched_off_no_placeholder_is_made() -> None:
     finish(core, smalls[0], T0 + 7)
     core.expire(T0 + 7)
     assert creates(core.drain_effects()) == []
-    assert core.starving_holds() == {"n1": (BIG, 1)}  # the reservation itself still holds
+    assert core.starving_holds() == {
+        "n1": (BIG, 1, "nvidia.com/gpu")
+    }  # the reservation itself still holds
 
 
 def test_a_gpu_freed_on_a_reserved_node_gets_its_placeholder_at_once_not_at_the_tick() -> None:

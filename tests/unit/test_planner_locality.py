@@ -420,12 +420,12 @@ def test_cover_takes_the_largest_domains_then_the_tightest_that_holds_the_rest()
 
     free = {"a": {GPU: 5}, "b": {GPU: 4}, "c": {GPU: 2}, "d": {GPU: 3}, "e": {GPU: 1}}
     domains = {name: [name] for name in free}
-    assert _cover(domains, free, 7) == ["a", "c"]
-    assert _cover(domains, free, 9) == ["a", "b"]
-    assert _cover(domains, free, 10) == ["a", "b", "e"]
-    assert _cover(domains, free, 3) == ["d"]
-    assert _cover(domains, free, 16) is None
-    assert _cover(domains, free, 15) == ["a", "b", "d", "c", "e"]
+    assert _cover(domains, free, 7, GPU) == ["a", "c"]
+    assert _cover(domains, free, 9, GPU) == ["a", "b"]
+    assert _cover(domains, free, 10, GPU) == ["a", "b", "e"]
+    assert _cover(domains, free, 3, GPU) == ["d"]
+    assert _cover(domains, free, 16, GPU) is None
+    assert _cover(domains, free, 15, GPU) == ["a", "b", "d", "c", "e"]
 
 
 def test_a_member_only_one_node_takes_is_not_crowded_out_of_it() -> None:
@@ -445,9 +445,9 @@ def test_cover_counts_a_node_without_gpus_as_none() -> None:
 
     free = {"a": {GPU: 2}, "cpu": {"cpu": 8000}, "b": {GPU: 1}}
     domains = {"x": ["a", "cpu"], "y": ["b"]}
-    assert _cover(domains, free, 3) == ["x", "y"]
-    assert _cover(domains, free, 2) == ["x"]
-    assert _cover(domains, free, 4) is None
+    assert _cover(domains, free, 3, GPU) == ["x", "y"]
+    assert _cover(domains, free, 2, GPU) == ["x"]
+    assert _cover(domains, free, 4, GPU) is None
 
 
 def test_a_member_restricted_by_kube_scheduler_goes_where_it_may() -> None:

@@ -46,7 +46,7 @@ def fresh_planning_room(core: GangCore, group: GroupKey) -> dict[str, dict[str, 
     """`fresh_free` less the GPUs a starving gang other than `group` holds (free GPUs
     kept for it on its reserved nodes): what planning `group` may use."""
     room = fresh_free(core)
-    for node, (owner, gpus) in core.starving_holds().items():
+    for node, (owner, gpus, _) in core.starving_holds().items():
         if owner != group and node in room:
             room[node] = {**room[node], GPU: room[node].get(GPU, 0) - gpus}
     return room

@@ -19,6 +19,7 @@ from extender.domain.starvation.reservations import (
     starving,
 )
 from extender.domain.state.decisions import BindVerdict, PlanCreated, Verdict
+from extender.domain.state.gang_state import StarvingHold
 from extender.domain.status.status import group_status
 from tests.builders import make_node, make_pod, make_podgroup
 from tests.core_builder import make_core
@@ -149,7 +150,7 @@ def test_after_starvation_seconds_a_freed_gpu_is_held_for_the_gang() -> None:
     core.expire(T0 + 7)  # the reconcile tick brings the message up to date
     assert decision.nodes == []
     assert decision.failed["n1"] == (
-        "1 free GPU(s) on n1 are reserved for gang default/big, which has waited longer "
+        "1 free nvidia.com/gpu on n1 are reserved for gang default/big, which has waited longer "
         "than its starvationSeconds; nothing else is placed there until it fits"
     )
     assert core.groups[BIG].message.startswith(
@@ -182,7 +183,7 @@ def test_a_failed_binding_on_a_reserved_node_gives_the_room_back_and_keeps_the_r
     assert core.undo_assumption(assumption, T0 + 8)  # the binding call failed
     assert core.snapshot.pods[cpu_only.uid].node_name is None
     assert core.starvation.reservations[BIG].nodes == ("n1",)
-    assert core.starving_holds()["n1"] == (BIG, 1)
+    assert core.starving_holds()["n1"] == (BIG, 1, "nvidia.com/gpu")
 
 
 def test_gpus_free_beyond_what_a_reservation_holds_stay_open_to_plain_pods() -> None:
@@ -197,12 +198,15 @@ def test_gpus_free_beyond_what_a_reservation_holds_stay_open_to_plain_pods() -> 
     finish(core, smalls[0], T0 + 7)  # 3 free: all held for the gang (need 4)
     assert core.filter(plain("p1"), ["n1"], T0 + 7).nodes == []
     held = core.starving_holds()["n1"]
-    assert held == (BIG, 3)
+    assert held == (BIG, 3, "nvidia.com/gpu")
     # The refusal counts what the gang holds there, not what is free.
-    assert core.starvation.starving_refusal(plain("p2"), "n1", (BIG, 2)) == ""
-    assert core.starvation.starving_refusal(plain("p3"), "n1", (BIG, 3)).startswith(
-        "3 free GPU(s) on n1"
+    assert (
+        core.starvation.starving_refusal(plain("p2"), "n1", StarvingHold(BIG, 2, "nvidia.com/gpu"))
+        == ""
     )
+    assert core.starvation.starving_refusal(
+        plain("p3"), "n1", StarvingHold(BIG, 3, "nvidia.com/gpu")
+    ).startswith("3 free nvidia.com/gpu on n1")
 
 
 def test_a_small_pod_that_passed_filter_before_the_reservation_is_refused_at_bind() -> None:

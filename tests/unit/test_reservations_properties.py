@@ -16,6 +16,7 @@ from extender.domain.objects.membership import GroupKey
 from extender.domain.objects.model import GroupSpec, NodeInfo, PodInfo
 from extender.domain.objects.quantity import GPU
 from extender.domain.starvation.reservations import NodeGpus, Reservation, choose_nodes, hold
+from extender.domain.state.gang_state import StarvingHold
 from tests.builders import make_node, make_pod, make_podgroup
 from tests.core_builder import make_core
 
@@ -153,7 +154,7 @@ def test_a_held_gpu_is_never_planned_for_another_gang_nor_offered_and_reservatio
             gpus = sum(
                 plan.requests[uid].get(GPU, 0) for uid, at in plan.placements.items() if at == n
             )
-            owner, held = core.starving_holds().get(n, (plan.group, 0))
+            owner, held, _ = core.starving_holds().get(n, (plan.group, 0, GPU))
             others = held if owner != plan.group else 0
             assert gpus <= free(n) - others, f"planned a GPU {owner} holds on {n}"
         reserve(plan)
@@ -165,11 +166,11 @@ def test_a_held_gpu_is_never_planned_for_another_gang_nor_offered_and_reservatio
     core.drain_effects()
     plain_index = 0
 
-    def holds() -> dict[str, tuple[GroupKey, int]]:
+    def holds() -> dict[str, StarvingHold]:
         return core.starving_holds()  # any starving gang's, not only big's
 
     for kind, arg in steps:
-        held = {n: gpus for n, (_, gpus) in holds().items()}
+        held = {n: each.gpus for n, each in holds().items()}
         free_before = {n: free(n) for n in nodes}
         # Never over-committed: held GPUs are free ones.
         assert all(0 < held[n] <= free_before[n] for n in held)

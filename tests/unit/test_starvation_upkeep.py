@@ -221,7 +221,9 @@ def test_switched_off_leftover_placeholders_are_deleted_and_none_is_made() -> No
     effects = core.drain_effects()
     assert deletes(effects) == [PlaceholderDelete(OTHER, "other-hold-n2-1")]
     assert creates(effects) == []
-    assert core.starving_holds() == {"n1": (BIG, 1)}  # the reservation itself holds it
+    assert core.starving_holds() == {
+        "n1": (BIG, 1, "nvidia.com/gpu")
+    }  # the reservation itself holds it
 
 
 def test_a_leftover_placeholder_already_being_deleted_is_not_asked_to_go_again() -> None:

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from extender.domain.cluster.fences import observed_fence
 from extender.domain.cluster.foreign_podgroups import PODGROUP_SOURCES, pick_podgroup
+from extender.domain.objects.accelerators import DEFAULT_ACCELERATORS, Accelerators
 from extender.domain.objects.limits import listing
 from extender.domain.objects.membership import MIN_AVAILABLE_ANNOTATION, SCHEDULER_NAME, GroupKey
 from extender.domain.objects.model import GroupSpec, NodeInfo, PodInfo, Resources
@@ -38,7 +39,10 @@ def _matters_to_plans(pod: PodInfo) -> bool:
 
 
 class ClusterSnapshot:
-    def __init__(self) -> None:
+    def __init__(self, accelerators: Accelerators = DEFAULT_ACCELERATORS) -> None:
+        # Which resources are accelerators (the GANG_ACCELERATOR_RESOURCES setting):
+        # the core's GPU figures key on them.
+        self.accelerators = accelerators
         self.nodes: dict[str, NodeInfo] = {}
         self.pods: dict[str, PodInfo] = {}
         self._used: dict[str, Resources] = defaultdict(dict)
@@ -357,16 +361,16 @@ class ClusterSnapshot:
         used = self._used.get(node, {})
         return {name: value - used.get(name, 0) for name, value in info.allocatable.items()}
 
-    def placeholder_gpus(self, group: GroupKey, node: str) -> int:
-        """GPUs the group's placeholder pods hold on `node` (bound, not finished)."""
+    def placeholder_gpus(self, group: GroupKey, node: str, resource: str = GPU) -> int:
+        """`resource` the group's placeholder pods hold on `node` (bound, not finished)."""
         return sum(
-            p.requests.get(GPU, 0)
+            p.requests.get(resource, 0)
             for p in self.placeholders.values()
             if p.placeholder_for == group and p.node_name == node and p.holds_capacity
         )
 
-    def free_gpus(self, node: str) -> int:
-        return self.free(node).get(GPU, 0)
+    def free_gpus(self, node: str, resource: str = GPU) -> int:
+        return self.free(node).get(resource, 0)
 
 
 def rolling_update_hint(members: Sequence[PodInfo]) -> str:

@@ -153,6 +153,7 @@ from extender.domain.state.gang_state import (
     GroupState,
     Hold,
     SharedState,
+    StarvingHold,
     Switches,
     Timeouts,
 )
@@ -422,7 +423,7 @@ class GangCore:
     def members_short(self, key: GroupKey) -> Hold | None:
         return self.shared.members_short(key)
 
-    def starving_holds(self) -> dict[str, tuple[GroupKey, int]]:
+    def starving_holds(self) -> dict[str, StarvingHold]:
         return self.starvation.starving_holds()
 
     def free_for_planning(self, group: GroupKey | None = None) -> dict[str, Resources]:

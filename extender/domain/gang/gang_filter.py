@@ -20,7 +20,6 @@ from extender.domain.gang.gang_barrier import BindBarrier
 from extender.domain.gang.gang_planning import GangPlanning
 from extender.domain.objects.limits import clip, listing
 from extender.domain.objects.model import PodInfo
-from extender.domain.objects.quantity import GPU
 from extender.domain.planning.restrictions import learnt_now
 from extender.domain.starvation.gang_starvation import StarvationReservations
 from extender.domain.state.decisions import FilterDecision, Verdict
@@ -224,7 +223,7 @@ class GangFilter:
             for name in self.shared.ledger.reserved_nodes()
             if not fits(pod.requests, self.room.free_after_reservations(name))
         }
-        if pod.requests.get(GPU, 0) > 0:
+        if self.shared.snapshot.accelerators.asked(pod.requests):
             for name, held in self.starvation.starving_holds().items():
                 if name not in refusals:
                     why = self.starvation.starving_refusal(pod, name, held)

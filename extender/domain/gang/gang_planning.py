@@ -146,6 +146,7 @@ class GangPlanning:
                 topology=spec.topology,
                 bound=bound,
                 order=order,
+                accelerators=self.shared.snapshot.accelerators,
             )
             if isinstance(outcome, Placement):
                 break

@@ -13,6 +13,7 @@ from decimal import Decimal, InvalidOperation
 from types import MappingProxyType
 from typing import Any
 
+from extender.domain.objects.accelerators import DEFAULT_ACCELERATORS, Accelerators
 from extender.domain.objects.limits import quoted
 
 GPU = "nvidia.com/gpu"
@@ -242,6 +243,6 @@ def _merged_of_items(
     return MappingProxyType(_merged_requests(dict(limits), dict(requests)))  # shared: read-only
 
 
-def pod_gpus(spec: Mapping[str, Any]) -> int:
-    """GPUs a pod requests (0 when none)."""
-    return pod_requests(spec).get(GPU, 0)
+def pod_gpus(spec: Mapping[str, Any], accelerators: Accelerators = DEFAULT_ACCELERATORS) -> int:
+    """Accelerators a pod requests, every accelerator resource counted (0 when none)."""
+    return accelerators.amount(pod_requests(spec))

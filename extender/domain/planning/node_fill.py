@@ -3,7 +3,8 @@ fallback) and binpack's fewest-nodes fill (`place_together`).
 
 Pure; the planner's primitives (domain/planning/planner.py chooses between them and handles
 topology domains). `free` is never mutated: a node's room is copied once a member
-is placed on it.
+is placed on it. `resource` is the gang's accelerator resource
+(domain/objects/accelerators.py): "GPUs" below are of that resource.
 """
 
 from __future__ import annotations
@@ -23,18 +24,20 @@ from extender.domain.planning.node_fit import NodeRestriction, node_accepts
 from extender.domain.planning.node_order import NodeOrder, static_key
 
 
-def _size_key(pod: PodInfo) -> tuple[int, int, int, str]:
+def _size_key(pod: PodInfo, resource: str) -> tuple[int, int, int, str]:
     r = pod.requests
-    return (-r.get(GPU, 0), -r.get(CPU, 0), -r.get(MEMORY, 0), pod.name)
+    return (-r.get(resource, 0), -r.get(CPU, 0), -r.get(MEMORY, 0), pod.name)
 
 
-def member_order(members: Iterable[PodInfo]) -> list[PodInfo]:
+def member_order(members: Iterable[PodInfo], resource: str = GPU) -> list[PodInfo]:
     """The order the planner places members in: largest first, then by name."""
-    return sorted(members, key=_size_key)
+    return sorted(members, key=lambda pod: _size_key(pod, resource))
 
 
-def _rank(strategy: Strategy, pod: PodInfo, node: str, free: Resources, on_node: int):  # type: ignore[no-untyped-def]
-    gpu_left = free.get(GPU, 0) - pod.requests.get(GPU, 0)
+def _rank(  # type: ignore[no-untyped-def]
+    strategy: Strategy, pod: PodInfo, node: str, free: Resources, on_node: int, resource: str
+):
+    gpu_left = free.get(resource, 0) - pod.requests.get(resource, 0)
     cpu_left = free.get(CPU, 0) - pod.requests.get(CPU, 0)
     if strategy is Strategy.SPREAD:
         return (-gpu_left, on_node, -cpu_left, node)
@@ -80,6 +83,7 @@ def place_best_fit(
     policy: Policy,
     allowed: Mapping[str, NodeRestriction],
     order: NodeOrder | None = None,
+    resource: str = GPU,
 ) -> tuple[dict[str, str], PodInfo | None]:
     """Greedy placement inside `free` (not mutated). Returns placements and the first misfit.
 
@@ -115,16 +119,21 @@ def place_best_fit(
         node = pod.planned_node
         if node and node in remaining and usable(pod, node, allowed.get(pod.uid)):
             place(pod, node)
-    if order is not None and not touched and order.strategy is strategy:
+    if (
+        order is not None
+        and not touched
+        and order.strategy is strategy
+        and order.resource == resource
+    ):
         names, order_gpus = order.names, order.gpus
     else:
-        names = sorted(remaining, key=lambda n: static_key(strategy, n, remaining[n]))
+        names = sorted(remaining, key=lambda n: static_key(strategy, n, remaining[n], resource))
         order_gpus = [
-            free[n].get(GPU, 0) for n in names
+            free[n].get(resource, 0) for n in names
         ]  # ascending (binpack), descending (spread)
-    for pod in member_order(p for p in members if p.uid not in placed):
+    for pod in member_order((p for p in members if p.uid not in placed), resource):
         choices = allowed.get(pod.uid)
-        gpus = pod.requests.get(GPU, 0)
+        gpus = pod.requests.get(resource, 0)
         best_node: str | None = None
         best_rank = None
         # The best untouched node: the first usable one in rank order. A pod asking
@@ -137,13 +146,13 @@ def place_best_fit(
                 break
             if name in touched or not usable(pod, name, choices):
                 continue
-            best_node, best_rank = name, _rank(strategy, pod, name, remaining[name], 0)
+            best_node, best_rank = name, _rank(strategy, pod, name, remaining[name], 0, resource)
             break
         # Nodes members were placed on rank by their new room (and member count).
         for name in touched:
             if not usable(pod, name, choices):
                 continue
-            rank = _rank(strategy, pod, name, remaining[name], on_node[name])
+            rank = _rank(strategy, pod, name, remaining[name], on_node[name], resource)
             if best_rank is None or rank < best_rank:
                 best_node, best_rank = name, rank
         if best_node is None:
@@ -153,8 +162,8 @@ def place_best_fit(
     return placed, misfit
 
 
-def gpus_of(pod: PodInfo) -> int:
-    return pod.requests.get(GPU, 0)
+def gpus_of(pod: PodInfo, resource: str = GPU) -> int:
+    return pod.requests.get(resource, 0)
 
 
 def min_nodes_for(gpus: int, free_gpus_descending: Iterable[int]) -> int:
@@ -175,6 +184,7 @@ def place_together(
     allowed: Mapping[str, NodeRestriction],
     gang_nodes: frozenset[str],
     order: NodeOrder | None = None,
+    resource: str = GPU,
 ) -> tuple[dict[str, str], PodInfo | None, int]:
     """Binpack a gang onto as few nodes as it can: returns placements, first misfit, and
     a lower bound on the nodes its GPUs need (see `_Planner.nodes_level`).
@@ -211,27 +221,27 @@ def place_together(
         node = pod.planned_node
         if node and node in remaining and usable(pod, node, allowed.get(pod.uid)):
             place(pod, node)
-    if order is not None and order.strategy is Strategy.BINPACK:
+    if order is not None and order.strategy is Strategy.BINPACK and order.resource == resource:
         names, order_gpus = order.names, order.gpus
     else:
-        names = sorted(free, key=lambda n: static_key(Strategy.BINPACK, n, free[n]))
-        order_gpus = [free[n].get(GPU, 0) for n in names]  # ascending
-    demand = sum(gpus_of(p) for p in members)
+        names = sorted(free, key=lambda n: static_key(Strategy.BINPACK, n, free[n], resource))
+        order_gpus = [free[n].get(resource, 0) for n in names]  # ascending
+    demand = sum(gpus_of(p, resource) for p in members)
     # A node gives the gang at most a multiple of the gcd of its GPU requests (two
     # 5-GPU members use 5 of 8 free GPUs, not 8): a tighter bound, so fewer fallbacks.
-    step = gcd(*(gpus_of(p) for p in members)) or 1
+    step = gcd(*(gpus_of(p, resource) for p in members)) or 1
     lower_bound = min_nodes_for(demand, (g // step * step for g in reversed(order_gpus)))
-    to_place = member_order(p for p in members if p.uid not in placed)
-    outstanding = sum(gpus_of(p) for p in to_place)
+    to_place = member_order((p for p in members if p.uid not in placed), resource)
+    outstanding = sum(gpus_of(p, resource) for p in to_place)
     for pod in to_place:
         choices = allowed.get(pod.uid)
-        gpus = gpus_of(pod)
+        gpus = gpus_of(pod, resource)
         best_node: str | None = None
         best_rank = None
         for name in used:
             if not usable(pod, name, choices):
                 continue
-            rank = _rank(Strategy.BINPACK, pod, name, remaining[name], 0)
+            rank = _rank(Strategy.BINPACK, pod, name, remaining[name], 0, resource)
             if best_rank is None or rank < best_rank:
                 best_node, best_rank = name, rank
         if best_node is None and gpus > 0:

@@ -22,14 +22,17 @@ from extender.domain.objects.quantity import CPU, GPU
 NodeKey = tuple[int, int, str]
 
 
-def static_key(strategy: Strategy, node: str, free: Mapping[str, int]) -> NodeKey:
+def static_key(
+    strategy: Strategy, node: str, free: Mapping[str, int], resource: str = GPU
+) -> NodeKey:
     """The order nodes no member was placed on yet are tried in, for any pod.
 
     On such a node the planner's per-pod rank only shifts free GPU and cpu by the
     pod's (constant) request, so this order is the rank order: the first node in it
-    that the pod fits and may use is its best untouched node.
+    that the pod fits and may use is its best untouched node. `resource` is the
+    gang's accelerator resource (domain/objects/accelerators.py).
     """
-    gpu, cpu = free.get(GPU, 0), free.get(CPU, 0)
+    gpu, cpu = free.get(resource, 0), free.get(CPU, 0)
     if strategy is Strategy.SPREAD:
         return (-gpu, -cpu, node)
     return (gpu, cpu, node)
@@ -37,20 +40,29 @@ def static_key(strategy: Strategy, node: str, free: Mapping[str, int]) -> NodeKe
 
 @dataclass
 class NodeOrder:
-    """Node names sorted by `static_key`, with each one's free GPUs beside it."""
+    """Node names sorted by `static_key`, with each one's free accelerators beside it.
+
+    Kept for one accelerator resource (`resource`): a gang asking another is planned
+    on an order sorted for it (the planner checks `resource`).
+    """
 
     strategy: Strategy
     keys: list[NodeKey] = field(default_factory=list)
     names: list[str] = field(default_factory=list)
     gpus: list[int] = field(default_factory=list)
     _key_of: dict[str, NodeKey] = field(default_factory=dict)
+    resource: str = GPU
 
     @classmethod
-    def of(cls, strategy: Strategy, free: Mapping[str, Resources]) -> NodeOrder:
-        order = cls(strategy)
-        order.keys = sorted(static_key(strategy, name, room) for name, room in free.items())
+    def of(
+        cls, strategy: Strategy, free: Mapping[str, Resources], resource: str = GPU
+    ) -> NodeOrder:
+        order = cls(strategy, resource=resource)
+        order.keys = sorted(
+            static_key(strategy, name, room, resource) for name, room in free.items()
+        )
         order.names = [key[2] for key in order.keys]
-        order.gpus = [free[name].get(GPU, 0) for name in order.names]
+        order.gpus = [free[name].get(resource, 0) for name in order.names]
         order._key_of = dict(zip(order.names, order.keys, strict=True))
         return order
 
@@ -65,11 +77,11 @@ class NodeOrder:
             del self.keys[at], self.names[at], self.gpus[at]
         if room is None:
             return
-        key = static_key(self.strategy, name, room)
+        key = static_key(self.strategy, name, room, self.resource)
         at = bisect_left(self.keys, key)
         self.keys.insert(at, key)
         self.names.insert(at, name)
-        self.gpus.insert(at, room.get(GPU, 0))
+        self.gpus.insert(at, room.get(self.resource, 0))
         self._key_of[name] = key
 
     def with_rooms(self, rooms: Iterable[tuple[str, Mapping[str, int]]]) -> NodeOrder:
@@ -78,7 +90,12 @@ class NodeOrder:
         if not rooms:
             return self
         copy = NodeOrder(
-            self.strategy, list(self.keys), list(self.names), list(self.gpus), dict(self._key_of)
+            self.strategy,
+            list(self.keys),
+            list(self.names),
+            list(self.gpus),
+            dict(self._key_of),
+            self.resource,
         )
         for name, room in rooms:
             copy.update(name, room)

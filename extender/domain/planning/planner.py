@@ -6,7 +6,9 @@ tightest (`place_together`), and never spans more nodes than best-fit decreasing
 (`place_best_fit`, also spread's planner), which it falls back to. Topology (`_Planner`):
 inside one value of a required node label, on as few values of each preferred
 label as fit, coarsest first. It can miss a packing that exists; it never returns
-one that over-commits.
+one that over-commits. "GPUs" are the gang's accelerator resource: the one its
+members ask most of (domain/objects/accelerators.py); every other resource,
+another accelerator too, is checked for fit on its own.
 """
 
 from __future__ import annotations
@@ -20,6 +22,11 @@ from extender.domain.cluster.snapshot import add_into
 from extender.domain.devices.choices import choice_shortfall, requests_on
 from extender.domain.devices.claims import device_shortfall
 from extender.domain.devices.nodes import unreadable_note
+from extender.domain.objects.accelerators import (
+    DEFAULT_ACCELERATORS,
+    DEVICE_CLASS_PREFIX,
+    Accelerators,
+)
 from extender.domain.objects.limits import MAX_TOPOLOGY_LABELS, PLANNER_STEP_BUDGET, listing
 from extender.domain.objects.model import NodeInfo, PodInfo, Resources
 from extender.domain.objects.policy import GroupTopology, Policy, Strategy, default_topology
@@ -83,6 +90,8 @@ class _Planner:
     # Every node of `room` (the room plan_gang was given) in the policy's order, or None.
     room: Mapping[str, Resources] | None = None
     order: NodeOrder | None = None
+    # The gang's accelerator resource: what "fewest nodes" and domain capacity count.
+    resource: str = GPU
 
     demand: int = field(init=False)
     # Passes over a room so far (a placement, or grouping it by a label): once
@@ -90,7 +99,7 @@ class _Planner:
     steps: int = field(init=False, default=0)
 
     def __post_init__(self) -> None:
-        self.demand = sum(gpus_of(p) for p in self.members)
+        self.demand = sum(gpus_of(p, self.resource) for p in self.members)
         # The readers refuse more labels (domain/objects/limits.py); the planner does not rely
         # on them: its recursion is two frames per label, so it plans the first ones.
         self.preferred = self.preferred[:MAX_TOPOLOGY_LABELS]
@@ -121,14 +130,16 @@ class _Planner:
         # The kept order is for the whole room only; a topology domain's nodes are sorted.
         order = self.order if free is self.room else None
         if self.policy.strategy is Strategy.SPREAD:
-            return place_best_fit(self.members, free, self.nodes, self.policy, self.allowed, order)
+            return place_best_fit(
+                self.members, free, self.nodes, self.policy, self.allowed, order, self.resource
+            )
         placed, misfit, lower_bound = place_together(
-            self.members, free, self.nodes, self.allowed, self.gang_nodes, order
+            self.members, free, self.nodes, self.allowed, self.gang_nodes, order, self.resource
         )
         if misfit is None and len(set(placed.values())) <= lower_bound:
             return placed, misfit
         fallback, fallback_misfit = place_best_fit(
-            self.members, free, self.nodes, self.policy, self.allowed, order
+            self.members, free, self.nodes, self.policy, self.allowed, order, self.resource
         )
         if misfit is not None:
             if fallback_misfit is None or len(fallback) > len(placed):
@@ -163,7 +174,7 @@ class _Planner:
         # them, whichever spans fewer values (then nodes): fewest-by-capacity can still
         # lose, on nodes, to a placement over every domain.
         anywhere = self.within(free, level + 1)
-        chosen = _cover(domains, free, self.demand)
+        chosen = _cover(domains, free, self.demand, self.resource)
         if chosen is not None and 1 < len(chosen) < len(domains):
             union = {n: free[n] for d in chosen for n in domains[d]}
             placed, misfit = self.within(union, level + 1)
@@ -181,7 +192,8 @@ class _Planner:
         Compares the `COMPARED_DOMAINS` tightest domains that hold the gang (the
         emptiest first and only, for spread); None when none does.
         """
-        capacity = {d: sum(free[n].get(GPU, 0) for n in names) for d, names in domains.items()}
+        resource = self.resource
+        capacity = {d: sum(free[n].get(resource, 0) for n in names) for d, names in domains.items()}
         order = sorted(
             (d for d in domains if capacity[d] >= self.demand),
             key=lambda d: (capacity[d], d),
@@ -190,7 +202,7 @@ class _Planner:
         best: tuple[tuple[int, ...], dict[str, str]] | None = None
         # A score no domain can beat: one value of each label below, the fewest nodes.
         fewest = min_nodes_for(
-            self.demand, sorted((r.get(GPU, 0) for r in free.values()), reverse=True)
+            self.demand, sorted((r.get(resource, 0) for r in free.values()), reverse=True)
         )
         perfect = (1,) * len(self.preferred) + (fewest,)
         compared = 0
@@ -221,14 +233,14 @@ def _group_by(
 
 
 def _cover(
-    domains: Mapping[str, list[str]], free: Mapping[str, Resources], demand: int
+    domains: Mapping[str, list[str]], free: Mapping[str, Resources], demand: int, resource: str
 ) -> list[str] | None:
     """The fewest domains whose free GPUs add up to `demand`, the last one the tightest.
 
     Largest domains first until the rest fits one; that one is the smallest that
     holds the rest, so bigger domains stay whole. None when all of them are short.
     """
-    capacity = {d: sum(free[n].get(GPU, 0) for n in names) for d, names in domains.items()}
+    capacity = {d: sum(free[n].get(resource, 0) for n in names) for d, names in domains.items()}
     ascending = sorted(domains, key=lambda d: (capacity[d], d))
     capacities = [capacity[d] for d in ascending]
     chosen: list[str] = []
@@ -274,6 +286,7 @@ def plan_gang(
     topology: GroupTopology | None = None,
     bound: Sequence[PodInfo] = (),
     order: NodeOrder | None = None,
+    accelerators: Accelerators = DEFAULT_ACCELERATORS,
 ) -> Placement | Shortfall:
     """Place every member at once, or say what is missing.
 
@@ -285,6 +298,8 @@ def plan_gang(
     already bound: the rest go beside them and stay in their required domain.
     `order`, when given, is every node of `free` sorted by `node_order.static_key`
     for the policy's strategy (kept by the score board instead of sorted per plan).
+    `accelerators` tells which resources are accelerators (the snapshot's matcher):
+    the gang is filled and worded by the one its members ask most of.
     """
     allowed = allowed or {}
     units = units_of(members, allowed)
@@ -319,8 +334,17 @@ def plan_gang(
     if isinstance(resolved, str):
         return Shortfall(0, len(members), resolved)
     gang_nodes = frozenset(p.node_name for p in bound if p.node_name and p.node_name in nodes)
+    resource = accelerators.main(m.requests for m in members)
     planner = _Planner(
-        members, nodes, policy, allowed, gang_nodes, resolved.preferred, room=free, order=order
+        members,
+        nodes,
+        policy,
+        allowed,
+        gang_nodes,
+        resolved.preferred,
+        room=free,
+        order=order,
+        resource=resource,
     )
     if resolved.required is not None:
         return _plan_required(planner, free, resolved.required)
@@ -330,7 +354,14 @@ def plan_gang(
     return Shortfall(
         len(placed),
         len(members),
-        _shortfall_text(members, placed, misfit, free, _room_for(misfit, free, nodes, allowed))
+        _shortfall_text(
+            members,
+            placed,
+            misfit,
+            free,
+            _room_for(misfit, free, nodes, allowed),
+            accelerators.asked(misfit.requests),
+        )
         + unreadable_note(misfit, nodes),
         unplaced=tuple(m.uid for m in members if m.uid not in placed),
     )
@@ -354,12 +385,16 @@ def _plan_required(
     best = planner.best_single(free, domains, 0)
     if best is not None:
         return _placement(members, best, free, nodes)
-    most = max((sum(free[n].get(GPU, 0) for n in names) for names in domains.values()), default=0)
+    resource = planner.resource
+    most = max(
+        (sum(free[n].get(resource, 0) for n in names) for names in domains.values()), default=0
+    )
     return Shortfall(
         0,
         len(members),
         f"no single {key} domain fits all {len(members)} members "
-        f"({_need_text(members)};{where} most free {GPU} in one {key} domain: {most})",
+        f"({_need_text(members, resource)};{where} most free {resource} in one {key} domain: "
+        f"{most})",
     )
 
 
@@ -394,9 +429,9 @@ def _placement(
     return Placement(placed, requests)
 
 
-def _need_text(members: Sequence[PodInfo]) -> str:
-    gpus = sum(p.requests.get(GPU, 0) for p in members)
-    return f"needs {gpus} {GPU} in all" if gpus else "needs cpu/memory for every member"
+def _need_text(members: Sequence[PodInfo], resource: str) -> str:
+    gpus = sum(p.requests.get(resource, 0) for p in members)
+    return f"needs {gpus} {resource} in all" if gpus else "needs cpu/memory for every member"
 
 
 def _room_for(
@@ -420,25 +455,37 @@ def _shortfall_text(
     misfit: PodInfo,
     cluster: Mapping[str, Resources],
     free: Mapping[str, Resources],
+    asked: Mapping[str, int],
 ) -> str:
-    """Why `misfit` found no room; `free` is only the room of the nodes it may use."""
+    """Why `misfit` found no room; `free` is only the room of the nodes it may use.
+
+    `asked` are the misfit's accelerator resources: the first one short is named
+    (else the first it asks); a DeviceClass's resource is worded by its class."""
     head = f"{len(placed)}/{len(members)} members placeable"
     if cluster and not free:
         return _no_eligible_node(head, misfit)
-    need_gpus = sum(p.requests.get(GPU, 0) for p in members)
-    free_gpus = sum(max(0, r.get(GPU, 0)) for r in free.values())
-    largest = max((r.get(GPU, 0) for r in free.values()), default=0)
-    want = misfit.requests.get(GPU, 0)
-    if want:
-        return (
-            f"{head}: needs {need_gpus} {GPU} in all ({want} for {misfit.name}), "
+    worded: str | None = None
+    for resource in sorted(asked):
+        if resource.startswith(DEVICE_CLASS_PREFIX):
+            continue
+        want = asked[resource]
+        need_gpus = sum(p.requests.get(resource, 0) for p in members)
+        free_gpus = sum(max(0, r.get(resource, 0)) for r in free.values())
+        largest = max((r.get(resource, 0) for r in free.values()), default=0)
+        text = (
+            f"{head}: needs {need_gpus} {resource} in all ({want} for {misfit.name}), "
             f"{free_gpus} free, largest free node has {largest}"
         )
+        if want > largest or need_gpus > free_gpus:
+            return text
+        worded = worded or text
     devices = device_shortfall(head, members, misfit, free) or choice_shortfall(
         head, members, misfit, free
     )
     if devices is not None:
         return devices
+    if worded is not None:
+        return worded
     for resource in (CPU, MEMORY, "pods"):
         amount = misfit.requests.get(resource, 0)
         best = max((r.get(resource, 0) for r in free.values()), default=0)

@@ -2,6 +2,8 @@
 
 A node's score is its GPU fill after bound pods and reservations, 0..MAX_SCORE
 (binpack: fuller scores higher; spread: inverted). A node without GPUs scores 0.
+"GPUs" are every accelerator resource the node offers (the snapshot's matcher,
+domain/objects/accelerators.py), added up: a node offers one kind in practice.
 Why a board: prioritize comes for every pod with every feasible node (5,000 on a
 large cluster), while a bind changes one node; scoring all of them per request
 was most of prioritize's cost. The snapshot and the ledger record which nodes'
@@ -23,7 +25,6 @@ from extender.domain.cluster.ledger import Ledger
 from extender.domain.cluster.snapshot import ClusterSnapshot
 from extender.domain.objects.model import Resources
 from extender.domain.objects.policy import Policy, Strategy
-from extender.domain.objects.quantity import GPU
 from extender.domain.planning.node_order import NodeOrder
 
 # kube-scheduler's extender scores run 0..10 (extenderv1.MaxExtenderPriority).
@@ -37,10 +38,14 @@ JOURNAL_MIN_LIMIT = 4096
 def node_score(node: str, snapshot: ClusterSnapshot, ledger: Ledger, policy: Policy) -> int:
     """GPU fill after bound pods and reservations, 0..MAX_SCORE (spread: inverted)."""
     info = snapshot.nodes.get(node)
-    total = info.allocatable.get(GPU, 0) if info else 0
+    if info is None:
+        return 0
+    offered = snapshot.accelerators.offered(info.allocatable)
+    total = sum(info.allocatable[r] for r in offered)
     if total <= 0:
         return 0
-    free = total - snapshot.used(node).get(GPU, 0) - ledger.reserved(node).get(GPU, 0)
+    used, reserved = snapshot.used(node), ledger.reserved(node)
+    free = total - sum(used.get(r, 0) + reserved.get(r, 0) for r in offered)
     return _score(total, free, policy)
 
 
@@ -147,8 +152,11 @@ class NodeScoreBoard:
             else:
                 room = free[node] = free_after_reservations(node, snapshot, ledger)
                 rooms.append((node, before, room))
-                total = info.allocatable.get(GPU, 0)
-                score = _score(total, room.get(GPU, 0), policy) if total > 0 else 0
+                offered = snapshot.accelerators.offered(info.allocatable)
+                total = sum(info.allocatable[r] for r in offered)
+                score = (
+                    _score(total, sum(room.get(r, 0) for r in offered), policy) if total > 0 else 0
+                )
             if score == scores.get(node, 0):
                 continue
             if score:
@@ -157,7 +165,8 @@ class NodeScoreBoard:
                 del scores[node]
             journal.append(node)
         if self.order is None or self.order.strategy is not policy.strategy:
-            self.order = NodeOrder.of(policy.strategy, free)
+            # Kept for the default accelerator; a gang asking another sorts its own.
+            self.order = NodeOrder.of(policy.strategy, free, snapshot.accelerators.default)
         else:
             for node in changed:
                 self.order.update(node, free.get(node))

@@ -35,7 +35,7 @@ from extender.domain.cluster.snapshot import fits
 from extender.domain.objects.device_choice import DeviceChoice
 from extender.domain.objects.membership import GroupKey
 from extender.domain.objects.model import NodeInfo, PodInfo, Resources, Toleration
-from extender.domain.objects.quantity import GPU
+from extender.domain.objects.quantity import CPU, MEMORY, PODS
 from extender.domain.planning.planner import node_admits
 
 
@@ -73,6 +73,10 @@ class MemberShape:
         return node_admits(node, dict(self.node_selector), self.tolerations)
 
 
+# Resources no gang's topology capacity counts (`NodeChange.moves_domains`).
+_NOT_ACCELERATORS = frozenset({CPU, MEMORY, PODS, "ephemeral-storage"})
+
+
 @dataclass(frozen=True)
 class NodeChange:
     """One node between two looks: its free room (after bound pods and plans) then and
@@ -86,10 +90,18 @@ class NodeChange:
 
     @property
     def moves_domains(self) -> bool:
-        """Can change a topology domain's free-GPU sum or membership."""
+        """Can change a topology domain's free-GPU sum or membership.
+
+        A domain's capacity counts a gang's accelerator resource, which the memo does
+        not know: any change but to cpu, memory and pods may move it."""
         if self.room_before is None or self.room_after is None or self.relabelled:
             return True
-        return self.room_before.get(GPU, 0) != self.room_after.get(GPU, 0)
+        before, after = self.room_before, self.room_after
+        return any(
+            before.get(name, 0) != after.get(name, 0)
+            for name in before.keys() | after.keys()
+            if name not in _NOT_ACCELERATORS
+        )
 
 
 @dataclass

@@ -121,6 +121,7 @@ class GangPreemption:
                     allowed=allowed,
                     topology=spec.topology,
                     bound=bound,
+                    accelerators=self.shared.snapshot.accelerators,
                 )
                 return isinstance(placed, Placement)
 
@@ -135,6 +136,7 @@ class GangPreemption:
                 allowed=allowed,
                 topology=spec.topology,
                 bound=bound,
+                accelerators=self.shared.snapshot.accelerators,
             )
             assert isinstance(outcome, Placement)  # `fits` said so
             return self._hold_for(key, state, members, outcome, found, priority, now)

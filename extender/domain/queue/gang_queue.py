@@ -131,7 +131,12 @@ class QueueOrder:
         for chosen in attempts:
             if isinstance(
                 plan_gang(
-                    chosen, without, self.shared.snapshot.nodes, self.shared.policy, allowed=allowed
+                    chosen,
+                    without,
+                    self.shared.snapshot.nodes,
+                    self.shared.policy,
+                    allowed=allowed,
+                    accelerators=self.shared.snapshot.accelerators,
                 ),
                 Placement,
             ):
@@ -289,7 +294,12 @@ class QueueOrder:
         fits = any(
             isinstance(
                 plan_gang(
-                    chosen, empty, self.shared.snapshot.nodes, self.shared.policy, allowed=allowed
+                    chosen,
+                    empty,
+                    self.shared.snapshot.nodes,
+                    self.shared.policy,
+                    allowed=allowed,
+                    accelerators=self.shared.snapshot.accelerators,
                 ),
                 Placement,
             )

@@ -20,13 +20,13 @@ after PLACEHOLDER_RETRY_SECONDS.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
+from dataclasses import replace
 
 from extender.domain.cluster.fences import FENCE_TAINT_KEY, FenceNode, changes, tolerates_fence
 from extender.domain.cluster.fences import desired as desired_fences
 from extender.domain.cluster.ledger import Plan
 from extender.domain.objects.membership import GroupKey
 from extender.domain.objects.model import GroupSpec, PodInfo
-from extender.domain.objects.quantity import GPU
 from extender.domain.planning.planner import Placement, plan_gang
 from extender.domain.planning.selection import MembersMissing, choose_members
 from extender.domain.queue.gang_queue import QueueOrder
@@ -41,7 +41,14 @@ from extender.domain.starvation.reservations import (
 )
 from extender.domain.state.decisions import PlaceholderCreate
 from extender.domain.state.gang_room import GangRoom
-from extender.domain.state.gang_state import GroupState, HoldReason, PlanGroup, SharedState, say
+from extender.domain.state.gang_state import (
+    GroupState,
+    HoldReason,
+    PlanGroup,
+    SharedState,
+    StarvingHold,
+    say,
+)
 
 # Starving gangs are looked for at most this often (every filter runs the upkeep of the
 # reservations that exist; finding new ones walks every held group).
@@ -108,15 +115,17 @@ class StarvationReservations:
         """`key` holds a starvation reservation."""
         return key in self.reservations
 
-    def starving_holds(self) -> dict[str, tuple[GroupKey, int]]:
-        """Per node, the starving gang that holds free GPUs there and how many."""
-        holds: dict[str, tuple[GroupKey, int]] = {}
+    def starving_holds(self) -> dict[str, StarvingHold]:
+        """Per node, the starving gang that holds free GPUs there, how many and of what."""
+        holds: dict[str, StarvingHold] = {}
         for key, reservation in self.reservations.items():
+            resource = reservation.resource
             for node, gpus in self._held(reservation).items():
                 # What its placeholders hold is counted as used already, by everyone;
                 # the node stays listed so a plain pod is still checked against it (a
                 # kube-scheduler that has not seen the placeholder yet offers the node).
-                holds[node] = (key, max(gpus - self.shared.snapshot.placeholder_gpus(key, node), 0))
+                placeholders = self.shared.snapshot.placeholder_gpus(key, node, resource)
+                holds[node] = StarvingHold(key, max(gpus - placeholders, 0), resource)
         return holds
 
     def held(self, key: GroupKey) -> dict[str, int]:
@@ -126,9 +135,10 @@ class StarvationReservations:
 
     def _held(self, reservation: Reservation) -> dict[str, int]:
         """GPUs the reservation holds per node, its own placeholders' included."""
+        resource = reservation.resource
         free = {
-            node: self.room.free_after_reservations(node).get(GPU, 0)
-            + self.shared.snapshot.placeholder_gpus(reservation.group, node)
+            node: self.room.free_after_reservations(node).get(resource, 0)
+            + self.shared.snapshot.placeholder_gpus(reservation.group, node, resource)
             for node in reservation.nodes
             if node in self.shared.snapshot.nodes
         }
@@ -233,25 +243,33 @@ class StarvationReservations:
         )
         if isinstance(choice, MembersMissing):
             return
+        snapshot = self.shared.snapshot
+        resource = snapshot.accelerators.main(m.requests for m in members)
         pending = min(
             ([m for m in chosen if not m.is_bound] for chosen in choice.attempts),
-            key=lambda chosen: sum(m.requests.get(GPU, 0) for m in chosen),
+            key=lambda chosen: sum(m.requests.get(resource, 0) for m in chosen),
         )
-        need = sum(m.requests.get(GPU, 0) for m in pending)
+        need = sum(m.requests.get(resource, 0) for m in pending)
         taken = {node for r in self.reservations.values() for node in r.nodes}
         # The held view's wanted nodes: `starving_heads` just computed this gang's shapes.
         eligible = self.queue.held_queue_view().wanted.of_gang(pending) - taken
         gpus = {
             node: NodeGpus(
-                capacity=self.shared.snapshot.nodes[node].allocatable.get(GPU, 0),
-                free=max(self.room.free_after_reservations(node).get(GPU, 0), 0),
+                capacity=snapshot.nodes[node].allocatable.get(resource, 0),
+                free=max(self.room.free_after_reservations(node).get(resource, 0), 0),
             )
             for node in eligible
         }
 
         def holds(nodes: Sequence[str]) -> bool:
             empty = {n: dict(self.shared.snapshot.nodes[n].allocatable) for n in nodes}
-            placed = plan_gang(pending, empty, self.shared.snapshot.nodes, self.shared.policy)
+            placed = plan_gang(
+                pending,
+                empty,
+                snapshot.nodes,
+                self.shared.policy,
+                accelerators=snapshot.accelerators,
+            )
             return isinstance(placed, Placement)
 
         nodes = choose_nodes(need, gpus, holds=holds, avoid=self.given_up.get(key, ()))
@@ -263,6 +281,7 @@ class StarvationReservations:
             need=need,
             started=now,
             deadline=now + self.shared.timeouts.reservation_max_seconds,
+            resource=resource,
         )
         self.shared.groups.setdefault(key, GroupState())
         self._forget_shortfalls()
@@ -300,15 +319,18 @@ class StarvationReservations:
             f"{FENCE_TAINT_KEY} toleration (the webhook adds it in labelled namespaces)"
         )
 
-    def starving_refusal(self, pod: PodInfo, node: str, held: tuple[GroupKey, int]) -> str:
+    def starving_refusal(self, pod: PodInfo, node: str, held: StarvingHold) -> str:
         """Why a plain pod may not take a GPU a starving gang holds on `node` ("" if it may)."""
-        owner, gpus = held
-        free = self.room.free_after_reservations(node).get(GPU, 0) - gpus
-        if pod.requests.get(GPU, 0) <= free:
+        owner, gpus, resource = held
+        want = pod.requests.get(resource, 0)
+        if want <= 0:
+            return ""  # it asks another accelerator than the one held here
+        free = self.room.free_after_reservations(node).get(resource, 0) - gpus
+        if want <= free:
             return ""
-        gpus += self.shared.snapshot.placeholder_gpus(owner, node)
+        gpus += self.shared.snapshot.placeholder_gpus(owner, node, resource)
         return (
-            f"{gpus} free GPU(s) on {node} are reserved for gang {owner}, which has "
+            f"{gpus} free {resource} on {node} are reserved for gang {owner}, which has "
             "waited longer than its starvationSeconds; nothing else is placed there "
             "until it fits"
         )
@@ -380,15 +402,19 @@ class StarvationReservations:
         if not self.shared.switches.placeholders and not self.shared.snapshot.placeholders:
             return
         holds: dict[GroupKey, dict[str, int]] = {}
+        resources: dict[GroupKey, str] = {}
         for key, reservation in (
             self.reservations.items() if self.shared.switches.placeholders else ()
         ):
             held = self._held(reservation)
+            resource = resources[key] = reservation.resource
             # Never fewer than its placeholders there: a node over-committed by a pod
             # another scheduler bound at the same moment shows less free, and giving a
             # placeholder back would only hand its GPU to the next such pod.
             holds[key] = {
-                node: max(held.get(node, 0), self.shared.snapshot.placeholder_gpus(key, node))
+                node: max(
+                    held.get(node, 0), self.shared.snapshot.placeholder_gpus(key, node, resource)
+                )
                 for node in reservation.nodes
             }
         observed = [
@@ -396,7 +422,7 @@ class StarvationReservations:
                 group=p.placeholder_for,
                 name=p.name,
                 node=p.node_name,
-                gpus=p.requests.get(GPU, 0),
+                gpus=self.shared.snapshot.accelerators.amount(p.requests),
                 active=p.holds_capacity,
                 deleting=p.deleting,
             )
@@ -420,6 +446,8 @@ class StarvationReservations:
                 )
         for effect in diff(desired(holds), observed):
             if isinstance(effect, PlaceholderCreate):
+                # A placeholder requests the reservation's own accelerator resource.
+                effect = replace(effect, resource=resources.get(effect.group, effect.resource))
                 self.placeholder_creating[effect.name] = (now, effect)
             else:
                 deleted_at = self.placeholder_requests.get(("delete", effect.name))

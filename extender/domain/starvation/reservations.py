@@ -25,6 +25,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from extender.domain.objects.membership import GroupKey
+from extender.domain.objects.quantity import GPU
 
 # Shown in messages: at most this many node names, then "...".
 MAX_NAMED_NODES = 5
@@ -47,6 +48,8 @@ class Reservation:
     need: int  # GPUs the gang's pending members request in all
     started: float
     deadline: float
+    # The gang's accelerator resource (domain/objects/accelerators.py): what it holds.
+    resource: str = GPU
 
     def expired(self, now: float) -> bool:
         """Bounded: at its deadline it gives up (and is re-chosen)."""
@@ -134,8 +137,10 @@ def node_list(nodes: Sequence[str]) -> str:
 
 
 def reservation_message(reservation: Reservation, held: Mapping[str, int]) -> str:
-    """What the gang's status says: "reserving gpu-3, gpu-7: 6/8 GPUs free"."""
+    """What the gang's status says: "reserving gpu-3, gpu-7: 6/8 GPUs free" (another
+    accelerator is named: "6/8 amd.com/gpu free")."""
+    unit = "GPUs" if reservation.resource == GPU else reservation.resource
     return (
         f"reserving {node_list(reservation.nodes)}: "
-        f"{sum(held.values())}/{reservation.need} GPUs free"
+        f"{sum(held.values())}/{reservation.need} {unit} free"
     )

@@ -15,6 +15,7 @@ from extender.domain.cluster.fences import FenceChange
 from extender.domain.cluster.ledger import Plan
 from extender.domain.objects.membership import GroupKey
 from extender.domain.objects.model import PodInfo
+from extender.domain.objects.quantity import GPU
 
 
 class Verdict(Enum):
@@ -138,12 +139,13 @@ class BarrierReleased:
 
 @dataclass(frozen=True)
 class PlaceholderCreate:
-    """Create a placeholder pod bound to `node` requesting `gpus` GPUs for `group`."""
+    """Create a placeholder pod bound to `node` requesting `gpus` of `resource` for `group`."""
 
     group: GroupKey
     name: str
     node: str
     gpus: int
+    resource: str = GPU  # the gang's accelerator resource
 
 
 @dataclass(frozen=True)

@@ -12,17 +12,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from extender.domain.cluster.snapshot import add_into
 from extender.domain.objects.membership import GroupKey
 from extender.domain.objects.model import GroupSpec, PodInfo, Resources
 from extender.domain.objects.policy import default_topology
-from extender.domain.objects.quantity import GPU
 from extender.domain.planning.node_order import NodeOrder
 from extender.domain.planning.scoring import NodeScoreBoard
 from extender.domain.planning.shortfalls import NodeChange
-from extender.domain.state.gang_state import GroupState, SharedState
+from extender.domain.state.gang_state import GroupState, SharedState, StarvingHold
 
 # Per node, the starving gang holding free GPUs there and how many (`starving_holds`).
-StarvingHolds = Callable[[], dict[str, tuple[GroupKey, int]]]
+StarvingHolds = Callable[[], dict[str, StarvingHold]]
 
 
 class GangRoom:
@@ -74,17 +74,17 @@ class GangRoom:
         board = self.score_board
         free = board.free_capacity(self.shared.snapshot, self.shared.ledger, self.shared.policy)
         changed: dict[str, Resources] = {}
-        for node, (owner, gpus) in self.starving_holds().items():
+        for node, (owner, gpus, resource) in self.starving_holds().items():
             if owner != group and node in free:
                 room = dict(free[node])
-                room[GPU] = room.get(GPU, 0) - gpus
+                room[resource] = room.get(resource, 0) - gpus
                 free[node] = changed[node] = room
         # The group's own placeholder pods hold its room: free for it, for nobody else.
         for placeholder in self.shared.snapshot.placeholders.values():
             at = placeholder.node_name
             if placeholder.placeholder_for == group and placeholder.holds_capacity and at in free:
                 room = dict(free[at])
-                room[GPU] = room.get(GPU, 0) + placeholder.requests.get(GPU, 0)
+                add_into(room, placeholder.requests)
                 free[at] = changed[at] = room
         order = board.planning_order(self.shared.snapshot, self.shared.ledger, self.shared.policy)
         return free, order.with_rooms(changed.items())

@@ -15,7 +15,7 @@ import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from extender.domain.cluster.ledger import Ledger, Plan
 from extender.domain.cluster.snapshot import ClusterSnapshot
@@ -29,6 +29,14 @@ from extender.domain.planning.restrictions import UnseenNodes, waiting_on
 from extender.domain.planning.selection import MembersMissing, choose_members
 from extender.domain.planning.shortfalls import ShortfallMemo
 from extender.domain.state.decisions import Effect, GangFaulted, PlanDropped
+
+
+class StarvingHold(NamedTuple):
+    """On one node: the starving gang holding free accelerators there, how many, of what."""
+
+    owner: GroupKey
+    gpus: int
+    resource: str
 
 
 class HoldReason(Enum):
