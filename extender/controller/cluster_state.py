@@ -29,7 +29,7 @@ from extender.domain.cluster.foreign_podgroups import (
     SOURCE_VOLCANO,
     volcano_group_spec,
 )
-from extender.domain.devices.claims import with_claim_needs
+from extender.domain.devices.claims import pin_of, with_claim_needs
 from extender.domain.devices.inventory import DeviceInventory
 from extender.domain.devices.nodes import with_devices
 from extender.domain.devices.objects import Claim, ClaimTemplate, DeviceClass, Slice
@@ -268,14 +268,17 @@ class ClusterState(CacheSink):
         elif kind == "pods":
             pod = PodInfo.from_api(obj)
             if pod.group is not None:  # a member's devices, asked by claim templates
+                held = self.devices.left_over(pod.uid)
                 pod = with_claim_needs(
                     pod,
                     obj.get("spec") or {},
                     self.claim_templates,
-                    self.devices.left_over(pod.uid),
+                    held,
                     self.devices.claims,
                     self.devices.allocated_to(pod.uid),
                 )
+                if held:
+                    pod.claims_pin = pin_of(self.devices.nodes_of_pod(pod.uid))
             placeholder = pod.placeholder_for
             if placeholder is not None and not self.seal.is_our_placeholder(obj, placeholder.name):
                 if pod.uid not in self.core.snapshot.pods:

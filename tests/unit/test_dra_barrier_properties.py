@@ -36,6 +36,7 @@ from hypothesis import strategies as st
 from extender.controller import cluster_state
 from extender.domain.devices.objects import class_resource
 from extender.domain.objects.membership import GroupKey
+from extender.domain.planning.node_fit import node_accepts
 from extender.domain.state.decisions import BindVerdict, GangBroken, Verdict
 from tests.builders import make_cluster_state, make_pod
 from tests.unit.test_dra_choices import first_available
@@ -362,6 +363,13 @@ class DraWorld:
     gangs=[(2, "one")],
     script=[("arrive", 0, 0), ("barrier_timeout", 0, 0), ("tick", 40, 0)],
 )
+# A plan expires with one member's claim left allocated on n1: the re-plan must keep
+# that member on n1 (its devices are there), not move it to n0 needing nothing.
+@example(
+    node_devices=[3, 3],
+    gangs=[(1, "first"), (3, "first")],
+    script=[("arrive", 1, 2), ("tick", 10, 0)],
+)
 @settings(max_examples=300, deadline=None)
 def test_no_device_stays_counted_for_a_gang_that_did_not_bind_and_no_partial_gang(
     node_devices: list[int], gangs: list[tuple[int, str]], script: list[tuple[str, int, int]]
@@ -400,3 +408,19 @@ def test_no_device_stays_counted_for_a_gang_that_did_not_bind_and_no_partial_gan
                 if uid in world.claims:
                     assert pod is not None, f"{uid} deleted, its claim left allocated"
                     assert pod.requests.get(GPU_CLASS, 0) == 0, f"{uid} asks again what it holds"
+
+
+def test_a_member_whose_claim_was_left_allocated_may_be_planned_on_that_node_only() -> None:
+    world = DraWorld([3, 3], [(1, "first"), (3, "first")])
+    with mock.patch.object(cluster_state.time, "time", lambda: world.now):
+        world.arrive(1, 2)
+        assert world.claim_node("g1-2") == "n1"
+        world.tick(10)  # the barrier's plan expires; the claim stays allocated
+    pod = world.core.snapshot.pods["g1-2"]
+    assert pod.claims_pin == "n1"
+    nodes = world.core.snapshot.nodes
+    assert not node_accepts(nodes["n0"], pod)
+    assert node_accepts(nodes["n1"], pod)
+    # another member of the gang, with no claim yet, is tied to no node
+    other = world.core.snapshot.pods["g1-0"]
+    assert other.claims_pin is None and node_accepts(nodes["n0"], other)

@@ -171,6 +171,14 @@ def with_claim_needs(
     return replace(pod, requests=requests, device_claims=needs.claims, device_choices=needs.choices)
 
 
+def pin_of(nodes: Collection[str]) -> str | None:
+    """The node a pod's left-over claims tie it to: their devices are node-local, so
+    kube-scheduler offers the pod that node alone. None when they hold devices on no
+    node, or on several (then no node can take the pod, which kube-scheduler's own
+    filter reports)."""
+    return next(iter(nodes)) if len(nodes) == 1 else None
+
+
 def device_shortfall(
     head: str, members: Sequence[PodInfo], misfit: PodInfo, free: Mapping[str, Mapping[str, int]]
 ) -> str | None:

@@ -153,6 +153,9 @@ class PodInfo:
     # them not allocated yet: a need of its gang, on one node (domain/planning/sharers.py).
     named_claims: tuple[str, ...] = ()
     shared_claims: tuple[SharedClaim, ...] = ()
+    # The node its claims left allocated after a failed bind are on: kube-scheduler
+    # offers it no other node (the devices are node-local), so neither may a plan.
+    claims_pin: str | None = None
 
     @property
     def ref(self) -> str:

@@ -38,7 +38,10 @@ class NodeRestriction:
 
 
 def node_accepts(node: NodeInfo, pod: PodInfo) -> bool:
-    """Static eligibility: cordon, taints and nodeSelector (affinity is left to kube-scheduler)."""
+    """Static eligibility: cordon, taints, nodeSelector and the node a left-over claim
+    ties the pod to (affinity is left to kube-scheduler)."""
+    if pod.claims_pin is not None and node.name != pod.claims_pin:
+        return False
     return node_admits(node, pod.node_selector, pod.tolerations)
 
 
