@@ -372,7 +372,7 @@ def host_footprint() -> dict[str, list[str]]:
     # plugin's) under our run dir.
     runtime_files = sorted(
         str(p)
-        for p in (RUN_ROOT.rglob("*") if RUN_ROOT.is_dir() else ())
+        for p in _runtime_paths(RUN_ROOT)
         if _is_socket(p) or (p.parent.name == "cdi" and p.suffix in (".json", ".yaml"))
     )
     return {
@@ -386,6 +386,18 @@ def host_footprint() -> dict[str, list[str]]:
         "paths": paths,
         "sysctls": sysctls,
     }
+
+
+def _runtime_paths(root: Path) -> list[Path]:
+    """Every file under `root` but inside containers' root filesystems: a running
+    container's rootfs is a mount whose files come and go while it is walked (a
+    pathlib rglob then fails on a directory gone meanwhile), and holds none of
+    ours. A directory that vanishes during the walk is skipped."""
+    found: list[Path] = []
+    for parent, dirs, files in os.walk(root, onerror=lambda _: None):
+        dirs[:] = [d for d in dirs if d != "rootfs"]
+        found += [Path(parent, name) for name in (*dirs, *files)]
+    return found
 
 
 def _is_socket(path: Path) -> bool:
