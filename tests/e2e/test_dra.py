@@ -256,22 +256,22 @@ def claims_of(raw: RawApi, namespace: str) -> dict[str, dict[str, Any]]:
     return found
 
 
-def test_claims_of_members_whose_bind_barrier_times_out(
-    gang_stack: Any,
-    api: k8s.ApiClient,
+def two_device_gang_with_train_1_gated(
     raw: RawApi,
+    api: k8s.ApiClient,
     namespace: str,
     dra_objects: list[str],
     made_nodes: list[str],
-) -> None:
-    """train-1 is gated, so train-0 reaches bind (its claim allocated by kube-scheduler
-    first) and waits in the barrier until it times out. What is left of its claim, and
-    does the gang still bind whole once train-1 may go?"""
+    *,
+    tag: str,
+) -> tuple[str, str, dict[str, str]]:
+    """A node whose slice has 2 devices of a new class, and a gang of 2 members each
+    asking 1 through a ResourceClaimTemplate, train-1 gated: (node, class, selector)."""
     suffix = uuid.uuid4().hex[:6]
-    driver = f"bar-{suffix}.e2e.example.com"
-    device_class_name = f"bar-{suffix}.example.com"
+    driver = f"{tag}-{suffix}.e2e.example.com"
+    device_class_name = f"{tag}-{suffix}.example.com"
     make(raw, dra_objects, "deviceclasses", device_class(device_class_name, driver))
-    pool = f"b{suffix}"
+    pool = f"{tag[0]}{suffix}"
     node = dra_node(api, made_nodes, pool)
     make(raw, dra_objects, "resourceslices", resource_slice(f"{node}-devs", node, driver, 2))
     raw.call(
@@ -286,6 +286,23 @@ def test_claims_of_members_whose_bind_barrier_times_out(
         pod["spec"]["resourceClaims"] = [{"name": "dev", "resourceClaimTemplateName": "one-device"}]
         pod["spec"]["containers"][0]["resources"]["claims"] = [{"name": "dev"}]
         create(raw, namespace, pod)
+    return node, device_class_name, selector
+
+
+def test_claims_of_members_whose_bind_barrier_times_out(
+    gang_stack: Any,
+    api: k8s.ApiClient,
+    raw: RawApi,
+    namespace: str,
+    dra_objects: list[str],
+    made_nodes: list[str],
+) -> None:
+    """train-1 is gated, so train-0 reaches bind (its claim allocated by kube-scheduler
+    first) and waits in the barrier until it times out. What is left of its claim, and
+    does the gang still bind whole once train-1 may go?"""
+    node, device_class_name, selector = two_device_gang_with_train_1_gated(
+        raw, api, namespace, dra_objects, made_nodes, tag="bar"
+    )
     allocated = wait_until(
         lambda: (
             (c := claims_of(raw, namespace).get("train-0"))
@@ -352,25 +369,9 @@ def test_the_stock_scheduler_cannot_take_a_planned_gangs_devices_past_the_barrie
     sees claims but not our plans, gives the device planned for train-1 to a plain pod.
     No member may bind alone: the barrier's re-check finds the node short, the gang
     is held naming the class, and binds whole once the plain pod is gone."""
-    suffix = uuid.uuid4().hex[:6]
-    driver = f"stk-{suffix}.e2e.example.com"
-    device_class_name = f"stk-{suffix}.example.com"
-    make(raw, dra_objects, "deviceclasses", device_class(device_class_name, driver))
-    pool = f"k{suffix}"
-    node = dra_node(api, made_nodes, pool)
-    make(raw, dra_objects, "resourceslices", resource_slice(f"{node}-devs", node, driver, 2))
-    raw.call(
-        "POST",
-        path_of("apis", "resource.k8s.io", "v1", "namespaces", namespace, "resourceclaimtemplates"),
-        body=claim_template("one-device", device_class_name),
+    node, device_class_name, selector = two_device_gang_with_train_1_gated(
+        raw, api, namespace, dra_objects, made_nodes, tag="stk"
     )
-    selector = {"e2e.gang-extender.io/pool": pool}
-    create(raw, namespace, podgroup("train", 2, scheduleTimeoutSeconds=300))
-    for i in range(2):
-        pod = gang_pod(f"train-{i}", "train", node_selector=selector, gated=(i == 1))
-        pod["spec"]["resourceClaims"] = [{"name": "dev", "resourceClaimTemplateName": "one-device"}]
-        pod["spec"]["containers"][0]["resources"]["claims"] = [{"name": "dev"}]
-        create(raw, namespace, pod)
     wait_until(
         lambda: (
             (c := claims_of(raw, namespace).get("train-0"))
