@@ -18,8 +18,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from extender.domain.cluster.snapshot import add_into
-from extender.domain.devices.choices import choice_shortfall, requests_on
+from extender.domain.devices.choices import choice_shortfall
 from extender.domain.devices.claims import device_shortfall
 from extender.domain.devices.nodes import unreadable_note
 from extender.domain.objects.accelerators import (
@@ -31,6 +30,7 @@ from extender.domain.objects.limits import MAX_TOPOLOGY_LABELS, PLANNER_STEP_BUD
 from extender.domain.objects.model import NodeInfo, PodInfo, Resources
 from extender.domain.objects.policy import GroupTopology, Policy, Strategy, default_topology
 from extender.domain.objects.quantity import CPU, GPU, MEMORY, shown_units
+from extender.domain.planning.device_requests import chosen_requests
 from extender.domain.planning.node_fill import (
     gpus_of,
     member_order,
@@ -350,7 +350,7 @@ def plan_gang(
         return _plan_required(planner, free, resolved.required)
     placed, misfit = planner.within(free)
     if misfit is None:
-        return _placement(members, placed, free, nodes)
+        return Placement(placed, chosen_requests(members, placed, free, nodes))
     return Shortfall(
         len(placed),
         len(members),
@@ -384,7 +384,7 @@ def _plan_required(
             where = f" domain: bound members already span {key} {', '.join(anchors)};"
     best = planner.best_single(free, domains, 0)
     if best is not None:
-        return _placement(members, best, free, nodes)
+        return Placement(best, chosen_requests(members, best, free, nodes))
     resource = planner.resource
     most = max(
         (sum(free[n].get(resource, 0) for n in names) for names in domains.values()), default=0
@@ -396,37 +396,6 @@ def _plan_required(
         f"({_need_text(members, resource)};{where} most free {resource} in one {key} domain: "
         f"{most})",
     )
-
-
-def _placement(
-    members: Sequence[PodInfo],
-    placed: dict[str, str],
-    free: Mapping[str, Resources],
-    nodes: Mapping[str, NodeInfo],
-) -> Placement:
-    """`placed` with what each member with device choices takes on its node: on each
-    node the fixed requests first, then the choices in the order they were placed
-    (planned members first, then largest first), as the fill resolved them."""
-    choosers = [p for p in members if p.device_choices and p.uid in placed]
-    if not choosers:
-        return Placement(placed)
-    rooms: dict[str, Resources] = {}
-    for pod in members:
-        node = placed.get(pod.uid)
-        if node is not None and not pod.device_choices:
-            add_into(rooms.setdefault(node, dict(free[node])), pod.requests, -1)
-    requests: dict[str, Resources] = {}
-    first = [p for p in choosers if p.planned_node == placed[p.uid]]
-    early = {p.uid for p in first}
-    for pod in first + [p for p in member_order(choosers) if p.uid not in early]:
-        node = placed[pod.uid]
-        room = rooms.setdefault(node, dict(free[node]))
-        taken = requests_on(pod, room, nodes[node].device_totals)
-        if taken is None:  # not seen: the fill found room in this order
-            taken = requests_on(pod, free[node], nodes[node].device_totals) or pod.requests
-        add_into(room, taken, -1)
-        requests[pod.uid] = taken
-    return Placement(placed, requests)
 
 
 def _need_text(members: Sequence[PodInfo], resource: str) -> str:
