@@ -163,7 +163,9 @@ def delete_pods(api: FastApi, namespace: str, selector: str | None = None) -> No
         query["labelSelector"] = selector
     try:
         api.call("DELETE", pods_path(namespace), query=query)
-    except TimeoutError:
+    except (TimeoutError, http.client.RemoteDisconnected):
+        # RemoteDisconnected: the API server closed the connection at its own
+        # request timeout, the same case seen from the other end.
         log.warning(
             "deleting the pods of %s: no answer in %.0fs; waiting for them to go",
             namespace,
