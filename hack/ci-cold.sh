@@ -47,11 +47,15 @@ done
 run_pid=
 cleanup() {
   local code=$?
-  if [[ -n "$run_pid" ]] && kill -0 "$run_pid" 2>/dev/null; then
-    # SIGINT first: pytest's fixtures stop the clusters and real nodes they started.
+  if [[ -n "$run_pid" ]]; then
+    # The run is a session of its own (setsid): SIGINT to its foreground group
+    # first, so pytest's fixtures stop the clusters and real nodes they started
+    # and .ci/run stops its background builds; then whatever is left in the session.
     kill -INT -- "-$run_pid" 2>/dev/null || true
     for _ in $(seq 60); do kill -0 "$run_pid" 2>/dev/null || break; sleep 1; done
-    kill -KILL -- "-$run_pid" 2>/dev/null || true
+    pkill -TERM -s "$run_pid" 2>/dev/null || true
+    sleep 5
+    pkill -KILL -s "$run_pid" 2>/dev/null || true
   fi
   if [[ "${KEEP:-0}" == 1 ]]; then
     echo "kept: $scratch (ci.log, clone/, home/)" >&2
@@ -73,8 +77,8 @@ git -C "$scratch/clone" checkout --quiet --detach "$commit"
 echo "== cold CI run of $commit in $scratch/clone (HOME=$home)"
 echo "== load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 # env -u: nothing may point the run at a prebuilt directory or a warm cache.
-set -m   # the run in a process group of its own, so that cleanup stops all of it
-env -u GANG_EXTENDER_CACHE -u GANG_E2E_BIN_DIR -u GANG_E2E_KUEUE_DIR -u GANG_NODE_DIR \
+# setsid: the run in a session of its own, so that cleanup can stop all of it.
+setsid env -u GANG_EXTENDER_CACHE -u GANG_E2E_BIN_DIR -u GANG_E2E_KUEUE_DIR -u GANG_NODE_DIR \
   -u GOENV -u GOCACHEPROG -u PIP_CACHE_DIR -u PIP_NO_CACHE_DIR \
   HOME="$home" XDG_CACHE_HOME="$home/.cache" XDG_CONFIG_HOME="$home/.config" \
   GOPATH="$home/go" GOCACHE="$home/.cache/go-build" GOMODCACHE="$home/go/pkg/mod" \
@@ -82,7 +86,6 @@ env -u GANG_EXTENDER_CACHE -u GANG_E2E_BIN_DIR -u GANG_E2E_KUEUE_DIR -u GANG_NOD
   /usr/bin/time -f '== cold CI: %e s wall, %U s user + %S s sys CPU, max RSS %M KB' \
   "$scratch/clone/.ci/run" > >(tee "$scratch/ci.log") 2>&1 &
 run_pid=$!
-set +m
 code=0
 wait "$run_pid" || code=$?
 run_pid=
