@@ -10,6 +10,9 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
+# Workers for the default release's tier in `make test` (pytest-xdist): one a core;
+# each worker starts its own control plane, a test file stays on one worker.
+TEST_WORKERS ?= auto
 K8S_VERSION ?=
 export K8S_VERSION
 OLDEST_K8S_VERSION := v1.35.4
@@ -48,10 +51,11 @@ demo-real: $(BIN)/gang-extender control-plane node
 	$(BIN)/gang-extender demo --real-nodes 2 --workdir .dev/demo-real
 
 # What CI runs (.ci/run): the layers, ruff and mypy; every test on the default
-# release; the gang, wiring and HA scenarios on the oldest supported one.
+# release (TEST_WORKERS at once); the gang, wiring and HA scenarios on the oldest
+# supported one; the real tier.
 test: $(BIN)/gang-extender control-plane kueue
 	@$(MAKE) --no-print-directory lint
-	$(BIN)/pytest tests --ignore=tests/real $(PYTEST_ARGS)
+	$(BIN)/pytest tests --ignore=tests/real -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 	@$(MAKE) --no-print-directory test-oldest PYTEST_ARGS="$(PYTEST_ARGS)"
 	@$(MAKE) --no-print-directory test-real PYTEST_ARGS="$(PYTEST_ARGS)"
 

@@ -38,6 +38,10 @@ cache_root="${GANG_EXTENDER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gang-extender
 bin="$cache_root/k8s-$K8S_VERSION/bin"
 log="$cache_root/k8s-$K8S_VERSION/build.log"
 stamp="$bin/.built-from"
+# shellcheck source=lib/lock.sh
+source "$here/lib/lock.sh"
+build_lock "$cache_root/k8s-$K8S_VERSION.lock"
+
 # The stamp covers the wrapper module too: changing a pin rebuilds.
 want="$K8S_VERSION kwok-$KWOK_VERSION $(cat "$wrapper/go.mod" "$wrapper/go.sum" "$wrapper/cmd/etcd/main.go" | sha256sum | cut -c1-16)"
 

@@ -17,6 +17,11 @@ cache_root="${GANG_EXTENDER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gang-extender
 out="$cache_root/helm-$HELM_VERSION"
 helm="$out/helm"
 stamp="$out/.built-from"
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=lib/lock.sh
+source "$here/lib/lock.sh"
+build_lock "$out.lock"
+
 want="$HELM_VERSION"
 
 if [[ "${FORCE:-0}" != 1 && -x "$helm" && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then

@@ -20,6 +20,10 @@ cache_root="${GANG_EXTENDER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gang-extender
 out="$cache_root/kueue-$KUEUE_VERSION"
 stamp="$out/.built-from"
 log="$out/build.log"
+# shellcheck source=lib/lock.sh
+source "$here/lib/lock.sh"
+build_lock "$out.lock"
+
 want="$KUEUE_VERSION $(cat "$wrapper/go.mod" "$wrapper/go.sum" | sha256sum | cut -c1-16)"
 
 if [[ "${FORCE:-0}" != 1 && -x "$out/bin/kueue" && -f "$out/webhook/manifests.yaml" \

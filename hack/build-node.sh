@@ -43,6 +43,9 @@ bin="$dir/bin"
 images="$dir/images"
 stamps="$dir/stamps"
 log="$dir/build.log"
+# shellcheck source=lib/lock.sh
+source "$here/lib/lock.sh"
+build_lock "$dir.lock"
 
 [[ $(id -u) == 0 ]] || { echo "building a real node needs root (apt-get, debootstrap, chroot)" >&2; exit 1; }
 command -v go >/dev/null || { echo "go is required to build the node binaries (https://go.dev/dl)" >&2; exit 1; }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 from pathlib import Path
 
@@ -9,9 +10,16 @@ from extender.devcluster.nodehost import _is_socket, _runtime_paths
 
 
 def _bind_socket(path: Path) -> socket.socket:
+    """A socket bound at `path`, bound by its name from its directory: pytest-xdist's
+    per-worker tmp dirs make the full path longer than AF_UNIX's 108 bytes."""
     path.parent.mkdir(parents=True, exist_ok=True)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.bind(str(path))
+    here = os.getcwd()
+    os.chdir(path.parent)
+    try:
+        sock.bind(path.name)
+    finally:
+        os.chdir(here)
     return sock
 
 
