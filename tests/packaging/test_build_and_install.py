@@ -17,10 +17,12 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
-pytestmark = [pytest.mark.packaging, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.packaging, pytest.mark.timeout(1200)]
 
 
-def _run(*argv: str | Path, cwd: Path, timeout: float = 300) -> str:
+def _run(*argv: str | Path, cwd: Path, timeout: float = 600) -> str:
+    # Budgets, not figures: a pip install into a fresh venv took over 300 s with the
+    # e2e workers and CI's background builds on the same 2 cores.
     # No PYTHONPATH: the installed copy must work on its own, not the checkout's.
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     proc = subprocess.run(
