@@ -6,7 +6,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from bench.report_gang import gang_runs, three_way
+from bench.report_gang import gang_runs, three_way, worst_ratio
 
 # Issue 15's targets: (label, how to read it from the results, comparison, target).
 TARGETS: list[tuple[str, str, str, float]] = [
@@ -38,6 +38,19 @@ TARGETS: list[tuple[str, str, str, float]] = [
         "churn_growth",
         "<=",
         2.0,
+    ),
+    (
+        "gang throughput ratio vs Kubernetes' own gang scheduling, worst case with a ratio "
+        "(issue 31; cases without one: section 3)",
+        "gang_vs_upstream_worst",
+        ">=",
+        1.0,
+    ),
+    (
+        "gang throughput ratio vs coscheduling, worst case with a ratio (issue 31)",
+        "gang_vs_coscheduling_worst",
+        ">=",
+        1.5,
     ),
     ("partial gangs, every workload", "partial_total", "=", 0.0),
 ]
@@ -148,6 +161,8 @@ def headline(results: dict[str, Any]) -> dict[str, float | None]:
         "ready_100k": (at100k or {}).get("ready_s"),
         "filter_p99_100k": _verb(at100k, "filter plain pod", "p99"),
         "churn_growth": churn.get("growth"),
+        "gang_vs_upstream_worst": worst_ratio(results.get("gang") or {}, "upstream"),
+        "gang_vs_coscheduling_worst": worst_ratio(results.get("gang") or {}, "coscheduling"),
         "partial_total": int(sum(max(seen, counted or 0.0) for seen, counted in partial.values()))
         if partial
         else None,

@@ -22,6 +22,16 @@ def gang_runs(gang: dict[str, Any]) -> Iterator[dict[str, Any]]:
                 yield run
 
 
+def worst_ratio(gang: dict[str, Any], other: str) -> float | None:
+    """The lowest gangs/s ratio of ours over `other` among the cases that have one."""
+    ratios = [
+        found["ratio"]
+        for case in gang.get("cases") or []
+        if (found := (case.get("vs") or {}).get(other)) and found["ratio"] is not None
+    ]
+    return min(ratios) if ratios else None
+
+
 def _f(value: Any, digits: int = 2) -> str:
     if value is None:
         return "-"

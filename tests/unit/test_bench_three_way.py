@@ -13,7 +13,7 @@ import pytest
 from bench.gang_compare import compare, fewest_nodes, usable
 from bench.gang_schedulers import Scheduler
 from bench.report import markdown, partial_by_workload
-from bench.report_gang import three_way
+from bench.report_gang import three_way, worst_ratio
 from bench.schedmetrics import ATTEMPT_SECONDS, between, histogram
 from bench.workloads.gang import gang_figures
 from extender.devcluster.workload_api import serves_v1beta1, upstream_podgroup
@@ -194,6 +194,13 @@ def test_partial_gangs_of_every_case_and_scheduler_are_summed() -> None:
     assert partial_by_workload(results)["gang"] == (2, 0.0)
 
 
+def test_the_targets_take_the_worst_ratio_of_the_cases_that_have_one() -> None:
+    gang = _gang_results()
+    gang["cases"][1]["vs"]["upstream"] = {**gang["cases"][1]["vs"]["upstream"], "ratio": 0.8}
+    assert worst_ratio(gang, "upstream") == 0.8
+    assert worst_ratio(gang, "coscheduling") is None  # no case has one: not measured
+
+
 def test_results_md_shows_the_three_way_section() -> None:
     results = {
         "meta": {
@@ -210,6 +217,10 @@ def test_results_md_shows_the_three_way_section() -> None:
     text = markdown(results)
     assert "Kubernetes' own gang scheduling vs coscheduling" in text
     assert "| gang | 40 | 20 x 8 | upstream |" in text
+    assert any(
+        "Kubernetes' own gang scheduling, worst case" in line and "| met |" in line
+        for line in text.splitlines()
+    )
 
 
 def test_upstream_members_name_their_podgroup_only_in_scheduling_group() -> None:
