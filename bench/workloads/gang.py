@@ -59,6 +59,8 @@ VERBS = ("filter", "prioritize", "bind")
 LOW_PRIORITY, HIGH_PRIORITY = "bench-filler-low", "bench-gang-high"
 PRIORITIES = {LOW_PRIORITY: 10, HIGH_PRIORITY: 1000}
 PRIORITY_CLASSES = "/apis/scheduling.k8s.io/v1/priorityclasses"
+#: bound on the wait for kwok to mark the nodes Ready, per node (at least 180 s)
+NODE_READY_SECONDS_EACH = 0.25
 
 
 @dataclass
@@ -292,7 +294,10 @@ def _scale(
 ) -> list[dict[str, Any]]:
     """Every case at one scale under each scheduler in turn; one entry per case."""
     nodes = env.add_nodes(n_nodes, WORKLOAD, kwok=True, prefix="gang", gpus=cfg.gpus_per_node)
-    ready_wait = env.wait_nodes_ready(WORKLOAD, n_nodes)
+    # kwok marks nodes Ready one status patch at a time: thousands take minutes on 2 cores
+    ready_wait = env.wait_nodes_ready(
+        WORKLOAD, n_nodes, timeout=max(180.0, n_nodes * NODE_READY_SECONDS_EACH)
+    )
     settle_wait = env.wait_nodes_settled()
     by_case: dict[str, dict[str, Any]] = defaultdict(dict)
     for kind in KINDS:
@@ -333,6 +338,25 @@ def _scale(
     return out
 
 
+def failed_scale(cfg: GangConfig, n_nodes: int, gangs: int, error: str) -> list[dict[str, Any]]:
+    """The cases of a scale that failed before its runs (e.g. nodes never Ready), each
+    scheduler's run saying why, so the table shows the reason instead of dropping them."""
+    out = []
+    for case in ("gang", *(("preemption",) if cfg.preemption else ())):
+        runs = {kind: {"error": error} for kind in KINDS}
+        out.append(
+            {
+                "case": case,
+                "nodes": n_nodes,
+                "gangs": gangs,
+                "gang_size": cfg.size,
+                "runs": runs,
+                "vs": compare(runs),
+            }
+        )
+    return out
+
+
 def run(env: BenchEnv, cfg: GangConfig) -> dict[str, Any]:
     root = cfg.scheduler_plugins or coscheduling.ensure_built()
     coscheduling.install_crd(env, root)
@@ -346,9 +370,14 @@ def run(env: BenchEnv, cfg: GangConfig) -> dict[str, Any]:
         )
         cases = list(base)
         for n_nodes, gangs in cfg.scales:
-            cases += _scale(
-                env, table, cfg, n_nodes, gangs, first=False, upstream_missing=upstream_missing
-            )
+            try:
+                cases += _scale(
+                    env, table, cfg, n_nodes, gangs, first=False, upstream_missing=upstream_missing
+                )
+            except Exception as exc:  # a later scale's failure keeps the earlier ones; reported
+                log.exception("gang workload at %d nodes x %d gangs failed", n_nodes, gangs)
+                cases += failed_scale(cfg, n_nodes, gangs, repr(exc))
+                env.remove_nodes(WORKLOAD)
     gang = next(c for c in base if c["case"] == "gang")
     locality = next((c for c in base if c["case"] == "locality"), None)
     ours = gang["runs"].get("gang-extender") or {}

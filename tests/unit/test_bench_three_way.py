@@ -15,7 +15,7 @@ from bench.gang_schedulers import Scheduler
 from bench.report import markdown, partial_by_workload
 from bench.report_gang import three_way, worst_ratio
 from bench.schedmetrics import ATTEMPT_SECONDS, between, histogram
-from bench.workloads.gang import gang_figures
+from bench.workloads.gang import GangConfig, failed_scale, gang_figures
 from extender.devcluster.workload_api import serves_v1beta1, upstream_podgroup
 
 METRICS = f"""# HELP {ATTEMPT_SECONDS} Scheduling attempt latency
@@ -192,6 +192,18 @@ def test_partial_gangs_of_every_case_and_scheduler_are_summed() -> None:
     results = {"gang": _gang_results()}
     # two cases, each with one partial upstream gang; the failed run adds nothing
     assert partial_by_workload(results)["gang"] == (2, 0.0)
+
+
+def test_a_scale_that_failed_shows_its_reason_for_every_scheduler_and_case() -> None:
+    cfg = GangConfig(gangs=20, size=8, nodes=40, gpus_per_node=8, timeout=60, preemption=True)
+    cases = failed_scale(cfg, 5000, 1000, "RuntimeError('nodes not Ready')")
+    assert [c["case"] for c in cases] == ["gang", "preemption"]
+    gang = {**_gang_results(), "cases": cases}
+    rows = [line for line in three_way(gang) if line.startswith("| gang | 5000 |")]
+    assert len(rows) == 3
+    assert all("cannot: failed: RuntimeError('nodes not Ready')" in row for row in rows)
+    assert cases[0]["vs"]["upstream"]["reason"].startswith("gang-extender failed: RuntimeError")
+    assert partial_by_workload({"gang": gang}) == {}  # nothing ran: nothing to count
 
 
 def test_the_targets_take_the_worst_ratio_of_the_cases_that_have_one() -> None:
