@@ -80,7 +80,10 @@ def _row(case: dict[str, Any], kind: str, gpus_per_node: int) -> list[str]:
     ratio = "ours" if kind == "gang-extender" else _vs(case, kind)
     return [
         *head,
-        f"{run['gangs_complete']}/{run['gangs']}" + ("" if why is None else " (incomplete)"),
+        f"{run['gangs_complete']}/{run['gangs']}"
+        + ("" if why is None else " (incomplete)")
+        # e.g. its cleanup timed out: the runs after it may have found its pods still there
+        + (f" (then failed: {run['error_after']})" if run.get("error_after") else ""),
         partial,
         _f(run.get("gangs_per_second")),
         _f(run.get("time_to_last_bound_s", run.get("seconds"))),

@@ -153,7 +153,9 @@ def _run_one(
     case: str,
     priority_class: str | None = None,
     canary: bool = True,
-) -> dict[str, Any]:
+) -> tuple[dict[str, Any], str]:
+    """One timed run: its figures, and its namespace for the caller to clear (after it
+    has kept the figures, so a slow cleanup cannot lose them)."""
     # In the preemption case every GPU is taken by a filler the canary cannot evict:
     # the gang case just before proved the scheduler up.
     canary_s = _canary(env, sched) if canary else None
@@ -211,8 +213,7 @@ def _run_one(
         result["attempt_latency"]["pod"]["p99_le_ms"],
         result["attempt_latency"]["pod"].get("p99_gt_ms"),
     )
-    clear(env, namespace)
-    return result
+    return result, namespace
 
 
 @contextmanager
@@ -257,29 +258,29 @@ def _fill_nodes(env: BenchEnv, nodes: list[str], gpus: int) -> str:
 
 
 def _cases(
-    env: BenchEnv, sched: Scheduler, cfg: GangConfig, nodes: list[str], gangs: int, first: bool
-) -> dict[str, dict[str, Any]]:
-    out = {"gang": _run_one(env, sched, gangs, cfg.size, cfg, case="gang")}
+    env: BenchEnv,
+    sched: Scheduler,
+    cfg: GangConfig,
+    nodes: list[str],
+    gangs: int,
+    first: bool,
+    out: dict[str, dict[str, Any]],
+) -> None:
+    """Each case under one scheduler, its figures put in `out` as soon as it ends."""
+
+    def one(case: str, gangs: int, size: int, **kw: Any) -> None:
+        out[case], namespace = _run_one(env, sched, gangs, size, cfg, case=case, **kw)
+        clear(env, namespace)
+
+    one("gang", gangs, cfg.size)
     if first and cfg.locality_gangs:
-        out["locality"] = _run_one(
-            env, sched, cfg.locality_gangs, cfg.locality_size, cfg, case="locality"
-        )
+        one("locality", cfg.locality_gangs, cfg.locality_size)
     if cfg.preemption:
         fillers = _fill_nodes(env, nodes, cfg.gpus_per_node)
         try:
-            out["preemption"] = _run_one(
-                env,
-                sched,
-                gangs,
-                cfg.size,
-                cfg,
-                case="preemption",
-                priority_class=HIGH_PRIORITY,
-                canary=False,
-            )
+            one("preemption", gangs, cfg.size, priority_class=HIGH_PRIORITY, canary=False)
         finally:
             clear(env, fillers)
-    return out
 
 
 def _scale(
@@ -307,15 +308,20 @@ def _scale(
                 by_case[case][kind] = {"unsupported": upstream_missing}
             continue
         sched.start(env)
+        done: dict[str, dict[str, Any]] = {}
         try:
-            for case, run in _cases(env, sched, cfg, nodes, gangs, first).items():
-                by_case[case][kind] = run
+            _cases(env, sched, cfg, nodes, gangs, first, done)
         except Exception as exc:  # the other schedulers' runs still count; reported
             log.exception("%s at %d nodes failed", kind, n_nodes)
             for case in ("gang", "locality", "preemption"):
-                by_case[case].setdefault(kind, {"error": repr(exc)})
+                by_case[case][kind] = {"error": repr(exc)}
+            if done:  # what ended before the failure (a cleanup that timed out, say)
+                for case, result in done.items():
+                    by_case[case][kind] = {**result, "error_after": repr(exc)}
         finally:
             sched.stop(env)
+        for case, result in done.items():
+            by_case[case].setdefault(kind, result)
     env.remove_nodes(WORKLOAD)
     out = []
     for case, runs in by_case.items():

@@ -188,6 +188,14 @@ def test_the_table_has_every_scheduler_per_case_with_ratios_reasons_and_partial_
     assert len([line for line in lines if line.startswith("| preemption |")]) == 3
 
 
+def test_a_run_whose_cleanup_failed_keeps_its_figures_and_says_so() -> None:
+    gang = _gang_results()
+    gang["cases"][0]["runs"]["gang-extender"]["error_after"] = "TimeoutError('pods deleted')"
+    (ours,) = [line for line in three_way(gang) if line.startswith("| gang | 40 | 20 x 8 | gang-")]
+    assert "20/20 (then failed: TimeoutError('pods deleted'))" in ours
+    assert "| 3.00 |" in ours
+
+
 def test_partial_gangs_of_every_case_and_scheduler_are_summed() -> None:
     results = {"gang": _gang_results()}
     # two cases, each with one partial upstream gang; the failed run adds nothing
