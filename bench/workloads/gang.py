@@ -307,9 +307,9 @@ def _scale(
             for case in ("gang", "locality", "preemption"):
                 by_case[case][kind] = {"unsupported": upstream_missing}
             continue
-        sched.start(env)
         done: dict[str, dict[str, Any]] = {}
         try:
+            sched.start(env)
             _cases(env, sched, cfg, nodes, gangs, first, done)
         except Exception as exc:  # the other schedulers' runs still count; reported
             log.exception("%s at %d nodes failed", kind, n_nodes)
