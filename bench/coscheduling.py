@@ -17,6 +17,7 @@ import yaml
 
 from bench.env import BenchEnv
 from bench.objects import COSCHEDULING_SCHEDULER
+from bench.schedmetrics import serving_flags
 from bench.service import SCHEDULER_VERBOSITY
 from extender.devcluster.process import ManagedProcess
 from extender.devcluster.stack import apply_object, load_yaml_documents, wait_crd_established
@@ -52,11 +53,12 @@ def scheduler_config(env: BenchEnv, root: Path) -> Path:
     return path
 
 
-def start(env: BenchEnv, root: Path) -> ManagedProcess:
+def start(env: BenchEnv, root: Path, metrics_port: int) -> ManagedProcess:
+    """The scheduler, serving its /metrics on `metrics_port` (bench/schedmetrics.py)."""
     argv = [
         str(root / "bin" / "scheduler"),
         f"--config={scheduler_config(env, root)}",
-        "--secure-port=0",
+        *serving_flags(metrics_port),
         f"--v={SCHEDULER_VERBOSITY}",
     ]
     return env.cluster.start_process("coscheduling", argv)

@@ -47,7 +47,11 @@ class BenchEnv:
 
     def clear_namespace(self, namespace: str) -> None:
         delete_pods(self.api, namespace)
-        for api_version in ("scheduling.gang-extender.io/v1alpha1", "scheduling.x-k8s.io/v1alpha1"):
+        for api_version in (
+            "scheduling.gang-extender.io/v1alpha1",
+            "scheduling.x-k8s.io/v1alpha1",
+            "scheduling.k8s.io/v1beta1",  # Kubernetes' own, when served (bench/gang_schedulers.py)
+        ):
             try:
                 self.api.call("DELETE", f"/apis/{api_version}/namespaces/{namespace}/podgroups")
             except ApiError as err:

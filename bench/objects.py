@@ -19,6 +19,8 @@ COSCHEDULING_SCHEDULER = "coscheduling"
 COSCHEDULING_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 GANG_PODGROUP_API = "scheduling.gang-extender.io/v1alpha1"
 COSCHEDULING_PODGROUP_API = "scheduling.x-k8s.io/v1alpha1"
+#: Kubernetes' own gang scheduling runs in the default profile (GenericWorkload gate).
+UPSTREAM_SCHEDULER = "default-scheduler"
 IMAGE = "registry.example/bench:1"
 #: Tolerate everything: nodes without a kubelet get tainted unreachable, and
 #: the bench's pods must not be evicted from them mid-run.
@@ -172,6 +174,14 @@ def coscheduling_member(name: str, group: str, workload: str, *, gpus: int = 1) 
         gpus=gpus,
         labels={COSCHEDULING_GROUP_LABEL: group},
     )
+
+
+def upstream_member(name: str, group: str, workload: str, *, gpus: int = 1) -> dict[str, Any]:
+    """A member of a Kubernetes v1beta1 PodGroup: the default scheduler, and the group
+    named in `spec.schedulingGroup.podGroupName` (no label, no annotation)."""
+    body = pod_body(name, workload, scheduler=UPSTREAM_SCHEDULER, gpus=gpus)
+    body["spec"]["schedulingGroup"] = {"podGroupName": group}
+    return body
 
 
 DRA_DRIVER = "gpu.bench.example.com"

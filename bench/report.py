@@ -6,6 +6,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from bench.report_gang import gang_runs, three_way, worst_ratio
+
 # Issue 15's targets: (label, how to read it from the results, comparison, target).
 TARGETS: list[tuple[str, str, str, float]] = [
     ("plain-pod throughput ratio (gang profile / stock)", "plain_ratio", ">=", 0.9),
@@ -36,6 +38,19 @@ TARGETS: list[tuple[str, str, str, float]] = [
         "churn_growth",
         "<=",
         2.0,
+    ),
+    (
+        "gang throughput ratio vs Kubernetes' own gang scheduling, worst case with a ratio "
+        "(issue 31; cases without one: section 3)",
+        "gang_vs_upstream_worst",
+        ">=",
+        1.0,
+    ),
+    (
+        "gang throughput ratio vs coscheduling, worst case with a ratio (issue 31)",
+        "gang_vs_coscheduling_worst",
+        ">=",
+        1.5,
     ),
     ("partial gangs, every workload", "partial_total", "=", 0.0),
 ]
@@ -85,10 +100,8 @@ def partial_by_workload(results: dict[str, Any]) -> dict[str, tuple[int, float |
         run = results.get(name) or {}
         if "partial_gangs" in run:
             add(name, run["partial_gangs"], run.get("partial_gangs_counted"))
-    gang = results.get("gang") or {}
-    for runs in (gang.get("runs") or {}, ((gang.get("locality") or {}).get("runs")) or {}):
-        for run in runs.values():
-            add("gang", run["gangs_partially_bound"], run.get("partial_gangs_counted"))
+    for run in gang_runs(results.get("gang") or {}):
+        add("gang", run["gangs_partially_bound"], run.get("partial_gangs_counted"))
     for size in (results.get("latency") or {}).get("sizes") or []:
         if "partial_gangs" in size:
             add("latency", size["partial_gangs"], size.get("partial_gangs_counted"))
@@ -148,6 +161,8 @@ def headline(results: dict[str, Any]) -> dict[str, float | None]:
         "ready_100k": (at100k or {}).get("ready_s"),
         "filter_p99_100k": _verb(at100k, "filter plain pod", "p99"),
         "churn_growth": churn.get("growth"),
+        "gang_vs_upstream_worst": worst_ratio(results.get("gang") or {}, "upstream"),
+        "gang_vs_coscheduling_worst": worst_ratio(results.get("gang") or {}, "coscheduling"),
         "partial_total": int(sum(max(seen, counted or 0.0) for seen, counted in partial.values()))
         if partial
         else None,
@@ -442,7 +457,18 @@ def markdown(results: dict[str, Any]) -> str:
         out += ["## 2. Plain pods", "", f"failed: {plain.get('error')}", ""]
 
     gang = results.get("gang")
-    if gang and gang.get("runs"):
+    if gang and gang.get("cases"):
+        out += [
+            "## 3. Gangs: gang-extender vs Kubernetes' own gang scheduling vs coscheduling",
+            "",
+            f"Gangs of 1-GPU members on KWOK nodes x {gang['gpus_per_node']} GPUs, each "
+            "scheduler alone on the machine in turn (issue 31):",
+            "",
+            *three_way(gang),
+        ]
+        locality = gang.get("locality") or {}
+        out += _service_verbs(gang["runs"], locality.get("runs") or {})
+    elif gang and gang.get("runs"):
         out += [
             f"## 3. Gangs: {gang['gangs']} gangs x {gang['gang_size']} pods x 1 GPU on "
             f"{gang['nodes']} KWOK nodes x {gang['gpus_per_node']} GPUs",

@@ -30,7 +30,10 @@ from bench.env import BenchEnv, machine_info
 from bench.kubeclient import FastApi
 from bench.service import BenchStack
 from bench.workloads import churn, gang, latency, plain, webhook
+from extender.devcluster import workload_api
+from extender.devcluster.binaries import binary_version, ensure_binaries
 from extender.devcluster.cluster import LocalCluster
+from extender.devcluster.workload_api import serves_v1beta1
 
 log = logging.getLogger("bench")
 
@@ -55,6 +58,9 @@ PRESETS: dict[str, dict[str, Any]] = {
         "gang_size": 8,
         "gang_nodes": 200,
         "locality_gangs": 40,
+        # issue 31: 1,000 and 5,000 nodes, 1,000 gangs (upstream's scheduler_perf size)
+        "gang_scales": "1000x1000,5000x1000",
+        "gang_preemption": True,
         "churn_held": "100,1000",
         "churn_nodes": 1000,
         "churn_events": 400,
@@ -87,6 +93,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         "gang_size": 8,
         "gang_nodes": 40,
         "locality_gangs": 10,
+        "gang_scales": "",
+        "gang_preemption": True,
         "churn_held": "20,200",
         "churn_nodes": 200,
         "churn_events": 100,
@@ -129,6 +137,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--webhook-namespace-sizes",
         help="pods in the namespace for the webhook's size series, N,...",
+    )
+    p.add_argument(
+        "--gang-scales",
+        help="further NODESxGANGS,... scales of the gang case after --gang-nodes x --gangs "
+        "('' for none)",
+    )
+    p.add_argument(
+        "--gang-preemption",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="the gang workload's preemption case (a low-priority filler on every node)",
     )
     p.add_argument("--churn-held", help="numbers of held gangs of the churn workload, N,...")
     p.add_argument("--churn-rate", type=float, help="node updates per second (churn)")
@@ -232,7 +251,17 @@ def main(argv: list[str] | None = None) -> int:
             "scheduler-plugins-"
         )
 
-    cluster = LocalCluster(args.workdir / "cluster")
+    bin_dir = ensure_binaries()
+    gates: dict[str, dict[str, bool]] = {}
+    runtime_config: list[str] = []
+    if "gang" in only and serves_v1beta1(binary_version(bin_dir)):
+        # Kubernetes' own gang scheduling is the gang workload's third scheduler: its API
+        # served from the start (the default kube-scheduler gets the gate only for its run).
+        gates, runtime_config = workload_api.served_gates(), [workload_api.RUNTIME_CONFIG]
+    cluster = LocalCluster(
+        args.workdir / "cluster", bin_dir, feature_gates=gates, runtime_config=runtime_config
+    )
+    results["meta"]["control_plane_feature_gates"] = gates
     results["meta"]["control_plane"] = cluster.bin_dir.parent.name.removeprefix("k8s-")
     try:
         cluster.start()
@@ -276,6 +305,8 @@ def main(argv: list[str] | None = None) -> int:
                             timeout=cfg["timeout"],
                             scheduler_plugins=scheduler_plugins,
                             locality_gangs=cfg["locality_gangs"],
+                            scales=tuple(_sizes(cfg["gang_scales"])) if cfg["gang_scales"] else (),
+                            preemption=bool(cfg["gang_preemption"]),
                         ),
                     )
                 elif name == "churn":

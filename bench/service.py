@@ -16,7 +16,9 @@ from typing import Any
 import orjson
 
 from bench.env import BenchEnv
+from bench.schedmetrics import serving_flags
 from extender.devcluster.cluster import LocalCluster
+from extender.devcluster.loopback import free_port
 from extender.devcluster.process import ManagedProcess
 from extender.devcluster.stack import GangStack
 
@@ -45,6 +47,11 @@ class BenchStack(GangStack):
             env={"PYTHONPATH": os.pathsep.join([*path, str(REPO)])},
             scheduler_verbosity=SCHEDULER_VERBOSITY,
         )
+        #: the gang kube-scheduler's /metrics (its attempt latency, bench/schedmetrics.py)
+        self.scheduler_metrics_port = free_port()
+
+    def scheduler_serving_args(self) -> list[str]:
+        return serving_flags(self.scheduler_metrics_port)
 
 
 @dataclass

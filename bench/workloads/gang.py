@@ -1,17 +1,22 @@
-"""Workload 3: gang throughput, gang-extender vs scheduler-plugins coscheduling.
+"""Workload 3: gang throughput, gang-extender vs Kubernetes' own gang scheduling vs
+scheduler-plugins coscheduling (bench/gang_schedulers.py).
 
-The same gangs (a PodGroup with minMember = gang size, members of 1 GPU each)
-on the same KWOK nodes, created all at once, timed from the first create to
-the last member bound. First under gang-extender (service + its kube-scheduler
-profile), then, with the gang-extender processes stopped so they take no CPU,
-under the scheduler-plugins scheduler with the Coscheduling plugin.
+The same gangs (a PodGroup with min = gang size, members of 1 GPU each) on the same
+KWOK nodes, created all at once, timed from the first create to the last member
+bound; each scheduler alone on the machine (the others stopped). Per run: gangs per
+second, create -> all bound per gang, the scheduler's own attempt latency
+(`scheduler_scheduling_attempt_duration_seconds`, bench/schedmetrics.py, the same
+for all three), the nodes each gang spans against the fewest possible, and partial
+gangs.
 
-Each run also reports the nodes each gang spans (issue 13: a gang on the fewest
-nodes keeps its allreduce on NVLink) and its partial gangs. The locality case
-(`locality_gangs` gangs of `locality_size` members, smaller than a node) is
-where the planner's fewest-nodes choice shows: each such gang fits on one node,
-and a per-pod scorer that spreads (coscheduling's default NodeResourcesFit
-LeastAllocated) puts its members on as many nodes as it has members.
+Cases, per scale (nodes x gangs; the first is the preset's, later ones the
+`gang_scales` such as 1,000 and 5,000 nodes):
+- gang: gangs of `size` members;
+- locality (first scale only): gangs of 3 members, smaller than a node, so each fits
+  on one node, and a per-pod scorer that spreads puts its members on three;
+- preemption (when on): every node first holds a low-priority filler taking all its
+  GPUs (bound by the bench, as a running pod), the gangs have a higher priority, so
+  every member needs an eviction: each scheduler's own preemption.
 """
 
 from __future__ import annotations
@@ -19,21 +24,19 @@ from __future__ import annotations
 import logging
 import time
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bench import coscheduling
 from bench.env import BenchEnv
-from bench.kubeclient import BindWatch, pods_path
-from bench.objects import (
-    COSCHEDULING_PODGROUP_API,
-    GANG_PODGROUP_API,
-    coscheduling_member,
-    gang_member,
-    podgroup_body,
-    podgroups_path,
-)
+from bench.gang_compare import compare, fewest_nodes
+from bench.gang_schedulers import KINDS, Scheduler, schedulers, upstream_unavailable
+from bench.kubeclient import ApiError, BindWatch, bulk, pods_path
+from bench.objects import pod_body, podgroups_path
+from bench.schedmetrics import ATTEMPT_SECONDS, PODGROUP_ATTEMPT_SECONDS, between, histogram
 from bench.stats import summary_ms
 from bench.workloads.common import (
     PARTIAL_GANGS_METRIC,
@@ -52,6 +55,12 @@ log = logging.getLogger("bench.gang")
 WORKLOAD = "gang"
 CANARY_TIMEOUT_SECONDS = 90.0
 VERBS = ("filter", "prioritize", "bind")
+#: Priorities of the preemption case: fillers are evicted for gang members.
+LOW_PRIORITY, HIGH_PRIORITY = "bench-filler-low", "bench-gang-high"
+PRIORITIES = {LOW_PRIORITY: 10, HIGH_PRIORITY: 1000}
+PRIORITY_CLASSES = "/apis/scheduling.k8s.io/v1/priorityclasses"
+#: bound on the wait for kwok to mark the nodes Ready, per node (at least 180 s)
+NODE_READY_SECONDS_EACH = 0.25
 
 
 @dataclass
@@ -64,61 +73,42 @@ class GangConfig:
     scheduler_plugins: Path | None = None  # built output dir; built when None
     locality_gangs: int = 0  # gangs of the locality case (0: skipped)
     locality_size: int = 3  # members of 1 GPU each: smaller than a node
+    #: further (nodes, gangs) scales of the gang case, after (nodes, gangs)
+    scales: tuple[tuple[int, int], ...] = ()
+    preemption: bool = False
 
 
-def _bodies(
-    kind: str, gangs: int, size: int
-) -> tuple[str, list[dict[str, Any]], list[dict[str, Any]]]:
-    api = GANG_PODGROUP_API if kind == "gang-extender" else COSCHEDULING_PODGROUP_API
-    groups = [f"g{g:03d}" for g in range(gangs)]
-    podgroups = [podgroup_body(api, g, size, WORKLOAD) for g in groups]
-    pods = []
-    for g in groups:
-        for m in range(size):
-            name = f"{g}-{m}"
-            if kind == "gang-extender":
-                pods.append(gang_member(name, g, size, WORKLOAD))
-            else:
-                pods.append(coscheduling_member(name, g, WORKLOAD))
-    return api, podgroups, pods
-
-
-def _canary(env: BenchEnv, kind: str) -> float:
+def _canary(env: BenchEnv, sched: Scheduler) -> float:
     """One gang of one pod through the scheduler: proves it is up before the clock starts."""
-    namespace = env.namespace(f"bench-canary-{kind}")
-    api, podgroups, pods = _bodies(kind, 1, 1)
+    namespace = env.namespace(f"bench-canary-{sched.kind}")
+    podgroups, pods = sched.bodies(1, 1, WORKLOAD)
     for pg in podgroups:
-        env.api.create(podgroups_path(api, namespace), pg)
+        env.api.create(podgroups_path(sched.podgroup_api, namespace), pg)
     watch = BindWatch(env.api, namespace).start()
     started = time.monotonic()
     env.api.create(pods_path(namespace), pods[0])
     if not watch.wait_bound([pods[0]["metadata"]["name"]], CANARY_TIMEOUT_SECONDS):
         raise RuntimeError(
-            f"{kind}: a one-pod canary gang was not bound in {CANARY_TIMEOUT_SECONDS}s"
+            f"{sched.kind}: a one-pod canary gang was not bound in {CANARY_TIMEOUT_SECONDS}s"
         )
     watch.stop()
     clear(env, namespace)
     return time.monotonic() - started
 
 
-def _run_one(
-    env: BenchEnv, kind: str, gangs: int, size: int, timeout: float, *, case: str = "gang"
+def _attempts(env: BenchEnv, sched: Scheduler) -> dict[str, dict[str, float]]:
+    text = sched.metrics_text(env)
+    found = {"pod": histogram(text, ATTEMPT_SECONDS, {"profile": sched.profile})}
+    if sched.kind == "upstream":
+        found["podgroup"] = histogram(text, PODGROUP_ATTEMPT_SECONDS, {"profile": sched.profile})
+    return found
+
+
+def gang_figures(
+    pods: list[dict[str, Any]], result: dict[str, Any], gpus_per_node: int
 ) -> dict[str, Any]:
-    canary = _canary(env, kind)
-    namespace = env.namespace(f"bench-{case}-{kind}")
-    api, podgroups, pods = _bodies(kind, gangs, size)
-    for pg in podgroups:
-        env.api.create(podgroups_path(api, namespace), pg)
-    counted_before = service_metric(env, PARTIAL_GANGS_METRIC) if kind == "gang-extender" else None
-    verbs_before = verb_histograms(env, VERBS) if kind == "gang-extender" else None
-    pid = env.stack.service.pid if env.stack.service else 0
-    cpu_before = env.cpu_seconds(pid)
-    result = create_and_time(env, namespace, pods, timeout=timeout)
-    # Over the same window for either scheduler: the service watches (and, for its own
-    # gangs, admits, plans and binds) every pod. Unlike the wall-clock figures, it does
-    # not move with load from other processes on a shared machine.
-    service_cpu = env.cpu_seconds(pid) - cpu_before
-    # per gang: first member created -> last member bound
+    """Per-gang figures of one timed run (pure): gangs complete and partial, create ->
+    all bound, nodes spanned and how many gangs span more than the fewest possible."""
     members: dict[str, list[str]] = defaultdict(list)
     for body in pods:
         name = body["metadata"]["name"]
@@ -131,23 +121,69 @@ def _run_one(
     gpus: dict[str, int] = defaultdict(int)
     for node in result["node_of"].values():
         gpus[node] += 1
-    partial = partial_gangs(members, result["bound_at"])
-    result.update(
-        canary_s=round(canary, 2),
-        gangs=gangs,
-        gang_size=size,
-        gangs_complete=len(gang_seconds),
-        gangs_partially_bound=partial,
-        gangs_per_second=round(len(gang_seconds) / result["seconds"], 2)
+    spanned = nodes_spanned(members, result["node_of"])
+    size = max((len(n) for n in members.values()), default=0)
+    fewest = fewest_nodes(size, 1, gpus_per_node)
+    spanned["fewest_possible"] = fewest
+    spanned["gangs_above_fewest"] = sum(
+        count for span, count in spanned["histogram"].items() if int(span) > fewest
+    )
+    return {
+        "gangs": len(members),
+        "gang_size": size,
+        "gangs_complete": len(gang_seconds),
+        "gangs_partially_bound": partial_gangs(members, result["bound_at"]),
+        "gangs_per_second": round(len(gang_seconds) / result["seconds"], 2)
         if result["seconds"]
         else 0,
-        gang_create_to_all_bound=summary_ms(gang_seconds),
+        "time_to_last_bound_s": result["seconds"],
+        "gang_create_to_all_bound": summary_ms(gang_seconds),
+        "max_gpus_on_a_node": max(gpus.values(), default=0),
+        "nodes_spanned": spanned,
+    }
+
+
+def _run_one(
+    env: BenchEnv,
+    sched: Scheduler,
+    gangs: int,
+    size: int,
+    cfg: GangConfig,
+    *,
+    case: str,
+    priority_class: str | None = None,
+    canary: bool = True,
+) -> tuple[dict[str, Any], str]:
+    """One timed run: its figures, and its namespace for the caller to clear (after it
+    has kept the figures, so a slow cleanup cannot lose them)."""
+    # In the preemption case every GPU is taken by a filler the canary cannot evict:
+    # the gang case just before proved the scheduler up.
+    canary_s = _canary(env, sched) if canary else None
+    namespace = env.namespace(f"bench-{case}-{sched.kind}")
+    podgroups, pods = sched.bodies(gangs, size, WORKLOAD, priority_class=priority_class)
+    for pg in podgroups:
+        env.api.create(podgroups_path(sched.podgroup_api, namespace), pg)
+    ours = sched.kind == "gang-extender"
+    counted_before = service_metric(env, PARTIAL_GANGS_METRIC) if ours else None
+    verbs_before = verb_histograms(env, VERBS) if ours else None
+    pid = env.stack.service.pid if env.stack.service and env.stack.service.alive() else 0
+    cpu_before = env.cpu_seconds(pid) if pid else 0.0
+    attempts_before = _attempts(env, sched)
+    result = create_and_time(env, namespace, pods, timeout=cfg.timeout)
+    attempts_after = _attempts(env, sched)
+    # The service's CPU over the run: it plans and binds its own gangs (it is stopped
+    # while the others run). Unlike wall-clock figures, it does not move with load.
+    service_cpu = env.cpu_seconds(pid) - cpu_before if pid else None
+    result.update(gang_figures(pods, result, cfg.gpus_per_node))
+    result.update(
+        canary_s=round(canary_s, 2) if canary_s is not None else None,
         steady_pods_per_second=steady_rate(result["bound_at"]),
-        max_gpus_on_a_node=max(gpus.values(), default=0),
-        nodes_spanned=nodes_spanned(members, result["node_of"]),
-        service_cpu_seconds=round(service_cpu, 2),
+        service_cpu_seconds=round(service_cpu, 2) if service_cpu is not None else None,
+        attempt_latency={
+            key: between(attempts_before[key], attempts_after[key]) for key in attempts_after
+        },
     )
-    if kind == "gang-extender":
+    if ours:
         # The service's own count (GangPartial) during this run: must be 0, like the
         # observed count above.
         after = service_metric(env, PARTIAL_GANGS_METRIC)
@@ -160,63 +196,217 @@ def _run_one(
     for key in ("node_of", "created_at"):
         result.pop(key)
     log.info(
-        "%s %s: %d/%d gangs of %d bound in %.1fs (%.1f pods/s); max %d GPUs on a node; "
-        "nodes per gang mean %s max %s; %d partial",
+        "%s %s: %d/%d gangs of %d bound in %.1fs (%.2f gangs/s); nodes per gang mean %s max %s "
+        "(fewest %s); %d partial; attempt p50/p99 <= %s/%s ms (past %s)",
         case,
-        kind,
-        len(gang_seconds),
+        sched.kind,
+        result["gangs_complete"],
         gangs,
         size,
         result["seconds"],
-        result["pods_per_second"],
-        result["max_gpus_on_a_node"],
+        result["gangs_per_second"],
         result["nodes_spanned"]["mean"],
         result["nodes_spanned"]["max"],
-        partial,
+        result["nodes_spanned"]["fewest_possible"],
+        result["gangs_partially_bound"],
+        result["attempt_latency"]["pod"]["p50_le_ms"],
+        result["attempt_latency"]["pod"]["p99_le_ms"],
+        result["attempt_latency"]["pod"].get("p99_gt_ms"),
     )
-    clear(env, namespace)
-    return result
+    return result, namespace
+
+
+@contextmanager
+def _priority_classes(env: BenchEnv) -> Iterator[None]:
+    for name, value in PRIORITIES.items():
+        body = {
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
+            "metadata": {"name": name},
+            "value": value,
+        }
+        try:
+            env.api.create(PRIORITY_CLASSES, body)
+        except ApiError as err:
+            if err.status != 409:  # left by an earlier run on this control plane
+                raise
+    try:
+        yield
+    finally:
+        for name in PRIORITIES:
+            try:
+                env.api.call("DELETE", f"{PRIORITY_CLASSES}/{name}")
+            except ApiError as err:
+                if err.status != 404:
+                    raise
+
+
+def _fill_nodes(env: BenchEnv, nodes: list[str], gpus: int) -> str:
+    """One low-priority pod per node taking all its GPUs, bound by the bench (KWOK runs it)."""
+    namespace = env.namespace("bench-filler")
+    bodies = []
+    for node in nodes:
+        body = pod_body(
+            f"filler-{node}", WORKLOAD, scheduler="bench-none", gpus=gpus, node_name=node
+        )
+        body["spec"]["priorityClassName"] = LOW_PRIORITY
+        bodies.append(body)
+    made = bulk(bodies, lambda b: env.api.create(pods_path(namespace), b))
+    if made.errors:
+        raise RuntimeError(f"{made.errors} of {len(bodies)} filler pods not created")
+    return namespace
+
+
+def _cases(
+    env: BenchEnv,
+    sched: Scheduler,
+    cfg: GangConfig,
+    nodes: list[str],
+    gangs: int,
+    first: bool,
+    out: dict[str, dict[str, Any]],
+) -> None:
+    """Each case under one scheduler, its figures put in `out` as soon as it ends."""
+
+    def one(case: str, gangs: int, size: int, **kw: Any) -> None:
+        out[case], namespace = _run_one(env, sched, gangs, size, cfg, case=case, **kw)
+        clear(env, namespace)
+
+    one("gang", gangs, cfg.size)
+    if first and cfg.locality_gangs:
+        one("locality", cfg.locality_gangs, cfg.locality_size)
+    if cfg.preemption:
+        fillers = _fill_nodes(env, nodes, cfg.gpus_per_node)
+        try:
+            one("preemption", gangs, cfg.size, priority_class=HIGH_PRIORITY, canary=False)
+        finally:
+            clear(env, fillers)
+
+
+def _scale(
+    env: BenchEnv,
+    table: dict[str, Scheduler],
+    cfg: GangConfig,
+    n_nodes: int,
+    gangs: int,
+    *,
+    first: bool,
+    upstream_missing: str | None,
+) -> list[dict[str, Any]]:
+    """Every case at one scale under each scheduler in turn; one entry per case."""
+    nodes = env.add_nodes(n_nodes, WORKLOAD, kwok=True, prefix="gang", gpus=cfg.gpus_per_node)
+    # kwok marks nodes Ready one status patch at a time: thousands take minutes on 2 cores
+    ready_wait = env.wait_nodes_ready(
+        WORKLOAD, n_nodes, timeout=max(180.0, n_nodes * NODE_READY_SECONDS_EACH)
+    )
+    settle_wait = env.wait_nodes_settled()
+    by_case: dict[str, dict[str, Any]] = defaultdict(dict)
+    for kind in KINDS:
+        sched = table[kind]
+        if kind == "upstream" and upstream_missing:
+            for case in ("gang", "locality", "preemption"):
+                by_case[case][kind] = {"unsupported": upstream_missing}
+            continue
+        done: dict[str, dict[str, Any]] = {}
+        try:
+            sched.start(env)
+            _cases(env, sched, cfg, nodes, gangs, first, done)
+        except Exception as exc:  # the other schedulers' runs still count; reported
+            log.exception("%s at %d nodes failed", kind, n_nodes)
+            for case in ("gang", "locality", "preemption"):
+                by_case[case][kind] = {"error": repr(exc)}
+            if done:  # what ended before the failure (a cleanup that timed out, say)
+                for case, result in done.items():
+                    by_case[case][kind] = {**result, "error_after": repr(exc)}
+        finally:
+            sched.stop(env)
+        for case, result in done.items():
+            by_case[case].setdefault(kind, result)
+    env.remove_nodes(WORKLOAD)
+    out = []
+    for case, runs in by_case.items():
+        if case == "locality" and not (first and cfg.locality_gangs):
+            continue
+        if case == "preemption" and not cfg.preemption:
+            continue
+        out.append(
+            {
+                "case": case,
+                "nodes": n_nodes,
+                "gangs": cfg.locality_gangs if case == "locality" else gangs,
+                "gang_size": cfg.locality_size if case == "locality" else cfg.size,
+                "node_ready_wait_s": round(ready_wait, 1),
+                "node_settle_wait_s": round(settle_wait, 1),
+                "runs": runs,
+                "vs": compare(runs),
+            }
+        )
+    return out
+
+
+def failed_scale(cfg: GangConfig, n_nodes: int, gangs: int, error: str) -> list[dict[str, Any]]:
+    """The cases of a scale that failed before its runs (e.g. nodes never Ready), each
+    scheduler's run saying why, so the table shows the reason instead of dropping them."""
+    out = []
+    for case in ("gang", *(("preemption",) if cfg.preemption else ())):
+        runs = {kind: {"error": error} for kind in KINDS}
+        out.append(
+            {
+                "case": case,
+                "nodes": n_nodes,
+                "gangs": gangs,
+                "gang_size": cfg.size,
+                "runs": runs,
+                "vs": compare(runs),
+            }
+        )
+    return out
 
 
 def run(env: BenchEnv, cfg: GangConfig) -> dict[str, Any]:
     root = cfg.scheduler_plugins or coscheduling.ensure_built()
     coscheduling.install_crd(env, root)
-    env.add_nodes(cfg.nodes, WORKLOAD, kwok=True, prefix="gang", gpus=cfg.gpus_per_node)
-    ready_wait = env.wait_nodes_ready(WORKLOAD, cfg.nodes)
-    settle_wait = env.wait_nodes_settled()
-    runs: dict[str, Any] = {}
-    locality: dict[str, Any] = {}
-
-    def both_cases(kind: str) -> None:
-        runs[kind] = _run_one(env, kind, cfg.gangs, cfg.size, cfg.timeout)
-        if cfg.locality_gangs:
-            locality[kind] = _run_one(
-                env, kind, cfg.locality_gangs, cfg.locality_size, cfg.timeout, case="locality"
-            )
-
-    both_cases("gang-extender")
-    # The baseline gets the machine to itself: the gang-extender processes are stopped.
-    env.stack.stop()
-    proc = coscheduling.start(env, root)
-    try:
-        both_cases("coscheduling")
-    finally:
-        proc.stop()
-    env.remove_nodes(WORKLOAD)
-    ours = runs["gang-extender"]["seconds"]
-    theirs = runs["coscheduling"]["seconds"]
+    table = schedulers(root)
+    upstream_missing = upstream_unavailable(env)
+    if upstream_missing:
+        log.warning("upstream gang scheduling not run: %s", upstream_missing)
+    with _priority_classes(env):
+        base = _scale(
+            env, table, cfg, cfg.nodes, cfg.gangs, first=True, upstream_missing=upstream_missing
+        )
+        cases = list(base)
+        for n_nodes, gangs in cfg.scales:
+            try:
+                cases += _scale(
+                    env, table, cfg, n_nodes, gangs, first=False, upstream_missing=upstream_missing
+                )
+            except Exception as exc:  # a later scale's failure keeps the earlier ones; reported
+                log.exception("gang workload at %d nodes x %d gangs failed", n_nodes, gangs)
+                cases += failed_scale(cfg, n_nodes, gangs, repr(exc))
+                env.remove_nodes(WORKLOAD)
+    gang = next(c for c in base if c["case"] == "gang")
+    locality = next((c for c in base if c["case"] == "locality"), None)
+    ours = gang["runs"].get("gang-extender") or {}
+    cosched = gang["runs"].get("coscheduling") or {}
     return {
         "nodes": cfg.nodes,
         "gpus_per_node": cfg.gpus_per_node,
         "gangs": cfg.gangs,
         "gang_size": cfg.size,
-        "node_ready_wait_s": round(ready_wait, 1),
-        "node_settle_wait_s": round(settle_wait, 1),
         "scheduler_plugins": root.name,
-        "runs": runs,
-        "locality": {"gangs": cfg.locality_gangs, "gang_size": cfg.locality_size, "runs": locality}
+        "upstream_unsupported": upstream_missing,
+        "cases": cases,
+        # the first scale's gang and locality cases, as earlier rounds recorded them
+        "runs": gang["runs"],
+        "locality": {
+            "gangs": cfg.locality_gangs,
+            "gang_size": cfg.locality_size,
+            "runs": locality["runs"],
+        }
         if locality
         else None,
-        # throughput ratio: gangs/s ours over theirs == their time over ours
-        "ratio": round(theirs / ours, 3) if ours and runs["gang-extender"]["complete"] else None,
+        # throughput ratio against coscheduling (round 2's target row)
+        "ratio": round(cosched["seconds"] / ours["seconds"], 3)
+        if ours.get("complete") and cosched.get("complete") and ours.get("seconds")
+        else None,
     }

@@ -262,11 +262,15 @@ class GangStack:
         path.write_text(yaml.safe_dump(config))
         return path
 
+    def scheduler_serving_args(self) -> list[str]:
+        """kube-scheduler's HTTPS flags: none served here (the bench serves /metrics)."""
+        return ["--secure-port=0"]
+
     def start_scheduler(self, timeout: float = 90) -> ManagedProcess:
         argv = [
             str(self.cluster.bin_dir / "kube-scheduler"),
             f"--config={self.scheduler_config()}",
-            "--secure-port=0",
+            *self.scheduler_serving_args(),
             f"--v={self.scheduler_verbosity}",
         ]
         self.scheduler = self.cluster.start_process("gang-scheduler", argv)

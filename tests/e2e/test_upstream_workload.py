@@ -28,6 +28,13 @@ from kubernetes import client as k8s
 
 from extender.devcluster.cluster import LocalCluster, binary_version, new_namespace
 from extender.devcluster.stack import SYSTEM_NAMESPACE, GangStack, apply_object
+from extender.devcluster.workload_api import (
+    GATE,
+    RUNTIME_CONFIG,
+    UPSTREAM_API,
+    served_gates,
+    upstream_podgroup,
+)
 from extender.domain.objects.membership import (
     INJECT_NAMESPACE_LABEL,
     PLANNED_NODE_ANNOTATION,
@@ -51,9 +58,6 @@ from tests.e2e.gang_fixtures import (
     wait_until,
 )
 
-GATE = "GenericWorkload"
-RUNTIME_CONFIG = "scheduling.k8s.io/v1beta1=true"
-UPSTREAM_API = ("apis", "scheduling.k8s.io", "v1beta1")
 POOL_LABEL = "e2e.gang-extender.io/pool"
 GPUS_PER_NODE = 4
 GPUS_PER_MEMBER = 2
@@ -71,7 +75,7 @@ def workload_cluster(
     yield from own_control_plane(
         tmp_path_factory.mktemp("workload-cluster"),
         bin_dir,
-        feature_gates={"kube-apiserver": {GATE: True}, "kube-controller-manager": {GATE: True}},
+        feature_gates=served_gates(),
         runtime_config=[RUNTIME_CONFIG],
     )
 
@@ -96,15 +100,6 @@ def pool(wl_api: k8s.ApiClient, request: pytest.FixtureRequest) -> dict[str, str
 @pytest.fixture
 def wired_namespace(wl_api: k8s.ApiClient) -> str:
     return new_namespace(wl_api, "upstream", labels={INJECT_NAMESPACE_LABEL: "enabled"})
-
-
-def upstream_podgroup(name: str, min_count: int) -> dict[str, Any]:
-    return {
-        "apiVersion": "scheduling.k8s.io/v1beta1",
-        "kind": "PodGroup",
-        "metadata": {"name": name},
-        "spec": {"schedulingPolicy": {"gang": {"minCount": min_count}}},
-    }
 
 
 def indexed_job(

@@ -1,0 +1,270 @@
+"""The bench's three-way gang comparison: a scheduler's attempt histogram read from
+its /metrics text, per-gang figures of a timed run, ratios and targets against
+Kubernetes' own gang scheduling and coscheduling, and the table that shows them
+(including a scheduler that could not run, and partial gangs counted)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from bench.gang_compare import compare, fewest_nodes, usable
+from bench.gang_schedulers import Scheduler
+from bench.report import markdown, partial_by_workload
+from bench.report_gang import three_way, worst_ratio
+from bench.schedmetrics import ATTEMPT_SECONDS, between, histogram
+from bench.workloads.gang import GangConfig, failed_scale, gang_figures
+from extender.devcluster.workload_api import serves_v1beta1, upstream_podgroup
+
+METRICS = f"""# HELP {ATTEMPT_SECONDS} Scheduling attempt latency
+# TYPE {ATTEMPT_SECONDS} histogram
+{ATTEMPT_SECONDS}_bucket{{profile="gang-extender",result="scheduled",le="0.001"}} 1
+{ATTEMPT_SECONDS}_bucket{{profile="gang-extender",result="scheduled",le="0.002"}} 6
+{ATTEMPT_SECONDS}_bucket{{profile="gang-extender",result="scheduled",le="0.004"}} 9
+{ATTEMPT_SECONDS}_bucket{{profile="gang-extender",result="scheduled",le="+Inf"}} 10
+{ATTEMPT_SECONDS}_sum{{profile="gang-extender",result="scheduled"}} 0.05
+{ATTEMPT_SECONDS}_count{{profile="gang-extender",result="scheduled"}} 10
+{ATTEMPT_SECONDS}_bucket{{profile="gang-extender",result="unschedulable",le="0.001"}} 0
+{ATTEMPT_SECONDS}_bucket{{profile="gang-extender",result="unschedulable",le="0.002"}} 0
+{ATTEMPT_SECONDS}_bucket{{profile="gang-extender",result="unschedulable",le="0.004"}} 10
+{ATTEMPT_SECONDS}_bucket{{profile="gang-extender",result="unschedulable",le="+Inf"}} 10
+{ATTEMPT_SECONDS}_sum{{profile="gang-extender",result="unschedulable"}} 0.03
+{ATTEMPT_SECONDS}_count{{profile="gang-extender",result="unschedulable"}} 10
+{ATTEMPT_SECONDS}_bucket{{profile="default-scheduler",result="scheduled",le="0.001"}} 100
+{ATTEMPT_SECONDS}_bucket{{profile="default-scheduler",result="scheduled",le="+Inf"}} 100
+{ATTEMPT_SECONDS}_sum{{profile="default-scheduler",result="scheduled"}} 0.01
+{ATTEMPT_SECONDS}_count{{profile="default-scheduler",result="scheduled"}} 100
+scheduler_scheduling_algorithm_duration_seconds_count{{profile="gang-extender"}} 99
+"""
+
+
+def test_the_histogram_sums_every_result_of_one_profile_and_nothing_else() -> None:
+    found = histogram(METRICS, ATTEMPT_SECONDS, {"profile": "gang-extender"})
+    assert found == {
+        "0.001": 1.0,
+        "0.002": 6.0,
+        "0.004": 19.0,
+        "+Inf": 20.0,
+        "sum": pytest.approx(0.08),
+        "count": 20.0,
+    }
+    assert histogram(METRICS, ATTEMPT_SECONDS, {"profile": "nobody"}) == {}
+
+
+def test_attempts_between_two_readings_are_their_difference_with_bucket_bound_quantiles() -> None:
+    before = histogram(METRICS, ATTEMPT_SECONDS, {"profile": "gang-extender"})
+    after = dict(before)
+    # 10 more attempts: 9 under 2 ms, 1 past the last finite bucket
+    after.update({"0.001": 1, "0.002": 15, "0.004": 28, "+Inf": 30, "count": 30, "sum": 0.18})
+    got = between(before, after)
+    assert got["attempts"] == 10
+    assert got["mean_ms"] == pytest.approx(10.0)
+    assert got["p50_le_ms"] == 2.0
+    assert got["p99_le_ms"] is None  # in +Inf: no upper bound, not a made-up one...
+    assert got["p99_gt_ms"] == 4.0  # ...only the bound it is past
+
+
+def test_no_attempts_between_readings_gives_no_figures() -> None:
+    same = histogram(METRICS, ATTEMPT_SECONDS, {"profile": "gang-extender"})
+    assert between(same, same) == {
+        "attempts": 0.0,
+        "mean_ms": None,
+        "p50_le_ms": None,
+        "p99_le_ms": None,
+    }
+
+
+def _timed(bound: dict[str, float], nodes: dict[str, str], seconds: float) -> dict[str, Any]:
+    created = {n: 0.0 for n in [*bound, "g001-1"]}
+    return {"bound_at": bound, "node_of": nodes, "created_at": created, "seconds": seconds}
+
+
+def test_gang_figures_count_a_gang_with_some_members_bound_as_partial() -> None:
+    pods = [{"metadata": {"name": f"g00{g}-{m}"}} for g in range(2) for m in range(2)]
+    bound = {"g000-0": 0.5, "g000-1": 1.0, "g001-0": 2.0}  # g001-1 never bound
+    got = gang_figures(pods, _timed(bound, {"g000-0": "a", "g000-1": "b", "g001-0": "a"}, 2.0), 8)
+    assert got["gangs"] == 2
+    assert got["gangs_complete"] == 1
+    assert got["gangs_partially_bound"] == 1
+    assert got["gangs_per_second"] == 0.5
+    assert got["gang_create_to_all_bound"]["p50_ms"] == 1000.0
+    spanned = got["nodes_spanned"]
+    assert (spanned["max"], spanned["fewest_possible"], spanned["gangs_above_fewest"]) == (2, 1, 1)
+
+
+def test_the_fewest_nodes_of_a_gang_is_its_gpus_over_a_node_rounded_up() -> None:
+    assert fewest_nodes(3, 1, 8) == 1
+    assert fewest_nodes(8, 1, 8) == 1
+    assert fewest_nodes(9, 1, 8) == 2
+    assert fewest_nodes(4, 4, 8) == 2
+
+
+def _run(gangs_per_second: float, p50: float, p99: float, **kw: Any) -> dict[str, Any]:
+    return {
+        "complete": True,
+        "gangs": 20,
+        "gangs_complete": 20,
+        "gangs_partially_bound": 0,
+        "gangs_per_second": gangs_per_second,
+        "seconds": 20 / gangs_per_second,
+        "gang_create_to_all_bound": {"p50_ms": p50, "p99_ms": p99},
+        **kw,
+    }
+
+
+def test_ratios_are_ours_over_theirs_against_each_target_and_a_miss_is_a_miss() -> None:
+    runs = {
+        "gang-extender": _run(3.0, 100, 900),
+        "upstream": _run(4.0, 200, 800),
+        "coscheduling": _run(1.5, 300, 1000),
+    }
+    vs = compare(runs)
+    assert vs["upstream"]["ratio"] == 0.75
+    assert vs["upstream"]["met"] is False
+    assert vs["upstream"]["latency_not_worse"] == {"p50_ms": True, "p99_ms": False}
+    assert vs["coscheduling"]["ratio"] == 2.0
+    assert vs["coscheduling"]["met"] is True
+
+
+def test_a_scheduler_that_could_not_run_gets_its_reason_not_a_ratio() -> None:
+    runs = {
+        "gang-extender": _run(3.0, 100, 900),
+        "upstream": {"unsupported": "kube-apiserver does not serve scheduling.k8s.io/v1beta1"},
+        "coscheduling": {**_run(1.5, 300, 1000), "complete": False, "gangs_complete": 19},
+    }
+    vs = compare(runs)
+    assert vs["upstream"]["ratio"] is None
+    assert "does not serve" in vs["upstream"]["reason"]
+    assert vs["coscheduling"]["ratio"] is None
+    assert vs["coscheduling"]["reason"] == "coscheduling incomplete: 19/20 gangs bound"
+    assert usable(None) == "not run"
+
+
+def _gang_results() -> dict[str, Any]:
+    attempt = {"pod": {"attempts": 160.0, "mean_ms": 3.0, "p50_le_ms": 2.0, "p99_le_ms": 16.0}}
+    runs = {
+        "gang-extender": _run(3.0, 100, 900, attempt_latency=attempt, partial_gangs_counted=0.0),
+        "upstream": _run(
+            2.0,
+            150,
+            950,
+            gangs_partially_bound=1,
+            attempt_latency={
+                "pod": {**attempt["pod"], "p99_le_ms": None, "p99_gt_ms": 16384.0},
+                "podgroup": {**attempt["pod"], "attempts": 20.0},
+            },
+        ),
+        "coscheduling": {"error": "RuntimeError('canary')"},
+    }
+    for run in runs.values():
+        run.setdefault("nodes_spanned", {"mean": 1.0, "max": 1, "fewest_possible": 1})
+    case = {"case": "gang", "nodes": 40, "gangs": 20, "gang_size": 8, "runs": runs}
+    case["vs"] = compare(runs)
+    return {
+        "gpus_per_node": 8,
+        "nodes": 40,
+        "gangs": 20,
+        "gang_size": 8,
+        "cases": [case, {**copy.deepcopy(case), "case": "preemption"}],
+        "runs": runs,
+        "locality": None,
+        "ratio": None,
+    }
+
+
+def test_the_table_has_every_scheduler_per_case_with_ratios_reasons_and_partial_gangs() -> None:
+    lines = three_way(_gang_results())
+    rows = [line for line in lines if line.startswith("| gang |")]
+    assert [r.split(" | ")[3] for r in rows] == ["gang-extender", "upstream", "coscheduling"]
+    ours, upstream, cosched = rows
+    assert "| 3.00 |" in ours and "2 / 16 (n=160)" in ours and "0 (counted 0)" in ours
+    assert "2 / > 16384 (n=160)" in upstream
+    assert "1.50x (target >= 1x: met)" in upstream
+    assert "| 1 |" in upstream  # its partial gang is shown, not hidden
+    assert "cannot: failed: RuntimeError('canary')" in cosched
+    assert any("pod-group attempt" in line and "20 attempts" in line for line in lines)
+    assert len([line for line in lines if line.startswith("| preemption |")]) == 3
+
+
+def test_a_run_whose_cleanup_failed_keeps_its_figures_and_says_so() -> None:
+    gang = _gang_results()
+    gang["cases"][0]["runs"]["gang-extender"]["error_after"] = "TimeoutError('pods deleted')"
+    (ours,) = [line for line in three_way(gang) if line.startswith("| gang | 40 | 20 x 8 | gang-")]
+    assert "20/20 (then failed: TimeoutError('pods deleted'))" in ours
+    assert "| 3.00 |" in ours
+
+
+def test_partial_gangs_of_every_case_and_scheduler_are_summed() -> None:
+    results = {"gang": _gang_results()}
+    # two cases, each with one partial upstream gang; the failed run adds nothing
+    assert partial_by_workload(results)["gang"] == (2, 0.0)
+
+
+def test_a_scale_that_failed_shows_its_reason_for_every_scheduler_and_case() -> None:
+    cfg = GangConfig(gangs=20, size=8, nodes=40, gpus_per_node=8, timeout=60, preemption=True)
+    cases = failed_scale(cfg, 5000, 1000, "RuntimeError('nodes not Ready')")
+    assert [c["case"] for c in cases] == ["gang", "preemption"]
+    gang = {**_gang_results(), "cases": cases}
+    rows = [line for line in three_way(gang) if line.startswith("| gang | 5000 |")]
+    assert len(rows) == 3
+    assert all("cannot: failed: RuntimeError('nodes not Ready')" in row for row in rows)
+    assert cases[0]["vs"]["upstream"]["reason"].startswith("gang-extender failed: RuntimeError")
+    assert partial_by_workload({"gang": gang}) == {}  # nothing ran: nothing to count
+
+
+def test_the_targets_take_the_worst_ratio_of_the_cases_that_have_one() -> None:
+    gang = _gang_results()
+    gang["cases"][1]["vs"]["upstream"] = {**gang["cases"][1]["vs"]["upstream"], "ratio": 0.8}
+    assert worst_ratio(gang, "upstream") == 0.8
+    assert worst_ratio(gang, "coscheduling") is None  # no case has one: not measured
+
+
+def test_results_md_shows_the_three_way_section() -> None:
+    results = {
+        "meta": {
+            "started": "2026-11-28 05:00:00 UTC",
+            "mode": "quick",
+            "config": {},
+            "workloads": ["gang"],
+            "machine": {"cpus": 2, "cpu_model": "x", "memory_gb": 8, "python": "3"},
+            "commit": "abc",
+            "duration_s": 1.0,
+        },
+        "gang": _gang_results(),
+    }
+    text = markdown(results)
+    assert "Kubernetes' own gang scheduling vs coscheduling" in text
+    assert "| gang | 40 | 20 x 8 | upstream |" in text
+    assert any(
+        "Kubernetes' own gang scheduling, worst case" in line and "| met |" in line
+        for line in text.splitlines()
+    )
+
+
+def test_upstream_members_name_their_podgroup_only_in_scheduling_group() -> None:
+    sched = Scheduler("upstream", "default-scheduler", "scheduling.k8s.io/v1beta1")
+    podgroups, pods = sched.bodies(2, 3, "gang", priority_class="high")
+    plain_groups, _ = sched.bodies(1, 3, "gang")
+    assert plain_groups[0] == upstream_podgroup(
+        "g000", 3, {"bench.gang-extender.io/workload": "gang"}
+    )
+    # the group carries its members' priority class (1.37 refuses a mismatch)
+    assert podgroups[0]["spec"] == {
+        "schedulingPolicy": {"gang": {"minCount": 3}},
+        "priorityClassName": "high",
+    }
+    assert len(pods) == 6
+    spec = pods[4]["spec"]
+    assert spec["schedulingGroup"] == {"podGroupName": "g001"}
+    assert spec["schedulerName"] == "default-scheduler"
+    assert spec["priorityClassName"] == "high"
+    assert set(pods[4]["metadata"]["labels"]) == {"bench.gang-extender.io/workload"}
+
+
+def test_only_1_37_and_later_serve_the_v1beta1_workload_api() -> None:
+    assert serves_v1beta1("v1.37.2")
+    assert serves_v1beta1("v1.40.0")
+    assert not serves_v1beta1("v1.35.4")
+    assert not serves_v1beta1("unknown")
