@@ -7,13 +7,16 @@ taken by the allocation.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
-from extender.domain.objects.model import PodInfo
+from extender.domain.objects.accelerators import Accelerators
+from extender.domain.objects.model import NodeInfo, PodInfo
 from extender.domain.objects.policy import Policy
 from extender.domain.planning.node_fit import NodeRestriction
 from extender.domain.planning.planner import Placement, plan_gang
 from extender.domain.planning.sharers import NO_NODE, units_of
+from tests.builders import make_node
 from tests.unit.test_dra_choices import BIG, choice_state, devices, first_available
 from tests.unit.test_dra_claims import exactly, member_with_claims, template_obj
 from tests.unit.test_dra_devices import claim_obj
@@ -165,3 +168,27 @@ def test_units_join_members_linked_through_any_claim_and_meet_their_constraints(
     assert units.allowed[stand_in_uid] == NodeRestriction(allowed=frozenset({"n1"}))
     assert [m.name for m in units.members if not m.uid.startswith("shared")] == ["d"]
     assert units_of([member("d")], {}) is None
+
+
+def test_a_gang_with_a_shared_claim_is_held_in_the_configured_accelerators_words() -> None:
+    """Members sharing a claim are planned as a unit under the setting's matcher too: a
+    gang short of `example.com/npu` (GANG_ACCELERATOR_RESOURCES) is told so, as it is
+    without the claim, not misread as a gang with no eligible node."""
+    npu = Accelerators.from_setting("example.com/npu")
+    nodes = {
+        name: NodeInfo.from_api(make_node(name).gpus(count, "example.com/npu").obj())
+        for name, count in (("a", 2), ("b", 8))
+    }
+    free = {name: {**info.allocatable, BIG: 1} for name, info in nodes.items()}
+
+    def asking(name: str, npus: int, *claims: str) -> PodInfo:
+        return replace(member(name, *claims), requests={"cpu": 1, "example.com/npu": npus})
+
+    expected = "needs 15 example.com/npu in all (9 for z), 10 free, largest free node has 8"
+    for gang in (
+        [asking("x", 3, "shared"), asking("y", 3, "shared"), asking("z", 9)],
+        [asking("x", 3), asking("y", 3), asking("z", 9)],
+    ):
+        outcome = plan_gang(gang, free, nodes, Policy(), accelerators=npu)
+        assert not isinstance(outcome, Placement)
+        assert outcome.message == f"2/3 members placeable: {expected}", outcome.message

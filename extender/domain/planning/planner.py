@@ -313,6 +313,7 @@ def plan_gang(
             topology=topology,
             bound=bound,
             order=order,
+            accelerators=accelerators,
         )
         if isinstance(outcome, Placement):
             return Placement(*units.spread(outcome.nodes, outcome.requests))
