@@ -125,6 +125,36 @@ def pod_with(
         pytest.param(
             pod_with(((BIG, 1),), fixed={"cpu": 2}), {BIG: 1, "cpu": 1}, {}, None, id="cpu short"
         ),
+        pytest.param(
+            pod_with(((BIG, 1),), fixed={"cpu": 1}), {BIG: 1, "cpu": 0}, {}, None, id="cpu 1 short"
+        ),
+        pytest.param(
+            pod_with(((BIG, 1),), fixed={"example.com/npu": 1}),
+            {BIG: 1},
+            {},
+            None,
+            id="a fixed resource the node lacks",
+        ),
+        pytest.param(
+            pod_with(((SMALL, 1),)), {BIG: 1}, {BIG: 1}, None, id="a class the node lacks"
+        ),
+        pytest.param(
+            pod_with(((BIG, None),)), {BIG: 1}, {BIG: 1}, {BIG: 1}, id="all: the node's one device"
+        ),
+        pytest.param(
+            pod_with(((BIG, None),)),
+            {BIG: 2},
+            {},
+            None,
+            id="all: none of the node's devices in its slices (a device plugin's)",
+        ),
+        pytest.param(
+            pod_with(((BIG, 1),), fixed={"nvidia.com/gpu": 0}),
+            {BIG: 1, "nvidia.com/gpu": -1},
+            {},
+            {BIG: 1, "nvidia.com/gpu": 0},
+            id="a zero request fits an over-committed node",
+        ),
     ],
 )
 def test_choices_resolved_on_a_node(
