@@ -18,10 +18,10 @@ from hypothesis import strategies as st
 from extender.domain.devices.choices import requests_on
 from extender.domain.devices.objects import ClaimTemplate, class_resource
 from extender.domain.objects.device_choice import DeviceAlternative, DeviceChoice
-from extender.domain.objects.model import PodInfo
+from extender.domain.objects.model import NodeInfo, PodInfo
 from extender.domain.objects.policy import Policy
 from extender.domain.planning.planner import Placement, plan_gang
-from tests.builders import make_cluster_state
+from tests.builders import make_cluster_state, make_node
 from tests.unit.test_dra_claims import exactly, member_with_claims, template_obj
 from tests.unit.test_dra_devices import DRIVER, claim_obj, class_obj, dra_node, slice_obj
 
@@ -367,3 +367,24 @@ def test_a_claim_allocated_with_more_devices_than_the_plan_reserved_is_taken() -
     assert core.snapshot.pods[small].requests[BIG] == 2
     # 3 devices: 2 allocated (taken), the other member's 2 reserved: short, never over.
     assert core.free_after_reservations("n1")[BIG] <= 3 - 2 - 1
+
+
+@pytest.mark.parametrize(
+    ("nodes", "largest"),
+    [
+        pytest.param({"n1": {BIG: 1}}, "big 1, small 0", id="no node has the small class"),
+        pytest.param({}, "big 0, small 0", id="no node at all"),
+    ],
+)
+def test_a_member_whose_choices_fit_nowhere_is_held_naming_each_request(
+    nodes: dict[str, dict[str, int]], largest: str
+) -> None:
+    infos = {name: NodeInfo.from_api(make_node(name).obj()) for name in nodes}
+    outcome = plan_gang([pod_with(((BIG, 2), (SMALL, 1)), ((BIG, 1),))], nodes, infos, Policy())
+    assert not isinstance(outcome, Placement)
+    assert outcome.message == (
+        "0/1 members placeable: p needs ResourceClaimTemplate t request r0: 2 devices of "
+        "class big or 1 device of class small (firstAvailable, the first that fits); "
+        "ResourceClaimTemplate t request r1: 1 device of class big, as 1 member of the "
+        f"gang do; no node left has that free (most free devices on one node: {largest})"
+    )
