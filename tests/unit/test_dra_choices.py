@@ -9,6 +9,7 @@ reserved and held with them through the service's cluster state.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -388,3 +389,63 @@ def test_a_member_whose_choices_fit_nowhere_is_held_naming_each_request(
         "ResourceClaimTemplate t request r1: 1 device of class big, as 1 member of the "
         f"gang do; no node left has that free (most free devices on one node: {largest})"
     )
+
+
+def chooser(name: str, amd: int, *alternatives: tuple[str, int]) -> PodInfo:
+    return replace(
+        pod_with(alternatives, fixed={"amd.com/gpu": amd} if amd else {}), uid=name, name=name
+    )
+
+
+def test_choices_are_resolved_in_the_fills_order_of_the_gangs_accelerator() -> None:
+    """The gang is keyed on amd.com/gpu: the fill places b (2) before a (1), b takes
+    the 2 big devices it can only take, a the 1 left. The plan reserves just that, not
+    a's first subrequest too (4 devices on a node of 3)."""
+    node = NodeInfo.from_api(make_node("n1").gpus(4, "amd.com/gpu").gpus(3, BIG).obj())
+    gang = [chooser("a", 1, (BIG, 2), (BIG, 1)), chooser("b", 2, (BIG, 2))]
+    outcome = plan_gang(gang, {"n1": dict(node.allocatable)}, {"n1": node}, Policy())
+    assert isinstance(outcome, Placement), outcome
+    assert {uid: devices(r) for uid, r in outcome.requests.items()} == {
+        "a": {BIG: 1},
+        "b": {BIG: 2},
+    }
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    gang=st.lists(
+        st.tuples(
+            st.integers(0, 3),
+            st.lists(
+                st.tuples(st.sampled_from([BIG, SMALL]), st.integers(1, 3)), min_size=1, max_size=3
+            ),
+        ),
+        min_size=1,
+        max_size=5,
+    ),
+    capacity=st.lists(
+        st.tuples(st.integers(0, 6), st.integers(0, 6), st.integers(0, 4)), min_size=1, max_size=3
+    ),
+)
+def test_a_plans_requests_never_take_more_than_a_node_has_free(
+    gang: list[tuple[int, list[tuple[str, int]]]], capacity: list[tuple[int, int, int]]
+) -> None:
+    nodes = {
+        f"n{i}": NodeInfo.from_api(
+            make_node(f"n{i}").gpus(amd, "amd.com/gpu").gpus(big, BIG).gpus(small, SMALL).obj()
+        )
+        for i, (big, small, amd) in enumerate(capacity)
+    }
+    free = {name: dict(info.allocatable) for name, info in nodes.items()}
+    members = [chooser(f"m{i}", amd, *alts) for i, (amd, alts) in enumerate(gang)]
+    outcome = plan_gang(members, free, nodes, Policy())
+    if not isinstance(outcome, Placement):
+        return
+    for name, room in free.items():
+        for resource in (BIG, SMALL, "amd.com/gpu"):
+            taken = sum(
+                outcome.requests[m.uid].get(resource, 0)
+                for m in members
+                if outcome.nodes[m.uid] == name
+            )
+            assert taken <= room[resource], (name, resource, outcome)
