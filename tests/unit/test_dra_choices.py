@@ -449,3 +449,15 @@ def test_a_plans_requests_never_take_more_than_a_node_has_free(
                 if outcome.nodes[m.uid] == name
             )
             assert taken <= room[resource], (name, resource, outcome)
+
+
+def test_the_fixed_requests_on_a_node_are_counted_before_the_choices() -> None:
+    """f asks 2 big devices outright, c the first of 2 or 1: on a node of 3, c's plan
+    is the 1 left beside f (only members with choices are in the plan's requests)."""
+    node = NodeInfo.from_api(make_node("n1").gpus(3, BIG).obj())
+    fixed = replace(pod_with(fixed={BIG: 2}), uid="f", name="f")
+    gang = [fixed, chooser("c", 0, (BIG, 2), (BIG, 1))]
+    outcome = plan_gang(gang, {"n1": dict(node.allocatable)}, {"n1": node}, Policy())
+    assert isinstance(outcome, Placement), outcome
+    assert outcome.nodes == {"f": "n1", "c": "n1"}
+    assert {uid: devices(r) for uid, r in outcome.requests.items()} == {"c": {BIG: 1}}
