@@ -106,6 +106,64 @@ def test_a_gang_is_keyed_on_the_accelerator_it_asks_most_of() -> None:
     assert DEFAULT_ACCELERATORS.amount(requests[0]) == 3  # each counted
 
 
+def test_a_bad_entry_is_refused_in_the_documented_words() -> None:
+    with pytest.raises(AcceleratorPatternError) as caught:
+        Accelerators.from_setting("nvidia.com/gpu,gpu")
+    assert str(caught.value) == (
+        "'gpu' is not an extended resource name (vendor.example/name) "
+        "nor such a name ending in '*' (a prefix pattern)"
+    )
+
+
+def test_an_empty_entry_is_skipped_and_the_entries_after_it_still_count() -> None:
+    accelerators = Accelerators.from_setting("example.com/npu, ,example.com/tpu,")
+    assert accelerators.matches("example.com/npu") and accelerators.matches("example.com/tpu")
+
+
+def test_a_prefix_is_the_entry_without_its_star() -> None:
+    accelerators = Accelerators.from_setting("example.com/npu*")
+    assert accelerators.matches("example.com/npu") and accelerators.matches("example.com/npu-4")
+    assert not accelerators.matches("example.com/np-4")
+    # Prefixes only: a gang asking none of them is keyed on nvidia.com/gpu.
+    assert accelerators.default == "nvidia.com/gpu"
+
+
+def test_a_setting_naming_nothing_says_what_to_write() -> None:
+    with pytest.raises(
+        AcceleratorPatternError, match="^names no resource; e.g. nvidia.com/gpu,amd"
+    ):
+        Accelerators.from_setting(" , ")
+
+
+@pytest.mark.parametrize(
+    ("requests", "main"),
+    [
+        pytest.param(
+            [{"nvidia.com/gpu": 2}, {"amd.com/gpu": 2}], "amd.com/gpu", id="a tie: by name"
+        ),
+        pytest.param(
+            [{"amd.com/gpu": 1}, {"amd.com/gpu": 1}, {"amd.com/gpu": 1}, {"nvidia.com/gpu": 2}],
+            "amd.com/gpu",
+            id="summed over the members",
+        ),
+        pytest.param([{"amd.com/gpu": 0, "cpu": 2}], "nvidia.com/gpu", id="zero is not asked"),
+        pytest.param([{"amd.com/gpu": 1}], "amd.com/gpu", id="one is asked"),
+        pytest.param([], "nvidia.com/gpu", id="no member: the default"),
+    ],
+)
+def test_the_main_accelerator_is_the_one_asked_most(
+    requests: list[dict[str, int]], main: str
+) -> None:
+    assert DEFAULT_ACCELERATORS.main(requests) == main
+
+
+def test_what_a_pod_asks_and_a_node_offers_is_the_positive_accelerator_amounts() -> None:
+    requests = {"amd.com/gpu": 0, "nvidia.com/gpu": 1, "google.com/tpu": 2, "cpu": 4}
+    assert DEFAULT_ACCELERATORS.asked(requests) == {"nvidia.com/gpu": 1, "google.com/tpu": 2}
+    assert DEFAULT_ACCELERATORS.amount(requests) == 3
+    assert DEFAULT_ACCELERATORS.offered(requests) == ["google.com/tpu", "nvidia.com/gpu"]
+
+
 # ----------------------------------------------------- planner invariants per resource
 @pytest.mark.parametrize("resource", RESOURCES)
 @given(

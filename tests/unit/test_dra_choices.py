@@ -9,6 +9,7 @@ reserved and held with them through the service's cluster state.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -18,10 +19,10 @@ from hypothesis import strategies as st
 from extender.domain.devices.choices import requests_on
 from extender.domain.devices.objects import ClaimTemplate, class_resource
 from extender.domain.objects.device_choice import DeviceAlternative, DeviceChoice
-from extender.domain.objects.model import PodInfo
+from extender.domain.objects.model import NodeInfo, PodInfo
 from extender.domain.objects.policy import Policy
 from extender.domain.planning.planner import Placement, plan_gang
-from tests.builders import make_cluster_state
+from tests.builders import make_cluster_state, make_node
 from tests.unit.test_dra_claims import exactly, member_with_claims, template_obj
 from tests.unit.test_dra_devices import DRIVER, claim_obj, class_obj, dra_node, slice_obj
 
@@ -124,6 +125,36 @@ def pod_with(
         ),
         pytest.param(
             pod_with(((BIG, 1),), fixed={"cpu": 2}), {BIG: 1, "cpu": 1}, {}, None, id="cpu short"
+        ),
+        pytest.param(
+            pod_with(((BIG, 1),), fixed={"cpu": 1}), {BIG: 1, "cpu": 0}, {}, None, id="cpu 1 short"
+        ),
+        pytest.param(
+            pod_with(((BIG, 1),), fixed={"example.com/npu": 1}),
+            {BIG: 1},
+            {},
+            None,
+            id="a fixed resource the node lacks",
+        ),
+        pytest.param(
+            pod_with(((SMALL, 1),)), {BIG: 1}, {BIG: 1}, None, id="a class the node lacks"
+        ),
+        pytest.param(
+            pod_with(((BIG, None),)), {BIG: 1}, {BIG: 1}, {BIG: 1}, id="all: the node's one device"
+        ),
+        pytest.param(
+            pod_with(((BIG, None),)),
+            {BIG: 2},
+            {},
+            None,
+            id="all: none of the node's devices in its slices (a device plugin's)",
+        ),
+        pytest.param(
+            pod_with(((BIG, 1),), fixed={"nvidia.com/gpu": 0}),
+            {BIG: 1, "nvidia.com/gpu": -1},
+            {},
+            {BIG: 1, "nvidia.com/gpu": 0},
+            id="a zero request fits an over-committed node",
         ),
     ],
 )
@@ -337,3 +368,96 @@ def test_a_claim_allocated_with_more_devices_than_the_plan_reserved_is_taken() -
     assert core.snapshot.pods[small].requests[BIG] == 2
     # 3 devices: 2 allocated (taken), the other member's 2 reserved: short, never over.
     assert core.free_after_reservations("n1")[BIG] <= 3 - 2 - 1
+
+
+@pytest.mark.parametrize(
+    ("nodes", "largest"),
+    [
+        pytest.param({"n1": {BIG: 1}}, "big 1, small 0", id="no node has the small class"),
+        pytest.param({}, "big 0, small 0", id="no node at all"),
+    ],
+)
+def test_a_member_whose_choices_fit_nowhere_is_held_naming_each_request(
+    nodes: dict[str, dict[str, int]], largest: str
+) -> None:
+    infos = {name: NodeInfo.from_api(make_node(name).obj()) for name in nodes}
+    outcome = plan_gang([pod_with(((BIG, 2), (SMALL, 1)), ((BIG, 1),))], nodes, infos, Policy())
+    assert not isinstance(outcome, Placement)
+    assert outcome.message == (
+        "0/1 members placeable: p needs ResourceClaimTemplate t request r0: 2 devices of "
+        "class big or 1 device of class small (firstAvailable, the first that fits); "
+        "ResourceClaimTemplate t request r1: 1 device of class big, as 1 member of the "
+        f"gang do; no node left has that free (most free devices on one node: {largest})"
+    )
+
+
+def chooser(name: str, amd: int, *alternatives: tuple[str, int]) -> PodInfo:
+    return replace(
+        pod_with(alternatives, fixed={"amd.com/gpu": amd} if amd else {}), uid=name, name=name
+    )
+
+
+def test_choices_are_resolved_in_the_fills_order_of_the_gangs_accelerator() -> None:
+    """The gang is keyed on amd.com/gpu: the fill places b (2) before a (1), b takes
+    the 2 big devices it can only take, a the 1 left. The plan reserves just that, not
+    a's first subrequest too (4 devices on a node of 3)."""
+    node = NodeInfo.from_api(make_node("n1").gpus(4, "amd.com/gpu").gpus(3, BIG).obj())
+    gang = [chooser("a", 1, (BIG, 2), (BIG, 1)), chooser("b", 2, (BIG, 2))]
+    outcome = plan_gang(gang, {"n1": dict(node.allocatable)}, {"n1": node}, Policy())
+    assert isinstance(outcome, Placement), outcome
+    assert {uid: devices(r) for uid, r in outcome.requests.items()} == {
+        "a": {BIG: 1},
+        "b": {BIG: 2},
+    }
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    gang=st.lists(
+        st.tuples(
+            st.integers(0, 3),
+            st.lists(
+                st.tuples(st.sampled_from([BIG, SMALL]), st.integers(1, 3)), min_size=1, max_size=3
+            ),
+        ),
+        min_size=1,
+        max_size=5,
+    ),
+    capacity=st.lists(
+        st.tuples(st.integers(0, 6), st.integers(0, 6), st.integers(0, 4)), min_size=1, max_size=3
+    ),
+)
+def test_a_plans_requests_never_take_more_than_a_node_has_free(
+    gang: list[tuple[int, list[tuple[str, int]]]], capacity: list[tuple[int, int, int]]
+) -> None:
+    nodes = {
+        f"n{i}": NodeInfo.from_api(
+            make_node(f"n{i}").gpus(amd, "amd.com/gpu").gpus(big, BIG).gpus(small, SMALL).obj()
+        )
+        for i, (big, small, amd) in enumerate(capacity)
+    }
+    free = {name: dict(info.allocatable) for name, info in nodes.items()}
+    members = [chooser(f"m{i}", amd, *alts) for i, (amd, alts) in enumerate(gang)]
+    outcome = plan_gang(members, free, nodes, Policy())
+    if not isinstance(outcome, Placement):
+        return
+    for name, room in free.items():
+        for resource in (BIG, SMALL, "amd.com/gpu"):
+            taken = sum(
+                outcome.requests[m.uid].get(resource, 0)
+                for m in members
+                if outcome.nodes[m.uid] == name
+            )
+            assert taken <= room[resource], (name, resource, outcome)
+
+
+def test_the_fixed_requests_on_a_node_are_counted_before_the_choices() -> None:
+    """f asks 2 big devices outright, c the first of 2 or 1: on a node of 3, c's plan
+    is the 1 left beside f (only members with choices are in the plan's requests)."""
+    node = NodeInfo.from_api(make_node("n1").gpus(3, BIG).obj())
+    fixed = replace(pod_with(fixed={BIG: 2}), uid="f", name="f")
+    gang = [fixed, chooser("c", 0, (BIG, 2), (BIG, 1))]
+    outcome = plan_gang(gang, {"n1": dict(node.allocatable)}, {"n1": node}, Policy())
+    assert isinstance(outcome, Placement), outcome
+    assert outcome.nodes == {"f": "n1", "c": "n1"}
+    assert {uid: devices(r) for uid, r in outcome.requests.items()} == {"c": {BIG: 1}}

@@ -7,13 +7,17 @@ taken by the allocation.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
-from extender.domain.objects.model import PodInfo
+from extender.domain.objects.accelerators import Accelerators
+from extender.domain.objects.device_choice import DeviceAlternative, DeviceChoice
+from extender.domain.objects.model import NodeInfo, PodInfo, Toleration
 from extender.domain.objects.policy import Policy
 from extender.domain.planning.node_fit import NodeRestriction
 from extender.domain.planning.planner import Placement, plan_gang
 from extender.domain.planning.sharers import NO_NODE, units_of
+from tests.builders import NodeBuilder, make_node
 from tests.unit.test_dra_choices import BIG, choice_state, devices, first_available
 from tests.unit.test_dra_claims import exactly, member_with_claims, template_obj
 from tests.unit.test_dra_devices import claim_obj
@@ -165,3 +169,125 @@ def test_units_join_members_linked_through_any_claim_and_meet_their_constraints(
     assert units.allowed[stand_in_uid] == NodeRestriction(allowed=frozenset({"n1"}))
     assert [m.name for m in units.members if not m.uid.startswith("shared")] == ["d"]
     assert units_of([member("d")], {}) is None
+
+
+def test_a_gang_with_a_shared_claim_is_held_in_the_configured_accelerators_words() -> None:
+    """Members sharing a claim are planned as a unit under the setting's matcher too: a
+    gang short of `example.com/npu` (GANG_ACCELERATOR_RESOURCES) is told so, as it is
+    without the claim, not misread as a gang with no eligible node."""
+    npu = Accelerators.from_setting("example.com/npu")
+    nodes = {
+        name: NodeInfo.from_api(make_node(name).gpus(count, "example.com/npu").obj())
+        for name, count in (("a", 2), ("b", 8))
+    }
+    free = {name: {**info.allocatable, BIG: 1} for name, info in nodes.items()}
+
+    def asking(name: str, npus: int, *claims: str) -> PodInfo:
+        return replace(member(name, *claims), requests={"cpu": 1, "example.com/npu": npus})
+
+    expected = "needs 15 example.com/npu in all (9 for z), 10 free, largest free node has 8"
+    for gang in (
+        [asking("x", 3, "shared"), asking("y", 3, "shared"), asking("z", 9)],
+        [asking("x", 3), asking("y", 3), asking("z", 9)],
+    ):
+        outcome = plan_gang(gang, free, nodes, Policy(), accelerators=npu)
+        assert not isinstance(outcome, Placement)
+        assert outcome.message == f"2/3 members placeable: {expected}", outcome.message
+
+
+# ---- a unit's node: what every member of it may use ----
+
+DEDICATED = Toleration("dedicated", "Equal", "gang", "NoSchedule")
+
+
+def cluster(*nodes: NodeBuilder) -> tuple[dict[str, NodeInfo], dict[str, dict[str, int]]]:
+    infos = {info.name: info for info in (NodeInfo.from_api(n.obj()) for n in nodes)}
+    return infos, {name: dict(info.allocatable) for name, info in infos.items()}
+
+
+def placed(
+    members: list[PodInfo],
+    nodes: NodeBuilder,
+    *more: NodeBuilder,
+    allowed: dict[str, NodeRestriction] | None = None,
+) -> Placement:
+    infos, free = cluster(nodes, *more)
+    outcome = plan_gang(members, free, infos, Policy(), allowed=allowed)
+    assert isinstance(outcome, Placement), outcome
+    return outcome
+
+
+def test_a_unit_and_the_other_members_are_placed_each_reserving_what_it_takes() -> None:
+    """The carrier (first by name) reserves its own requests and the claim's devices,
+    each other member of the unit its own; a member outside it is placed as alone."""
+    alone = replace(
+        member("d"),
+        device_choices=(
+            DeviceChoice("dev", "ResourceClaimTemplate t", "r", (DeviceAlternative(BIG, 1, "r"),)),
+        ),
+    )
+    gang = [member("a", "x"), replace(member("b", "x"), requests={"cpu": 2}), alone]
+    outcome = placed(gang, make_node("n1").gpus(1, BIG), make_node("n2").gpus(1, BIG))
+    assert outcome.nodes["a"] == outcome.nodes["b"] != outcome.nodes["d"]
+    assert set(outcome.nodes.values()) == {"n1", "n2"}
+    assert outcome.requests == {"a": {"cpu": 1, BIG: 1}, "b": {"cpu": 2}, "d": {"cpu": 1, BIG: 1}}
+
+
+def test_a_unit_goes_where_its_members_node_selectors_agree() -> None:
+    # Binpack alone would take n2 (its one device fits exactly).
+    gang = [member(n, "x", node_selector={"zone": "1"}) for n in ("a", "b")]
+    outcome = placed(
+        gang,
+        make_node("n1").gpus(2, BIG).label("zone", "1"),
+        make_node("n2").gpus(1, BIG).label("zone", "2"),
+    )
+    assert outcome.nodes == {"a": "n1", "b": "n1"}
+
+
+def test_a_unit_uses_a_tainted_node_only_when_every_member_tolerates_it() -> None:
+    nodes = (make_node("n1").gpus(2, BIG).taint("dedicated", "gang"), make_node("n2").gpus(0, BIG))
+    both = [member(n, "x", tolerations=(DEDICATED,)) for n in ("a", "b")]
+    assert placed(both, *nodes).nodes == {"a": "n1", "b": "n1"}
+    # The carrier (a) tolerates the taint, b does not: not there.
+    infos, free = cluster(*nodes)
+    outcome = plan_gang([both[0], member("b", "x")], free, infos, Policy())
+    assert not isinstance(outcome, Placement)
+    assert outcome.placeable == 0 and sorted(outcome.unplaced) == ["a", "b"]
+
+
+def test_a_unit_keeps_the_node_its_members_were_planned_on_only_when_they_agree() -> None:
+    # Binpack alone takes n2 (its one device fits exactly).
+    nodes = (
+        make_node("n1").gpus(2, BIG),
+        make_node("n2").gpus(1, BIG),
+        make_node("n3").gpus(2, BIG),
+    )
+    agreeing = [member(n, "x", planned_node="n1") for n in ("a", "b")]
+    assert placed(agreeing, *nodes).nodes == {"a": "n1", "b": "n1"}
+    apart = [member("a", "x", planned_node="n1"), member("b", "x", planned_node="n3")]
+    assert placed(apart, *nodes).nodes == {"a": "n2", "b": "n2"}
+
+
+def test_a_unit_goes_to_a_node_every_members_restriction_permits() -> None:
+    nodes = [make_node(f"n{i}").gpus(1, BIG) for i in (1, 2, 3)]
+    gang = [member("a", "x"), member("b", "x")]
+    allow = {
+        "a": NodeRestriction(allowed=frozenset({"n1", "n2"})),
+        "b": NodeRestriction(allowed=frozenset({"n2", "n3"})),
+    }
+    assert placed(gang, *nodes, allowed=allow).nodes == {"a": "n2", "b": "n2"}
+    deny = {
+        "a": NodeRestriction(denied=frozenset({"n1"})),
+        "b": NodeRestriction(denied=frozenset({"n2"})),
+    }
+    assert placed(gang, *nodes, allowed=deny).nodes == {"a": "n3", "b": "n3"}
+
+
+def test_a_unit_no_node_holds_is_named_by_its_carrier_and_every_claim() -> None:
+    infos, free = cluster(make_node("n1").gpus(1, BIG), make_node("n2").gpus(1, BIG))
+    gang = [member("c", "y"), member("a", "x"), member("b", "x", "y")]
+    outcome = plan_gang(gang, free, infos, Policy())
+    assert not isinstance(outcome, Placement)
+    assert "a and the 2 other members sharing ResourceClaim x, ResourceClaim y (one node)" in (
+        outcome.message
+    ), outcome.message

@@ -17,10 +17,12 @@ def chosen_requests(
     placed: Mapping[str, str],
     free: Mapping[str, Resources],
     nodes: Mapping[str, NodeInfo],
+    resource: str,
 ) -> dict[str, Resources]:
     """What each placed member with device choices takes on its node: on each node
     the fixed requests first, then the choices in the order they were placed
-    (planned members first, then largest first), as the fill resolved them."""
+    (planned members first, then largest first in the gang's accelerator `resource`,
+    the fill's order), as the fill resolved them."""
     choosers = [p for p in members if p.device_choices and p.uid in placed]
     if not choosers:
         return {}
@@ -32,7 +34,7 @@ def chosen_requests(
     requests: dict[str, Resources] = {}
     first = [p for p in choosers if p.planned_node == placed[p.uid]]
     early = {p.uid for p in first}
-    for pod in first + [p for p in member_order(choosers) if p.uid not in early]:
+    for pod in first + [p for p in member_order(choosers, resource) if p.uid not in early]:
         node = placed[pod.uid]
         room = rooms.setdefault(node, dict(free[node]))
         taken = requests_on(pod, room, nodes[node].device_totals)

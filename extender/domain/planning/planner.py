@@ -313,6 +313,7 @@ def plan_gang(
             topology=topology,
             bound=bound,
             order=order,
+            accelerators=accelerators,
         )
         if isinstance(outcome, Placement):
             return Placement(*units.spread(outcome.nodes, outcome.requests))
@@ -350,7 +351,7 @@ def plan_gang(
         return _plan_required(planner, free, resolved.required)
     placed, misfit = planner.within(free)
     if misfit is None:
-        return Placement(placed, chosen_requests(members, placed, free, nodes))
+        return Placement(placed, chosen_requests(members, placed, free, nodes, resource))
     return Shortfall(
         len(placed),
         len(members),
@@ -384,7 +385,7 @@ def _plan_required(
             where = f" domain: bound members already span {key} {', '.join(anchors)};"
     best = planner.best_single(free, domains, 0)
     if best is not None:
-        return Placement(best, chosen_requests(members, best, free, nodes))
+        return Placement(best, chosen_requests(members, best, free, nodes, planner.resource))
     resource = planner.resource
     most = max(
         (sum(free[n].get(resource, 0) for n in names) for names in domains.values()), default=0
