@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from extender.domain.objects.membership import TASK_INDEX_ANNOTATION
+from extender.kube.ownership import SEAL_ANNOTATION
 from extender.kube.rawapi import KubeError, RawApi, path_of
 from extender.kube.writers import podgroup_path
 from tests.e2e.gang_fixtures import (
@@ -285,6 +286,12 @@ def configmap_versions_until(
     pytest.fail(f"ConfigMap {name} never reached the awaited content; versions seen: {seen!r}")
 
 
+def sealed(obj: dict[str, Any]) -> dict[str, Any] | None:
+    """`obj` once the controller's seal is on it."""
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    return obj if SEAL_ANNOTATION in annotations else None
+
+
 def test_one_configmap_write_per_readiness_change_and_none_for_other_updates(
     gang_stack: Any, raw: RawApi, injected_namespace: str, gpu_nodes: Any
 ) -> None:
@@ -297,8 +304,16 @@ def test_one_configmap_write_per_readiness_change_and_none_for_other_updates(
         create(raw, namespace, gang_pod(f"steady-{i}", "steady", node_selector=pool.node_selector))
     hosts = ["steady-worker-0.steady", "steady-worker-1.steady"]
     ready_hosts_become(raw, namespace, "steady", hosts)
-    found = raw.call(
-        "GET", path_of("api", "v1", "namespaces", namespace, "configmaps", "steady-svc")
+    # The controller creates the ConfigMap and then seals it (a second write: the seal
+    # names the uid the create returned); count writes from the sealed version on.
+    found = wait_until(
+        lambda: sealed(
+            raw.call(
+                "GET", path_of("api", "v1", "namespaces", namespace, "configmaps", "steady-svc")
+            )
+        ),
+        timeout=SETTLE_SECONDS,
+        what="ConfigMap steady-svc sealed",
     )
     since = found["metadata"]["resourceVersion"]
 
