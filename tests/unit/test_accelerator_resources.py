@@ -148,6 +148,16 @@ def test_a_setting_naming_nothing_says_what_to_write() -> None:
         ),
         pytest.param([{"amd.com/gpu": 0, "cpu": 2}], "nvidia.com/gpu", id="zero is not asked"),
         pytest.param([{"amd.com/gpu": 1}], "amd.com/gpu", id="one is asked"),
+        pytest.param(
+            [{"nvidia.com/gpu": 2}, {"amd.com/gpu": 1}],
+            "nvidia.com/gpu",
+            id="the most asked, though last by name (amd.com/gpu first, asked less)",
+        ),
+        pytest.param(
+            [{"amd.com/gpu": 1, "google.com/tpu": 3}, {"nvidia.com/gpu": 2}],
+            "google.com/tpu",
+            id="the most asked, neither first nor last by name",
+        ),
         pytest.param([], "nvidia.com/gpu", id="no member: the default"),
     ],
 )

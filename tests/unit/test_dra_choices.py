@@ -140,6 +140,20 @@ def pod_with(
             pod_with(((SMALL, 1),)), {BIG: 1}, {BIG: 1}, None, id="a class the node lacks"
         ),
         pytest.param(
+            pod_with(((SMALL, 1), (BIG, 1))),
+            {BIG: 1},
+            {BIG: 1},
+            {BIG: 1},
+            id="first of a class the node lacks: the next",
+        ),
+        pytest.param(
+            pod_with(((BIG, 1),), fixed={BIG: 1}),
+            {BIG: 2},
+            {},
+            {BIG: 2},
+            id="a choice of a fixed request's class adds to it",
+        ),
+        pytest.param(
             pod_with(((BIG, None),)), {BIG: 1}, {BIG: 1}, {BIG: 1}, id="all: the node's one device"
         ),
         pytest.param(

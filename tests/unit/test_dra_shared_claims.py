@@ -10,13 +10,15 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+import pytest
+
 from extender.domain.objects.accelerators import Accelerators
 from extender.domain.objects.device_choice import DeviceAlternative, DeviceChoice
 from extender.domain.objects.model import NodeInfo, PodInfo, Toleration
 from extender.domain.objects.policy import Policy
 from extender.domain.planning.node_fit import NodeRestriction
 from extender.domain.planning.planner import Placement, plan_gang
-from extender.domain.planning.sharers import NO_NODE, units_of
+from extender.domain.planning.sharers import NO_NODE, STAND_IN_PREFIX, units_of
 from tests.builders import NodeBuilder, make_node
 from tests.unit.test_dra_choices import BIG, choice_state, devices, first_available
 from tests.unit.test_dra_claims import exactly, member_with_claims, template_obj
@@ -169,6 +171,82 @@ def test_units_join_members_linked_through_any_claim_and_meet_their_constraints(
     assert units.allowed[stand_in_uid] == NodeRestriction(allowed=frozenset({"n1"}))
     assert [m.name for m in units.members if not m.uid.startswith("shared")] == ["d"]
     assert units_of([member("d")], {}) is None
+
+
+@pytest.mark.parametrize(
+    ("claims", "units"),
+    [
+        pytest.param(
+            {"a": ("x",), "b": ("y",)}, [["a"], ["b"]], id="two unrelated claims: two units"
+        ),
+        pytest.param(
+            {"a": ("x",), "b": ("x",), "c": ()}, [["a", "b"]], id="one claim named twice: one unit"
+        ),
+        pytest.param(
+            {"a": ("x",), "b": ("y",), "c": ("x", "y")},
+            [["a", "b", "c"]],
+            id="a member naming two claims joins their units",
+        ),
+        pytest.param(
+            {"a": ("x", "y"), "b": ("z",), "c": ("y",), "d": ("z", "w"), "e": ("w",)},
+            [["a", "c"], ["b", "d", "e"]],
+            id="two chains: two units",
+        ),
+    ],
+)
+def test_members_are_made_units_by_the_claims_they_share(
+    claims: dict[str, tuple[str, ...]], units: list[list[str]]
+) -> None:
+    made = units_of([member(name, *named) for name, named in claims.items()], {})
+    assert made is not None
+    assert sorted([m.name for m in unit] for unit in made.units.values()) == units
+    # A stand-in names no claim itself: the planner never makes it a unit again.
+    assert all(m.shared_claims == () for m in made.members)
+
+
+def only(*names: str) -> NodeRestriction:
+    return NodeRestriction(allowed=frozenset(names))
+
+
+def never(*names: str) -> NodeRestriction:
+    return NodeRestriction(denied=frozenset(names))
+
+
+@pytest.mark.parametrize(
+    ("allowed", "meet"),
+    [
+        pytest.param({"a": only("n1", "n2"), "b": only("n2", "n3")}, only("n2"), id="both allow"),
+        pytest.param(
+            {"a": only("n1"), "b": only("n2", "n3")}, only(), id="allow-lists that do not meet"
+        ),
+        pytest.param({"a": only("n1", "n2"), "b": never("n1")}, only("n2"), id="allow, deny"),
+        pytest.param({"a": never("n1"), "b": never("n2")}, never("n1", "n2"), id="both deny"),
+        pytest.param({"b": only("n3")}, only("n3"), id="one member told"),
+        pytest.param({}, None, id="none told"),
+    ],
+)
+def test_a_units_nodes_are_those_every_member_may_use(
+    allowed: dict[str, NodeRestriction], meet: NodeRestriction | None
+) -> None:
+    units = units_of([member("a", "x"), member("b", "x")], allowed)
+    assert units is not None
+    assert units.allowed.get(f"{STAND_IN_PREFIX}a") == meet
+
+
+@pytest.mark.parametrize("alone_first", [True, False], ids=["alone first", "unit first"])
+def test_each_member_goes_where_its_unit_went_the_carrier_with_the_claims_devices(
+    alone_first: bool,
+) -> None:
+    gang = [member("d"), member("a", "x"), replace(member("b", "x"), requests={"cpu": 2})]
+    units = units_of(gang, {})
+    assert units is not None
+    stand_in = f"{STAND_IN_PREFIX}a"
+    assert units.members_of(stand_in) == ("a", "b") and units.members_of("d") == ("d",)
+    nodes = {"d": "n1", stand_in: "n2"} if alone_first else {stand_in: "n2", "d": "n1"}
+    requests = {"d": {"cpu": 1}, stand_in: {"cpu": 3, BIG: 1}}
+    placed, chosen = units.spread(nodes, requests)
+    assert placed == {"d": "n1", "a": "n2", "b": "n2"}
+    assert chosen == {"d": {"cpu": 1}, "a": {"cpu": 1, BIG: 1}, "b": {"cpu": 2}}
 
 
 def test_a_gang_with_a_shared_claim_is_held_in_the_configured_accelerators_words() -> None:
