@@ -256,6 +256,12 @@ def _gang_table(runs: dict[str, Any], gpus_per_node: int) -> list[str]:
     )
 
 
+def _verb_bound(figures: dict[str, Any], q: str) -> str:
+    """A verb's quantile: the bucket bound holding it, or "> bound" past the last one."""
+    past = figures.get(f"{q}_gt_ms")
+    return f"> {_fmt(past)}" if past is not None else _fmt(figures.get(f"{q}_le_ms"))
+
+
 def _service_verbs(runs: dict[str, Any], locality: dict[str, Any]) -> list[str]:
     """gang-extender's own time per verb during each gang run (its request histogram)."""
     rows = []
@@ -268,7 +274,7 @@ def _service_verbs(runs: dict[str, Any], locality: dict[str, Any]) -> list[str]:
                     verb,
                     int(v["requests"]),
                     v["mean_ms"],
-                    f"{_fmt(v['p50_le_ms'])} / {_fmt(v['p99_le_ms'])}",
+                    f"{_verb_bound(v, 'p50')} / {_verb_bound(v, 'p99')}",
                 ]
             )
     if not rows:

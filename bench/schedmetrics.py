@@ -6,7 +6,8 @@ coscheduling, the default kube-scheduler with Kubernetes' gang scheduling) expos
 binding, one observation per pod attempt, labelled by result and profile). The bench
 reads it before and after a run; the difference is that run's attempts. p50/p99 are
 the upper bound of the bucket holding that rank (buckets 1 ms x 2^k, 15 of them), so
-they are bucket bounds, not samples; the mean is exact.
+they are bucket bounds, not samples; the mean is exact. The gang-extender service's
+own request histogram per verb is read the same way (bench/workloads/common.py).
 """
 
 from __future__ import annotations
@@ -75,9 +76,12 @@ def _bound(le: str) -> float:
     return float("inf") if le == "+Inf" else float(le)
 
 
-def between(before: Histogram, after: Histogram) -> dict[str, float | None]:
-    """Attempts between two readings: count, mean ms, and p50/p99 ms as bucket upper
-    bounds; past the last finite bucket, `p99_gt_ms` says which bound it exceeds."""
+def between(
+    before: Histogram, after: Histogram, *, count_key: str = "attempts"
+) -> dict[str, float | None]:
+    """Observations between two readings: their count (under `count_key`), mean ms,
+    and p50/p99 ms as bucket upper bounds (rounded to the microsecond); past the last
+    finite bucket, `p99_gt_ms` says which bound it exceeds."""
     count = after.get("count", 0.0) - before.get("count", 0.0)
     buckets = sorted(
         (
@@ -97,7 +101,7 @@ def between(before: Histogram, after: Histogram) -> dict[str, float | None]:
         return None
 
     out: dict[str, float | None] = {
-        "attempts": count,
+        count_key: count,
         "mean_ms": round((after.get("sum", 0.0) - before.get("sum", 0.0)) / count * 1000, 2)
         if count
         else None,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import threading
 import time
 from collections import defaultdict
@@ -11,6 +10,7 @@ from typing import Any
 
 from bench.env import CREATE_WORKERS, BenchEnv
 from bench.kubeclient import BindWatch, bulk, delete_pods, pods_path, wait_for
+from bench.schedmetrics import Histogram, between, histogram
 from bench.stats import percentile, summary_ms
 
 
@@ -167,62 +167,26 @@ PARTIAL_GANGS_METRIC = "gang_extender_partial_gangs_total"
 REQUEST_SECONDS = "gang_extender_request_duration_seconds"
 
 
-def verb_histograms(env: BenchEnv, verbs: Sequence[str]) -> dict[str, dict[str, float]] | None:
+def verb_histograms(env: BenchEnv, verbs: Sequence[str]) -> dict[str, Histogram] | None:
     """The service's request-duration histogram per verb: cumulative bucket counts
     by upper bound ("+Inf" included), plus "sum" and "count"; None when unreadable."""
     try:
         text = env.stack.metrics_text()
     except OSError:
         return None
-    found: dict[str, dict[str, float]] = {verb: {} for verb in verbs}
-    for line in text.splitlines():
-        if not line.startswith(REQUEST_SECONDS):
-            continue
-        head, value = line.rsplit(" ", 1)
-        labels = dict(re.findall(r'(\w+)="([^"]*)"', head))
-        verb = labels.get("verb")
-        if verb not in found:
-            continue
-        if head.startswith(REQUEST_SECONDS + "_bucket"):
-            found[verb][labels["le"]] = float(value)
-        elif head.startswith(REQUEST_SECONDS + "_sum"):
-            found[verb]["sum"] = float(value)
-        elif head.startswith(REQUEST_SECONDS + "_count"):
-            found[verb]["count"] = float(value)
-    return found
+    return {verb: histogram(text, REQUEST_SECONDS, {"verb": verb}) for verb in verbs}
 
 
 def verb_latency(
-    before: dict[str, dict[str, float]] | None, after: dict[str, dict[str, float]] | None
+    before: dict[str, Histogram] | None, after: dict[str, Histogram] | None
 ) -> dict[str, dict[str, float | None]] | None:
     """Per verb over a run (after - before): requests, mean ms, and p50/p99 ms as the
     upper bound of the histogram bucket holding that rank (the service's view: from
-    request read to answer written, the bind barrier's wait included)."""
+    request read to answer written, the bind barrier's wait included); read as the
+    schedulers' attempt histograms are (bench/schedmetrics.py)."""
     if before is None or after is None:
         return None
-    out: dict[str, dict[str, float | None]] = {}
-    for verb, now in after.items():
-        was = before.get(verb, {})
-        count = now.get("count", 0.0) - was.get("count", 0.0)
-        bounds = sorted(
-            ((float(le), now[le] - was.get(le, 0.0)) for le in now if le not in ("sum", "count")),
-            key=lambda b: b[0],
-        )
-
-        def rank(
-            q: float, bounds: list[tuple[float, float]] = bounds, count: float = count
-        ) -> float | None:
-            for le, cumulative in bounds:
-                if count and cumulative >= q * count:
-                    return None if le == float("inf") else round(le * 1000, 1)
-            return None
-
-        out[verb] = {
-            "requests": count,
-            "mean_ms": round((now.get("sum", 0.0) - was.get("sum", 0.0)) / count * 1000, 2)
-            if count
-            else None,
-            "p50_le_ms": rank(0.5),
-            "p99_le_ms": rank(0.99),
-        }
-    return out
+    return {
+        verb: between(before.get(verb, {}), now, count_key="requests")
+        for verb, now in after.items()
+    }

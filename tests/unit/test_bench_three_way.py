@@ -15,6 +15,7 @@ from bench.gang_schedulers import Scheduler
 from bench.report import markdown, partial_by_workload
 from bench.report_gang import three_way, worst_ratio
 from bench.schedmetrics import ATTEMPT_SECONDS, between, histogram
+from bench.workloads.common import verb_latency
 from bench.workloads.gang import GangConfig, failed_scale, gang_figures
 from extender.devcluster.workload_api import serves_v1beta1, upstream_podgroup
 
@@ -74,6 +75,44 @@ def test_no_attempts_between_readings_gives_no_figures() -> None:
         "p50_le_ms": None,
         "p99_le_ms": None,
     }
+
+
+SERVICE = "gang_extender_request_duration_seconds"
+
+
+def service_text(filter_buckets: list[int], bind_buckets: list[int]) -> str:
+    """The service's request histogram (its buckets 0.5 ms, 1 ms, 60 s, +Inf here)."""
+    lines = []
+    for verb, counts in (("filter", filter_buckets), ("bind", bind_buckets)):
+        for le, count in zip(("0.0005", "0.001", "60.0", "+Inf"), counts, strict=True):
+            lines.append(f'{SERVICE}_bucket{{le="{le}",verb="{verb}"}} {count}.0')
+        lines.append(f'{SERVICE}_count{{verb="{verb}"}} {counts[-1]}.0')
+        lines.append(f'{SERVICE}_sum{{verb="{verb}"}} {counts[-1] * 0.001}')
+        lines.append(f'{SERVICE}_created{{verb="{verb}"}} 1.7e9')
+    return "\n".join(lines) + "\n"
+
+
+def test_the_services_verbs_are_read_as_the_schedulers_attempts_are() -> None:
+    """Per verb: requests between the readings, p50/p99 as the bucket bounds holding
+    them (0.5 ms kept as it is), past the last finite bound only that bound."""
+
+    def read(text: str) -> dict[str, dict[str, float]]:
+        return {verb: histogram(text, SERVICE, {"verb": verb}) for verb in ("filter", "bind")}
+
+    before = read(service_text([0, 0, 0, 0], [0, 0, 0, 0]))
+    after = read(service_text([60, 99, 100, 100], [0, 0, 90, 100]))
+    got = verb_latency(before, after)
+    assert got is not None
+    assert got["filter"] == {
+        "requests": 100.0,
+        "mean_ms": 1.0,
+        "p50_le_ms": 0.5,
+        "p99_le_ms": 1.0,
+    }
+    assert got["bind"]["requests"] == 100.0
+    assert got["bind"]["p50_le_ms"] == 60000.0
+    assert got["bind"]["p99_le_ms"] is None and got["bind"]["p99_gt_ms"] == 60000.0
+    assert verb_latency(None, after) is None and verb_latency(before, None) is None
 
 
 def _timed(bound: dict[str, float], nodes: dict[str, str], seconds: float) -> dict[str, Any]:
@@ -234,7 +273,19 @@ def test_results_md_shows_the_three_way_section() -> None:
         },
         "gang": _gang_results(),
     }
+    results["gang"]["runs"]["gang-extender"]["service_verbs"] = {
+        "filter": {"requests": 165.0, "mean_ms": 0.63, "p50_le_ms": 0.5, "p99_le_ms": 5.0},
+        "bind": {
+            "requests": 160.0,
+            "mean_ms": 61e3,
+            "p50_le_ms": 60000.0,
+            "p99_le_ms": None,
+            "p99_gt_ms": 60000.0,
+        },
+    }
     text = markdown(results)
+    assert "| gangs | filter | 165 | 0.63 | 0.50 / 5.00 |" in text
+    assert "| gangs | bind | 160 | 61000.00 | 60000.00 / > 60000.00 |" in text
     assert "Kubernetes' own gang scheduling vs coscheduling" in text
     assert "| gang | 40 | 20 x 8 | upstream |" in text
     assert any(
