@@ -24,8 +24,6 @@ from __future__ import annotations
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,7 +32,7 @@ from bench import coscheduling
 from bench.env import BenchEnv
 from bench.gang_compare import compare, fewest_nodes
 from bench.gang_schedulers import KINDS, Scheduler, schedulers, upstream_unavailable
-from bench.kubeclient import ApiError, BindWatch, bulk, pods_path
+from bench.kubeclient import BindWatch, bulk, pods_path
 from bench.objects import pod_body, podgroups_path
 from bench.schedmetrics import ATTEMPT_SECONDS, PODGROUP_ATTEMPT_SECONDS, between, histogram
 from bench.stats import summary_ms
@@ -49,6 +47,7 @@ from bench.workloads.common import (
     verb_histograms,
     verb_latency,
 )
+from extender.devcluster.priority_classes import temporary_priority_classes
 
 log = logging.getLogger("bench.gang")
 
@@ -58,7 +57,6 @@ VERBS = ("filter", "prioritize", "bind")
 #: Priorities of the preemption case: fillers are evicted for gang members.
 LOW_PRIORITY, HIGH_PRIORITY = "bench-filler-low", "bench-gang-high"
 PRIORITIES = {LOW_PRIORITY: 10, HIGH_PRIORITY: 1000}
-PRIORITY_CLASSES = "/apis/scheduling.k8s.io/v1/priorityclasses"
 #: bound on the wait for kwok to mark the nodes Ready, per node (at least 180 s)
 NODE_READY_SECONDS_EACH = 0.25
 
@@ -216,31 +214,6 @@ def _run_one(
     return result, namespace
 
 
-@contextmanager
-def _priority_classes(env: BenchEnv) -> Iterator[None]:
-    for name, value in PRIORITIES.items():
-        body = {
-            "apiVersion": "scheduling.k8s.io/v1",
-            "kind": "PriorityClass",
-            "metadata": {"name": name},
-            "value": value,
-        }
-        try:
-            env.api.create(PRIORITY_CLASSES, body)
-        except ApiError as err:
-            if err.status != 409:  # left by an earlier run on this control plane
-                raise
-    try:
-        yield
-    finally:
-        for name in PRIORITIES:
-            try:
-                env.api.call("DELETE", f"{PRIORITY_CLASSES}/{name}")
-            except ApiError as err:
-                if err.status != 404:
-                    raise
-
-
 def _fill_nodes(env: BenchEnv, nodes: list[str], gpus: int) -> str:
     """One low-priority pod per node taking all its GPUs, bound by the bench (KWOK runs it)."""
     namespace = env.namespace("bench-filler")
@@ -370,7 +343,8 @@ def run(env: BenchEnv, cfg: GangConfig) -> dict[str, Any]:
     upstream_missing = upstream_unavailable(env)
     if upstream_missing:
         log.warning("upstream gang scheduling not run: %s", upstream_missing)
-    with _priority_classes(env):
+    # The classes may be left by an earlier run on this control plane: taken as they are.
+    with temporary_priority_classes(env.api, PRIORITIES, exist_ok=True):
         base = _scale(
             env, table, cfg, cfg.nodes, cfg.gangs, first=True, upstream_missing=upstream_missing
         )

@@ -7,7 +7,6 @@ deploy/scheduler/scheduler-config.yaml against the session cluster, exactly as
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import re
 import threading
@@ -572,36 +571,6 @@ def held_in_phase(
         held, what=f"phase {phase} with the Lifecycle condition {reason}"
     )
     return found
-
-
-# ---- priority (test_gang_queue.py, test_gang_preemption.py) ----
-
-
-@contextlib.contextmanager
-def temporary_priority_classes(
-    raw: RawApi, values: dict[str, int], **fields: Any
-) -> Iterator[None]:
-    """PriorityClasses `name: value` (each with `fields`, e.g. preemptionPolicy) for the
-    block; deleted after (gone already is fine)."""
-    path = path_of("apis", "scheduling.k8s.io", "v1", "priorityclasses")
-    for name, value in values.items():
-        body = {
-            "apiVersion": "scheduling.k8s.io/v1",
-            "kind": "PriorityClass",
-            "metadata": {"name": name},
-            "value": value,
-            **fields,
-        }
-        raw.call("POST", path, body=body)
-    try:
-        yield
-    finally:
-        for name in values:
-            try:
-                raw.call("DELETE", f"{path}/{name}")
-            except KubeError as err:
-                if err.status != 404:
-                    raise
 
 
 # ---- a gang starved by 1-GPU pods (test_gang_starvation.py, test_gang_placeholders.py) ----

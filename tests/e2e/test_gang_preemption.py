@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from extender.devcluster.priority_classes import temporary_priority_classes
 from extender.domain.preemption.preemption import PREEMPTED_BY_ANNOTATION
 from extender.kube.rawapi import KubeError, RawApi, path_of
 from tests.e2e.gang_fixtures import (  # noqa: F401 (no_partial_gangs is a fixture)
@@ -33,7 +34,6 @@ from tests.e2e.gang_fixtures import (  # noqa: F401 (no_partial_gangs is a fixtu
     no_partial_gangs,
     planned,
     podgroup,
-    temporary_priority_classes,
     wait_until,
 )
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from extender.devcluster.priority_classes import temporary_priority_classes
 from extender.kube.rawapi import RawApi, path_of
 from tests.e2e.gang_fixtures import (  # noqa: F401 (no_partial_gangs is a fixture)
     bound,
@@ -25,7 +26,6 @@ from tests.e2e.gang_fixtures import (  # noqa: F401 (no_partial_gangs is a fixtu
     list_pods,
     no_partial_gangs,
     podgroup,
-    temporary_priority_classes,
     wait_until,
 )
 

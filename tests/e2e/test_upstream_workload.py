@@ -27,6 +27,7 @@ import pytest
 from kubernetes import client as k8s
 
 from extender.devcluster.cluster import LocalCluster, binary_version, new_namespace
+from extender.devcluster.priority_classes import temporary_priority_classes
 from extender.devcluster.stack import SYSTEM_NAMESPACE, GangStack, apply_object
 from extender.devcluster.workload_api import (
     GATE,
@@ -53,7 +54,6 @@ from tests.e2e.gang_fixtures import (
     job_pods,
     minor_version,
     own_control_plane,
-    temporary_priority_classes,
     unschedulable_message,
     wait_until,
 )
