@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import http.client
 import os
+import random
 import re
 import socket
 import ssl
@@ -29,23 +30,66 @@ class ClusterError(RuntimeError):
     """The control plane could not be built, started or used."""
 
 
+# Where outgoing connections take their source ports (Linux); a port picked below
+# it is never taken by a client socket between our pick and the server's bind.
+EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+# The lowest port picked: below it live well-known and registered services.
+LOWEST_PICKED_PORT = 10000
+# Random picks tried before falling back to the kernel's choice (bind to port 0).
+PICK_ATTEMPTS = 200
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that was free a moment ago."""
     return free_ports(1)[0]
 
 
-def free_ports(count: int) -> list[int]:
-    """``count`` distinct TCP ports on 127.0.0.1 that were free a moment ago."""
-    sockets = []
+def free_ports(
+    count: int,
+    *,
+    ephemeral_range_file: Path = EPHEMERAL_RANGE_FILE,
+    rng: random.Random | None = None,
+) -> list[int]:
+    """``count`` distinct TCP ports on 127.0.0.1 that were free a moment ago.
+
+    Picked at random below the ephemeral range where the system says what it is:
+    a port the kernel hands out for bind(0) is in that range, where any outgoing
+    connection (parallel test workers open many) can take it before the server
+    that was given it binds ("address already in use"). Elsewhere, the kernel's
+    choice.
+    """
+    below = _ephemeral_start(ephemeral_range_file)
+    pick = rng or random.SystemRandom()
+    sockets: list[socket.socket] = []
     try:
-        for _ in range(count):
+        attempts = 0
+        while len(sockets) < count:
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sockets.append(s)
-            s.bind(("127.0.0.1", 0))
+            port = 0
+            if below is not None and attempts < PICK_ATTEMPTS:
+                attempts += 1
+                port = pick.randrange(LOWEST_PICKED_PORT, below)
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                s.close()
+                if port == 0:
+                    raise
+                continue
+            sockets.append(s)  # held until all are picked: the ports are distinct
         return [int(s.getsockname()[1]) for s in sockets]
     finally:
         for s in sockets:
             s.close()
+
+
+def _ephemeral_start(path: Path) -> int | None:
+    """The first port of the ephemeral range, if the system says and leaves room below."""
+    try:
+        first = int(path.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return first if first > LOWEST_PICKED_PORT + 1000 else None
 
 
 def _b64(path: Path) -> str:
