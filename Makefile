@@ -1,6 +1,7 @@
 # The two commands a newcomer runs (see README.md):
 #   make demo   local control plane + gang-extender + the seed Horovod gang job
 #   make test   every test: unit, property, golden, packaging, and e2e on the real control plane
+#   make test-default  the first tier alone: every test but the real tier, on the default release
 #   make test-oldest   the gang, wiring and HA scenarios on the oldest supported Kubernetes
 #   make demo-real     the Horovod, DeepSpeed and MPI examples for real: mpirun over SSH on 2 real nodes (root)
 #   make test-real     the real tier: jobs on real nodes (kubelet, containerd, CNI, DNS, SSH)
