@@ -1,6 +1,7 @@
 # The two commands a newcomer runs (see README.md):
 #   make demo   local control plane + gang-extender + the seed Horovod gang job
 #   make test   every test: unit, property, golden, packaging, and e2e on the real control plane
+#   make test-default  the first tier alone: every test but the real tier, on the default release
 #   make test-oldest   the gang, wiring and HA scenarios on the oldest supported Kubernetes
 #   make demo-real     the Horovod, DeepSpeed and MPI examples for real: mpirun over SSH on 2 real nodes (root)
 #   make test-real     the real tier: jobs on real nodes (kubelet, containerd, CNI, DNS, SSH)
@@ -20,7 +21,7 @@ OLDEST_SUITE := tests/e2e/test_control_plane.py tests/e2e/test_gang_scheduling.p
 	tests/e2e/test_job_wiring.py tests/e2e/test_ha.py tests/e2e/test_workload_v135.py \
 	tests/e2e/test_gang_preemption.py tests/e2e/test_dra.py
 
-.PHONY: demo demo-real test test-oldest test-real unit e2e lint typecheck bench mutate \
+.PHONY: demo demo-real test test-default test-oldest test-real unit e2e lint typecheck bench mutate \
 	control-plane kueue node dev-up dev-down clean
 
 # One line with its time; pip's output goes to $(VENV)/install.log (tail and path on failure).
@@ -50,14 +51,22 @@ demo: $(BIN)/gang-extender control-plane
 demo-real: $(BIN)/gang-extender control-plane node
 	$(BIN)/gang-extender demo --real-nodes 2 --workdir .dev/demo-real
 
-# What CI runs (.ci/run): the layers, ruff and mypy; every test on the default
-# release (TEST_WORKERS at once); the gang, wiring and HA scenarios on the oldest
-# supported one; the real tier.
+# Every test, one tier after the other: the layers, ruff and mypy; every test on the
+# default release (TEST_WORKERS at once); the gang, wiring and HA scenarios on the
+# oldest supported one; the real tier. CI (.ci/run) runs the same four targets,
+# overlapped with the builds and with each other.
 test: $(BIN)/gang-extender control-plane kueue
 	@$(MAKE) --no-print-directory lint
-	$(BIN)/pytest tests --ignore=tests/real -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	@$(MAKE) --no-print-directory test-default PYTEST_ARGS="$(PYTEST_ARGS)"
 	@$(MAKE) --no-print-directory test-oldest PYTEST_ARGS="$(PYTEST_ARGS)"
 	@$(MAKE) --no-print-directory test-real PYTEST_ARGS="$(PYTEST_ARGS)"
+
+# Every test but the real tier on the default release. Needs only the control plane
+# built first: the tests that use Kueue or helm build them (hack/build-kueue.sh,
+# hack/build-helm.sh; a no-op once cached), or wait for a build of them under way,
+# and run after the other e2e modules (tests/e2e/module_order.py).
+test-default: $(BIN)/gang-extender control-plane
+	$(BIN)/pytest tests --ignore=tests/real -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # The oldest supported minor: its own cached control plane, the core scenarios.
 test-oldest: $(BIN)/gang-extender

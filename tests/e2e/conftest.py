@@ -25,6 +25,7 @@ from tests.e2e import cluster_fixtures
 # The product under test (service + gang scheduler) and helpers for its scenarios.
 from tests.e2e.gang_fixtures import delete_namespace, gang_stack, injected_namespace, raw  # noqa: F401
 from tests.e2e.kueue_fixtures import gpu_queue, queued_namespace  # noqa: F401 (fixtures)
+from tests.e2e.module_order import LATE_BUILD_FIXTURES, LATE_BUILD_MARK, late_modules_last
 
 # The session cluster's clients (shared with tests/real): fixtures named here are served.
 api, apps, core = cluster_fixtures.api, cluster_fixtures.apps, cluster_fixtures.core
@@ -32,10 +33,26 @@ E2E_DIR = Path(__file__).parent
 _SESSION_CLUSTER = pytest.StashKey[LocalCluster]()
 
 
+def _in_e2e(item: pytest.Item) -> bool:
+    return E2E_DIR in Path(item.path).parents
+
+
+def _needs_a_late_build(item: pytest.Item) -> bool:
+    fixtures = set(getattr(item, "fixturenames", ()))
+    return (
+        bool(fixtures & LATE_BUILD_FIXTURES) or item.get_closest_marker(LATE_BUILD_MARK) is not None
+    )
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        if E2E_DIR in Path(item.path).parents:
+        if _in_e2e(item):
             item.add_marker(pytest.mark.e2e)
+    # The modules using Kueue or helm last among the e2e modules: .ci/run builds those
+    # beside the first tier (see tests/e2e/module_order.py).
+    items[:] = late_modules_last(
+        items, in_scope=_in_e2e, module_of=lambda item: item.path, is_late=_needs_a_late_build
+    )
 
 
 @pytest.hookimpl(wrapper=True)

@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from extender.kube.rawapi import RawApi, load_api_client
 
 
@@ -161,6 +163,7 @@ def _with_kueue_example() -> str:
     return section[start : section.index("```", start)]
 
 
+@pytest.mark.after_builds  # `dev up --kueue` builds Kueue (or waits for CI's build of it)
 def test_dev_up_with_kueue_admits_the_docs_job_and_gang_extender_binds_it_whole(
     tmp_path: Path, bin_dir: Path
 ) -> None:
