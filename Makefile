@@ -11,6 +11,8 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
+# hack/test-all.sh (make test) reads it from the environment.
+export PYTEST_ARGS
 # Workers for the default release's tier in `make test` (pytest-xdist): one a core;
 # each worker starts its own control plane, a test file stays on one worker.
 TEST_WORKERS ?= auto
@@ -51,15 +53,14 @@ demo: $(BIN)/gang-extender control-plane
 demo-real: $(BIN)/gang-extender control-plane node
 	$(BIN)/gang-extender demo --real-nodes 2 --workdir .dev/demo-real
 
-# Every test, one tier after the other: the layers, ruff and mypy; every test on the
-# default release (TEST_WORKERS at once); the gang, wiring and HA scenarios on the
-# oldest supported one; the real tier. CI (.ci/run) runs the same four targets,
-# overlapped with the builds and with each other.
-test: $(BIN)/gang-extender control-plane kueue
-	@$(MAKE) --no-print-directory lint
-	@$(MAKE) --no-print-directory test-default PYTEST_ARGS="$(PYTEST_ARGS)"
-	@$(MAKE) --no-print-directory test-oldest PYTEST_ARGS="$(PYTEST_ARGS)"
-	@$(MAKE) --no-print-directory test-real PYTEST_ARGS="$(PYTEST_ARGS)"
+# Every test, in four parts: the layers, ruff and mypy (lint); every test on the
+# default release (test-default, TEST_WORKERS at once); the gang, wiring and HA
+# scenarios on the oldest supported one (test-oldest); the real tier (test-real).
+# hack/test-all.sh builds what they need and overlaps the builds with the parts and
+# the parts with each other (the oldest tier beside the first; the real tier after
+# it). CI (.ci/run) runs exactly this target.
+test:
+	@hack/test-all.sh
 
 # Every test but the real tier on the default release. Needs only the control plane
 # built first: the tests that use Kueue or helm build them (hack/build-kueue.sh,

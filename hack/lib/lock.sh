@@ -1,7 +1,7 @@
 # Sourced by the build scripts: one build of a piece at a time.
 #
 # build_lock FILE: an exclusive lock on FILE (created), held until the script exits.
-# Another run of the same build waits here, then finds the cache filled: `.ci/run`
+# Another run of the same build waits here, then finds the cache filled: `make test`
 # starts the builds the later test tiers need in the background, and a tier (or a
 # test's fixture) asking for the same piece meanwhile waits for that build.
 build_lock() {

@@ -48,7 +48,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if _in_e2e(item):
             item.add_marker(pytest.mark.e2e)
-    # The modules using Kueue or helm last among the e2e modules: .ci/run builds those
+    # The modules using Kueue or helm last among the e2e modules: make test builds those
     # beside the first tier (see tests/e2e/module_order.py).
     items[:] = late_modules_last(
         items, in_scope=_in_e2e, module_of=lambda item: item.path, is_late=_needs_a_late_build

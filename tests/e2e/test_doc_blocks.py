@@ -27,7 +27,7 @@ from tests.e2e.test_chart import helm  # noqa: F401 (the fixture: helm built fro
 RUN = [b for doc in DOCS for b in blocks(doc) if b.mode in ("run", "real-cluster", "install")]
 COPIED = ("deploy", "charts", "examples", "policies")
 # The Helm install blocks ask for the helm fixture by name (request.getfixturevalue):
-# marked so that the module runs after the builds .ci/run starts beside the first tier.
+# marked so that the module runs after the builds make test starts beside the first tier.
 pytestmark = pytest.mark.after_builds
 
 

@@ -1,6 +1,6 @@
 """hack/lib/lock.sh: a second run of a build waits for the first to finish, saying so.
 
-`.ci/run` starts Kueue's and helm's builds beside the first tier, and the tests that
+`make test` (hack/test-all.sh) starts Kueue's and helm's builds beside the first tier, and the tests that
 use them run the same build scripts: this lock is what makes them wait for the build
 under way instead of starting another.
 """
