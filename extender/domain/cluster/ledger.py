@@ -36,6 +36,9 @@ class Plan:
     # bound or lost, so a failed binding is retried onto the same node.
     released: bool = False
     lost: dict[str, str] = field(default_factory=dict)  # pod uid -> why it cannot be bound
+    # A preemptor's victims (pod uid -> node): until the watch sees one gone, kube-scheduler
+    # still counts it and may not offer that node; its members wait there (gang_filter.py).
+    victims: dict[str, str] = field(default_factory=dict)
 
     @property
     def waiting_for(self) -> set[str]:

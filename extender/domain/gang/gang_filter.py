@@ -140,6 +140,18 @@ class GangFilter:
                 )
             if self.shared.unseen_nodes.unseen(node):
                 return self._hold(candidates, Verdict.WAIT, self._not_seen_yet(plan, pod, node))
+            evicting = self._victims_still_on(plan, node)
+            if evicting:
+                # kube-scheduler counts the victims until their deletion reaches it, so
+                # its own filters refuse the node meanwhile: the plan keeps its room (the
+                # hold's deadline, preemption_hold_seconds, bounds the wait), and the
+                # victims' deletion requeues the member in kube-scheduler's queue.
+                return self._hold(
+                    candidates,
+                    Verdict.WAIT,
+                    f"gang {key}: {pod.ref} waits for the evictions of {listing(evicting)} "
+                    f"on its planned node {node} to finish",
+                )
             self.shared.drop(
                 plan,
                 f"kube-scheduler no longer offers planned node {node} for {pod.ref}",
@@ -181,6 +193,13 @@ class GangFilter:
         if node not in candidates:  # planned where kube-scheduler has not seen the node yet
             return self._hold(candidates, Verdict.WAIT, self._not_seen_yet(plan, pod, node))
         return FilterDecision(Verdict.PLANNED, [node], {}, {}, f"planned on {node}")
+
+    def _victims_still_on(self, plan: Plan, node: str) -> list[str]:
+        """The plan's victims on `node` that the watch has not seen deleted yet."""
+        pods = self.shared.snapshot.pods
+        return sorted(
+            pods[uid].ref for uid, at in plan.victims.items() if at == node and uid in pods
+        )
 
     @staticmethod
     def _not_seen_yet(plan: Plan, pod: PodInfo, node: str) -> str:
