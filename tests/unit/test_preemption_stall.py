@@ -8,6 +8,7 @@ hold kept, and nobody else is planned on that room; the hold's deadline bounds t
 from __future__ import annotations
 
 from extender.domain.gang.gang import GangCore
+from extender.domain.gang.gang_filter import VICTIM_GONE_GRACE_SECONDS
 from extender.domain.objects.membership import GroupKey
 from extender.domain.objects.model import PodInfo
 from extender.domain.state.decisions import Verdict
@@ -89,7 +90,25 @@ def test_a_planned_node_refused_with_the_victims_gone_still_drops_the_plan() -> 
     for uid in ("uid-low-0", "uid-low-1"):
         core.forget_pod(uid, T0 + 1)
     offered = [n for n in ("n0", "n1") if n != node]
-    decision = core.filter(member(core, "high-0"), offered, T0 + 2)
+    decision = core.filter(member(core, "high-0"), offered, T0 + 1 + VICTIM_GONE_GRACE_SECONDS)
     assert decision.verdict is Verdict.WAIT
     assert core.ledger.plans.get(HIGH) is not plan
     assert f"no longer offers planned node {node}" in core.groups[HIGH].message
+
+
+def test_a_victim_our_watch_saw_go_first_still_excuses_the_node_for_a_moment() -> None:
+    # The victim is deleted at once (no grace period): the service's watch sees it gone
+    # before kube-scheduler's does, or the member's cycle began before the delete, so the
+    # node is not offered just after; the member waits instead of dropping the plan.
+    core = preempting()
+    plan = core.ledger.plans[HIGH]
+    node = plan.placements["uid-high-0"]
+    for uid in ("uid-low-0", "uid-low-1"):
+        core.forget_pod(uid, T0 + 0.05)
+    offered = [n for n in ("n0", "n1") if n != node]
+    decision = core.filter(member(core, "high-0"), offered, T0 + 0.1)
+    assert decision.verdict is Verdict.WAIT
+    assert f"evictions of default/low-{node[-1]} on its planned node {node}" in decision.message
+    assert core.ledger.plans.get(HIGH) is plan
+    decision = core.filter(member(core, "high-0"), ["n0", "n1"], T0 + 0.5)
+    assert decision.nodes == [node]
