@@ -3,7 +3,9 @@
 Through the core (`GangCore`, preemption on): whatever a high gang evicts, no victim
 gang is left in part, no victim has its priority or more or opted out, no victim
 could be spared, and the held plan never over-commits the room left once the
-victims are gone. kube-scheduler's victims made whole-gang: never part of a gang
+victims are gone; while the victims terminate (kube-scheduler still counts them and does
+not offer their nodes), the preemptor's plan is kept and a rival gang takes none of its
+room. kube-scheduler's victims made whole-gang: never part of a gang
 on a kept node, never a gang that may not go.
 """
 
@@ -169,3 +171,84 @@ def test_kube_schedulers_victims_never_leave_part_of_a_gang_on_a_kept_node(
             assert pod.priority < priority and core.preemption.group_preemptible(pod.group)
             on_node = {m.uid for m in core.snapshot.members(pod.group) if m.node_name == node}
             assert on_node <= set(victims.uids), f"part of {pod.group} left on {node}"
+
+
+def offered_by_kube_scheduler(core: GangCore, pod: PodInfo) -> list[str]:
+    """The nodes kube-scheduler's own filters offer `pod`: it counts every bound pod until
+    its deletion reaches it, victims being evicted included."""
+    used: dict[str, int] = defaultdict(int)
+    for other in core.snapshot.pods.values():
+        if other.holds_capacity and other.node_name is not None:
+            used[other.node_name] += other.requests.get(GPU, 0)
+    need = pod.requests.get(GPU, 0)
+    return sorted(
+        name
+        for name, node in core.snapshot.nodes.items()
+        if node.allocatable.get(GPU, 0) - used[name] >= need
+    )
+
+
+def committed_within_capacity(core: GangCore) -> None:
+    """No over-commit: pods staying (not asked to go) plus every plan's unbound
+    reservations fit each node."""
+    committed: dict[str, int] = defaultdict(int)
+    for pod in core.snapshot.pods.values():
+        if pod.holds_capacity and pod.node_name and pod.uid not in core.preemption.evicting:
+            committed[pod.node_name] += pod.requests.get(GPU, 0)
+    for plan in core.ledger.plans.values():
+        for uid in plan.unbound:
+            if not core.snapshot.pods.get(uid) or not core.snapshot.pods[uid].is_bound:
+                committed[plan.placements[uid]] += plan.requests[uid].get(GPU, 0)
+    for name, gpus in committed.items():
+        assert gpus <= core.snapshot.nodes[name].allocatable.get(GPU, 0), f"over-commit on {name}"
+
+
+@given(nodes_st, units_st, preemptor_st, st.integers(min_value=1, max_value=4), st.data())
+@settings(max_examples=200, deadline=None)
+def test_a_preemptors_plan_survives_its_victims_termination_and_nobody_takes_their_room(
+    node_gpus, units, preemptor, rival_gpus, data
+) -> None:
+    # The window between the evictions and the watch seeing the victims gone: members
+    # asking then are not offered the nodes the victims still hold, and a rival gang of
+    # the highest priority asks too. The plan is kept, nothing is over-committed, and
+    # once the victims are gone every member of the plan gets its planned node.
+    core = build(node_gpus, units, preemptor)
+    high_key = GroupKey("default", "high")
+    high = sorted(
+        (p for p in core.snapshot.pods.values() if p.group == high_key), key=lambda p: p.name
+    )
+    core.filter(high[0], sorted(core.snapshot.nodes), T0)  # as the other properties ask
+    effects = core.drain_effects()
+    victims = sorted({v.uid for e in effects if isinstance(e, EvictVictims) for v in e.victims})
+    plan = core.ledger.plans.get(high_key)
+    if not victims or plan is None:
+        return
+    core.apply_group_spec(GroupSpec.from_podgroup(make_podgroup("rival", 1), source="PodGroup"))
+    rival_obj = make_pod("rival-0").group("rival").gpus(rival_gpus).priority(9000).obj()
+    rival_obj["metadata"]["uid"] = "uid-rival-0"
+    core.observe_pod(PodInfo.from_api(rival_obj), T0)
+    rival = core.snapshot.pods["uid-rival-0"]
+    going = list(victims)
+    now = T0
+    for _ in range(data.draw(st.integers(min_value=0, max_value=30), label="asks") + len(going)):
+        # Well inside the hold's deadline (preemption_hold_seconds), which ends the wait.
+        now += 0.05
+        step = data.draw(st.sampled_from(["member", "rival", "gone"]), label="step")
+        if step == "gone" and going:
+            core.forget_pod(going.pop(data.draw(st.integers(0, len(going) - 1))), now)
+        elif step == "rival":
+            core.filter(rival, offered_by_kube_scheduler(core, rival), now)
+        else:
+            pod = data.draw(st.sampled_from(high), label="member")
+            core.filter(pod, offered_by_kube_scheduler(core, pod), now)
+        core.drain_effects()
+        assert core.ledger.plans.get(high_key) is plan, "the preemptor's plan was dropped"
+        committed_within_capacity(core)
+    for uid in going:  # the rest of the victims go
+        core.forget_pod(uid, now)
+    for pod in high:
+        node = plan.placements.get(pod.uid)
+        if node is None:
+            continue
+        decision = core.filter(pod, offered_by_kube_scheduler(core, pod), now + 0.1)
+        assert decision.nodes == [node], decision.message

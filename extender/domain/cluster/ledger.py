@@ -36,6 +36,12 @@ class Plan:
     # bound or lost, so a failed binding is retried onto the same node.
     released: bool = False
     lost: dict[str, str] = field(default_factory=dict)  # pod uid -> why it cannot be bound
+    # A preemptor's victims: until the watch sees one gone, kube-scheduler
+    # still counts it and may not offer that node; its members wait there (gang_filter.py).
+    victims: dict[str, tuple[str, str]] = field(default_factory=dict)  # uid -> (node, ref)
+    # When the watch saw each victim deleted (pod uid -> time): kube-scheduler may learn
+    # it later, or answer from a cycle begun before (gang_filter.py's grace).
+    victims_gone: dict[str, float] = field(default_factory=dict)
 
     @property
     def waiting_for(self) -> set[str]:

@@ -29,6 +29,10 @@ from extender.domain.state.gang_state import GroupState, HoldReason, SharedState
 # Remember what kube-scheduler's filters said about a member only when it is this
 # many node names or fewer (allow- or deny-list), to bound memory on big clusters.
 RESTRICTION_MEMORY_LIMIT = 256
+# A victim the watch saw deleted may still be counted by kube-scheduler for a moment
+# (its informer is behind ours, or the member's cycle began before the delete): its
+# preemptor's members wait this long after before a refused node drops the plan.
+VICTIM_GONE_GRACE_SECONDS = 5.0
 
 
 class GangFilter:
@@ -140,6 +144,18 @@ class GangFilter:
                 )
             if self.shared.unseen_nodes.unseen(node):
                 return self._hold(candidates, Verdict.WAIT, self._not_seen_yet(plan, pod, node))
+            evicting = self._victims_still_on(plan, node, now)
+            if evicting:
+                # kube-scheduler counts the victims until their deletion reaches it, so
+                # its own filters refuse the node meanwhile: the plan keeps its room (the
+                # hold's deadline, preemption_hold_seconds, bounds the wait), and the
+                # victims' deletion requeues the member in kube-scheduler's queue.
+                return self._hold(
+                    candidates,
+                    Verdict.WAIT,
+                    f"gang {key}: {pod.ref} waits for the evictions of {listing(evicting)} "
+                    f"on its planned node {node} to finish",
+                )
             self.shared.drop(
                 plan,
                 f"kube-scheduler no longer offers planned node {node} for {pod.ref}",
@@ -181,6 +197,17 @@ class GangFilter:
         if node not in candidates:  # planned where kube-scheduler has not seen the node yet
             return self._hold(candidates, Verdict.WAIT, self._not_seen_yet(plan, pod, node))
         return FilterDecision(Verdict.PLANNED, [node], {}, {}, f"planned on {node}")
+
+    def _victims_still_on(self, plan: Plan, node: str, now: float) -> list[str]:
+        """The plan's victims on `node` that the watch has not seen deleted, or saw
+        deleted less than `VICTIM_GONE_GRACE_SECONDS` ago."""
+        pods = self.shared.snapshot.pods
+        return sorted(
+            ref
+            for uid, (at, ref) in plan.victims.items()
+            if at == node
+            and (uid in pods or now - plan.victims_gone.get(uid, now) < VICTIM_GONE_GRACE_SECONDS)
+        )
 
     @staticmethod
     def _not_seen_yet(plan: Plan, pod: PodInfo, node: str) -> str:

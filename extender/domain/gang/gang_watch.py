@@ -112,6 +112,9 @@ class GangWatch:
             self.shared.restrictions_version += 1
         self.barrier.offered.pop(uid, None)
         self.preemption.evicting.discard(uid)
+        for held in self.shared.ledger.plans.values():
+            if uid in held.victims:
+                held.victims_gone[uid] = now
         if pod is not None and pod.placeholder_for is not None:
             self.starvation.placeholder_requests.pop(("delete", pod.name), None)
             self.barrier.placeholder_gone(pod.placeholder_for, now)

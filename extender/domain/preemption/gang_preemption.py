@@ -161,6 +161,7 @@ class GangPreemption:
         state.shortfall_generation = None
         state.waiting = False
         victims = tuple(Victim(p.uid, p.ref, unit.key) for unit in found.victims for p in unit.pods)
+        plan.victims = {p.uid: (p.node_name, p.ref) for p in found.pods if p.node_name is not None}
         self.evicting.update(victim.uid for victim in victims)
         message = say(
             state,
