@@ -7,11 +7,12 @@ hold kept, and nobody else is planned on that room; the hold's deadline bounds t
 
 from __future__ import annotations
 
+from extender.domain.cluster.ledger import Plan
 from extender.domain.gang.gang import GangCore
 from extender.domain.gang.gang_filter import VICTIM_GONE_GRACE_SECONDS
 from extender.domain.objects.membership import GroupKey
 from extender.domain.objects.model import PodInfo
-from extender.domain.state.decisions import Verdict
+from extender.domain.state.decisions import FilterDecision, Verdict
 from tests.unit.test_preemption import T0, core_with, high_gang, low_gang_running, pod
 
 HIGH = GroupKey("default", "high")
@@ -81,16 +82,26 @@ def test_victims_that_never_go_end_the_wait_at_the_holds_deadline() -> None:
     assert core.ledger.plans.get(HIGH) is not plan, "the hold's deadline bounds the wait"
 
 
-def test_a_planned_node_refused_with_the_victims_gone_still_drops_the_plan() -> None:
-    # Only the plan's own evictions excuse a refusal: once they are gone, a node
-    # kube-scheduler still does not offer is refused for some other reason.
+def refused_after_victims_go(
+    *, gone_at: float, asked_at: float
+) -> tuple[GangCore, Plan, str, FilterDecision]:
+    """The preemptor planned; both victims seen deleted at `gone_at`; its member asks at
+    `asked_at` without its planned node among the candidates."""
     core = preempting()
     plan = core.ledger.plans[HIGH]
     node = plan.placements["uid-high-0"]
     for uid in ("uid-low-0", "uid-low-1"):
-        core.forget_pod(uid, T0 + 1)
+        core.forget_pod(uid, gone_at)
     offered = [n for n in ("n0", "n1") if n != node]
-    decision = core.filter(member(core, "high-0"), offered, T0 + 1 + VICTIM_GONE_GRACE_SECONDS)
+    return core, plan, node, core.filter(member(core, "high-0"), offered, asked_at)
+
+
+def test_a_planned_node_refused_with_the_victims_gone_still_drops_the_plan() -> None:
+    # Only the plan's own evictions excuse a refusal: once they are gone, a node
+    # kube-scheduler still does not offer is refused for some other reason.
+    core, plan, node, decision = refused_after_victims_go(
+        gone_at=T0 + 1, asked_at=T0 + 1 + VICTIM_GONE_GRACE_SECONDS
+    )
     assert decision.verdict is Verdict.WAIT
     assert core.ledger.plans.get(HIGH) is not plan
     assert f"no longer offers planned node {node}" in core.groups[HIGH].message
@@ -100,13 +111,7 @@ def test_a_victim_our_watch_saw_go_first_still_excuses_the_node_for_a_moment() -
     # The victim is deleted at once (no grace period): the service's watch sees it gone
     # before kube-scheduler's does, or the member's cycle began before the delete, so the
     # node is not offered just after; the member waits instead of dropping the plan.
-    core = preempting()
-    plan = core.ledger.plans[HIGH]
-    node = plan.placements["uid-high-0"]
-    for uid in ("uid-low-0", "uid-low-1"):
-        core.forget_pod(uid, T0 + 0.05)
-    offered = [n for n in ("n0", "n1") if n != node]
-    decision = core.filter(member(core, "high-0"), offered, T0 + 0.1)
+    core, plan, node, decision = refused_after_victims_go(gone_at=T0 + 0.05, asked_at=T0 + 0.1)
     assert decision.verdict is Verdict.WAIT
     assert f"evictions of default/low-{node[-1]} on its planned node {node}" in decision.message
     assert core.ledger.plans.get(HIGH) is plan
