@@ -2,10 +2,11 @@
 
 Under `--dist loadfile` a worker takes whole modules in collection order. The modules
 that use a piece `make test` (hack/test-all.sh) builds beside the first tier instead
-of before it (Kueue's manager, helm) go after the other e2e modules: by the time a worker reaches them the
-build is usually done, and where it is not their fixture waits for it (the build
-scripts hold a lock per piece, so a second run of one waits for the first and then
-finds it cached). Pure: no pytest, so the unit tests can check it.
+of before it (Kueue's manager, helm) go after the other e2e modules: by the time a
+worker reaches them the build is usually done, and where it is not their fixture
+waits for it (the build scripts hold a lock per piece, so a second run of one waits
+for the first and then finds it cached). Pure: no pytest, so the unit tests can
+check it.
 """
 
 from __future__ import annotations
