@@ -91,7 +91,12 @@ def test_kueues_pods_ready_timeout_restarts_the_gang_once_and_our_policies_stay_
         what="Kueue to evict the Workload whose pods are not Ready",
     )
     assert condition(evicted, "Evicted")["reason"] == "PodsReadyTimeout", evicted["status"]
-    assert raw.call("GET", jobs_path(namespace, "slow"))["spec"]["suspend"] is True
+    # Kueue writes the Evicted condition first; its Job reconciler suspends the Job
+    # on a later pass (two writes), so the suspension is awaited, not read once.
+    wait_until(
+        lambda: raw.call("GET", jobs_path(namespace, "slow"))["spec"].get("suspend") is True,
+        what="Kueue to suspend the evicted Workload's Job",
+    )
     wait_until(
         lambda: job_pods(raw, namespace, "slow") == [],
         what="the Job controller to delete the suspended Job's pods",
