@@ -40,6 +40,8 @@ log="$cache_root/k8s-$K8S_VERSION/build.log"
 stamp="$bin/.built-from"
 # shellcheck source=lib/lock.sh
 source "$here/lib/lock.sh"
+# shellcheck source=lib/go-compile.sh
+source "$here/lib/go-compile.sh"
 build_lock "$cache_root/k8s-$K8S_VERSION.lock"
 
 # The stamp covers the wrapper module too: changing a pin rebuilds.

@@ -20,6 +20,8 @@ stamp="$out/.built-from"
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=lib/lock.sh
 source "$here/lib/lock.sh"
+# shellcheck source=lib/go-compile.sh
+source "$here/lib/go-compile.sh"
 build_lock "$out.lock"
 
 want="$HELM_VERSION"

@@ -22,6 +22,8 @@ stamp="$out/.built-from"
 log="$out/build.log"
 # shellcheck source=lib/lock.sh
 source "$here/lib/lock.sh"
+# shellcheck source=lib/go-compile.sh
+source "$here/lib/go-compile.sh"
 build_lock "$out.lock"
 
 want="$KUEUE_VERSION $(cat "$wrapper/go.mod" "$wrapper/go.sum" | sha256sum | cut -c1-16)"

@@ -34,6 +34,8 @@ echo "building scheduler-plugins $SP_VERSION into $out (first run only; ~5-20 mi
 
 ldflags="$("$here/version-ldflags.sh" "$K8S_VERSION")"
 
+# shellcheck source=lib/go-compile.sh
+source "$here/lib/go-compile.sh"
 cd "$here/scheduler-plugins-build"
 export GOFLAGS="-mod=mod -buildvcs=false"
 go mod download sigs.k8s.io/scheduler-plugins
