@@ -25,7 +25,12 @@ from tests.e2e import cluster_fixtures
 # The product under test (service + gang scheduler) and helpers for its scenarios.
 from tests.e2e.gang_fixtures import delete_namespace, gang_stack, injected_namespace, raw  # noqa: F401
 from tests.e2e.kueue_fixtures import gpu_queue, queued_namespace  # noqa: F401 (fixtures)
-from tests.e2e.module_order import LATE_BUILD_FIXTURES, LATE_BUILD_MARK, late_modules_last
+from tests.e2e.module_order import (
+    LATE_BUILD_FIXTURES,
+    LATE_BUILD_MARK,
+    late_build_timeout,
+    late_modules_last,
+)
 
 # The session cluster's clients (shared with tests/real): fixtures named here are served.
 api, apps, core = cluster_fixtures.api, cluster_fixtures.apps, cluster_fixtures.core
@@ -53,6 +58,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items[:] = late_modules_last(
         items, in_scope=_in_e2e, module_of=lambda item: item.path, is_late=_needs_a_late_build
     )
+    # Their fixtures may wait for that build: a limit that covers the wait.
+    for item in items:
+        if _in_e2e(item) and _needs_a_late_build(item):
+            own = item.get_closest_marker("timeout")
+            seconds = float(own.args[0]) if own is not None and own.args else None
+            item.add_marker(pytest.mark.timeout(late_build_timeout(seconds)))
 
 
 @pytest.hookimpl(wrapper=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tests.e2e.module_order import late_modules_last
+from tests.e2e.module_order import LATE_BUILD_TIMEOUT_SECONDS, late_build_timeout, late_modules_last
 
 
 @dataclass(frozen=True)
@@ -66,3 +66,15 @@ def test_items_outside_the_scope_keep_their_places_and_a_late_mark_there_moves_n
 def test_without_late_tests_the_order_is_unchanged() -> None:
     items = [Item("e2e/test_b.py", "1"), Item("e2e/test_a.py", "2"), Item("unit/test_c.py", "3")]
     assert order(items) == ["e2e/test_b.py::1", "e2e/test_a.py::2", "unit/test_c.py::3"]
+
+
+def test_a_test_that_may_wait_for_a_late_build_gets_the_build_timeout() -> None:
+    assert LATE_BUILD_TIMEOUT_SECONDS > 900  # longer than the project-wide limit
+    assert late_build_timeout(None) == LATE_BUILD_TIMEOUT_SECONDS
+    assert late_build_timeout(120) == LATE_BUILD_TIMEOUT_SECONDS
+    assert late_build_timeout(LATE_BUILD_TIMEOUT_SECONDS) == LATE_BUILD_TIMEOUT_SECONDS
+
+
+def test_a_longer_own_timeout_or_none_at_all_stays() -> None:
+    assert late_build_timeout(LATE_BUILD_TIMEOUT_SECONDS + 1) == LATE_BUILD_TIMEOUT_SECONDS + 1
+    assert late_build_timeout(0) == 0
