@@ -66,8 +66,11 @@ test:
 # built first: the tests that use Kueue or helm build them (hack/build-kueue.sh,
 # hack/build-helm.sh; a no-op once cached), or wait for a build of them under way,
 # and run after the other e2e modules (tests/e2e/module_order.py).
+# --max-worker-restart=0: a worker that dies fails the run at once, naming the test it
+# died in; replaced, it can leave pytest-xdist's loadfile scheduling waiting forever
+# (pytest-xdist #784, #1327: a cold run of ours hung 40 minutes that way).
 test-default: $(BIN)/gang-extender control-plane
-	$(BIN)/pytest tests --ignore=tests/real -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	$(BIN)/pytest tests --ignore=tests/real -n $(TEST_WORKERS) --dist loadfile --max-worker-restart=0 $(PYTEST_ARGS)
 
 # The oldest supported minor: its own cached control plane, the core scenarios.
 test-oldest: $(BIN)/gang-extender
