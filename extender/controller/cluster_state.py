@@ -65,6 +65,10 @@ from extender.metrics import Metrics
 log = logging.getLogger(__name__)
 
 UPSTREAM_KIND = UPSTREAM_PODGROUPS.kind
+# Namespaces remembered as deleted, oldest forgotten first: a member's bind that the
+# API server refused while its namespace was terminating is reported seconds later,
+# often after the namespace's DELETED event.
+DELETED_NAMESPACE_MEMORY = 4096
 WORKLOAD_KIND = UPSTREAM_WORKLOADS.kind
 
 
@@ -108,6 +112,8 @@ class ClusterState(CacheSink):
         # Namespaces being deleted: the API server refuses every create in them (403),
         # so nothing is recreated there (controller/lifecycle.py).
         self.terminating_namespaces: set[str] = set()
+        # ... and namespaces deleted since (bounded; a namespace made again leaves it).
+        self.deleted_namespaces: dict[str, None] = {}
         self.dirty: set[GroupKey] = set()
         self._relisting: dict[str, set[str]] = {}
         # DRA (docs/dra.md): the devices, and each node as its Node object says; the
@@ -194,8 +200,7 @@ class ClusterState(CacheSink):
                 self._apply(kind, "DELETED", self.workloads[key])
         elif kind == "namespaces":
             for name in [n for n in self.namespace_labels if f"/{n}" not in seen]:
-                del self.namespace_labels[name]
-                self.terminating_namespaces.discard(name)
+                self._namespace_deleted(name)
 
     def _drop_pod_json(self, pod: PodInfo) -> None:
         if pod.group is not None:
@@ -335,9 +340,9 @@ class ClusterState(CacheSink):
             name = obj["metadata"]["name"]
             was = self.injected(name)
             if deleted:
-                self.namespace_labels.pop(name, None)
-                self.terminating_namespaces.discard(name)
+                self._namespace_deleted(name)
             else:
+                self.deleted_namespaces.pop(name, None)
                 self.namespace_labels[name] = dict(obj["metadata"].get("labels") or {})
                 if _terminating(obj):
                     self.terminating_namespaces.add(name)
@@ -459,8 +464,17 @@ class ClusterState(CacheSink):
         return self.workloads.get(workload) if workload is not None else None
 
     def terminating(self, namespace: str) -> bool:
-        """The namespace is being deleted (deletionTimestamp set, phase Terminating)."""
-        return namespace in self.terminating_namespaces
+        """The namespace is being deleted (deletionTimestamp set, phase Terminating), or
+        was deleted since the service started watching (the last DELETED_NAMESPACE_MEMORY)."""
+        return namespace in self.terminating_namespaces or namespace in self.deleted_namespaces
+
+    def _namespace_deleted(self, name: str) -> None:
+        self.namespace_labels.pop(name, None)
+        self.terminating_namespaces.discard(name)
+        self.deleted_namespaces.pop(name, None)
+        self.deleted_namespaces[name] = None
+        while len(self.deleted_namespaces) > DELETED_NAMESPACE_MEMORY:
+            del self.deleted_namespaces[next(iter(self.deleted_namespaces))]
 
     def injected(self, namespace: str) -> bool:
         labels = self.namespace_labels.get(namespace, {})

@@ -247,8 +247,22 @@ async def test_deleting_the_namespace_of_a_gang_restarts_nothing(
     assert not raw.events("GangRestarted")
     assert not [p for p in raw.status_patches("job") if p.get("restarts")]
 
+    # Deleted, it stays gone: a bind refused while it was terminating is reported
+    # seconds later, often after its DELETED event. Made again, it is live.
     service.state.on_event("namespaces", "DELETED", terminating_namespace())
+    assert service.state.terminating("default")
+    service.state.on_event("namespaces", "ADDED", {"metadata": {"name": "default"}})
     assert not service.state.terminating("default")
+
+
+def test_deleted_namespaces_are_remembered_up_to_a_bound(service: GangService) -> None:
+    from extender.controller.cluster_state import DELETED_NAMESPACE_MEMORY
+
+    for i in range(DELETED_NAMESPACE_MEMORY + 1):
+        service.state.on_event("namespaces", "DELETED", {"metadata": {"name": f"ns-{i}"}})
+    assert len(service.state.deleted_namespaces) == DELETED_NAMESPACE_MEMORY
+    assert not service.state.terminating("ns-0")  # the oldest, forgotten
+    assert service.state.terminating(f"ns-{DELETED_NAMESPACE_MEMORY}")
 
 
 async def test_a_restart_asks_the_api_server_when_the_namespace_watch_lags(
