@@ -88,10 +88,19 @@ def server_configs(
                 if hook_client_ca is None
                 else http_protocol("webhook", s.webhook_client_names)
             ),
+            timeout_keep_alive=WEBHOOK_KEEP_ALIVE_SECONDS,
         ),
         config(health_app, s.metrics_port),
     ]
     return configs
+
+
+# The API server's webhook client (Go's http.Transport, apimachinery's defaults) keeps
+# an idle connection 90 s and reuses it; a server closing it sooner (uvicorn's default
+# is 5 s) races a POST sent on it at that moment, which the client does not retry: the
+# admission fails with "failed to call webhook: ... EOF" (seen once in make test).
+# Longer than the client's, so the client is the one that closes.
+WEBHOOK_KEEP_ALIVE_SECONDS = 120
 
 
 def http_protocol(listener: str, names: list[str]) -> type[asyncio.Protocol] | str:

@@ -1,0 +1,33 @@
+"""The webhook listener keeps idle connections longer than the API server's client does.
+
+The API server's webhook client (Go's http.Transport with apimachinery's defaults)
+reuses an idle connection for 90 s; a server that closes it first races a POST sent
+on it, which the client does not retry ("failed to call webhook: ... EOF")."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from extender.config import Settings
+from extender.listeners import server_configs
+
+GO_CLIENT_IDLE_CONN_TIMEOUT_SECONDS = 90
+
+
+def test_the_webhook_listener_outlives_the_api_servers_idle_connections() -> None:
+    settings = Settings()
+    tls: Any = SimpleNamespace(cert_path=Path("/x/tls.crt"), key_path=Path("/x/tls.key"))
+    configs = server_configs(
+        settings,
+        tls,
+        extender_app=object(),
+        webhook_app="webhook",
+        health_app=object(),
+        client_ca=None,
+        hook_client_ca=None,
+    )
+    [webhook] = [c for c in configs if c.app == "webhook"]
+    assert webhook.port == settings.webhook_port
+    assert webhook.timeout_keep_alive > GO_CLIENT_IDLE_CONN_TIMEOUT_SECONDS
