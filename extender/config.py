@@ -144,7 +144,10 @@ class Settings(BaseSettings):
     resync_seconds: float = Field(default=30.0, gt=0)
     # Idle extender connections stay open this long, so kube-scheduler reuses its
     # connection instead of a TLS handshake per call (uvicorn's own default is 5 s).
-    extender_keep_alive_seconds: int = Field(default=75, gt=0)
+    # Longer than kube-scheduler's own idle timeout (90 s, apimachinery's transport
+    # defaults), so the client closes first: a server closing first races a call sent
+    # on the connection at that moment, which the client does not retry.
+    extender_keep_alive_seconds: int = Field(default=120, gt=0)
     # On SIGTERM, open connections get this long to finish before they are closed:
     # kube-scheduler keeps a keep-alive connection to the extender for good, and
     # without a bound the process would wait for the kubelet's SIGKILL.

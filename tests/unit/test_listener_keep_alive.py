@@ -1,4 +1,4 @@
-"""The webhook listener keeps idle connections longer than the API server's client does.
+"""Both listeners keep idle connections longer than their Go clients do.
 
 The API server's webhook client (Go's http.Transport with apimachinery's defaults)
 reuses an idle connection for 90 s; a server that closes it first races a POST sent
@@ -31,3 +31,21 @@ def test_the_webhook_listener_outlives_the_api_servers_idle_connections() -> Non
     [webhook] = [c for c in configs if c.app == "webhook"]
     assert webhook.port == settings.webhook_port
     assert webhook.timeout_keep_alive > GO_CLIENT_IDLE_CONN_TIMEOUT_SECONDS
+
+
+def test_the_extender_listener_outlives_kube_schedulers_idle_connections() -> None:
+    # kube-scheduler's extender client uses the same transport defaults (90 s idle).
+    settings = Settings()
+    tls: Any = SimpleNamespace(cert_path=Path("/x/tls.crt"), key_path=Path("/x/tls.key"))
+    configs = server_configs(
+        settings,
+        tls,
+        extender_app="extender",
+        webhook_app=object(),
+        health_app=object(),
+        client_ca=Path("/x/ca.crt"),
+        hook_client_ca=None,
+    )
+    [extender] = [c for c in configs if c.app == "extender"]
+    assert extender.port == settings.extender_port
+    assert extender.timeout_keep_alive > GO_CLIENT_IDLE_CONN_TIMEOUT_SECONDS
