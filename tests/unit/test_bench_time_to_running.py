@@ -3,6 +3,8 @@ nodes: `python -m bench.time_to_running`)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from bench.time_to_running import (
@@ -113,7 +115,7 @@ def test_summary_per_scheduler_and_its_table() -> None:
 
 
 def test_the_stock_variant_sends_every_pod_to_the_default_scheduler() -> None:
-    docs = [
+    docs: list[dict[str, Any]] = [
         {"kind": "PodGroup", "spec": {"minMember": 2}},
         {"kind": "Pod", "spec": {"schedulerName": "gang-extender", "containers": []}},
         {"kind": "Deployment", "spec": {"template": {"spec": {"schedulerName": "gang-extender"}}}},
