@@ -46,13 +46,16 @@ def pytest_configure(config: pytest.Config) -> None:
             f"(pid {os.getpid()}) got {signal.Signals(signum).name} while running "
             f"{_running['test']}; the processes then:\n{processes}"
         )
-        sys.__stderr__.write(text)
+        stderr = sys.__stderr__  # pytest captures sys.stderr
+        if stderr is not None:
+            stderr.write(text)
         try:
             log.parent.mkdir(parents=True, exist_ok=True)
             with log.open("a") as out:
                 out.write(text)
         except OSError as err:
-            sys.__stderr__.write(f"(not written to {log}: {err})\n")
+            if stderr is not None:
+                stderr.write(f"(not written to {log}: {err})\n")
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
 
