@@ -29,7 +29,9 @@ table and writes `time_to_running.json` and `time_to_running.md` to `--out`.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
+import os
 import platform
 import re
 import sys
@@ -171,7 +173,7 @@ def stock_scheduled(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The same job for the default kube-scheduler: every pod spec's schedulerName swapped."""
     out = []
     for doc in docs:
-        doc = json.loads(json.dumps(doc))
+        doc = copy.deepcopy(doc)
         kind = doc.get("kind")
         if kind == "Pod":
             doc["spec"]["schedulerName"] = "default-scheduler"
@@ -318,7 +320,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         json.dumps(
             {
                 "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                "machine": {"cpus": _cpus(), "python": platform.python_version()},
+                "machine": {"cpus": os.cpu_count() or 0, "python": platform.python_version()},
                 "rounds": args.rounds,
                 "runs": [asdict(r) for r in runs],
                 "summary": summary,
@@ -331,12 +333,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     failed = [r for r in runs if not r.ok]
     partial = sum(r.partial_at_end for r in runs if r.scheduler == "gang-extender")
     return 1 if failed or partial or partial_counted else 0
-
-
-def _cpus() -> int:
-    import os
-
-    return os.cpu_count() or 0
 
 
 if __name__ == "__main__":
