@@ -1,7 +1,7 @@
 """Session-wide test hooks: a pytest-xdist worker that gets SIGTERM says so before dying.
 
 A worker killed by a signal dies without a word (xdist prints only "node down: Not
-properly terminated"). Seen four times, in different modules, with no OOM,
+properly terminated"). Seen five times, in different modules, with no OOM,
 segfault or timeout behind it (docs/testing.md): the cause is not found. A worker
 that gets SIGTERM now appends to `.dev/test/worker-signals.log` (and stderr) which
 worker, when, the test it was running and the process list, then dies of the signal
