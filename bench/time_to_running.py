@@ -187,7 +187,7 @@ def stock_scheduled(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def _run_one(cluster: Any, raw: Any, workdir: Path, scheduler: str) -> RunFigures:
     from extender.devcluster.cluster import new_namespace
     from extender.devcluster.demo_jobs import JOBS
-    from extender.kube.rawapi import path_of
+    from extender.devcluster.demo_real import delete_job_namespace, job_pods
 
     job = next(j for j in JOBS if j.key == "horovod")
     namespace = new_namespace(
@@ -209,11 +209,9 @@ def _run_one(cluster: Any, raw: Any, workdir: Path, scheduler: str) -> RunFigure
     launcher: str | None = None
     phase = ""
     deadline = time.monotonic() + RUN_TIMEOUT_SECONDS
-    pods_path = path_of("api", "v1", "namespaces", namespace, "pods")
     while time.monotonic() < deadline:
         now = time.time() - applied_at
-        items = raw.call("GET", pods_path, query={"labelSelector": job.members})["items"]
-        for pod in items:
+        for pod in job_pods(raw, namespace, job.members):
             times = seen.setdefault(pod["metadata"]["name"], PodTimes())
             node = pod["spec"].get("nodeName")
             if node and times.bound is None:
@@ -246,10 +244,7 @@ def _run_one(cluster: Any, raw: Any, workdir: Path, scheduler: str) -> RunFigure
     )
     if phase != "Succeeded":
         result.notes.append(f"launcher {phase or 'not seen'}")
-    raw.call("DELETE", path_of("api", "v1", "namespaces", namespace))
-    gone_by = time.monotonic() + 120
-    while raw.call("GET", pods_path)["items"] and time.monotonic() < gone_by:
-        time.sleep(1)
+    delete_job_namespace(raw, namespace)  # raises if its pods outlive the wait
     return result
 
 

@@ -121,7 +121,7 @@ def _run_job(cluster: LocalCluster, raw: RawApi, workdir: Path, job: DemoJob) ->
     applied = time.monotonic()
     launcher, phase = _wait_launcher(raw, namespace, job)
     seconds = time.monotonic() - applied
-    members = _pods(raw, namespace, job.members)
+    members = job_pods(raw, namespace, job.members)
     print(f"== members ({job.group}):")
     for pod in members:
         spec = pod["spec"]
@@ -156,12 +156,12 @@ def _run_job(cluster: LocalCluster, raw: RawApi, workdir: Path, job: DemoJob) ->
         f"launcher {phase} {seconds:.1f}s after apply",
         flush=True,
     )
-    gone = _delete_namespace(raw, namespace)
+    gone = delete_job_namespace(raw, namespace)
     print(f"== kubectl delete namespace {namespace}: its pods gone in {gone:.1f}s", flush=True)
     return JobResult(job.key, ok, size, len(rank_nodes), seconds)
 
 
-def _pods(raw: RawApi, namespace: str, selector: str) -> list[dict[str, Any]]:
+def job_pods(raw: RawApi, namespace: str, selector: str) -> list[dict[str, Any]]:
     items = raw.call(
         "GET",
         path_of("api", "v1", "namespaces", namespace, "pods"),
@@ -175,7 +175,7 @@ def _wait_launcher(raw: RawApi, namespace: str, job: DemoJob) -> tuple[str, str]
     deadline = time.monotonic() + JOB_TIMEOUT_SECONDS
     selector = f"{job.members},{job.launcher}"
     while time.monotonic() < deadline:
-        for pod in _pods(raw, namespace, selector):
+        for pod in job_pods(raw, namespace, selector):
             name = pod["metadata"]["name"]
             status = pod.get("status") or {}
             statuses = status.get("containerStatuses") or []
@@ -187,12 +187,13 @@ def _wait_launcher(raw: RawApi, namespace: str, job: DemoJob) -> tuple[str, str]
     raise TimeoutError(f"{job.key}: the launcher did not finish within {JOB_TIMEOUT_SECONDS}s")
 
 
-def _delete_namespace(raw: RawApi, namespace: str) -> float:
-    """Delete the job's namespace; the seconds until its pods are gone (their GPUs free)."""
+def delete_job_namespace(raw: RawApi, namespace: str) -> float:
+    """Delete the job's namespace; the seconds until its pods are gone (their GPUs free).
+    Also bench/time_to_running.py's, between runs."""
     raw.call("DELETE", path_of("api", "v1", "namespaces", namespace))
     started = time.monotonic()
     deadline = started + GONE_TIMEOUT_SECONDS
-    while _pods(raw, namespace, ""):
+    while job_pods(raw, namespace, ""):
         if time.monotonic() > deadline:
             raise TimeoutError(f"the pods of {namespace} were not gone in {GONE_TIMEOUT_SECONDS}s")
         time.sleep(1)
