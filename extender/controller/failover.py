@@ -49,6 +49,7 @@ class Failover:
         self.clock = clock
         self.synced: Callable[[], bool] = lambda: False  # the watch cache's, set by the service
         self._recovered_term: int | None = None  # leader.term (0 without election)
+        self.failure: str | None = None  # why the last recovery raised, for /readyz
 
     def _term(self) -> int:
         return self.leader.term if self.leader is not None else 0
@@ -63,6 +64,8 @@ class Failover:
         """Recovered for the current term (readiness adds leadership and cache sync)."""
         if self._recovered_term == self._term():
             return True, "ok"
+        if self.failure is not None:
+            return False, f"recovering planned gangs failed (retrying): {self.failure}"
         return False, "recovering planned gangs from their planned-node annotations"
 
     def on_leadership(self, leading: bool) -> None:
@@ -81,8 +84,13 @@ class Failover:
         term = self._term()
         if self._recovered_term == term or not self.synced():
             return
-        found = self.core.recover(self.clock())
+        try:
+            found = self.core.recover(self.clock())
+        except Exception as err:
+            self.failure = f"{type(err).__name__}: {err}"
+            raise
         self._recovered_term = term
+        self.failure = None
         for plan in found.plans:
             log.info("gang %s: plan recovered: %s", plan.group, sorted(plan.placements.values()))
         for refused in found.refused:
@@ -93,9 +101,15 @@ class Failover:
         self.flush_effects()
 
     async def run(self, interval_seconds: float) -> None:
-        """Notice a synced cache or a lapsed Lease between the elector's rounds."""
+        """Notice a synced cache or a lapsed Lease between the elector's rounds.
+
+        A step that raises is logged and tried again next round: this loop is what
+        retries a recovery that failed, so it must outlive one."""
         while True:
-            self.step()
+            try:
+                self.step()
+            except Exception:
+                log.exception("plan recovery failed; trying again in %.1fs", interval_seconds)
             await asyncio.sleep(interval_seconds)
 
 

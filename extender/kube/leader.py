@@ -86,7 +86,17 @@ class LeaderElector:
 
     async def _run(self) -> None:
         while True:
-            await self.round()
+            try:
+                await self.round()
+            except Exception:
+                # on_change (plan recovery) raised: the next round must still come, or
+                # this replica would stop renewing or never lead again, saying nothing.
+                log.exception(
+                    "lease %s/%s: a round failed; next in %.1fs",
+                    self.namespace,
+                    self.name,
+                    self.renew_seconds / 2,
+                )
             await asyncio.sleep(self.renew_seconds if self.is_leader else self.renew_seconds / 2)
 
     async def round(self) -> None:

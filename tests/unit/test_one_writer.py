@@ -3,6 +3,7 @@ counted from before its last renew, and only once it has rebuilt the plans of it
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import httpx
@@ -278,3 +279,92 @@ async def test_the_effect_writer_skips_writes_once_not_the_leader() -> None:
     assert calls == [], "a replica that is not the leader cleared annotations"
     skipped = metrics.registry.get_sample_value("gang_extender_not_leader_total", {"what": "write"})
     assert skipped == 2
+
+
+# ---- a recovery that raises: the loops that retry it outlive it ----
+
+
+class RecoveryFailsOnce:
+    """core.recover raising its first time (a bug, or state it cannot read yet)."""
+
+    def __init__(self, core: Any) -> None:
+        self.core = core
+        self.calls = 0
+        self.original = core.recover
+        core.recover = self
+
+    def __call__(self, now: float) -> Any:
+        self.calls += 1
+        if self.calls == 1:
+            raise RuntimeError("annotation unreadable")
+        return self.original(now)
+
+
+async def _rounds_until(done: Any, limit: int = 500) -> None:
+    for _ in range(limit):
+        if done():
+            return
+        await asyncio.sleep(0.005)
+
+
+async def test_a_recovery_that_raises_does_not_end_the_election() -> None:
+    # It ran inside the elector's on_change: raising there ended the election task,
+    # so the replica stopped renewing and never said why.
+    clock = Clock(100.0)
+    api = FakeLeaseApi(clock)
+    puts: list[str] = []
+    call = api.call
+
+    def counting(method: str, path: str, body: Any = None, **kw: Any) -> dict[str, Any]:
+        if method in ("PUT", "POST"):
+            puts.append(method)
+        return call(method, path, body, **kw)
+
+    api.call = counting  # type: ignore[method-assign]
+    core = planned_core()
+    failing = RecoveryFailsOnce(core)
+    leader = LeaderElector(
+        api,  # type: ignore[arg-type]
+        namespace="gang-system",
+        name="gang-extender-service",
+        lease_seconds=LEASE,
+        renew_seconds=0.01,
+        metrics=Metrics(),
+        identity="me",
+        clock=clock,
+    )
+    failover = Failover(core, leader, Metrics(), flush_effects=lambda: None, clock=lambda: T0)
+    failover.synced = lambda: True
+    leader.on_change = failover.on_leadership
+    leader.start(asyncio.get_running_loop())
+    try:
+        await _rounds_until(lambda: len(puts) >= 3)
+    finally:
+        leader.stop()
+    assert failing.calls == 1
+    assert len(puts) >= 3, f"the election stopped after the recovery raised: {puts}"
+    assert failover.ready() == (
+        False,
+        "recovering planned gangs failed (retrying): RuntimeError: annotation unreadable",
+    )
+
+
+async def test_the_failover_loop_retries_a_recovery_that_raised_until_it_is_ready() -> None:
+    clock = Clock(100.0)
+    core = planned_core()
+    failing = RecoveryFailsOnce(core)
+    leader = elector(FakeLeaseApi(clock), clock)
+    failover = Failover(core, leader, Metrics(), flush_effects=lambda: None, clock=lambda: T0)
+    failover.synced = lambda: True
+    await leader.round()  # leads; on_change is not wired: the loop is what recovers
+    task = asyncio.create_task(failover.run(0.001))
+    try:
+        await _rounds_until(lambda: failover.ready()[0])
+    finally:
+        task.cancel()
+    assert failing.calls == 2
+    assert failover.ready() == (True, "ok") and failover.acting()
+    assert sorted(core.ledger.plans[GroupKey("default", "job")].placements.values()) == [
+        "n1",
+        "n2",
+    ]
