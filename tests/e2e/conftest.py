@@ -3,7 +3,8 @@
 One LocalCluster (etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
 kwok) is started per test session and shared; every test gets its own namespace.
 Set GANG_E2E_BIN_DIR to use prebuilt binaries instead of hack/build-control-plane.sh.
-When an e2e test fails, the tail of every component log is attached to its report.
+When an e2e test fails, the tail of every component log is attached to its report,
+and of every log of a control plane of its own (a LocalCluster fixture it uses).
 """
 
 from __future__ import annotations
@@ -36,6 +37,9 @@ from tests.e2e.module_order import (
 api, apps, core = cluster_fixtures.api, cluster_fixtures.apps, cluster_fixtures.core
 E2E_DIR = Path(__file__).parent
 _SESSION_CLUSTER = pytest.StashKey[LocalCluster]()
+# Lines of each log of a test's own control plane attached when it fails: its service
+# replicas' hand-over is in them, further back than the session's 40.
+OWN_CLUSTER_LOG_LINES = 120
 
 
 def _in_e2e(item: pytest.Item) -> bool:
@@ -71,9 +75,21 @@ def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     report = yield
+    if not report.failed:
+        return report
     cluster = item.config.stash.get(_SESSION_CLUSTER, None)
-    if report.failed and cluster is not None:
+    if cluster is not None:
         report.sections.append(("control-plane logs", cluster.tail_logs()))
+    # A module's own control plane (test_ha.py's, with the service replicas and the
+    # gang kube-scheduler logging into it): the session's logs do not say why it failed.
+    own = [
+        value
+        for value in getattr(item, "funcargs", {}).values()
+        if isinstance(value, LocalCluster) and value is not cluster
+    ]
+    for index, local in enumerate(own):
+        title = "the test's own control-plane logs" + (f" ({index + 1})" if len(own) > 1 else "")
+        report.sections.append((title, local.tail_logs(OWN_CLUSTER_LOG_LINES)))
     return report
 
 

@@ -15,6 +15,8 @@ run beside this stack.
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
 import socket
 import threading
 import time
@@ -179,6 +181,30 @@ def ha_stack(ha_cluster: LocalCluster) -> Iterator[tuple[GangStack, ReadyProxy]]
         stack.stop()
 
 
+def _wait_taken_over(standby: ServiceReplica) -> None:
+    """Until the standby answers /readyz 200; on timeout the failure says what it last
+    answered and whether its process still runs (a bare False said neither)."""
+    answers: list[tuple[int, str]] = []
+
+    def ready() -> bool:
+        answers.append(standby.readyz())
+        return answers[-1][0] == 200
+
+    try:
+        wait_until(ready, timeout=HANDOVER_BOUND_SECONDS, what="the standby to take over")
+    except pytest.fail.Exception as err:
+        process = standby.process
+        if process is None:
+            state = "no process"
+        elif process.alive():
+            state = "alive; its asyncio tasks are in its log"
+            os.kill(process.pid, signal.SIGUSR2)  # the service logs every task and its line
+            time.sleep(1)
+        else:
+            state = f"exited {process.returncode}"
+        pytest.fail(f"{err}; {standby.name} ({state}) last answered /readyz {answers[-1:]}")
+
+
 def _create_retrying(raw: RawApi, namespace: str, obj: dict[str, Any]) -> None:
     deadline = time.monotonic() + CREATE_RETRY_SECONDS
     while True:
@@ -227,11 +253,7 @@ def test_killing_the_leader_mid_stream_leaves_every_gang_fully_bound(ha_cluster,
     creator = threading.Thread(target=stream, daemon=True)
     creator.start()
     wait_until(lambda: "killed_at" in handover, timeout=60, what="the leader to be killed")
-    wait_until(
-        lambda: standby.readyz()[0] == 200,
-        timeout=HANDOVER_BOUND_SECONDS,
-        what="the standby to take over",
-    )
+    _wait_taken_over(standby)
     handover["seconds"] = time.monotonic() - handover["killed_at"]
     print(
         f"\nhand-over: leader {first_leader.name} SIGKILLed -> {standby.name} Ready in "
@@ -374,11 +396,7 @@ def test_a_gang_planned_before_the_leader_is_killed_keeps_its_reservation_and_bi
 
     assert first_leader.process is not None
     first_leader.process.kill()  # SIGKILL: no lease release, fo-0's bind dies with it
-    wait_until(
-        lambda: standby.readyz()[0] == 200,
-        timeout=HANDOVER_BOUND_SECONDS,
-        what="the standby to take over",
-    )
+    _wait_taken_over(standby)
     # Ready means the plan was rebuilt first: both members hold their reservation.
     metrics = standby.metrics_text()
     assert _metric(metrics, "gang_extender_plans_recovered_total", 'outcome="recovered"') >= 1
