@@ -5,17 +5,22 @@ properly terminated"). Seen five times, in different modules, with no OOM,
 segfault or timeout behind it (docs/testing.md): the cause is not found. A worker
 that gets SIGTERM now appends to `.dev/test/worker-signals.log` (and stderr) which
 worker, when, the test it was running and the process list, then dies of the signal
-as before. SIGKILL cannot be caught: a death with no entry there was one.
+as before. SIGKILL cannot be caught: a death with no entry there was one. A thread also
+watches the worker's channel to the controller (fds 3 and 4): should they be closed
+under it (a double close elsewhere), the same log says so, with every thread's stack.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import signal
 import subprocess
 import sys
 import threading
 import time
+import traceback
 from pathlib import Path
 from types import FrameType
 
@@ -60,6 +65,85 @@ def pytest_configure(config: pytest.Config) -> None:
         os.kill(os.getpid(), signum)
 
     signal.signal(signal.SIGTERM, report_and_die)
+    _watch_channel(worker, log)
+
+
+# execnet's worker dups its stdin and stdout first thing, so its channel to the
+# controller is fds 3 and 4; a double close elsewhere that hit either would end the
+# worker with no signal and no output, as the unexplained deaths did.
+_CHANNEL_FDS = (3, 4)
+_CHANNEL_POLL_SECONDS = 0.05
+# Set when the session ends: execnet then closes the channel itself.
+_channel_watch_over = threading.Event()
+
+
+def _fd_identity(fd: int) -> tuple[int, int] | None:
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
+
+
+def _fd_target(fd: int) -> str:
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError as err:
+        return f"closed ({err.strerror})"
+
+
+def _report(log: Path, text: str) -> None:
+    with contextlib.suppress(OSError):
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with log.open("a") as out:
+            out.write(f"== {time.strftime('%Y-%m-%d %H:%M:%S')} {text}")
+
+
+def _watch_channel(worker: str, log: Path) -> None:
+    """A thread that notices, within 50 ms, the worker's channel fds closed or replaced,
+    and logs which, what they are now, the test and every thread's stack."""
+    watched = {fd: _fd_identity(fd) for fd in _CHANNEL_FDS if _fd_target(fd).startswith("pipe:")}
+    if not watched:
+        return
+    real_close = os.close
+
+    def close_but_not_the_channel(fd: int) -> None:
+        # Python-level closes only (subprocess, os.fdopen'd files use os.close); a
+        # C-level one (socket.close) is seen by the thread below, after the fact.
+        if fd in watched and _fd_identity(fd) == watched[fd]:
+            _report(
+                log,
+                f"pytest-xdist worker {worker} (pid {os.getpid()}): os.close({fd}) of its "
+                f"channel refused (a double close elsewhere?), while running "
+                f"{_running['test']}; the caller:\n{''.join(traceback.format_stack())}",
+            )
+            raise OSError(errno.EBADF, f"fd {fd} is pytest-xdist's channel, not yours")
+        real_close(fd)
+
+    os.close = close_but_not_the_channel
+
+    def watch() -> None:
+        while not _channel_watch_over.wait(_CHANNEL_POLL_SECONDS):
+            changed = {fd: _fd_target(fd) for fd, was in watched.items() if _fd_identity(fd) != was}
+            if not changed:
+                continue
+            stacks = "".join(
+                f"-- thread {ident}:\n{''.join(traceback.format_stack(frame))}"
+                for ident, frame in sys._current_frames().items()
+            )
+            _report(
+                log,
+                f"pytest-xdist worker {worker} (pid {os.getpid()}): its channel fds changed "
+                f"under it, now {changed}, while running {_running['test']}; every "
+                f"thread's stack:\n{stacks}",
+            )
+            return
+
+    threading.Thread(target=watch, name="xdist-channel-watch", daemon=True).start()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    _channel_watch_over.set()
 
 
 def pytest_runtest_logstart(nodeid: str, location: tuple[str, int | None, str]) -> None:
