@@ -21,6 +21,7 @@ import socket
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
@@ -69,6 +70,12 @@ class LeaderElector:
         self._renewed_at: float | None = None  # clock() before the last successful renew
         self._leading = False  # what on_change was last told
         self._task: asyncio.Task[None] | None = None
+        # Its own thread: in the default executor a renew would queue behind the API
+        # writes and webhook reads (six threads on two cores) and the term could lapse.
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lease")
+        # client-go's renewDeadline: a call answered later than this cannot keep the
+        # term (validity counts from before it), so it is not waited for longer.
+        self.request_timeout = max(1.0, lease_seconds - renew_seconds)
 
     @property
     def is_leader(self) -> bool:
@@ -83,6 +90,7 @@ class LeaderElector:
     def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
+        self._executor.shutdown(wait=False, cancel_futures=True)
 
     async def _run(self) -> None:
         while True:
@@ -103,7 +111,8 @@ class LeaderElector:
         """One acquire-or-renew attempt; then tell `on_change` if leadership changed."""
         sent_at = self.clock()  # before the PUT: see the module docstring
         try:
-            won = await asyncio.to_thread(self.try_acquire_or_renew)
+            loop = asyncio.get_running_loop()
+            won = await loop.run_in_executor(self._executor, self.try_acquire_or_renew)
         except KubeError as err:
             log.warning("lease %s/%s: %s", self.namespace, self.name, err)
             won = False
@@ -133,7 +142,7 @@ class LeaderElector:
     def try_acquire_or_renew(self) -> bool:
         now = time.time()
         try:
-            lease = self.raw.call("GET", self._path())
+            lease = self.raw.call("GET", self._path(), timeout=self.request_timeout)
         except KubeError as err:
             if err.status != 404:
                 raise
@@ -156,7 +165,7 @@ class LeaderElector:
         )
         lease["spec"] = spec
         try:
-            self.raw.call("PUT", self._path(), body=lease)
+            self.raw.call("PUT", self._path(), body=lease, timeout=self.request_timeout)
         except KubeError as err:
             if err.status == 409:  # someone else updated it first
                 return False
@@ -177,7 +186,9 @@ class LeaderElector:
             },
         }
         try:
-            self.raw.call("POST", self._path(with_name=False), body=body)
+            self.raw.call(
+                "POST", self._path(with_name=False), body=body, timeout=self.request_timeout
+            )
         except KubeError as err:
             if err.status == 409:
                 return False

@@ -4,6 +4,7 @@ counted from before its last renew, and only once it has rebuilt the plans of it
 from __future__ import annotations
 
 import asyncio
+import threading
 from typing import Any
 
 import httpx
@@ -368,3 +369,44 @@ async def test_the_failover_loop_retries_a_recovery_that_raised_until_it_is_read
         "n1",
         "n2",
     ]
+
+
+class RecordingLeaseApi(FakeLeaseApi):
+    """Records each call's timeout."""
+
+    def __init__(self, clock: Clock) -> None:
+        super().__init__(clock)
+        self.timeouts: list[float | None] = []
+
+    def call(self, method: str, path: str, body: Any = None, **kw: Any) -> dict[str, Any]:
+        self.timeouts.append(kw.get("timeout"))
+        return super().call(method, path, body)
+
+
+async def test_a_renew_does_not_queue_behind_the_default_executor() -> None:
+    # Six threads on two cores, shared with the API writes and webhook reads: with
+    # them all busy, a renew queued there and the term could lapse meanwhile.
+    clock = Clock(100.0)
+    leader = elector(FakeLeaseApi(clock), clock)
+    release = threading.Event()
+    loop = asyncio.get_running_loop()
+    busy = [loop.run_in_executor(None, release.wait, 30) for _ in range(64)]
+    try:
+        await asyncio.wait_for(leader.round(), timeout=10)
+    finally:
+        release.set()
+        await asyncio.gather(*busy)
+        leader.stop()
+    assert leader.is_leader
+
+
+async def test_lease_calls_give_up_after_the_renew_deadline() -> None:
+    # Validity counts from before the call: one answered after lease - renew seconds
+    # could not keep the term, so it is not waited for longer (client-go's renewDeadline).
+    clock = Clock(100.0)
+    api = RecordingLeaseApi(clock)
+    leader = elector(api, clock)
+    await leader.round()
+    await leader.round()
+    leader.stop()
+    assert api.timeouts == [LEASE - LEASE / 3] * 4  # GET 404, POST; GET, PUT
