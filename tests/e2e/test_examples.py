@@ -73,6 +73,11 @@ def ready_when(command: str, comment: str, group: str, min_member: int) -> Calla
 
         def placed(out: str) -> bool:
             row = parse_status_table(out).get(group, {})
+            if row.get("PHASE") == "Succeeded" and "Succeeded" in phases:
+                # KWOK completes Job pods at once: a Job whose successPolicy is met
+                # (examples/deepspeed) may remove the other members before a poll sees
+                # 4/4. The README's GangScheduled Event line checks it was placed whole.
+                return True
             return row.get("PLACED/MIN") == f"{min_member}/{min_member}" and row["PHASE"] in phases
 
         return placed

@@ -80,6 +80,16 @@ PHASES: list[tuple[str, list[dict[str, Any]], tuple[str, str, int, int, int, int
         ("Scheduled", "Scheduled", 1, 2, 1, 1, 0, "True"),
     ),
     (
+        "the Job's successPolicy met: one succeeded, the others removed by the Job",
+        [member(0, "Succeeded", "n0")],
+        ("Succeeded", "Succeeded", 0, 1, 0, 1, 0, "True"),
+    ),
+    (
+        "one succeeded, one failed, none left: failed wins",
+        [member(0, "Succeeded", "n0"), member(1, "Failed", "n0")],
+        ("Failed", "MembersFailed", 0, 2, 0, 1, 1, "True"),
+    ),
+    (
         "every member failed before binding",
         [member(0, "Failed"), member(1, "Failed")],
         ("Failed", "MembersFailed", 0, 0, 0, 0, 2, "False"),
@@ -121,6 +131,14 @@ def test_phase_reason_counts_and_condition(
     status = status_of(*pods)
     assert seen(status) == expected
     assert status.min_member == 2
+
+
+def test_a_finished_gang_whose_job_removed_members_says_so_not_waiting_for_them() -> None:
+    # examples/deepspeed: index 0 succeeds, the Job removes ranks 1-3; the gang is not
+    # waiting for members to be created.
+    status = status_of(member(0, "Succeeded", "n0"), min_member=4)
+    assert (status.phase, status.members, status.succeeded) == ("Succeeded", 0, 1)
+    assert "waiting" not in status.message and "1 member(s) succeeded" in status.message
 
 
 def test_a_bound_gang_says_how_many_of_its_members_are_bound() -> None:

@@ -85,6 +85,10 @@ class MemberCounts:
             return "Succeeded"
         if self.failed and not self.active:
             return "Failed"
+        if self.succeeded and not self.active:
+            # Finished: a Job whose successPolicy is met removes the members still
+            # running, so fewer than minMember may be left, all Succeeded.
+            return "Succeeded"
         if self.running >= min_member:
             return "Running"
         if self.scheduled >= min_member:
@@ -301,6 +305,11 @@ def group_status(core: SchedulingCore, key: GroupKey) -> GroupStatus | None:
             message = f"{message or f'gang {key}: waiting to be scheduled'}; {disagreement}"
     if scheduled >= spec.min_member and not spec.error:
         message = f"gang {key}: {scheduled}/{spec.min_member} members bound"
+    elif phase == "Succeeded" and not spec.error:
+        message = (
+            f"gang {key}: finished: {counts.succeeded} member(s) succeeded, none left to run "
+            f"(the others were removed, as a Job does once its successPolicy is met)"
+        )
     return GroupStatus(
         phase=phase,
         min_member=spec.min_member,
@@ -309,7 +318,11 @@ def group_status(core: SchedulingCore, key: GroupKey) -> GroupStatus | None:
         running=counts.running,
         succeeded=counts.succeeded,
         failed=counts.failed,
-        condition_status="True" if scheduled >= spec.min_member and not spec.error else "False",
+        condition_status=(
+            "True"
+            if (scheduled >= spec.min_member or phase == "Succeeded") and not spec.error
+            else "False"
+        ),
         reason=reason,
         message=message or f"gang {key}: waiting to be scheduled",
     )
