@@ -80,6 +80,11 @@ PHASES: list[tuple[str, list[dict[str, Any]], tuple[str, str, int, int, int, int
         ("Scheduled", "Scheduled", 1, 2, 1, 1, 0, "True"),
     ),
     (
+        "exactly minMember succeeded while a spare member still runs",
+        [member(0, "Succeeded", "n0"), member(1, "Succeeded", "n0"), member(2, node="n1")],
+        ("Succeeded", "Succeeded", 1, 3, 1, 2, 0, "True"),
+    ),
+    (
         "the Job's successPolicy met: one succeeded, the others removed by the Job",
         [member(0, "Succeeded", "n0")],
         ("Succeeded", "Succeeded", 0, 1, 0, 1, 0, "True"),
