@@ -1,13 +1,15 @@
-"""Session-wide test hooks: a pytest-xdist worker that gets SIGTERM says so before dying.
+"""Session-wide test hooks: SIGPIPE restored after each test; a dying worker says why.
 
 A worker killed by a signal dies without a word (xdist prints only "node down: Not
-properly terminated"). Seen five times, in different modules, with no OOM,
-segfault or timeout behind it (docs/testing.md): the cause is not found. A worker
-that gets SIGTERM now appends to `.dev/test/worker-signals.log` (and stderr) which
-worker, when, the test it was running and the process list, then dies of the signal
-as before. SIGKILL cannot be caught: a death with no entry there was one. A thread also
-watches the worker's channel to the controller (fds 3 and 4): should they be closed
-under it (a double close elsewhere), the same log says so, with every thread's stack.
+properly terminated"). Seen six times; the cause, found (docs/testing.md): a test
+running `gang-extender status` through `extender.cli.main` in-process set SIGPIPE to
+its default, and the worker's next write to a socket its peer had closed killed it.
+Each test now leaves SIGPIPE as it found it (`_sigpipe_restored`). Kept for the next
+unexplained death: a worker that gets SIGTERM appends to
+`.dev/test/worker-signals.log` (and stderr) which worker, when, the test it was
+running and the process list, then dies of the signal as before; a thread watches the
+worker's channel to the controller (fds 3 and 4) and logs there should they be closed
+under it, with every thread's stack.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
 
@@ -140,6 +143,23 @@ def _watch_channel(worker: str, log: Path) -> None:
             return
 
     threading.Thread(target=watch, name="xdist-channel-watch", daemon=True).start()
+
+
+@pytest.fixture(autouse=True)
+def _sigpipe_restored() -> Iterator[None]:
+    """Each test leaves SIGPIPE as it found it (ignored, as Python starts).
+
+    A test that runs a printing command through `extender.cli.main` in-process
+    (`gang-extender status`) sets SIGPIPE to its default, as the CLI should for a
+    pipe into `head`. Left so, the worker's next write to a socket its peer had
+    closed killed it with no output: every "worker crashed" of the test runs
+    (test_trust.py's TLS client without a certificate, test_ha.py's proxy, ...),
+    after test_workload_v135.py's status test had run on the same worker.
+    """
+    before = signal.getsignal(signal.SIGPIPE)
+    yield
+    if signal.getsignal(signal.SIGPIPE) != before:
+        signal.signal(signal.SIGPIPE, before)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
