@@ -563,6 +563,8 @@ def test_the_pods_pass_the_restricted_pod_security_standard(
 
 
 FENCE_NODE = "e2e-fence-policy-node"
+# Writes of the node lifecycle controller between our read and our patch (409s).
+CONFLICT_RETRIES = 10
 
 
 def patch_node_as_service(
@@ -622,12 +624,31 @@ def test_the_service_account_may_put_and_take_the_fence_taint_and_nothing_else_o
     denied = wait_until(label_denied, what="the node fence policy to deny a label change")
     assert "may not change a node's labels or annotations" in denied
 
-    put = patch_node_as_service(cluster, {"spec": {"taints": [*others(), fence]}}, "-o", "json")
+    def patch_taints(extra: list[dict[str, Any]]) -> subprocess.CompletedProcess[str]:
+        """The node's other taints plus `extra`, at the resourceVersion they were read at.
+
+        The node lifecycle controller taints a node no kubelet runs (not-ready, then
+        unreachable): a patch of the list read before its change would take that taint
+        off, which the policy rightly denies. With the resourceVersion the API server
+        answers 409 instead, and the list is read again."""
+        for _ in range(CONFLICT_RETRIES):
+            current = node()
+            theirs = [t for t in current["spec"].get("taints") or [] if t["key"] != fence["key"]]
+            patch = {
+                "metadata": {"resourceVersion": current["metadata"]["resourceVersion"]},
+                "spec": {"taints": [*theirs, *extra]},
+            }
+            result = patch_node_as_service(cluster, patch, "-o", "json")
+            if result.returncode == 0 or "the object has been modified" not in result.stderr:
+                return result
+        return result
+
+    put = patch_taints([fence])
     assert put.returncode == 0, put.stderr
     # The node as the patch wrote it: the session's service, if running, takes a fence
     # no reservation of its own explains off soon after, so a later read may miss it.
     assert fence in json.loads(put.stdout)["spec"]["taints"]
-    taken = patch_node_as_service(cluster, {"spec": {"taints": others()}})
+    taken = patch_taints([])
     assert taken.returncode == 0, taken.stderr
     assert fence not in (node()["spec"].get("taints") or [])
 
