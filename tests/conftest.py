@@ -14,7 +14,6 @@ under it, with every thread's stack.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 import signal
@@ -49,21 +48,17 @@ def pytest_configure(config: pytest.Config) -> None:
             ).stdout
         except (OSError, subprocess.SubprocessError) as err:
             processes = f"(ps failed: {err})\n"
-        text = (
-            f"== {time.strftime('%Y-%m-%d %H:%M:%S')} pytest-xdist worker {worker} "
-            f"(pid {os.getpid()}) got {signal.Signals(signum).name} while running "
-            f"{_running['test']}; the processes then:\n{processes}"
+        text = _stamped(
+            f"pytest-xdist worker {worker} (pid {os.getpid()}) got "
+            f"{signal.Signals(signum).name} while running {_running['test']}; the "
+            f"processes then:\n{processes}"
         )
         stderr = sys.__stderr__  # pytest captures sys.stderr
         if stderr is not None:
             stderr.write(text)
-        try:
-            log.parent.mkdir(parents=True, exist_ok=True)
-            with log.open("a") as out:
-                out.write(text)
-        except OSError as err:
-            if stderr is not None:
-                stderr.write(f"(not written to {log}: {err})\n")
+        unwritten = _append(log, text)
+        if unwritten is not None and stderr is not None:
+            stderr.write(f"(not written to {log}: {unwritten})\n")
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
 
@@ -95,11 +90,23 @@ def _fd_target(fd: int) -> str:
         return f"closed ({err.strerror})"
 
 
-def _report(log: Path, text: str) -> None:
-    with contextlib.suppress(OSError):
+def _stamped(text: str) -> str:
+    return f"== {time.strftime('%Y-%m-%d %H:%M:%S')} {text}"
+
+
+def _append(log: Path, text: str) -> OSError | None:
+    """Appends `text` to `log`; the error when it could not."""
+    try:
         log.parent.mkdir(parents=True, exist_ok=True)
         with log.open("a") as out:
-            out.write(f"== {time.strftime('%Y-%m-%d %H:%M:%S')} {text}")
+            out.write(text)
+    except OSError as err:
+        return err
+    return None
+
+
+def _report(log: Path, text: str) -> None:
+    _append(log, _stamped(text))  # a log line lost here has nowhere better to go
 
 
 def _watch_channel(worker: str, log: Path) -> None:

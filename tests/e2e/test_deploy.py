@@ -608,9 +608,9 @@ def test_the_service_account_may_put_and_take_the_fence_taint_and_nothing_else_o
     def node() -> dict[str, Any]:
         return json.loads(kubectl(cluster, "get", "node", FENCE_NODE, "-o", "json").stdout)
 
-    def others() -> list[dict[str, Any]]:
+    def others(current: dict[str, Any] | None = None) -> list[dict[str, Any]]:
         """The node's taints but the fence (the node controller may add its own)."""
-        taints = node()["spec"].get("taints") or []
+        taints = (current or node())["spec"].get("taints") or []
         return [t for t in taints if t["key"] != fence["key"]]
 
     def label_denied() -> str:
@@ -633,10 +633,9 @@ def test_the_service_account_may_put_and_take_the_fence_taint_and_nothing_else_o
         answers 409 instead, and the list is read again."""
         for _ in range(CONFLICT_RETRIES):
             current = node()
-            theirs = [t for t in current["spec"].get("taints") or [] if t["key"] != fence["key"]]
             patch = {
                 "metadata": {"resourceVersion": current["metadata"]["resourceVersion"]},
-                "spec": {"taints": [*theirs, *extra]},
+                "spec": {"taints": [*others(current), *extra]},
             }
             result = patch_node_as_service(cluster, patch, "-o", "json")
             if result.returncode == 0 or "the object has been modified" not in result.stderr:

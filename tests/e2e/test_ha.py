@@ -184,11 +184,12 @@ def ha_stack(ha_cluster: LocalCluster) -> Iterator[tuple[GangStack, ReadyProxy]]
 def _wait_taken_over(standby: ServiceReplica) -> None:
     """Until the standby answers /readyz 200; on timeout the failure says what it last
     answered and whether its process still runs (a bare False said neither)."""
-    answers: list[tuple[int, str]] = []
+    last: tuple[int, str] = (0, "not asked yet")
 
     def ready() -> bool:
-        answers.append(standby.readyz())
-        return answers[-1][0] == 200
+        nonlocal last
+        last = standby.readyz()
+        return last[0] == 200
 
     try:
         wait_until(ready, timeout=HANDOVER_BOUND_SECONDS, what="the standby to take over")
@@ -202,7 +203,7 @@ def _wait_taken_over(standby: ServiceReplica) -> None:
             time.sleep(1)
         else:
             state = f"exited {process.returncode}"
-        pytest.fail(f"{err}; {standby.name} ({state}) last answered /readyz {answers[-1:]}")
+        pytest.fail(f"{err}; {standby.name} ({state}) last answered /readyz {last}")
 
 
 def _create_retrying(raw: RawApi, namespace: str, obj: dict[str, Any]) -> None:
