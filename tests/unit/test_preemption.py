@@ -857,3 +857,30 @@ def test_kube_schedulers_victims_in_a_single_mode_gang_are_not_made_whole() -> N
     )
     assert {n: v.uids for n, v in answer.nodes.items()} == {"n1": ("uid-a-0",)}
     assert answer.dropped == {}
+
+
+def test_a_member_whose_last_filter_named_only_full_nodes_preempts_on_the_nodes_proposed() -> None:
+    # high-0 was filtered while n0 alone had room (the fillers hold n1-n3), so its
+    # word is "n0 only"; n0 is then taken by a pod nobody may evict. With every node
+    # full kube-scheduler filters it no more: only its preemption asks, proposing n1
+    # and n2 (their fillers evicted). The gang is planned there, not held on n0 until
+    # its starvation fence (the bench's 41 s preemption case).
+    fillers = [pod(f"filler-{i}", node=f"n{i}", priority=10) for i in (1, 2, 3)]
+    core = core_with(
+        {"n0": 1, "n1": 1, "n2": 1, "n3": 1},
+        [*fillers, pod("high-0", group="high", priority=1000)],
+        {"high": {"minMember": 2}},
+    )
+    high_0 = core.snapshot.pods["uid-high-0"]
+    assert core.filter(high_0, ["n0"], T0).verdict is not Verdict.PLANNED  # one member
+    core.observe_pod(PodInfo.from_api(pod("keeper", node="n0", priority=5000)), T0)
+    core.observe_pod(PodInfo.from_api(pod("high-1", group="high", priority=1000)), T0)
+    assert GroupKey("default", "high") not in core.ledger.plans, "n0 only: nothing to evict"
+    core.drain_effects()
+
+    proposed = {n: NodeVictims((f"uid-filler-{n[1]}",)) for n in ("n1", "n2")}
+    answer = core.preempt(high_0, proposed, T0 + 1)
+
+    assert answer.nodes == {}, "the gang preempts whole, itself"
+    assert sorted(planned_nodes(core).values()) == ["n1", "n2"]
+    assert sorted(evicted_refs(core)) == ["default/filler-1", "default/filler-2"]

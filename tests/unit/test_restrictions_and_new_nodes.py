@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -19,7 +20,11 @@ from extender.domain.objects.membership import GroupKey
 from extender.domain.objects.model import NodeInfo, PodInfo
 from extender.domain.objects.policy import Policy
 from extender.domain.planning.planner import NodeRestriction, Placement, plan_gang
-from extender.domain.planning.restrictions import CurrentRestrictions, learnt_now
+from extender.domain.planning.restrictions import (
+    CurrentRestrictions,
+    admitting_preemption_nodes,
+    learnt_now,
+)
 from extender.domain.state.decisions import PlanDropped, Verdict
 from tests.builders import make_node, make_pod, make_podgroup
 from tests.unit.test_gang_core import T0, core_with, pod_info, seed_job
@@ -120,6 +125,57 @@ def test_the_word_of_the_filter_being_answered_comes_first_and_is_not_kept() -> 
     assert kept == {"m": NodeRestriction(allowed=frozenset({"a"}))}
     assert sorted(view) == ["m", "n"] and len(view) == 2
     assert "n" in view and "x" not in view and view.get("x") is None
+
+
+# ---- kube-scheduler's preemption proposes nodes: the word admits them ----
+
+ALLOW_A = NodeRestriction(allowed=frozenset({"a"}))
+DENY_BC = NodeRestriction(denied=frozenset({"b", "c"}))
+
+
+@pytest.mark.parametrize(
+    ("kept", "proposed", "limit", "changed", "after"),
+    [
+        # an allow-list gains the proposed nodes; one unknown to the snapshot is not kept
+        (ALLOW_A, ["b", "x"], 8, True, NodeRestriction(allowed=frozenset({"a", "b"}))),
+        # nothing new proposed: the word stays as it was
+        (ALLOW_A, ["a"], 8, False, ALLOW_A),
+        (ALLOW_A, [], 8, False, ALLOW_A),
+        # past the memory limit the word is dropped: every node admitted
+        (ALLOW_A, ["b", "c"], 2, True, None),
+        (ALLOW_A, ["b"], 2, True, NodeRestriction(allowed=frozenset({"a", "b"}))),
+        # a deny-list stops refusing what is proposed, and is dropped once it refuses none
+        (DENY_BC, ["b"], 8, True, NodeRestriction(denied=frozenset({"c"}))),
+        (DENY_BC, ["b", "c"], 8, True, None),
+        (DENY_BC, ["a"], 8, False, DENY_BC),
+        # no word kept: nothing to widen
+        (None, ["a"], 8, False, None),
+    ],
+)
+def test_a_preemption_proposal_widens_a_members_kept_word(
+    kept: NodeRestriction | None,
+    proposed: list[str],
+    limit: int,
+    changed: bool,
+    after: NodeRestriction | None,
+) -> None:
+    snapshot = snapshot_of("a", "b", "c", "d")
+    words = (
+        {}
+        if kept is None
+        else {"m": learnt_now(snapshot, allowed=kept.allowed, denied=kept.denied)}
+    )
+    assert admitting_preemption_nodes(words, snapshot, "m", proposed, memory_limit=limit) is changed
+    assert words.get("m") == after
+    assert words.get("m") is None or words["m"].learnt_at == snapshot.node_news
+
+
+def test_a_proposal_widens_the_word_as_read_now_with_the_nodes_that_joined_since() -> None:
+    snapshot = snapshot_of("a", "b")
+    words = {"m": learnt_now(snapshot, allowed=frozenset({"a"}))}
+    add(snapshot, "c")  # joined after the word: admitted, and kept so after widening
+    assert admitting_preemption_nodes(words, snapshot, "m", ["b"], memory_limit=8)
+    assert words["m"] == NodeRestriction(allowed=frozenset({"a", "b", "c"}))
 
 
 # ---- the core: the seed gang and a node that joins ----

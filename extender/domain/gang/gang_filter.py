@@ -20,15 +20,12 @@ from extender.domain.gang.gang_barrier import BindBarrier
 from extender.domain.gang.gang_planning import GangPlanning
 from extender.domain.objects.limits import clip, listing
 from extender.domain.objects.model import PodInfo
-from extender.domain.planning.restrictions import learnt_now
+from extender.domain.planning.restrictions import RESTRICTION_MEMORY_LIMIT, learnt_now
 from extender.domain.starvation.gang_starvation import StarvationReservations
 from extender.domain.state.decisions import FilterDecision, Verdict
 from extender.domain.state.gang_room import GangRoom
 from extender.domain.state.gang_state import GroupState, HoldReason, SharedState, say
 
-# Remember what kube-scheduler's filters said about a member only when it is this
-# many node names or fewer (allow- or deny-list), to bound memory on big clusters.
-RESTRICTION_MEMORY_LIMIT = 256
 # A victim the watch saw deleted may still be counted by kube-scheduler for a moment
 # (its informer is behind ours, or the member's cycle began before the delete): its
 # preemptor's members wait this long after before a refused node drops the plan.

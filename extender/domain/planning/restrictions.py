@@ -39,6 +39,10 @@ from extender.domain.cluster.ledger import Plan
 from extender.domain.cluster.snapshot import ClusterSnapshot
 from extender.domain.planning.planner import NodeRestriction
 
+# The most node names kept per member as kube-scheduler's word (an allow- or a
+# deny-list); a longer word is dropped (every node admitted), so memory stays bounded.
+RESTRICTION_MEMORY_LIMIT = 256
+
 
 class CurrentRestrictions(Mapping[str, NodeRestriction]):
     """The restrictions kept in `kept`, each widened by the nodes that joined since."""
@@ -105,6 +109,46 @@ def learnt_now(
 ) -> NodeRestriction:
     """kube-scheduler's word on a member as it says it, about the nodes there are now."""
     return NodeRestriction(allowed=allowed, denied=denied, learnt_at=snapshot.node_news)
+
+
+def admitting_preemption_nodes(
+    kept: MutableMapping[str, NodeRestriction],
+    snapshot: ClusterSnapshot,
+    uid: str,
+    nodes: Iterable[str],
+    *,
+    memory_limit: int,
+) -> bool:
+    """Widen `uid`'s kept word by the nodes kube-scheduler's preemption proposed for it.
+
+    kube-scheduler runs preemption when no node passes its filters, and proposes the
+    nodes its filters pass once their lower-priority pods are gone. A member's last
+    filter, said while other nodes had room, named none of them (they were full), and
+    with every node full kube-scheduler filters it no more: kept as it was, that word
+    would refuse every node the gang could preempt on, until its starvation fence.
+    An allow-list past `memory_limit` names is dropped (every node admitted), as a
+    filter's would be. Whether the kept word changed.
+    """
+    current = CurrentRestrictions(kept, snapshot).get(uid)
+    if current is None:
+        return False
+    proposed = frozenset(n for n in nodes if n in snapshot.nodes)
+    if current.allowed is not None:
+        if proposed <= current.allowed:
+            return False
+        allowed = current.allowed | proposed
+        if len(allowed) <= memory_limit:
+            kept[uid] = learnt_now(snapshot, allowed=allowed)
+            return True
+    else:
+        denied = current.denied - proposed
+        if denied == current.denied:
+            return False
+        if denied:
+            kept[uid] = learnt_now(snapshot, denied=denied)
+            return True
+    del kept[uid]
+    return True
 
 
 # How long after a node's news (noticed on this service's clock) its absence from the

@@ -19,6 +19,10 @@ from extender.domain.cluster.ledger import Plan
 from extender.domain.objects.membership import GroupKey
 from extender.domain.objects.model import GroupSpec, PodInfo, Resources
 from extender.domain.planning.planner import NodeRestriction, Placement, plan_gang
+from extender.domain.planning.restrictions import (
+    RESTRICTION_MEMORY_LIMIT,
+    admitting_preemption_nodes,
+)
 from extender.domain.preemption.preemption import (
     EvictionRefusal,
     GangAwareAnswer,
@@ -223,7 +227,18 @@ class GangPreemption:
             return GangAwareAnswer(dict(proposed), {})
         known = self.shared.snapshot.pods.get(pod.uid, pod)
         if known.group is not None and known.uid in self.shared.snapshot.pods:
-            self.shared.groups.setdefault(known.group, GroupState())
+            state = self.shared.groups.setdefault(known.group, GroupState())
+            if admitting_preemption_nodes(
+                self.shared.restrictions,
+                self.shared.snapshot,
+                known.uid,
+                proposed,
+                memory_limit=RESTRICTION_MEMORY_LIMIT,
+            ):
+                self.shared.restrictions_version += 1
+                # Its "does not fit" was said on the narrower word: ask again.
+                state.shortfall_generation = None
+                self.shared.shortfalls.forget(known.group)
             self.group_changed(known.group, now)
         return gang_aware_victims(
             known,
