@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.kubeclient import ApiError, FastApi, bulk, delete_nodes, delete_pods, wait_for
+from bench.kubeclient import ApiError, FastApi, bulk, delete_nodes, delete_pods_each, wait_for
 from bench.objects import BENCH_LABEL, node_body
 from extender.devcluster.cluster import LocalCluster, new_namespace
 from extender.devcluster.nodes import STARTUP_TAINT_KEYS
@@ -45,8 +45,17 @@ class BenchEnv:
         self.namespaces.append(name)
         return name
 
-    def clear_namespace(self, namespace: str) -> None:
-        delete_pods(self.api, namespace)
+    def clear_namespace(self, namespace: str) -> int:
+        """Delete the namespace's pods and PodGroups; how many pods it had."""
+        deleted = delete_pods_each(self.api, namespace)
+        if deleted.errors:
+            log.warning(
+                "deleting the pods of %s: %d of %d deletes failed (first: %s); waiting for them",
+                namespace,
+                deleted.errors,
+                deleted.done + deleted.errors,
+                deleted.first_error,
+            )
         for api_version in (
             "scheduling.gang-extender.io/v1alpha1",
             "scheduling.x-k8s.io/v1alpha1",
@@ -57,6 +66,7 @@ class BenchEnv:
             except ApiError as err:
                 if err.status != 404:
                     raise
+        return deleted.done + deleted.errors
 
     # ---- nodes ----
     def add_nodes(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import defaultdict
@@ -12,6 +13,8 @@ from bench.env import CREATE_WORKERS, BenchEnv
 from bench.kubeclient import BindWatch, bulk, delete_pods, pods_path, wait_for
 from bench.schedmetrics import Histogram, between, histogram
 from bench.stats import percentile, summary_ms
+
+log = logging.getLogger("bench")
 
 
 def create_and_time(
@@ -73,15 +76,28 @@ def steady_rate(bound_at: dict[str, float], low: float = 10, high: float = 90) -
     return round(count / (t_high - t_low), 1) if t_high > t_low else 0.0
 
 
-def clear(env: BenchEnv, namespace: str, timeout: float = 120) -> None:
-    """Delete every pod (and PodGroup) of the namespace and wait until they are gone."""
-    env.clear_namespace(namespace)
+#: The wait for a namespace's pods to be gone: at least this long...
+CLEAR_MIN_SECONDS = 120.0
+#: ...or this long per pod deleted (8,000 pods: 400 s).
+CLEAR_SECONDS_PER_POD = 0.05
+
+
+def clear(env: BenchEnv, namespace: str, timeout: float | None = None) -> None:
+    """Delete every pod (and PodGroup) of the namespace and wait until they are gone.
+
+    The wait grows with the pods deleted (`timeout` overrides it): the next run must
+    start on empty nodes, or it measures nothing."""
+    started = time.monotonic()
+    pods = env.clear_namespace(namespace)
+    if timeout is None:
+        timeout = max(CLEAR_MIN_SECONDS, pods * CLEAR_SECONDS_PER_POD)
 
     def empty() -> bool:
         page = env.api.call("GET", pods_path(namespace), query={"limit": 1})
         return not page.get("items")
 
     wait_for(empty, timeout=timeout, what=f"pods of {namespace} deleted", interval=0.5)
+    log.info("cleared %s: %d pods gone in %.1fs", namespace, pods, time.monotonic() - started)
 
 
 def delete_all_pods(env: BenchEnv, namespace: str) -> None:

@@ -32,11 +32,12 @@ from bench import coscheduling
 from bench.env import BenchEnv
 from bench.gang_compare import compare, fewest_nodes
 from bench.gang_schedulers import KINDS, Scheduler, schedulers, upstream_unavailable
-from bench.kubeclient import BindWatch, bulk, pods_path
-from bench.objects import pod_body, podgroups_path
+from bench.kubeclient import BindWatch, bulk, count, pods_path, wait_for
+from bench.objects import BENCH_LABEL, pod_body, podgroups_path
 from bench.schedmetrics import ATTEMPT_SECONDS, PODGROUP_ATTEMPT_SECONDS, between, histogram
 from bench.stats import summary_ms
 from bench.workloads.common import (
+    CLEAR_MIN_SECONDS,
     PARTIAL_GANGS_METRIC,
     clear,
     create_and_time,
@@ -256,6 +257,21 @@ def _cases(
             clear(env, fillers)
 
 
+def _pods_left(env: BenchEnv) -> str | None:
+    """What is left of earlier runs' pods after waiting for their deletion, if any."""
+    selector = f"{BENCH_LABEL}={WORKLOAD}"
+    try:
+        wait_for(
+            lambda: count(env.api, "/api/v1/pods", selector) == 0,
+            timeout=CLEAR_MIN_SECONDS,
+            what="the pods of earlier runs deleted",
+            interval=1.0,
+        )
+    except TimeoutError:
+        return f"{count(env.api, '/api/v1/pods', selector)} pods of earlier runs remain"
+    return None
+
+
 def _scale(
     env: BenchEnv,
     table: dict[str, Scheduler],
@@ -281,6 +297,13 @@ def _scale(
                 by_case[case][kind] = {"unsupported": upstream_missing}
             continue
         done: dict[str, dict[str, Any]] = {}
+        left = _pods_left(env)
+        if left:
+            # An earlier run's cleanup failed: this one would start on taken GPUs.
+            log.error("%s at %d nodes not run: %s", kind, n_nodes, left)
+            for case in ("gang", "locality", "preemption"):
+                by_case[case][kind] = {"error": f"not run: {left}"}
+            continue
         try:
             sched.start(env)
             _cases(env, sched, cfg, nodes, gangs, first, done)

@@ -1,0 +1,80 @@
+"""The bench's cleanup between runs: a namespace's pods deleted one request each (all
+pages of names, a pod already gone counted as deleted), and the wait for them sized
+by how many there were, so the next scheduler's run starts on empty nodes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from bench.kubeclient import ApiError, delete_pods_each
+from bench.workloads import common
+
+
+class PagedPods:
+    """A FastApi stand-in: pod names in pages of two; `gone` answers a DELETE 404."""
+
+    def __init__(
+        self,
+        names: list[str],
+        gone: frozenset[str] = frozenset(),
+        broken: frozenset[str] = frozenset(),
+    ) -> None:
+        self.names, self.gone, self.broken = names, set(gone), set(broken)
+        self.deleted: list[tuple[str, Any]] = []
+
+    def call(self, method: str, path: str, body: Any = None, **kw: Any) -> dict[str, Any]:
+        query = kw.get("query") or {}
+        if method == "GET":
+            start = int(query.get("continue") or 0)
+            page = self.names[start : start + 2]
+            more = start + 2 < len(self.names)
+            return {
+                "items": [{"metadata": {"name": n}} for n in page],
+                "metadata": {"continue": str(start + 2)} if more else {},
+            }
+        name = path.rsplit("/", 1)[1]
+        if name in self.gone:
+            raise ApiError(404, b"not found")
+        if name in self.broken:
+            raise ApiError(500, b"etcd")
+        self.deleted.append((path, query))
+        return {}
+
+
+def test_every_page_of_pods_is_deleted_one_request_each_with_no_grace() -> None:
+    api = PagedPods(["a", "b", "c", "d", "e"], gone=frozenset({"c"}))
+    result = delete_pods_each(api, "ns", workers=2)  # type: ignore[arg-type]
+    assert (result.done, result.errors) == (5, 0), "a pod already gone counts as deleted"
+    assert sorted(path for path, _ in api.deleted) == [
+        f"/api/v1/namespaces/ns/pods/{n}" for n in ("a", "b", "d", "e")
+    ]
+    assert all(query == {"gracePeriodSeconds": 0} for _, query in api.deleted)
+
+
+def test_a_delete_that_fails_otherwise_is_counted_as_an_error() -> None:
+    result = delete_pods_each(PagedPods(["a", "b"], broken=frozenset({"b"})), "ns")  # type: ignore[arg-type]
+    assert (result.done, result.errors) == (1, 1)
+    assert "500" in result.first_error
+
+
+@pytest.mark.parametrize(("pods", "waited"), [(0, 120.0), (100, 120.0), (8000, 400.0)])
+def test_the_wait_for_a_namespace_to_empty_grows_with_its_pods(
+    monkeypatch: pytest.MonkeyPatch, pods: int, waited: float
+) -> None:
+    seen: dict[str, float] = {}
+
+    class Env:
+        api = PagedPods([])
+
+        def clear_namespace(self, namespace: str) -> int:
+            return pods
+
+    def wait_for(probe: Any, *, timeout: float, what: str, interval: float) -> None:
+        seen["timeout"] = timeout
+        assert probe() is True  # the namespace lists no pod
+
+    monkeypatch.setattr(common, "wait_for", wait_for)
+    common.clear(Env(), "ns")  # type: ignore[arg-type]
+    assert seen["timeout"] == waited
