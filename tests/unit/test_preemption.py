@@ -884,3 +884,87 @@ def test_a_member_whose_last_filter_named_only_full_nodes_preempts_on_the_nodes_
     assert answer.nodes == {}, "the gang preempts whole, itself"
     assert sorted(planned_nodes(core).values()) == ["n1", "n2"]
     assert sorted(evicted_refs(core)) == ["default/filler-1", "default/filler-2"]
+
+
+def full_nodes_and_waiting_gangs(nodes: int, gangs: int) -> GangCore:
+    """`nodes` 1-GPU nodes each held by a plain filler of priority 10; `gangs` gangs of
+    one 1-GPU member at priority 1000 waiting (every node full: each must preempt)."""
+    fillers = [pod(f"filler-{i:02d}", node=f"n{i:02d}", priority=10) for i in range(nodes)]
+    waiting = [pod(f"g{g:02d}-0", group=f"g{g:02d}", priority=1000) for g in range(gangs)]
+    return core_with(
+        {f"n{i:02d}": 1 for i in range(nodes)},
+        [*fillers, *waiting],
+        {f"g{g:02d}": {"minMember": 1} for g in range(gangs)},
+    )
+
+
+def test_a_pod_another_gangs_preemption_is_evicting_is_not_chosen_again() -> None:
+    core = full_nodes_and_waiting_gangs(2, 2)
+    core.preempt(core.snapshot.pods["uid-g00-0"], {}, T0)
+    assert evicted_refs(core) == ["default/filler-00"]
+    core.preempt(core.snapshot.pods["uid-g01-0"], {}, T0)
+    assert evicted_refs(core) == ["default/filler-01"], "filler-00's room is g00's"
+
+
+def test_each_gangs_preemption_tries_a_few_plans_however_many_are_already_evicting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # 30 gangs preempting one after another on 30 full nodes: the last one's victim
+    # search does not walk the 29 fillers already going (each a plan tried: at 1,000
+    # nodes that walk blocked the service for 100 s in the bench).
+    from extender.domain.preemption import gang_preemption
+
+    core = full_nodes_and_waiting_gangs(30, 30)
+    tried: list[int] = []
+    real = gang_preemption.plan_gang
+
+    def counted(*args: Any, **kw: Any) -> Any:
+        tried[-1] += 1
+        return real(*args, **kw)
+
+    monkeypatch.setattr(gang_preemption, "plan_gang", counted)
+    for g in range(30):
+        tried.append(0)
+        core.preempt(core.snapshot.pods[f"uid-g{g:02d}-0"], {}, T0)
+    assert len(core.ledger.plans) == 30
+    assert max(tried) <= 4, tried  # fits now, with one victim, minimal, the plan
+
+
+def test_units_on_no_node_the_preemptor_may_use_are_not_tried() -> None:
+    asked: list[dict[str, dict[str, int]]] = []
+
+    def fits(capacity: Any) -> bool:
+        asked.append({n: dict(r) for n, r in capacity.items()})
+        return capacity["n2"].get(GPU, 0) >= 1
+
+    free = {n: {GPU: 0} for n in ("n0", "n1", "n2")}
+    units = [unit(f"p{i}", 10, f"n{i}", group=False) for i in range(3)]
+    found = choose_victims(fits, free, units, priority=100, usable={"n2"})
+    assert found is not None and [u.key for u in found.victims] == ["pod default/p2-0"]
+    assert len(asked) == 3, "now, with p2 gone, and the minimality check"
+    assert choose_victims(fits, free, units[:2], priority=100, usable={"n2"}) is None
+
+
+@pytest.mark.parametrize(
+    ("words", "usable"),
+    [
+        ({"a": ["n0"], "b": ["n1", "n2"]}, {"n0", "n1", "n2"}),
+        ({"a": ["n0"], "b": None}, None),  # a member with no word may go anywhere
+        ({"a": ["n0"]}, None),  # b has no word kept at all
+    ],
+)
+def test_the_nodes_a_preemptor_may_use_are_its_members_allow_lists(
+    words: dict[str, list[str] | None], usable: set[str] | None
+) -> None:
+    from extender.domain.planning.node_fit import NodeRestriction
+    from extender.domain.preemption.gang_preemption import usable_nodes
+
+    members = [PodInfo.from_api(pod(name, group="g")) for name in ("a", "b")]
+    allowed = {
+        f"uid-{name}": NodeRestriction(denied=frozenset({"n9"}))
+        if nodes is None
+        else NodeRestriction(allowed=frozenset(nodes))
+        for name, nodes in words.items()
+    }
+    found = usable_nodes(members, allowed)
+    assert found == (None if usable is None else frozenset(usable))

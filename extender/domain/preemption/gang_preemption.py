@@ -103,6 +103,13 @@ class GangPreemption:
         priority = state.rank.priority
         if not any(p.priority < priority for p in self.shared.snapshot.pods.values()):
             return None  # nothing lower to evict: skip building the units
+        # A pod another gang's preemption is evicting frees room that gang holds.
+        going = {
+            uid
+            for plan in self.shared.ledger.plans.values()
+            if plan.group != key
+            for uid in plan.victims
+        }
         units = [
             u
             for u in victim_units(
@@ -110,7 +117,7 @@ class GangPreemption:
                 preemptible=self.group_preemptible,
                 disrupted_whole=self.group_disrupted_whole,
             )
-            if u.group != key
+            if u.group != key and not any(p.uid in going for p in u.pods)
         ]
         refused = [unit for unit, until in self.refused_evictions.items() if until > now]
         bound = [m for m in members if m.is_bound]
@@ -129,7 +136,14 @@ class GangPreemption:
                 )
                 return isinstance(placed, Placement)
 
-            found = choose_victims(fits, free, units, priority=priority, refused=refused)
+            found = choose_victims(
+                fits,
+                free,
+                units,
+                priority=priority,
+                refused=refused,
+                usable=usable_nodes(chosen, allowed),
+            )
             if found is None or not found.victims:
                 continue
             outcome = plan_gang(
@@ -267,3 +281,17 @@ class GangPreemption:
                 victims=tuple(Victim(p.uid, p.ref, unit) for p in rest),
             )
         )
+
+
+def usable_nodes(
+    members: Sequence[PodInfo], allowed: Mapping[str, NodeRestriction]
+) -> frozenset[str] | None:
+    """The nodes some member's kept word admits, when every member's is an allow-list;
+    None (any node) otherwise."""
+    usable: set[str] = set()
+    for member in members:
+        restriction = allowed.get(member.uid)
+        if restriction is None or restriction.allowed is None:
+            return None
+        usable.update(restriction.allowed)
+    return frozenset(usable)

@@ -34,7 +34,7 @@ the default scheduler preempted, which never asks this extender.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -198,20 +198,30 @@ def choose_victims(
     *,
     priority: int,
     refused: Iterable[str] = (),
+    usable: Container[str] | None = None,
 ) -> Preemption | None:
     """Steps 2-4: the fewest, lowest units whose eviction makes `fits` true; None if none do.
 
     `fits` says whether the preemptor's plan fits a free-capacity map (the core
     passes its planner); `free` is what is free now, after bound pods and every
     reservation. The units returned are minimal: dropping any one of them makes
-    `fits` false.
+    `fits` false. `usable`: the only nodes the preemptor may be planned on (None:
+    any); a unit with no pod there frees nothing it can use, and is not tried.
     """
     if fits(free):
         return Preemption((), {node: dict(r) for node, r in free.items()})
     chosen: list[VictimUnit] = []
+    # Free capacity once `chosen` are gone, grown one unit at a time: rebuilding it
+    # for every unit tried cost a copy of every node's figures each (quadratic).
+    after = {node: dict(resources) for node, resources in free.items()}
     for unit in candidates(units, priority=priority, refused=refused):
+        if usable is not None and not any(p.node_name in usable for p in unit.pods):
+            continue
         chosen.append(unit)
-        if fits(free_without(free, chosen)):
+        for pod in unit.pods:
+            if pod.node_name is not None and pod.node_name in after:
+                add_into(after[pod.node_name], pod.requests)
+        if fits(after):
             break
     else:
         return None
