@@ -27,6 +27,7 @@ import orjson
 
 from bench import report
 from bench.env import BenchEnv, machine_info
+from bench.gang_schedulers import KINDS
 from bench.kubeclient import FastApi
 from bench.service import BenchStack
 from bench.workloads import churn, gang, latency, plain, webhook
@@ -149,6 +150,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=None,
         help="the gang workload's preemption case (a low-priority filler on every node)",
     )
+    p.add_argument(
+        "--gang-schedulers",
+        help=f"comma list of the gang workload's schedulers to run (default: {','.join(KINDS)})",
+    )
     p.add_argument("--churn-held", help="numbers of held gangs of the churn workload, N,...")
     p.add_argument("--churn-rate", type=float, help="node updates per second (churn)")
     p.add_argument("--churn-idle-seconds", type=float, help="idle baseline window (churn)")
@@ -181,6 +186,19 @@ def _sizes(text: str) -> list[tuple[int, int]]:
         nodes, _, pods = part.strip().partition("x")
         out.append((int(nodes), int(pods)))
     return out
+
+
+def _gang_kinds(text: str | None) -> tuple[str, ...]:
+    """The gang workload's schedulers named by --gang-schedulers, in KINDS' order."""
+    if not text:
+        return KINDS
+    named = {part.strip() for part in text.split(",") if part.strip()}
+    unknown = named - set(KINDS)
+    if unknown or not named:
+        raise SystemExit(
+            f"--gang-schedulers: unknown {sorted(unknown)}; choose from {', '.join(KINDS)}"
+        )
+    return tuple(kind for kind in KINDS if kind in named)
 
 
 def _commit() -> str:
@@ -307,6 +325,7 @@ def main(argv: list[str] | None = None) -> int:
                             locality_gangs=cfg["locality_gangs"],
                             scales=tuple(_sizes(cfg["gang_scales"])) if cfg["gang_scales"] else (),
                             preemption=bool(cfg["gang_preemption"]),
+                            kinds=_gang_kinds(args.gang_schedulers),
                         ),
                     )
                 elif name == "churn":

@@ -75,6 +75,8 @@ class GangConfig:
     #: further (nodes, gangs) scales of the gang case, after (nodes, gangs)
     scales: tuple[tuple[int, int], ...] = ()
     preemption: bool = False
+    #: the schedulers run (the others reported not run), in KINDS' order
+    kinds: tuple[str, ...] = KINDS
 
 
 def _canary(env: BenchEnv, sched: Scheduler) -> float:
@@ -292,9 +294,16 @@ def _scale(
     by_case: dict[str, dict[str, Any]] = defaultdict(dict)
     for kind in KINDS:
         sched = table[kind]
-        if kind == "upstream" and upstream_missing:
+        skipped = (
+            upstream_missing
+            if kind == "upstream" and upstream_missing
+            else None
+            if kind in cfg.kinds
+            else "not run (--gang-schedulers)"
+        )
+        if skipped:
             for case in ("gang", "locality", "preemption"):
-                by_case[case][kind] = {"unsupported": upstream_missing}
+                by_case[case][kind] = {"unsupported": skipped}
             continue
         done: dict[str, dict[str, Any]] = {}
         left = _pods_left(env)
