@@ -800,3 +800,33 @@ def test_a_held_gang_stops_naming_a_gang_ahead_once_that_gang_is_bound() -> None
     decision = core.filter(member(core, "low-0"), ["n1"], T0 + 3)
     assert decision.verdict is Verdict.WAIT
     assert "waiting behind" not in decision.message, decision.message
+
+
+# ------------------------------------------- the work of one call is bounded
+def test_one_call_tries_at_most_the_budget_of_gangs_ahead_and_the_rest_are_tried_later() -> None:
+    from extender.domain.queue.gang_queue import GANGS_AHEAD_TRIED_PER_CALL as BUDGET
+
+    # BUDGET + 4 one-GPU gangs ahead of "last", room for all: one filter of "last"
+    # plans the first BUDGET of them (in queue order), then "last" itself (backfill).
+    ahead = BUDGET + 4
+    nodes = [make_node("n1").gpus(ahead + 1).obj()]
+    gangs = {f"g{i:02d}": gang(f"g{i:02d}", 1, 1, priority=100 - i) for i in range(ahead)}
+    core = core_with(nodes, {**gangs, "last": gang("last", 1, 1)})
+    core.filter(member(core, "last-0"), ["n1"], T0)
+    assert planned_groups(core) == [f"g{i:02d}" for i in range(BUDGET)] + ["last"]
+    # the next call (any gang's) goes on with the ones not tried yet
+    core.filter(member(core, f"g{ahead - 1:02d}-0"), ["n1"], T0 + 1)
+    assert planned_groups(core) == [f"g{i:02d}" for i in range(BUDGET, ahead)]
+
+
+def test_a_gang_behind_more_unplaceable_gangs_than_the_budget_is_still_planned() -> None:
+    from extender.domain.queue.gang_queue import GANGS_AHEAD_TRIED_PER_CALL as BUDGET
+
+    # Gangs ahead that can never fit (4 GPUs a member on a 2-GPU node) take the
+    # budget on every call; the small gang behind them is planned all the same.
+    nodes = [make_node("n1").gpus(2).obj()]
+    gangs = {f"big{i:02d}": gang(f"big{i:02d}", 1, 4, priority=50) for i in range(BUDGET * 2)}
+    core = core_with(nodes, {**gangs, "small": gang("small", 2, 1)})
+    decision = core.filter(member(core, "small-0"), ["n1"], T0)
+    assert decision.verdict is Verdict.PLANNED
+    assert planned_groups(core) == ["small"]

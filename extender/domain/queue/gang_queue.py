@@ -25,6 +25,12 @@ from extender.domain.planning.shortfalls import MemberShape
 from extender.domain.queue.held_queue import HeldEntry, HeldQueue, WantedNodes, held_queue
 from extender.domain.state.gang_state import GroupState, PlanGroup, SharedState
 
+# The most held gangs ahead one call tries to plan (each a plan, a victim search
+# when preemption is on): the work of one filter or watch event stays bounded. At
+# 1,000 nodes full of lower-priority pods, trying all 999 gangs ahead of one took
+# 27.7 s of the event loop; 16 took 0.8 s (docs/benchmarks.md round 16).
+GANGS_AHEAD_TRIED_PER_CALL = 16
+
 
 class QueueOrder:
     """Queue order (filter step 6) and the held gangs ahead of a gang.
@@ -72,7 +78,8 @@ class QueueOrder:
 
         A gang ahead that fits now is planned here, before the one asking takes the
         room; one that cannot (short of room, of members, or backing off) blocks no
-        one. Each is memoised by its own shortfall generation, so an event costs O(1)
+        one. At most `GANGS_AHEAD_TRIED_PER_CALL` are tried, the first in order: the
+        rest are tried by their own members' calls (and by later ones), as backfill. Each is memoised by its own shortfall generation, so an event costs O(1)
         per held gang ahead unless capacity changed. They are tried with
         `queue=False`: the gangs ahead of each were tried just before it, in order.
         """
@@ -94,13 +101,17 @@ class QueueOrder:
                 state.rank = rank_of(key, self.shared.snapshot.members(key))
             ranks.append(state.rank)
         ahead = gangs_ahead(rank, ranks)
+        tried = 0
         for other in ahead:
+            if tried == GANGS_AHEAD_TRIED_PER_CALL:
+                break
             state = self.shared.groups[other.key]
             if not state.waiting or other.key in self.shared.ledger.plans:
                 continue
             spec = self.shared.snapshot.group_spec(other.key)
             if spec is None or spec.error is not None:
                 continue
+            tried += 1
             self.plan_group(other.key, state, spec, now, queue=False)
         return ahead
 
