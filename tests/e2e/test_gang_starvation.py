@@ -92,6 +92,10 @@ def test_a_big_gang_starved_by_churning_one_gpu_pods_reserves_its_node_and_is_bo
     assert {p["spec"].get("nodeName") for n, p in pods.items() if n.startswith("big-")} == {node}
     assert all(not pods[name]["spec"].get("nodeName") for name in after)
     # The extender's filter said why: the GPUs are the gang's (kube-scheduler's
-    # FailedScheduling Events on the refused 1-GPU pods).
-    refused = refusals(raw, namespace)
-    assert any(f"reserved for gang {namespace}/big" in m for m in refused), refused
+    # FailedScheduling Events on the refused 1-GPU pods). kube-scheduler writes its
+    # Events asynchronously, after the pod's condition: on a loaded machine they can
+    # still be on their way when the gang is bound.
+    wait_until(
+        lambda: any(f"reserved for gang {namespace}/big" in m for m in refusals(raw, namespace)),
+        what=f"a FailedScheduling Event saying the GPUs are reserved for gang {namespace}/big",
+    )
