@@ -185,10 +185,15 @@ def free_without(
     """Free capacity per node once `victims` are gone."""
     after = {node: dict(resources) for node, resources in free.items()}
     for unit in victims:
-        for pod in unit.pods:
-            if pod.node_name is not None and pod.node_name in after:
-                add_into(after[pod.node_name], pod.requests)
+        _release(after, unit)
     return after
+
+
+def _release(free: dict[str, Resources], unit: VictimUnit) -> None:
+    """Add what `unit`'s pods hold to the free capacity of their nodes (in place)."""
+    for pod in unit.pods:
+        if pod.node_name is not None and pod.node_name in free:
+            add_into(free[pod.node_name], pod.requests)
 
 
 def choose_victims(
@@ -218,9 +223,7 @@ def choose_victims(
         if usable is not None and not any(p.node_name in usable for p in unit.pods):
             continue
         chosen.append(unit)
-        for pod in unit.pods:
-            if pod.node_name is not None and pod.node_name in after:
-                add_into(after[pod.node_name], pod.requests)
+        _release(after, unit)
         if fits(after):
             break
     else:

@@ -79,7 +79,8 @@ class QueueOrder:
         A gang ahead that fits now is planned here, before the one asking takes the
         room; one that cannot (short of room, of members, or backing off) blocks no
         one. At most `GANGS_AHEAD_TRIED_PER_CALL` are tried, the first in order: the
-        rest are tried by their own members' calls (and by later ones), as backfill. Each is memoised by its own shortfall generation, so an event costs O(1)
+        rest are tried by their own members' calls (and by later ones), as backfill.
+        Each is memoised by its own shortfall generation, so an event costs O(1)
         per held gang ahead unless capacity changed. They are tried with
         `queue=False`: the gangs ahead of each were tried just before it, in order.
         """
