@@ -830,3 +830,17 @@ def test_a_gang_behind_more_unplaceable_gangs_than_the_budget_is_still_planned()
     decision = core.filter(member(core, "small-0"), ["n1"], T0)
     assert decision.verdict is Verdict.PLANNED
     assert planned_groups(core) == ["small"]
+
+
+def test_a_gang_that_does_not_fit_after_the_budget_still_names_the_gang_ahead() -> None:
+    from extender.domain.queue.gang_queue import GANGS_AHEAD_TRIED_PER_CALL as BUDGET
+
+    # BUDGET + 2 one-GPU gangs ahead take every GPU of n1; "last" (2 GPUs) then
+    # waits behind the first of them, named, rather than failing.
+    ahead = BUDGET + 2
+    nodes = [make_node("n1").gpus(BUDGET).obj()]
+    gangs = {f"g{i:02d}": gang(f"g{i:02d}", 1, 1, priority=100 - i) for i in range(ahead)}
+    core = core_with(nodes, {**gangs, "last": gang("last", 1, 2)})
+    decision = core.filter(member(core, "last-0"), ["n1"], T0)
+    assert decision.verdict is Verdict.WAIT
+    assert "waiting behind default/g00" in decision.message, decision.message

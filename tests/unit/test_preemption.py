@@ -968,3 +968,15 @@ def test_the_nodes_a_preemptor_may_use_are_its_members_allow_lists(
     }
     found = usable_nodes(members, allowed)
     assert found == (None if usable is None else frozenset(usable))
+
+
+def test_a_widened_word_is_news_to_the_queue_views_that_read_it() -> None:
+    # The held-queue answers (who a gang waits behind) are kept per restrictions
+    # version: a word widened by the preempt verb must move it on.
+    fillers = [pod(f"filler-{i}", node=f"n{i}", priority=10) for i in (0, 1)]
+    core = core_with({"n0": 1, "n1": 1}, [*fillers, *high_gang()], {"high": {"minMember": 2}})
+    high_0 = core.snapshot.pods["uid-high-0"]
+    core.filter(high_0, ["n0"], T0)
+    before = core.restrictions_version
+    core.preempt(high_0, {"n1": NodeVictims(("uid-filler-1",))}, T0 + 1)
+    assert core.restrictions_version == before + 1
