@@ -152,42 +152,6 @@ def pods_path(namespace: str) -> str:
     return f"/api/v1/namespaces/{namespace}/pods"
 
 
-def delete_pods(api: FastApi, namespace: str, selector: str | None = None) -> None:
-    """Delete a namespace's pods at once (grace 0: no kubelet needs to confirm).
-
-    A delete of thousands of pods on a loaded machine can outlast the client's read
-    timeout; the API server goes on deleting, so a timeout is not an error here:
-    callers that need the pods gone wait for that (workloads.common.clear)."""
-    query: dict[str, Any] = {"gracePeriodSeconds": 0}
-    if selector:
-        query["labelSelector"] = selector
-    try:
-        api.call("DELETE", pods_path(namespace), query=query)
-    except (TimeoutError, http.client.RemoteDisconnected):
-        # RemoteDisconnected: the API server closed the connection at its own
-        # request timeout, the same case seen from the other end.
-        log.warning(
-            "deleting the pods of %s: no answer in %.0fs; waiting for them to go",
-            namespace,
-            api.timeout,
-        )
-
-
-def pod_names(api: FastApi, namespace: str) -> list[str]:
-    """The names of a namespace's pods (paged)."""
-    names: list[str] = []
-    token = None
-    while True:
-        query: dict[str, Any] = {"limit": 5000}
-        if token:
-            query["continue"] = token
-        page = api.call("GET", pods_path(namespace), query=query)
-        names.extend(p["metadata"]["name"] for p in page.get("items") or [])
-        token = (page.get("metadata") or {}).get("continue")
-        if not token:
-            return names
-
-
 def delete_pods_each(api: FastApi, namespace: str, *, workers: int = 16) -> BulkResult:
     """Delete a namespace's pods one request each, `workers` at a time (grace 0).
 
@@ -203,16 +167,17 @@ def delete_pods_each(api: FastApi, namespace: str, *, workers: int = 16) -> Bulk
             if err.status != 404:
                 raise
 
-    return bulk(pod_names(api, namespace), delete, workers=workers)
+    return bulk(names(api, pods_path(namespace)), delete, workers=workers)
 
 
 def delete_nodes(api: FastApi, selector: str) -> None:
     api.call("DELETE", "/api/v1/nodes", query={"labelSelector": selector})
 
 
-def count(api: FastApi, path: str, selector: str | None = None) -> int:
-    """How many objects a collection has (a paged list of names only would be overkill here)."""
-    total, token = 0, None
+def names(api: FastApi, path: str, selector: str | None = None) -> list[str]:
+    """The names of a collection's objects, every page of them."""
+    found: list[str] = []
+    token = None
     while True:
         query: dict[str, Any] = {"limit": 5000}
         if selector:
@@ -220,10 +185,15 @@ def count(api: FastApi, path: str, selector: str | None = None) -> int:
         if token:
             query["continue"] = token
         page = api.call("GET", path, query=query)
-        total += len(page.get("items") or [])
+        found.extend(item["metadata"]["name"] for item in page.get("items") or [])
         token = (page.get("metadata") or {}).get("continue")
         if not token:
-            return total
+            return found
+
+
+def count(api: FastApi, path: str, selector: str | None = None) -> int:
+    """How many objects a collection has."""
+    return len(names(api, path, selector))
 
 
 def wait_for(probe: Callable[[], Any], *, timeout: float, what: str, interval: float = 0.25) -> Any:

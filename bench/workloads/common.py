@@ -10,7 +10,7 @@ from collections.abc import Container, Iterable, Mapping, Sequence
 from typing import Any
 
 from bench.env import CREATE_WORKERS, BenchEnv
-from bench.kubeclient import BindWatch, bulk, delete_pods, pods_path, wait_for
+from bench.kubeclient import BindWatch, bulk, pods_path, wait_for
 from bench.schedmetrics import Histogram, between, histogram
 from bench.stats import percentile, summary_ms
 
@@ -98,10 +98,6 @@ def clear(env: BenchEnv, namespace: str, timeout: float | None = None) -> None:
 
     wait_for(empty, timeout=timeout, what=f"pods of {namespace} deleted", interval=0.5)
     log.info("cleared %s: %d pods gone in %.1fs", namespace, pods, time.monotonic() - started)
-
-
-def delete_all_pods(env: BenchEnv, namespace: str) -> None:
-    delete_pods(env.api, namespace)
 
 
 # ---- gangs: partial ones, and how many nodes each spans (pure) ----

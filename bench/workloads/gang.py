@@ -294,13 +294,9 @@ def _scale(
     by_case: dict[str, dict[str, Any]] = defaultdict(dict)
     for kind in KINDS:
         sched = table[kind]
-        skipped = (
-            upstream_missing
-            if kind == "upstream" and upstream_missing
-            else None
-            if kind in cfg.kinds
-            else "not run (--gang-schedulers)"
-        )
+        skipped = upstream_missing if kind == "upstream" else None
+        if kind not in cfg.kinds:
+            skipped = "not run (--gang-schedulers)"
         if skipped:
             for case in ("gang", "locality", "preemption"):
                 by_case[case][kind] = {"unsupported": skipped}
