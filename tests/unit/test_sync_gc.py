@@ -6,7 +6,9 @@ import asyncio
 import gc
 import threading
 
-from extender.kube.sync_gc import pause_gc_until_synced
+from extender.kube.sync_gc import OLDER_FACTOR, YOUNG_THRESHOLD, pause_gc_until_synced
+
+DEFAULT_THRESHOLD = gc.get_threshold()
 
 
 async def _until(condition: object, seconds: float = 5.0) -> bool:
@@ -28,8 +30,11 @@ async def test_gc_is_paused_until_every_list_is_synced_then_resumes_frozen() -> 
         events[1].set()
         assert await _until(gc.isenabled)
         assert gc.get_freeze_count() > 0
+        # Resumed with the young generation collected less often than Python's 700.
+        assert gc.get_threshold() == (YOUNG_THRESHOLD, OLDER_FACTOR, OLDER_FACTOR)
     finally:
         gc.unfreeze()
+        gc.set_threshold(*DEFAULT_THRESHOLD)
         gc.enable()
 
 
@@ -38,7 +43,9 @@ async def test_gc_resumes_when_a_list_hangs_past_the_pause() -> None:
         pause_gc_until_synced([threading.Event()], asyncio.get_running_loop(), max_seconds=0.05)
         assert not gc.isenabled()
         assert await _until(gc.isenabled)
+        assert gc.get_threshold() == (YOUNG_THRESHOLD, OLDER_FACTOR, OLDER_FACTOR)
     finally:
+        gc.set_threshold(*DEFAULT_THRESHOLD)
         gc.enable()
 
 
