@@ -52,6 +52,21 @@ def pod_reference(meta: Mapping[str, Any]) -> dict[str, str]:
     }
 
 
+def object_reference(
+    obj: Mapping[str, Any], namespace: str, api_version: str, kind: str
+) -> dict[str, str]:
+    """An Event's involvedObject for an API object as the watch delivered it
+    (`api_version` and `kind` where it does not say them)."""
+    meta = obj.get("metadata") or {}
+    return {
+        "apiVersion": str(obj.get("apiVersion") or api_version),
+        "kind": str(obj.get("kind") or kind),
+        "namespace": str(meta.get("namespace") or namespace),
+        "name": str(meta.get("name", "")),
+        "uid": str(meta.get("uid", "")),
+    }
+
+
 class ApiWrites:
     """API writes for groups, each retried and counted; Events on pods and on members."""
 
@@ -129,12 +144,14 @@ class ApiWrites:
         message: str,
         event_type: str,
     ) -> None:
-        """One Event on one pod (`involved`: `pod_reference`), written for group `key`."""
+        """One Event on one object (`involved`: `pod_reference` or `object_reference`),
+        written for group `key`."""
         timeout = self.settings.api_write_timeout_seconds
+        kind = involved.get("kind", "Pod").lower()
         await self.write(
             WRITE_EVENT,
             key,
-            f"Event {reason} on pod {involved['namespace']}/{involved['name']}",
+            f"Event {reason} on {kind} {involved['namespace']}/{involved['name']}",
             lambda: emit_event(
                 self.raw,
                 involved=dict(involved),
@@ -145,17 +162,35 @@ class ApiWrites:
             ),
         )
 
-    async def event_on_members(
+    async def event_on_group(
         self, key: GroupKey, reason: str, message: str, event_type: str
     ) -> None:
-        """An Event on every member of `key` this scheduler places."""
-        # Only on pods this scheduler places: another scheduler's pods are not held by
+        """One Event for the whole group: on its PodGroup object (any of the accepted
+        kinds), or on its first member by name when it has none."""
+        podgroup, typed = self.state.podgroup_object(key), self.state.podgroup_type(key)
+        if podgroup is not None and typed is not None:
+            involved = object_reference(podgroup, key.namespace, *typed)
+        else:
+            pods = sorted(self._our_members(key), key=lambda p: p["metadata"]["name"])
+            if not pods:
+                return
+            involved = pod_reference(pods[0]["metadata"])
+        await self.event_on_pod(key, involved, reason, message, event_type)
+
+    def _our_members(self, key: GroupKey) -> list[dict[str, Any]]:
+        # Only pods this scheduler places: another scheduler's pods are not held by
         # the gang, and a gang Event on them would say the opposite of what happened.
-        pods = [
+        return [
             p
             for p in self.state.group_pods.get(key, {}).values()
             if (p.get("spec") or {}).get("schedulerName") == SCHEDULER_NAME
         ]
+
+    async def event_on_members(
+        self, key: GroupKey, reason: str, message: str, event_type: str
+    ) -> None:
+        """An Event on every member of `key` this scheduler places."""
+        pods = self._our_members(key)
         await asyncio.gather(
             *(
                 self.event_on_pod(key, pod_reference(p["metadata"]), reason, message, event_type)

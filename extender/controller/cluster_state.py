@@ -458,6 +458,22 @@ class ClusterState(CacheSink):
             or self._workload_object(key)
         )
 
+    def podgroup_type(self, key: GroupKey) -> tuple[str, str] | None:
+        """apiVersion and kind of `podgroup_object(key)` where the object does not carry
+        them (items of a list of a built-in kind do not), or None without one."""
+        stores = (
+            (self.podgroups, "scheduling.gang-extender.io/v1alpha1", "PodGroup"),
+            (self.volcano_podgroups, "scheduling.volcano.sh/v1beta1", "PodGroup"),
+            (self.coscheduling_podgroups, "scheduling.x-k8s.io/v1alpha1", "PodGroup"),
+            (self.upstream_podgroups, "scheduling.k8s.io/v1beta1", "PodGroup"),
+        )
+        for store, api_version, kind in stores:
+            if key in store:
+                return api_version, kind
+        if self._workload_object(key) is not None:
+            return "scheduling.k8s.io/v1alpha1", "Workload"
+        return None
+
     def _workload_object(self, key: GroupKey) -> dict[str, Any] | None:
         """The Workload whose pod group `key` is a gang of (its members' spec.workloadRef)."""
         workload = self._workload_of.get(key)

@@ -258,8 +258,17 @@ class EffectWriter:
         self.state.dirty.add(plan.group)
         if isinstance(effect, PlanCreated):
             log.info("gang %s planned: %s", plan.group, sorted(plan.placements.values()))
+            # Only members still waiting: under load this write runs after some were bound,
+            # and on a bound pod the annotation neither nudges kube-scheduler nor is read
+            # by recovery (domain/failover/recovery.py), so it would be a wasted write.
+            waiting = plan.unbound
             await self._set_planned_nodes(
-                plan.group, [(plan.names[uid], node) for uid, node in plan.placements.items()]
+                plan.group,
+                [
+                    (plan.names[uid], node)
+                    for uid, node in plan.placements.items()
+                    if uid in waiting
+                ],
             )
         elif isinstance(effect, PlanDropped):
             kind = "timeout" if effect.timed_out else "other"
@@ -281,7 +290,9 @@ class EffectWriter:
                 f"{plan.names[uid].split('/', 1)[1]}->{node}"
                 for uid, node in sorted(plan.placements.items(), key=lambda i: plan.names[i[0]])
             )
-            await self.writes.event_on_members(
+            # One Event a gang, on its PodGroup: kube-scheduler already writes a
+            # `Scheduled` Event on each pod, and one per member cost a write per pod.
+            await self.writes.event_on_group(
                 plan.group, "GangScheduled", f"gang {plan.group} bound: {placement}", "Normal"
             )
         elif isinstance(effect, MemberBindFailed):

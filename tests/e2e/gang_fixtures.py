@@ -483,6 +483,20 @@ def events(raw: RawApi, namespace: str, reason: str) -> list[dict[str, Any]]:
     return [e for e in items if e.get("reason") == reason]
 
 
+def placed_as_gang(raw: RawApi, namespace: str, group: str) -> dict[str, str]:
+    """Member -> node, as the group's `GangScheduled` Event lists them (one Event a
+    gang, on its PodGroup): the members gang-extender planned and bound together."""
+    prefix = f"gang {namespace}/{group} bound: "
+    placed: dict[str, str] = {}
+    for event in events(raw, namespace, "GangScheduled"):
+        message = event.get("message", "")
+        if message.startswith(prefix):
+            for pair in message[len(prefix) :].split(", "):
+                member, _, node = pair.partition("->")
+                placed[member] = node
+    return placed
+
+
 def podgroup_status(raw: RawApi, namespace: str, group: str) -> dict[str, Any]:
     return (get_podgroup(raw, namespace, group) or {}).get("status") or {}
 

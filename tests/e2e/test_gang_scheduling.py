@@ -20,6 +20,7 @@ from tests.e2e.gang_fixtures import (  # noqa: F401 (no_partial_gangs is a fixtu
     get_podgroup,
     list_pods,
     no_partial_gangs,
+    placed_as_gang,
     planned,
     podgroup,
     ungate,
@@ -104,14 +105,13 @@ def test_seed_horovod_job_waits_for_a_gpu_node_then_binds_all_four(
             for e in raw.call("GET", f"/api/v1/namespaces/{namespace}/events")["items"]
             if e.get("reason") == "GangScheduled"
         ],
-        what="GangScheduled events",
+        what="the GangScheduled Event",
     )
-    assert {e["involvedObject"]["name"] for e in events} >= {
-        "hvd-master",
-        "hvd-worker-0",
-        "hvd-worker-1",
-        "hvd-worker-2",
-    }
+    # One Event for the gang, on its PodGroup, naming every member and its node.
+    assert [(e["involvedObject"]["kind"], e["involvedObject"]["name"]) for e in events] == [
+        ("PodGroup", "hvd")
+    ]
+    assert placed_as_gang(raw, namespace, "hvd") == recorder.node_of
 
 
 def test_gang_with_only_three_of_four_members_created_binds_none(

@@ -32,7 +32,6 @@ from extender.devcluster.stack import GangStack
 from extender.domain.objects.membership import (
     GROUP_LABEL,
     INJECT_NAMESPACE_LABEL,
-    PLANNED_NODE_ANNOTATION,
     SCHEDULER_NAME,
 )
 from extender.kube.rawapi import RawApi, path_of
@@ -45,6 +44,7 @@ from tests.e2e.gang_fixtures import (
     job_pods,
     minor_version,
     own_control_plane,
+    placed_as_gang,
     unschedulable_message,
     wait_until,
 )
@@ -177,9 +177,12 @@ def test_a_job_naming_only_a_135_workload_is_held_then_bound_whole_by_gang_exten
             lambda: len(bound(ps := job_pods(raw, namespace, "train"))) == MEMBERS and ps,
             what="all 4 members bound",
         )
-        assert all(
-            PLANNED_NODE_ANNOTATION in (p["metadata"].get("annotations") or {}) for p in pods
+        # Planned and bound as one gang by gang-extender: its Event names every member.
+        placed = wait_until(
+            lambda: placed_as_gang(raw, namespace, "train-workers"),
+            what="the GangScheduled Event",
         )
+        assert placed == {p["metadata"]["name"]: p["spec"]["nodeName"] for p in pods}
         per_node: dict[str, int] = {}
         for pod in pods:
             per_node[pod["spec"]["nodeName"]] = per_node.get(pod["spec"]["nodeName"], 0) + 1
