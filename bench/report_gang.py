@@ -145,6 +145,51 @@ def three_way(gang: dict[str, Any]) -> list[str]:
             ),
             "",
         ]
+    notes += cost_per_pod(gang)
     if gang.get("upstream_unsupported"):
         notes += [f"Upstream gang scheduling not run: {gang['upstream_unsupported']}", ""]
     return lines + notes
+
+
+def cost_per_pod(gang: dict[str, Any]) -> list[str]:
+    """results.md lines: what each run cost the API server and the service, per pod."""
+    rows = []
+    for case in gang.get("cases") or []:
+        for kind in KINDS:
+            run = case["runs"].get(kind) or {}
+            writes = run.get("api_writes")
+            if not writes:
+                continue
+            pods = run.get("pods") or 1
+            top = sorted(writes.items(), key=lambda kv: -kv[1])[:4]
+            cpu = run.get("service_cpu_seconds")
+            rows.append(
+                [
+                    case["case"],
+                    str(case["nodes"]),
+                    kind,
+                    _f(run.get("api_writes_per_pod")),
+                    ", ".join(f"{what} {n / pods:.2f}" for what, n in top),
+                    _f(cpu * 1000 / pods, 1) if cpu is not None else "-",
+                ]
+            )
+    if not rows:
+        return []
+    head = [
+        "case",
+        "nodes",
+        "scheduler",
+        "API writes per pod",
+        "largest kinds, per pod",
+        "service CPU per pod (ms)",
+    ]
+    return [
+        "What a run cost, per pod created: the API server's successful writes while it "
+        "ran (`apiserver_request_total`, every client's, the creates included), and "
+        "gang-extender's service CPU:",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "|".join("---" for _ in head) + "|",
+        *("| " + " | ".join(row) + " |" for row in rows),
+        "",
+    ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections import defaultdict
@@ -202,3 +203,43 @@ def verb_latency(
         verb: between(before.get(verb, {}), now, count_key="requests")
         for verb, now in after.items()
     }
+
+
+_LABEL = re.compile(r'(\w+)="([^"]*)"')
+_WRITE_VERBS = ("POST", "PUT", "PATCH", "DELETE")
+
+
+def api_writes(env: BenchEnv) -> dict[str, float] | None:
+    """The API server's successful writes so far (`apiserver_request_total`, 2xx), by
+    "VERB resource[/subresource]"; None when its /metrics cannot be read. Counts every
+    client's: the bench's creates, the scheduler's bindings and Events, the service's
+    annotations and Events, KWOK's status updates."""
+    try:
+        status, body = env.api.request("GET", "/metrics")
+    except OSError:
+        return None
+    if status != 200:
+        return None
+    found: dict[str, float] = {}
+    for line in body.decode().splitlines():
+        if not line.startswith("apiserver_request_total{"):
+            continue
+        labels = dict(_LABEL.findall(line))
+        if labels.get("verb") not in _WRITE_VERBS or not labels.get("code", "").startswith("2"):
+            continue
+        what = labels.get("resource", "")
+        if labels.get("subresource"):
+            what += "/" + labels["subresource"]
+        key = f"{labels['verb']} {what}"
+        found[key] = found.get(key, 0.0) + float(line.rsplit(" ", 1)[1])
+    return found
+
+
+def writes_between(
+    before: dict[str, float] | None, after: dict[str, float] | None
+) -> dict[str, float] | None:
+    """`after` - `before`, kinds that did not move left out."""
+    if before is None or after is None:
+        return None
+    moved = {k: v - before.get(k, 0.0) for k, v in after.items()}
+    return {k: v for k, v in sorted(moved.items()) if v > 0}

@@ -39,6 +39,7 @@ from bench.stats import summary_ms
 from bench.workloads.common import (
     CLEAR_MIN_SECONDS,
     PARTIAL_GANGS_METRIC,
+    api_writes,
     clear,
     create_and_time,
     nodes_spanned,
@@ -47,6 +48,7 @@ from bench.workloads.common import (
     steady_rate,
     verb_histograms,
     verb_latency,
+    writes_between,
 )
 from extender.devcluster.priority_classes import temporary_priority_classes
 
@@ -170,7 +172,9 @@ def _run_one(
     pid = env.stack.service.pid if env.stack.service and env.stack.service.alive() else 0
     cpu_before = env.cpu_seconds(pid) if pid else 0.0
     attempts_before = _attempts(env, sched)
+    writes_before = api_writes(env)
     result = create_and_time(env, namespace, pods, timeout=cfg.timeout)
+    writes = writes_between(writes_before, api_writes(env))
     attempts_after = _attempts(env, sched)
     # The service's CPU over the run: it plans and binds its own gangs (it is stopped
     # while the others run). Unlike wall-clock figures, it does not move with load.
@@ -180,6 +184,10 @@ def _run_one(
         canary_s=round(canary_s, 2) if canary_s is not None else None,
         steady_pods_per_second=steady_rate(result["bound_at"]),
         service_cpu_seconds=round(service_cpu, 2) if service_cpu is not None else None,
+        # Every client's writes while the run went on (the bench's creates included):
+        # what each scheduler's way of working costs the API server, per pod.
+        api_writes=writes,
+        api_writes_per_pod=round(sum(writes.values()) / len(pods), 2) if writes else None,
         attempt_latency={
             key: between(attempts_before[key], attempts_after[key]) for key in attempts_after
         },

@@ -13,9 +13,9 @@ import pytest
 from bench.gang_compare import compare, fewest_nodes, usable
 from bench.gang_schedulers import Scheduler
 from bench.report import markdown, partial_by_workload
-from bench.report_gang import three_way, worst_ratio
+from bench.report_gang import cost_per_pod, three_way, worst_ratio
 from bench.schedmetrics import ATTEMPT_SECONDS, between, histogram
-from bench.workloads.common import verb_latency
+from bench.workloads.common import api_writes, verb_latency, writes_between
 from bench.workloads.gang import GangConfig, failed_scale, gang_figures
 from extender.devcluster.workload_api import serves_v1beta1, upstream_podgroup
 
@@ -319,3 +319,62 @@ def test_only_1_37_and_later_serve_the_v1beta1_workload_api() -> None:
     assert serves_v1beta1("v1.40.0")
     assert not serves_v1beta1("v1.35.4")
     assert not serves_v1beta1("unknown")
+
+
+APISERVER_METRICS = """\
+# HELP apiserver_request_total [STABLE] Counter of apiserver requests
+apiserver_request_total{code="201",component="apiserver",dry_run="",group="",resource="pods",scope="resource",subresource="",verb="POST",version="v1"} 160
+apiserver_request_total{code="201",component="apiserver",dry_run="",group="",resource="pods",scope="resource",subresource="binding",verb="POST",version="v1"} 150
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="",resource="pods",scope="resource",subresource="",verb="PATCH",version="v1"} 40
+apiserver_request_total{code="409",component="apiserver",dry_run="",group="",resource="pods",scope="resource",subresource="",verb="PATCH",version="v1"} 7
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="",resource="pods",scope="namespace",subresource="",verb="LIST",version="v1"} 9
+apiserver_request_total{code="201",component="apiserver",dry_run="",group="events.k8s.io",resource="events",scope="resource",subresource="",verb="POST",version="v1"} 3
+apiserver_request_total{code="201",component="apiserver",dry_run="",group="",resource="events",scope="resource",subresource="",verb="POST",version="v1"} 2
+"""
+
+
+class _MetricsApi:
+    def __init__(self, text: str, status: int = 200) -> None:
+        self.text, self.status = text, status
+
+    def request(self, method: str, path: str) -> tuple[int, bytes]:
+        assert (method, path) == ("GET", "/metrics")
+        return self.status, self.text.encode()
+
+
+class _Env:
+    def __init__(self, api: _MetricsApi) -> None:
+        self.api = api
+
+
+def test_api_writes_count_successful_writes_by_verb_and_resource_of_every_group() -> None:
+    found = api_writes(_Env(_MetricsApi(APISERVER_METRICS)))  # type: ignore[arg-type]
+    # Reads (LIST) and refused writes (409) are not writes the API server made.
+    assert found == {
+        "POST pods": 160.0,
+        "POST pods/binding": 150.0,
+        "PATCH pods": 40.0,
+        "POST events": 5.0,  # core/v1 and events.k8s.io together
+    }
+    assert api_writes(_Env(_MetricsApi("", status=403))) is None  # type: ignore[arg-type]
+    later = {**found, "POST pods": 170.0, "PATCH pods": 40.0}
+    assert writes_between(found, later) == {"POST pods": 10.0}
+    assert writes_between(None, later) is None
+
+
+def test_the_cost_per_pod_table_shows_writes_and_service_cpu_per_pod() -> None:
+    results = _gang_results()
+    ours = results["cases"][0]["runs"]["gang-extender"]
+    ours.update(
+        pods=160,
+        api_writes={"POST pods": 160.0, "POST pods/binding": 160.0, "PATCH pods": 80.0},
+        api_writes_per_pod=2.5,
+        service_cpu_seconds=1.6,
+    )
+    lines = cost_per_pod(results)
+    [row] = [line for line in lines if line.startswith("| gang |")]
+    assert row == (
+        "| gang | 40 | gang-extender | 2.50 | POST pods 1.00, POST pods/binding 1.00, "
+        "PATCH pods 0.50 | 10.0 |"
+    )
+    assert any(line.startswith("What a run cost") for line in three_way(results))
