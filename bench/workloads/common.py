@@ -243,3 +243,30 @@ def writes_between(
         return None
     moved = {k: v - before.get(k, 0.0) for k, v in after.items()}
     return {k: v for k, v in sorted(moved.items()) if v > 0}
+
+
+#: Writes that go on after the last bind (queued Events, annotations): counted until
+#: these kinds have not moved for `WRITES_QUIET_SECONDS`, at most `WRITES_SETTLE_MAX_SECONDS`.
+LAGGING_WRITES = ("POST events", "PATCH pods")
+WRITES_QUIET_SECONDS = 2.0
+WRITES_SETTLE_MAX_SECONDS = 30.0
+WRITES_POLL_SECONDS = 0.5
+
+
+def settled_writes(env: BenchEnv) -> dict[str, float] | None:
+    """`api_writes`, read once the lagging kinds stopped moving (each scheduler writes
+    some of its Events and annotations after the pods are bound, on a queue)."""
+    deadline = time.monotonic() + WRITES_SETTLE_MAX_SECONDS
+    last = api_writes(env)
+    quiet_since = time.monotonic()
+    while last is not None and time.monotonic() < deadline:
+        time.sleep(WRITES_POLL_SECONDS)
+        now = api_writes(env)
+        if now is None:
+            return last
+        if any(now.get(k) != last.get(k) for k in LAGGING_WRITES):
+            quiet_since = time.monotonic()
+        elif time.monotonic() - quiet_since >= WRITES_QUIET_SECONDS:
+            return now
+        last = now
+    return last

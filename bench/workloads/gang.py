@@ -45,6 +45,7 @@ from bench.workloads.common import (
     nodes_spanned,
     partial_gangs,
     service_metric,
+    settled_writes,
     steady_rate,
     verb_histograms,
     verb_latency,
@@ -174,7 +175,7 @@ def _run_one(
     attempts_before = _attempts(env, sched)
     writes_before = api_writes(env)
     result = create_and_time(env, namespace, pods, timeout=cfg.timeout)
-    writes = writes_between(writes_before, api_writes(env))
+    writes = writes_between(writes_before, settled_writes(env))
     attempts_after = _attempts(env, sched)
     # The service's CPU over the run: it plans and binds its own gangs (it is stopped
     # while the others run). Unlike wall-clock figures, it does not move with load.
@@ -184,8 +185,9 @@ def _run_one(
         canary_s=round(canary_s, 2) if canary_s is not None else None,
         steady_pods_per_second=steady_rate(result["bound_at"]),
         service_cpu_seconds=round(service_cpu, 2) if service_cpu is not None else None,
-        # Every client's writes while the run went on (the bench's creates included):
-        # what each scheduler's way of working costs the API server, per pod.
+        # Every client's writes from the first create until the Events and annotations
+        # queued by then are written (the bench's creates included): what each
+        # scheduler's way of working costs the API server, per pod.
         api_writes=writes,
         api_writes_per_pod=round(sum(writes.values()) / len(pods), 2) if writes else None,
         attempt_latency={

@@ -15,6 +15,7 @@ from bench.gang_schedulers import Scheduler
 from bench.report import markdown, partial_by_workload
 from bench.report_gang import cost_per_pod, three_way, worst_ratio
 from bench.schedmetrics import ATTEMPT_SECONDS, between, histogram
+from bench.workloads import common
 from bench.workloads.common import api_writes, verb_latency, writes_between
 from bench.workloads.gang import GangConfig, failed_scale, gang_figures
 from extender.devcluster.workload_api import serves_v1beta1, upstream_podgroup
@@ -378,3 +379,19 @@ def test_the_cost_per_pod_table_shows_writes_and_service_cpu_per_pod() -> None:
         "PATCH pods 0.50 | 10.0 |"
     )
     assert any(line.startswith("What a run cost") for line in three_way(results))
+
+
+def test_writes_are_read_once_queued_events_and_annotations_stop_coming(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(common, "WRITES_POLL_SECONDS", 0.001)
+    monkeypatch.setattr(common, "WRITES_QUIET_SECONDS", 0.01)
+    # Events still being written after the last bind, then none; node heartbeats go on.
+    readings = iter([3, 5, 8, 8, 8] + [8] * 10_000)
+    heartbeats = iter(range(10_000))
+
+    def read(_env: object) -> dict[str, float]:
+        return {"POST events": float(next(readings)), "PATCH nodes": float(next(heartbeats))}
+
+    monkeypatch.setattr(common, "api_writes", read)
+    assert common.settled_writes(object())["POST events"] == 8.0  # type: ignore[arg-type,index]
