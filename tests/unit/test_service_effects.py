@@ -877,3 +877,22 @@ async def test_a_reconcile_faults_condition_is_written_on_a_later_pass_if_the_wr
     shown = [c for c in shown if c is not None]
     assert len(shown) == 1
     assert shown[0]["reason"] == "ReconcileFailed"
+
+
+async def test_the_gang_scheduled_event_names_the_version_the_watch_delivered(
+    service: GangService, raw: FakeRaw
+) -> None:
+    # A watch event's object says its apiVersion (here an older served version).
+    podgroup = {
+        "apiVersion": "scheduling.k8s.io/v1alpha3",
+        "kind": "PodGroup",
+        "metadata": {"name": "job", "namespace": "default", "uid": "pg-2"},
+        "spec": {"schedulingPolicy": {"gang": {"minCount": 2}}},
+    }
+    service.state.on_event("upstream-podgroups", "ADDED", podgroup)
+    observe(service, "pods", *[make_pod(n).group("job").obj() for n in ("w0", "w1")])
+    service.writer.queue_effects([GangBound(plan(GROUP, {"w0": "n1", "w1": "n1"}))])
+    await service.queues.join()
+    [event] = raw.events("GangScheduled")
+    assert event["involvedObject"]["apiVersion"] == "scheduling.k8s.io/v1alpha3"
+    assert event["involvedObject"]["uid"] == "pg-2"
