@@ -169,6 +169,34 @@ def test_a_member_event_recomputes_only_its_groups_entry_in_the_queue_view(monke
     assert core.queue.held_queue_view() is queue and looked_at == []  # nothing changed: same view
 
 
+def test_kube_schedulers_new_word_keeps_the_node_scans_and_a_node_change_drops_them(
+    monkeypatch,
+) -> None:
+    core, _ = twenty_held_gangs(monkeypatch)
+    core.apply_node(NodeInfo.from_api(make_node("n1").gpus(8).obj()))
+    core.observe_pod(PodInfo.from_api(make_pod("busy-1").gpus(8).node("n1").obj()), 0.0)
+    core.filter(core.snapshot.pods[sized_member(3, 0).uid], ["n0", "n1"], 1.5)  # n1 seen
+    g3 = GroupKey("default", "g3")
+    first = core.queue.held_queue_view()
+    assert first.wanted_by(g3, core.snapshot.members(g3)) == {"n0", "n1"}
+    assert first.wanted.shapes_scanned() == 1
+    # A filter moves kube-scheduler's word (the restrictions version) and nothing else.
+    version = core.restrictions_version
+    core.filter(core.snapshot.pods[sized_member(3, 1).uid], ["n0"], 2.0)
+    assert core.restrictions_version > version
+    second = core.queue.held_queue_view()
+    assert second is not first and second.wanted is not first.wanted
+    assert second.wanted.shapes_scanned() == 1  # the scan of every node is kept
+    # g3's first member may use both nodes, so the gang still wants both.
+    assert second.wanted_by(g3, core.snapshot.members(g3)) == {"n0", "n1"}
+    assert second.wanted.shapes_scanned() == 1
+    # A node joins: what each shape may use is scanned again, the new node included.
+    core.apply_node(NodeInfo.from_api(make_node("n9").gpus(8).obj()))
+    third = core.queue.held_queue_view()
+    assert third.wanted.shapes_scanned() == 0
+    assert "n9" in third.wanted_by(g3, core.snapshot.members(g3))
+
+
 def test_the_view_looks_at_every_group_that_moved_past_the_planned_ones(monkeypatch) -> None:
     """Groups with a plan are looked at on every ask and are mostly unchanged; the
     groups after them (in name order) that moved are recomputed all the same."""

@@ -247,18 +247,28 @@ class QueueOrder:
             # queue order stands; only the nodes each gang wants are asked afresh. Sorting
             # the held gangs again made each node event O(held gangs log held gangs).
             self.held_view = view = HeldQueue(
-                order=view.order,
-                wanted=WantedNodes(self.shared.snapshot.nodes, self.current_restrictions()),
+                order=view.order, wanted=self._wanted_nodes(view.wanted, inputs)
             )
             self.held_view_inputs = inputs
         elif view is None or changed:
-            wanted = view.wanted if view is not None and inputs == self.held_view_inputs else None
+            wanted = self._wanted_nodes(view.wanted, inputs) if view is not None else None
             held = [entry for _, entry in entries.values() if entry is not None]
             self.held_view = view = held_queue(
                 held, self.shared.snapshot.nodes, self.current_restrictions(), wanted=wanted
             )
             self.held_view_inputs = inputs
         return view
+
+    def _wanted_nodes(self, last: WantedNodes, inputs: tuple[int, int]) -> WantedNodes:
+        """The wanted-nodes cache for `inputs` (nodes generation, restrictions version):
+        `last` itself when neither moved, its per-shape scans when only the restrictions
+        did, a new one when a node changed."""
+        nodes_generation, restrictions_version = self.held_view_inputs
+        if inputs[0] != nodes_generation:
+            return WantedNodes(self.shared.snapshot.nodes, self.current_restrictions())
+        if inputs[1] != restrictions_version:
+            return last.with_restrictions(self.current_restrictions())
+        return last
 
     def current_restrictions(self) -> CurrentRestrictions:
         """kube-scheduler's last word on each member, with the nodes that joined since."""
