@@ -9,7 +9,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.kubeclient import ApiError, FastApi, bulk, delete_nodes, delete_pods_each, wait_for
+from bench.kubeclient import (
+    FastApi,
+    bulk,
+    delete_each,
+    delete_nodes,
+    delete_pods_each,
+    wait_for,
+)
 from bench.objects import BENCH_LABEL, node_body
 from extender.devcluster.cluster import LocalCluster, new_namespace
 from extender.devcluster.nodes import STARTUP_TAINT_KEYS
@@ -61,11 +68,16 @@ class BenchEnv:
             "scheduling.x-k8s.io/v1alpha1",
             "scheduling.k8s.io/v1beta1",  # Kubernetes' own, when served (bench/gang_schedulers.py)
         ):
-            try:
-                self.api.call("DELETE", f"/apis/{api_version}/namespaces/{namespace}/podgroups")
-            except ApiError as err:
-                if err.status != 404:
-                    raise
+            groups = delete_each(self.api, f"/apis/{api_version}/namespaces/{namespace}/podgroups")
+            if groups.errors:
+                log.warning(
+                    "deleting the %s PodGroups of %s: %d of %d deletes failed (first: %s)",
+                    api_version,
+                    namespace,
+                    groups.errors,
+                    groups.done + groups.errors,
+                    groups.first_error,
+                )
         return deleted.done + deleted.errors
 
     # ---- nodes ----

@@ -160,14 +160,32 @@ def delete_pods_each(api: FastApi, namespace: str, *, workers: int = 16) -> Bulk
     outlasted a 60 s answer and a 120 s wait after it (docs/benchmarks.md round 15).
     A pod already gone (404) counts as deleted."""
 
+    return delete_each(api, pods_path(namespace), workers=workers, grace_zero=True)
+
+
+def delete_each(
+    api: FastApi, path: str, *, workers: int = 16, grace_zero: bool = False
+) -> BulkResult:
+    """Delete every object of the collection at `path` one request each, `workers` at a
+    time; an object already gone (404) counts as deleted, a collection not served
+    (404 on the list) as empty. One DELETE of a collection of 1,000 PodGroups outlasted
+    the API server's 60 s answer at 5,000 nodes (docs/benchmarks.md round 17)."""
+    try:
+        listed = names(api, path)
+    except ApiError as err:
+        if err.status != 404:
+            raise
+        listed = []
+    query = {"gracePeriodSeconds": 0} if grace_zero else None
+
     def delete(name: str) -> None:
         try:
-            api.call("DELETE", f"{pods_path(namespace)}/{name}", query={"gracePeriodSeconds": 0})
+            api.call("DELETE", f"{path}/{name}", query=query)
         except ApiError as err:
             if err.status != 404:
                 raise
 
-    return bulk(names(api, pods_path(namespace)), delete, workers=workers)
+    return bulk(listed, delete, workers=workers)
 
 
 def delete_nodes(api: FastApi, selector: str) -> None:

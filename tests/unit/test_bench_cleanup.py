@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from bench.kubeclient import ApiError, delete_pods_each
+from bench.kubeclient import ApiError, delete_each, delete_pods_each
 from bench.workloads import common
 
 
@@ -78,3 +78,17 @@ def test_the_wait_for_a_namespace_to_empty_grows_with_its_pods(
     monkeypatch.setattr(common, "wait_for", wait_for)
     common.clear(Env(), "ns")  # type: ignore[arg-type]
     assert seen["timeout"] == waited
+
+
+def test_podgroups_are_deleted_one_request_each_and_an_unserved_kind_is_empty() -> None:
+    groups = PagedPods(["g0", "g1", "g2"])
+    result = delete_each(groups, "/apis/x/v1/namespaces/ns/podgroups", workers=2)  # type: ignore[arg-type]
+    assert (result.done, result.errors) == (3, 0)
+    assert all(query == {} for _, query in groups.deleted)  # no grace period asked for them
+
+    class NotServed(PagedPods):
+        def call(self, method: str, path: str, body: Any = None, **kw: Any) -> dict[str, Any]:
+            raise ApiError(404, b"the server could not find the requested resource")
+
+    result = delete_each(NotServed([]), "/apis/y/v1/namespaces/ns/podgroups")  # type: ignore[arg-type]
+    assert (result.done, result.errors) == (0, 0)
