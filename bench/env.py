@@ -124,7 +124,15 @@ class BenchEnv:
         return time.monotonic() - started
 
     def remove_nodes(self, workload: str) -> None:
-        delete_nodes(self.api, f"{BENCH_LABEL}={workload}")
+        removed = delete_nodes(self.api, f"{BENCH_LABEL}={workload}")
+        if removed.errors:
+            log.warning(
+                "removing the %s nodes: %d of %d deletes failed (first: %s)",
+                workload,
+                removed.errors,
+                removed.done + removed.errors,
+                removed.first_error,
+            )
 
     # ---- processes ----
     def rss_mb(self, pid: int) -> dict[str, float]:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from bench.kubeclient import ApiError, delete_each, delete_pods_each
+from bench.kubeclient import ApiError, delete_each, delete_nodes, delete_pods_each
 from bench.workloads import common
 
 
@@ -23,10 +23,12 @@ class PagedPods:
     ) -> None:
         self.names, self.gone, self.broken = names, set(gone), set(broken)
         self.deleted: list[tuple[str, Any]] = []
+        self.listed_with: list[str | None] = []
 
     def call(self, method: str, path: str, body: Any = None, **kw: Any) -> dict[str, Any]:
         query = kw.get("query") or {}
         if method == "GET":
+            self.listed_with.append(query.get("labelSelector"))
             start = int(query.get("continue") or 0)
             page = self.names[start : start + 2]
             more = start + 2 < len(self.names)
@@ -92,3 +94,11 @@ def test_podgroups_are_deleted_one_request_each_and_an_unserved_kind_is_empty() 
 
     result = delete_each(NotServed([]), "/apis/y/v1/namespaces/ns/podgroups")  # type: ignore[arg-type]
     assert (result.done, result.errors) == (0, 0)
+
+
+def test_a_workloads_nodes_are_deleted_one_request_each_by_its_label() -> None:
+    nodes = PagedPods(["n0", "n1", "n2"])
+    result = delete_nodes(nodes, "bench=gang", workers=2)  # type: ignore[arg-type]
+    assert (result.done, result.errors) == (3, 0)
+    assert set(nodes.listed_with) == {"bench=gang"}
+    assert sorted(path for path, _ in nodes.deleted) == [f"/api/v1/nodes/n{i}" for i in range(3)]
