@@ -53,7 +53,7 @@ def pod_reference(meta: Mapping[str, Any]) -> dict[str, str]:
 
 
 def object_reference(
-    obj: Mapping[str, Any], namespace: str, api_version: str, kind: str
+    obj: Mapping[str, Any], api_version: str, kind: str, *, namespace: str
 ) -> dict[str, str]:
     """An Event's involvedObject for an API object as the watch delivered it
     (`api_version` and `kind` where it does not say them)."""
@@ -167,9 +167,9 @@ class ApiWrites:
     ) -> None:
         """One Event for the whole group: on its PodGroup object (any of the accepted
         kinds), or on its first member by name when it has none."""
-        podgroup, typed = self.state.podgroup_object(key), self.state.podgroup_type(key)
-        if podgroup is not None and typed is not None:
-            involved = object_reference(podgroup, key.namespace, *typed)
+        podgroup = self.state.podgroup_typed(key)
+        if podgroup is not None:
+            involved = object_reference(*podgroup, namespace=key.namespace)
         else:
             pods = sorted(self._our_members(key), key=lambda p: p["metadata"]["name"])
             if not pods:

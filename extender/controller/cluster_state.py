@@ -450,17 +450,12 @@ class ClusterState(CacheSink):
     def podgroup_object(self, key: GroupKey) -> dict[str, Any] | None:
         """The group's PodGroup object, in foreign_podgroups.PODGROUP_SOURCES order (a
         Kubernetes 1.35 Workload for a gang its pods name in spec.workloadRef)."""
-        return (
-            self.podgroups.get(key)
-            or self.volcano_podgroups.get(key)
-            or self.coscheduling_podgroups.get(key)
-            or self.upstream_podgroups.get(key)
-            or self._workload_object(key)
-        )
+        found = self.podgroup_typed(key)
+        return found[0] if found is not None else None
 
-    def podgroup_type(self, key: GroupKey) -> tuple[str, str] | None:
-        """apiVersion and kind of `podgroup_object(key)` where the object does not carry
-        them (items of a list of a built-in kind do not), or None without one."""
+    def podgroup_typed(self, key: GroupKey) -> tuple[dict[str, Any], str, str] | None:
+        """`podgroup_object(key)` with the apiVersion and kind to name it by where the
+        object does not carry them (items of a list of a built-in kind do not)."""
         stores = (
             (self.podgroups, "scheduling.gang-extender.io/v1alpha1", "PodGroup"),
             (self.volcano_podgroups, "scheduling.volcano.sh/v1beta1", "PodGroup"),
@@ -468,10 +463,12 @@ class ClusterState(CacheSink):
             (self.upstream_podgroups, "scheduling.k8s.io/v1beta1", "PodGroup"),
         )
         for store, api_version, kind in stores:
-            if key in store:
-                return api_version, kind
-        if self._workload_object(key) is not None:
-            return "scheduling.k8s.io/v1alpha1", "Workload"
+            obj = store.get(key)
+            if obj:
+                return obj, api_version, kind
+        workload = self._workload_object(key)
+        if workload:
+            return workload, "scheduling.k8s.io/v1alpha1", "Workload"
         return None
 
     def _workload_object(self, key: GroupKey) -> dict[str, Any] | None:
