@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.kubeclient import (
+    BulkResult,
     FastApi,
     bulk,
     delete_each,
@@ -55,29 +56,14 @@ class BenchEnv:
     def clear_namespace(self, namespace: str) -> int:
         """Delete the namespace's pods and PodGroups; how many pods it had."""
         deleted = delete_pods_each(self.api, namespace)
-        if deleted.errors:
-            log.warning(
-                "deleting the pods of %s: %d of %d deletes failed (first: %s); waiting for them",
-                namespace,
-                deleted.errors,
-                deleted.done + deleted.errors,
-                deleted.first_error,
-            )
+        _warn_failed(f"deleting the pods of {namespace}", deleted, "; waiting for them")
         for api_version in (
             "scheduling.gang-extender.io/v1alpha1",
             "scheduling.x-k8s.io/v1alpha1",
             "scheduling.k8s.io/v1beta1",  # Kubernetes' own, when served (bench/gang_schedulers.py)
         ):
             groups = delete_each(self.api, f"/apis/{api_version}/namespaces/{namespace}/podgroups")
-            if groups.errors:
-                log.warning(
-                    "deleting the %s PodGroups of %s: %d of %d deletes failed (first: %s)",
-                    api_version,
-                    namespace,
-                    groups.errors,
-                    groups.done + groups.errors,
-                    groups.first_error,
-                )
+            _warn_failed(f"deleting the {api_version} PodGroups of {namespace}", groups)
         return deleted.done + deleted.errors
 
     # ---- nodes ----
@@ -125,14 +111,7 @@ class BenchEnv:
 
     def remove_nodes(self, workload: str) -> None:
         removed = delete_nodes(self.api, f"{BENCH_LABEL}={workload}")
-        if removed.errors:
-            log.warning(
-                "removing the %s nodes: %d of %d deletes failed (first: %s)",
-                workload,
-                removed.errors,
-                removed.done + removed.errors,
-                removed.first_error,
-            )
+        _warn_failed(f"removing the {workload} nodes", removed)
 
     # ---- processes ----
     def rss_mb(self, pid: int) -> dict[str, float]:
@@ -226,3 +205,16 @@ def machine_info() -> dict[str, Any]:
     info["python"] = platform.python_version()
     info["kernel"] = platform.release()
     return info
+
+
+def _warn_failed(what: str, result: BulkResult, after: str = "") -> None:
+    """Log the deletes of `result` that failed, if any: how many, and the first error."""
+    if result.errors:
+        log.warning(
+            "%s: %d of %d deletes failed (first: %s)%s",
+            what,
+            result.errors,
+            result.done + result.errors,
+            result.first_error,
+            after,
+        )
