@@ -24,7 +24,8 @@ PODGROUP_ATTEMPT_SECONDS = "scheduler_podgroup_scheduling_attempt_duration_secon
 #: open by default; /metrics is added). kube-scheduler makes itself a serving cert.
 ALWAYS_ALLOW = "/healthz,/readyz,/livez,/metrics"
 
-_LABELS = re.compile(r'(\w+)="([^"]*)"')
+#: `name="value"` pairs of a Prometheus sample line (also bench/workloads/common.py).
+LABEL_PAIRS = re.compile(r'(\w+)="([^"]*)"')
 
 Histogram = dict[str, float]  # bucket upper bound ("+Inf" too) -> cumulative count, sum, count
 
@@ -57,7 +58,7 @@ def histogram(text: str, name: str, match: Mapping[str, str] | None = None) -> H
             continue
         head, _, value = line.rpartition(" ")
         series, _, _ = head.partition("{")
-        labels = dict(_LABELS.findall(head))
+        labels = dict(LABEL_PAIRS.findall(head))
         if any(labels.get(k) != v for k, v in (match or {}).items()):
             continue
         if series == name + "_bucket":

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import re
 import threading
 import time
 from collections import defaultdict
@@ -12,7 +11,7 @@ from typing import Any
 
 from bench.env import CREATE_WORKERS, BenchEnv
 from bench.kubeclient import BindWatch, bulk, pods_path, wait_for
-from bench.schedmetrics import Histogram, between, histogram
+from bench.schedmetrics import LABEL_PAIRS, Histogram, between, histogram
 from bench.stats import percentile, summary_ms
 
 log = logging.getLogger("bench")
@@ -205,7 +204,6 @@ def verb_latency(
     }
 
 
-_LABEL = re.compile(r'(\w+)="([^"]*)"')
 _WRITE_VERBS = ("POST", "PUT", "PATCH", "DELETE")
 
 
@@ -224,7 +222,7 @@ def api_writes(env: BenchEnv) -> dict[str, float] | None:
     for line in body.decode().splitlines():
         if not line.startswith("apiserver_request_total{"):
             continue
-        labels = dict(_LABEL.findall(line))
+        labels = dict(LABEL_PAIRS.findall(line))
         if labels.get("verb") not in _WRITE_VERBS or not labels.get("code", "").startswith("2"):
             continue
         what = labels.get("resource", "")
