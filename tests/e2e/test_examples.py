@@ -86,10 +86,19 @@ def ready_when(command: str, comment: str, group: str, min_member: int) -> Calla
         def all_on_nodes(out: str) -> bool:
             rows = [line.split() for line in out.splitlines()[1:]]
             header = out.splitlines()[0].split() if out.strip() else []
-            if "NODE" not in header or len(rows) < min_member:
+            if "NODE" not in header or not rows:
                 return False
             node = header.index("NODE")
-            return all(len(r) > node and r[node] != "<none>" for r in rows)
+            on_nodes = all(len(r) > node and r[node] != "<none>" for r in rows)
+            status = header.index("STATUS") if "STATUS" in header else None
+            # As for `gang-extender status` above: KWOK completes Job pods at once, and a
+            # Job whose successPolicy is met (examples/deepspeed) removes the members still
+            # running, so fewer than minMember may be left. The README's GangScheduled
+            # Event line checks the gang was placed whole.
+            finished = status is not None and any(
+                len(r) > status and r[status] == "Completed" for r in rows
+            )
+            return on_nodes and (len(rows) >= min_member or finished)
 
         return all_on_nodes
     if re.match(r"kubectl get (events|configmap)\b", command):
