@@ -142,7 +142,7 @@ class GangPreemption:
                 units,
                 priority=priority,
                 refused=refused,
-                usable=usable_nodes(chosen, allowed),
+                admitted=members_admitting(chosen, allowed),
             )
             if found is None or not found.victims:
                 continue
@@ -283,15 +283,22 @@ class GangPreemption:
         )
 
 
-def usable_nodes(
+def members_admitting(
     members: Sequence[PodInfo], allowed: Mapping[str, NodeRestriction]
-) -> frozenset[str] | None:
-    """The nodes some member's kept word admits, when every member's is an allow-list;
-    None (any node) otherwise."""
-    usable: set[str] = set()
-    for member in members:
-        restriction = allowed.get(member.uid)
-        if restriction is None or restriction.allowed is None:
-            return None
-        usable.update(restriction.allowed)
-    return frozenset(usable)
+) -> Callable[[str], frozenset[int]] | None:
+    """Which of `members` (by index) their kept word admits on a node, worked out once
+    per node asked; None when no member has a word, so every member may go anywhere."""
+    words = [allowed.get(member.uid) for member in members]
+    if all(word is None for word in words):
+        return None
+    answered: dict[str, frozenset[int]] = {}
+
+    def admitted(node: str) -> frozenset[int]:
+        found = answered.get(node)
+        if found is None:
+            found = answered[node] = frozenset(
+                i for i, word in enumerate(words) if word is None or word.permits(node)
+            )
+        return found
+
+    return admitted

@@ -13,9 +13,9 @@ gang that does not fit (the core checks 1, `choose_victims` does 2-4):
     not opt out (`preemptible`: PodGroup `spec.preemptible`, annotation
     `gang-extender.io/preemptible`) and whose eviction the API server did not
     refuse lately (a PodDisruptionBudget's 429: `refused`).
- 3. Add candidates lowest priority first (then fewest pods, then newest) until
-    the gang's plan fits on the free capacity plus what they hold; none fits ->
-    no preemption.
+ 3. Add candidates lowest priority first (then those on a node the most of the
+    gang's members may use, then fewest pods, then newest) until the gang's plan
+    fits on the free capacity plus what they hold; none fits -> no preemption.
  4. Then drop every chosen unit the gang still fits without (highest priority
     first): no victim is kept that the plan does not need.
 The freed capacity is held for the preemptor by its plan (a reservation with
@@ -34,7 +34,7 @@ the default scheduler preempted, which never asks this extender.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -179,6 +179,42 @@ def candidates(
     return sorted(allowed, key=_eviction_order)
 
 
+def _in_reach_order(
+    ordered: list[VictimUnit], admitted: Callable[[str], frozenset[int]] | None
+) -> Iterator[VictimUnit]:
+    """`ordered` (eviction order), with, within each priority, the unit on a node the
+    most members not yet reached may use first, then those on nodes more members may
+    use: a greedy set cover, so a gang whose members kube-scheduler admits on
+    different nodes frees a few nodes they share, not one per member. Units on no
+    node any member may use are left out."""
+    if admitted is None:
+        yield from ordered
+        return
+    reach: dict[str, frozenset[int]] = {
+        unit.key: frozenset().union(*(admitted(p.node_name) for p in unit.pods if p.node_name))
+        for unit in ordered
+    }
+    # Stable: units of one priority and reach keep their eviction order.
+    left = sorted(
+        (unit for unit in ordered if reach[unit.key]),
+        key=lambda unit: (unit.priority, -len(reach[unit.key])),
+    )
+    everyone = frozenset().union(*reach.values())
+    reached: set[int] = set()
+    while left:
+        best, gain = 0, 0
+        if not reached >= everyone:
+            for i, unit in enumerate(left):
+                if unit.priority != left[0].priority:
+                    break
+                more = len(reach[unit.key] - reached)
+                if more > gain:
+                    best, gain = i, more
+        unit = left.pop(best)
+        reached |= reach[unit.key]
+        yield unit
+
+
 def free_without(
     free: Mapping[str, Resources], victims: Iterable[VictimUnit]
 ) -> dict[str, Resources]:
@@ -203,25 +239,30 @@ def choose_victims(
     *,
     priority: int,
     refused: Iterable[str] = (),
-    usable: Container[str] | None = None,
+    admitted: Callable[[str], frozenset[int]] | None = None,
 ) -> Preemption | None:
     """Steps 2-4: the fewest, lowest units whose eviction makes `fits` true; None if none do.
 
     `fits` says whether the preemptor's plan fits a free-capacity map (the core
     passes its planner); `free` is what is free now, after bound pods and every
     reservation. The units returned are minimal: dropping any one of them makes
-    `fits` false. `usable`: the only nodes the preemptor may be planned on (None:
-    any); a unit with no pod there frees nothing it can use, and is not tried.
+    `fits` false. `admitted`: which of the preemptor's members (by index) may be
+    planned on a node (None: every member, any node); units are tried in that reach
+    (`_in_reach_order`), and a unit on no node any member may use frees nothing it
+    can use, and is not tried.
     """
     if fits(free):
         return Preemption((), {node: dict(r) for node, r in free.items()})
+    tried = candidates(units, priority=priority, refused=refused)
+    # One plan with every candidate gone first: a gang that does not fit even then
+    # (its members' words admit too few nodes yet) costs one plan, not one per unit.
+    if not tried or not fits(free_without(free, tried)):
+        return None
     chosen: list[VictimUnit] = []
     # Free capacity once `chosen` are gone, grown one unit at a time: rebuilding it
     # for every unit tried cost a copy of every node's figures each (quadratic).
     after = {node: dict(resources) for node, resources in free.items()}
-    for unit in candidates(units, priority=priority, refused=refused):
-        if usable is not None and not any(p.node_name in usable for p in unit.pods):
-            continue
+    for unit in _in_reach_order(tried, admitted):
         chosen.append(unit)
         _release(after, unit)
         if fits(after):
