@@ -3,6 +3,7 @@ whole-gang, and a preempted member not counted as a lifecycle failure."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -1062,3 +1063,92 @@ def test_a_widened_word_is_news_to_the_queue_views_that_read_it() -> None:
     before = core.restrictions_version
     core.preempt(high_0, {"n1": NodeVictims(("uid-filler-1",))}, T0 + 1)
     assert core.restrictions_version == before + 1
+
+
+AFFINITY = {
+    "nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [
+                {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}
+            ]
+        }
+    }
+}
+
+
+def _with_spec(**changes: Any) -> Callable[[dict[str, Any]], None]:
+    return lambda obj: obj["spec"].update(changes)
+
+
+def _with_container(**changes: Any) -> Callable[[dict[str, Any]], None]:
+    return lambda obj: obj["spec"]["containers"][0].update(changes)
+
+
+@pytest.mark.parametrize(
+    ("change", "same"),
+    [
+        # What the webhook and the Job controller set per member: not read by filters.
+        (_with_spec(hostname="g-worker-1", subdomain="g"), True),
+        (_with_container(env=[{"name": "VC_TASK_INDEX", "value": "1"}], command=["sshd"]), True),
+        (lambda obj: obj["metadata"]["labels"].update({"index": "1"}), True),
+        # What kube-scheduler's filters read.
+        (_with_spec(affinity=AFFINITY), False),
+        (_with_spec(volumes=[{"name": "d", "persistentVolumeClaim": {"claimName": "d-1"}}]), False),
+        (_with_container(ports=[{"containerPort": 22, "hostPort": 2222}]), False),
+        (_with_spec(topologySpreadConstraints=[{"maxSkew": 1, "topologyKey": "zone"}]), False),
+        (_with_spec(nodeSelector={"gpu": "a100"}), False),
+    ],
+)
+def test_members_share_a_filter_spec_unless_what_filters_read_differs(
+    change: Callable[[dict[str, Any]], None], same: bool
+) -> None:
+    base = pod("m", group="g")
+    other = pod("m", group="g")
+    other["metadata"].setdefault("labels", {})
+    change(other)
+    assert other != base, "the change is made"
+    assert (PodInfo.from_api(other).filter_spec == PodInfo.from_api(base).filter_spec) is same
+
+
+def test_one_members_preemption_proposal_admits_its_same_spec_siblings_on_those_nodes() -> None:
+    # Every member was last offered n0 only (a node another gang's plan holds), so
+    # each word is "n0". kube-scheduler's preemption for high-0 proposes n2: high-1,
+    # of the same spec, passes the same filters there, and the gang is planned on n2
+    # at once, evicting one filler (waiting for high-1's own proposal, a window
+    # elsewhere, spread the gang over two nodes, a filler evicted for each).
+    fillers = [pod(f"filler-{i}", node=f"n{i}", gpus=2, priority=10) for i in (1, 2)]
+    keeper = pod("keeper", node="n0", gpus=2, priority=5000)
+    core = core_with(
+        {"n0": 2, "n1": 2, "n2": 2}, [*fillers, keeper, *high_gang(2)], {"high": {"minMember": 2}}
+    )
+    for i in range(2):
+        core.restrictions[f"uid-high-{i}"] = NodeRestriction(allowed=frozenset({"n0"}))
+
+    core.preempt(core.snapshot.pods["uid-high-0"], {"n2": NodeVictims(("uid-filler-2",))}, T0)
+
+    assert evicted_refs(core) == ["default/filler-2"]
+    assert set(planned_nodes(core).values()) == {"n2"}
+
+
+def test_a_sibling_of_another_spec_is_not_admitted_by_the_proposal() -> None:
+    fillers = [pod(f"filler-{i}", node=f"n{i}", gpus=2, priority=10) for i in (1, 2)]
+    other = pod("high-1", group="high", priority=1000)
+    other["spec"]["affinity"] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}
+                ]
+            }
+        }
+    }
+    core = core_with(
+        {"n0": 2, "n1": 2, "n2": 2}, [*fillers, *high_gang(1), other], {"high": {"minMember": 2}}
+    )
+    for i in range(2):
+        core.restrictions[f"uid-high-{i}"] = NodeRestriction(allowed=frozenset({"n0"}))
+
+    core.preempt(core.snapshot.pods["uid-high-0"], {"n2": NodeVictims(("uid-filler-2",))}, T0)
+
+    assert core.restrictions["uid-high-1"].allowed == frozenset({"n0"})
+    assert core.restrictions["uid-high-0"].allowed == frozenset({"n0", "n2"})

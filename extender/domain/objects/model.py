@@ -156,6 +156,10 @@ class PodInfo:
     # The node its claims left allocated after a failed bind are on: kube-scheduler
     # offers it no other node (the devices are node-local), so neither may a plan.
     claims_pin: str | None = None
+    # A digest of what kube-scheduler's filters read in its spec (`filter_spec_of`):
+    # members with the same one are admitted on the same nodes, so the nodes
+    # kube-scheduler's preemption proposes for one are the others' too.
+    filter_spec: int = 0
 
     @property
     def ref(self) -> str:
@@ -239,7 +243,42 @@ class PodInfo:
             disruption=disruption,
             placeholder_for=_placeholder_for(meta),
             replica_set=_replica_set(meta),
+            filter_spec=filter_spec_of(spec),
         )
+
+
+# The pod spec fields kube-scheduler's filters read (affinity, volumes, spread, ...),
+# besides each container's ports and resources. Not read: hostname, subdomain, env,
+# commands, which the webhook and Job controllers set per member.
+_FILTERED_SPEC_FIELDS = (
+    "nodeName",
+    "nodeSelector",
+    "affinity",
+    "tolerations",
+    "topologySpreadConstraints",
+    "volumes",
+    "resourceClaims",
+    "runtimeClassName",
+    "overhead",
+    "hostNetwork",
+    "schedulerName",
+    "priority",
+)
+
+
+def filter_spec_of(spec: Mapping[str, Any]) -> int:
+    """A digest of what kube-scheduler's filters read in a pod spec: equal for pods
+    that pass the same filters on the same nodes (its own labels, which only other
+    pods' affinity terms read, are left out)."""
+    containers = [*(spec.get("initContainers") or ()), *(spec.get("containers") or ())]
+    read = (
+        [spec.get(name) for name in _FILTERED_SPEC_FIELDS],
+        [(c.get("ports"), c.get("resources")) for c in containers if isinstance(c, Mapping)],
+    )
+    # repr, not a sorted JSON dump (half the cost of parsing the pod): the API server
+    # writes one spec's fields, and a map's keys, in one order; pods that differ only
+    # in that order would share no proposal, which is only slower.
+    return hash(repr(read))
 
 
 def _replica_set(meta: Mapping[str, Any]) -> str | None:

@@ -234,7 +234,9 @@ class GangPreemption:
         """kube-scheduler's preemption for `pod` (the preempt verb), made whole-gang.
 
         A gang member asking is a gang that does not fit: it is tried here (whole-gang
-        preemption included) and kube-scheduler's victims are refused. Off
+        preemption included) and kube-scheduler's victims are refused. The nodes
+        proposed widen the kept word of the member and of its pending siblings of the
+        same filter spec (`PodInfo.filter_spec`). Off
         (`preemption_enabled` False): kube-scheduler's victims pass unchanged.
         """
         if not self.shared.switches.preemption:
@@ -242,13 +244,25 @@ class GangPreemption:
         known = self.shared.snapshot.pods.get(pod.uid, pod)
         if known.group is not None and known.uid in self.shared.snapshot.pods:
             state = self.shared.groups.setdefault(known.group, GroupState())
-            if admitting_preemption_nodes(
-                self.shared.restrictions,
-                self.shared.snapshot,
-                known.uid,
-                proposed,
-                memory_limit=RESTRICTION_MEMORY_LIMIT,
-            ):
+            # Its pending siblings of the same filtered spec pass the same filters on
+            # the proposed nodes: widened at once, the gang is planned on this one
+            # proposal, not after each member's own (one node per member's window).
+            siblings = {
+                m.uid
+                for m in self.shared.snapshot.members(known.group)
+                if not m.is_bound and m.filter_spec == known.filter_spec
+            }
+            widened = [
+                admitting_preemption_nodes(
+                    self.shared.restrictions,
+                    self.shared.snapshot,
+                    uid,
+                    proposed,
+                    memory_limit=RESTRICTION_MEMORY_LIMIT,
+                )
+                for uid in sorted(siblings | {known.uid})
+            ]
+            if any(widened):
                 self.shared.restrictions_version += 1
                 # Its "does not fit" was said on the narrower word: ask again.
                 state.shortfall_generation = None
