@@ -1097,6 +1097,8 @@ def _with_container(**changes: Any) -> Callable[[dict[str, Any]], None]:
         (_with_container(ports=[{"containerPort": 22, "hostPort": 2222}]), False),
         (_with_spec(topologySpreadConstraints=[{"maxSkew": 1, "topologyKey": "zone"}]), False),
         (_with_spec(nodeSelector={"gpu": "a100"}), False),
+        (_with_container(resources={"requests": {GPU: "2"}, "limits": {GPU: "2"}}), False),
+        (_with_spec(initContainers=[{"name": "i", "ports": [{"hostPort": 2222}]}]), False),
     ],
 )
 def test_members_share_a_filter_spec_unless_what_filters_read_differs(
@@ -1179,3 +1181,25 @@ def test_a_preemption_plan_is_kept_while_its_victims_fill_a_node_no_filter_named
     core.expire(T0 + 1 + core.unseen_nodes.grace_seconds + 0.5)
     assert core.ledger.plans.get(key) is plan
     assert not [e for e in core.drain_effects() if isinstance(e, PlanDropped)]
+
+
+def test_a_plan_waiting_on_a_changed_node_without_its_victims_is_dropped_after_the_grace() -> None:
+    # The gang needs n0 (its filler evicted) and n1 (free). n1 changes and no filter
+    # names it within the grace: n1 had room, so that silence is kube-scheduler's
+    # refusal, whatever the victim on n0 still does.
+    core = core_with(
+        {"n0": 2, "n1": 2},
+        [pod("filler-0", node="n0", gpus=2, priority=10), *high_gang(2, gpus=2)],
+        {"high": {"minMember": 2}},
+    )
+    core.expire(T0)
+    core.preempt(core.snapshot.pods["uid-high-0"], {}, T0)
+    key = GroupKey("default", "high")
+    assert sorted(planned_nodes(core).values()) == ["n0", "n1"]
+    assert evicted_refs(core) == ["default/filler-0"]
+    core.apply_node(NodeInfo.from_api(make_node("n1").gpus(2).label("rack", "b").obj()))
+    core.expire(T0 + 1)
+    core.expire(T0 + 1 + core.unseen_nodes.grace_seconds + 0.5)
+    assert key not in core.ledger.plans
+    (dropped,) = [e for e in core.drain_effects() if isinstance(e, PlanDropped)]
+    assert "offered node n1 to no pod within" in dropped.reason
