@@ -7,9 +7,8 @@ hold kept, and nobody else is planned on that room; the hold's deadline bounds t
 
 from __future__ import annotations
 
-from extender.domain.cluster.ledger import Plan
+from extender.domain.cluster.ledger import VICTIM_GONE_GRACE_SECONDS, Plan
 from extender.domain.gang.gang import GangCore
-from extender.domain.gang.gang_filter import VICTIM_GONE_GRACE_SECONDS
 from extender.domain.objects.membership import GroupKey
 from extender.domain.objects.model import PodInfo
 from extender.domain.state.decisions import FilterDecision, Verdict

@@ -10,12 +10,17 @@ or when the plan is dropped.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from dataclasses import dataclass, field
 
 from extender.domain.cluster.snapshot import add_into
 from extender.domain.objects.membership import GroupKey
 from extender.domain.objects.model import Resources
+
+# A victim the watch saw deleted may still be counted by kube-scheduler for a moment
+# (its informer is behind ours, or the member's cycle began before the delete): its
+# preemptor's members wait this long after before a refused node drops the plan.
+VICTIM_GONE_GRACE_SECONDS = 5.0
 
 
 @dataclass
@@ -40,8 +45,19 @@ class Plan:
     # still counts it and may not offer that node; its members wait there (gang_filter.py).
     victims: dict[str, tuple[str, str]] = field(default_factory=dict)  # uid -> (node, ref)
     # When the watch saw each victim deleted (pod uid -> time): kube-scheduler may learn
-    # it later, or answer from a cycle begun before (gang_filter.py's grace).
+    # it later, or answer from a cycle begun before (`victims_still_on`'s grace).
     victims_gone: dict[str, float] = field(default_factory=dict)
+
+    def victims_still_on(self, node: str, pods: Container[str], now: float) -> list[str]:
+        """The refs of the plan's victims on `node` kube-scheduler may still count: not
+        seen deleted (their uid still in `pods`, the watch's), or seen deleted less than
+        `VICTIM_GONE_GRACE_SECONDS` ago."""
+        return sorted(
+            ref
+            for uid, (at, ref) in self.victims.items()
+            if at == node
+            and (uid in pods or now - self.victims_gone.get(uid, now) < VICTIM_GONE_GRACE_SECONDS)
+        )
 
     @property
     def waiting_for(self) -> set[str]:

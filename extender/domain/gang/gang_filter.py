@@ -26,11 +26,6 @@ from extender.domain.state.decisions import FilterDecision, Verdict
 from extender.domain.state.gang_room import GangRoom
 from extender.domain.state.gang_state import GroupState, HoldReason, SharedState, say
 
-# A victim the watch saw deleted may still be counted by kube-scheduler for a moment
-# (its informer is behind ours, or the member's cycle began before the delete): its
-# preemptor's members wait this long after before a refused node drops the plan.
-VICTIM_GONE_GRACE_SECONDS = 5.0
-
 
 class GangFilter:
     """The filter verb: steps 1-3, then the planning part's 4-8.
@@ -141,7 +136,7 @@ class GangFilter:
                 )
             if self.shared.unseen_nodes.unseen(node):
                 return self._hold(candidates, Verdict.WAIT, self._not_seen_yet(plan, pod, node))
-            evicting = self._victims_still_on(plan, node, now)
+            evicting = plan.victims_still_on(node, self.shared.snapshot.pods, now)
             if evicting:
                 # kube-scheduler counts the victims until their deletion reaches it, so
                 # its own filters refuse the node meanwhile: the plan keeps its room (the
@@ -194,17 +189,6 @@ class GangFilter:
         if node not in candidates:  # planned where kube-scheduler has not seen the node yet
             return self._hold(candidates, Verdict.WAIT, self._not_seen_yet(plan, pod, node))
         return FilterDecision(Verdict.PLANNED, [node], {}, {}, f"planned on {node}")
-
-    def _victims_still_on(self, plan: Plan, node: str, now: float) -> list[str]:
-        """The plan's victims on `node` that the watch has not seen deleted, or saw
-        deleted less than `VICTIM_GONE_GRACE_SECONDS` ago."""
-        pods = self.shared.snapshot.pods
-        return sorted(
-            ref
-            for uid, (at, ref) in plan.victims.items()
-            if at == node
-            and (uid in pods or now - plan.victims_gone.get(uid, now) < VICTIM_GONE_GRACE_SECONDS)
-        )
 
     @staticmethod
     def _not_seen_yet(plan: Plan, pod: PodInfo, node: str) -> str:
