@@ -158,7 +158,7 @@ class PodInfo:
     claims_pin: str | None = None
     # A digest of what kube-scheduler's filters read in its spec (`filter_spec_of`):
     # members with the same one are admitted on the same nodes, so the nodes
-    # kube-scheduler's preemption proposes for one are the others' too.
+    # kube-scheduler's preemption proposes for one are the others' too. 0 outside a group.
     filter_spec: int = 0
 
     @property
@@ -243,7 +243,9 @@ class PodInfo:
             disruption=disruption,
             placeholder_for=_placeholder_for(meta),
             replica_set=_replica_set(meta),
-            filter_spec=filter_spec_of(spec),
+            # Read only between members of one group: a plain pod (most events, at
+            # scale) does not pay for it.
+            filter_spec=filter_spec_of(spec) if group is not None else 0,
         )
 
 
