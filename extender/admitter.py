@@ -22,6 +22,7 @@ from extender.domain.objects.accelerators import DEFAULT_ACCELERATORS, Accelerat
 from extender.injection.admission import (
     AdmissionDenied,
     AdmissionRequest,
+    admission_gate_ops,
     allowed_response,
     carries_wiring,
     check_member_index,
@@ -63,17 +64,23 @@ class Admitter:
         *,
         podgroup_reader: PodGroupReader | None = None,
         route_gpu_pods: bool = False,
+        admission_gate: bool = False,
         accelerators: Accelerators = DEFAULT_ACCELERATORS,
     ) -> None:
         """`podgroup_reader` gives spec.minTaskMember; None: there are no PodGroups.
 
         `route_gpu_pods` (Settings.route_gpu_pods): pods requesting GPUs that are left
         to the default scheduler get schedulerName gang-extender
-        (extender.injection.gpu_routing), group or not.
+        (extender.injection.gpu_routing), group or not. `admission_gate`
+        (Settings.admission_gate): members kube-scheduler would place get
+        gang-extender's scheduling gate, lifted once their gang is planned
+        (extender.domain.queue.gang_admission).
         """
         self.allocator = allocator
         self.podgroup_reader = podgroup_reader
         self.route_gpu_pods = route_gpu_pods
+        # Settings.admission_gate: members of our scheduler are created behind the gate.
+        self.admission_gate = admission_gate
         self.accelerators = (
             accelerators  # which requests route a pod (Settings.accelerator_resources)
         )
@@ -170,7 +177,13 @@ class Admitter:
             " (dry run)" if review.dry_run else "",
             len(patch),
         )
-        return allowed_response(review.uid, patch + self._routing(pod))
+        routing = self._routing(pod)
+        return allowed_response(review.uid, patch + routing + self._gate(pod, bool(routing)))
+
+    def _gate(self, pod: dict[str, Any], routed: bool) -> list[JsonPatchOp]:
+        if not self.admission_gate:
+            return []
+        return admission_gate_ops(pod, routed=routed)
 
     def _routing(self, pod: dict[str, Any]) -> list[JsonPatchOp]:
         return route_to_gang_scheduler(pod, self.accelerators) if self.route_gpu_pods else []

@@ -106,6 +106,12 @@ class Settings(BaseSettings):
     # of being placed by the default scheduler, which does not see them. Needs the
     # webhook's gpu-routing entry (in deploy/webhook.yaml).
     route_gpu_pods: bool = Field(default=False)
+    # Opt-in (docs/design.md#gated-admission): the webhook creates gang members of
+    # this scheduler behind the scheduling gate gang-extender.io/admission, and the
+    # service lifts it, with the planned node, once the whole gang is planned: kube-
+    # scheduler never tries an incomplete gang or one that does not fit. The service
+    # lifts the gate whatever this says (a pod template may carry it).
+    admission_gate: bool = Field(default=False)
     # Which resources are accelerators (docs/deploy.md "Accelerators"): comma-separated
     # extended resource names, a trailing `*` a prefix. Every GPU figure (plan, hold,
     # reservation, placeholder, score, gauge, hostfile slots, GPU routing) keys on them;

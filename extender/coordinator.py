@@ -198,6 +198,8 @@ class SchedulingCoordinator:
         self._effect_sink(effects)
 
     def tick(self) -> None:
-        """Periodic: expire plans past their deadline (wakes their barrier waiters)."""
+        """Periodic: expire plans past their deadline (wakes their barrier waiters), then
+        plan the gangs behind the admission gate on the room that freed."""
         self.core.expire(self.clock())
+        self.core.admit_gated(self.clock())
         self.flush_effects()

@@ -223,6 +223,7 @@ class GangService:
                 self.allocator,
                 podgroup_reader=self._podgroup_reader,
                 route_gpu_pods=s.route_gpu_pods,
+                admission_gate=s.admission_gate,
                 accelerators=s.accelerators,
             )
         )

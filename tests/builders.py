@@ -121,6 +121,11 @@ class PodBuilder:
         self._pod["spec"].setdefault("tolerations", []).append(dict(toleration))
         return self
 
+    def gate(self, name: str) -> PodBuilder:
+        """A scheduling gate (spec.schedulingGates), as the webhook or Kueue adds one."""
+        self._pod["spec"].setdefault("schedulingGates", []).append({"name": name})
+        return self
+
     def priority(self, value: int) -> PodBuilder:
         """spec.priority, as the API server's admission sets it from a PriorityClass."""
         self._pod["spec"]["priority"] = value

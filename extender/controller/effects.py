@@ -32,6 +32,7 @@ from extender.domain.state.decisions import (
     GangBound,
     GangBroken,
     GangFaulted,
+    LiftAdmissionGate,
     MemberBindFailed,
     PlaceholderCreate,
     PlaceholderDelete,
@@ -47,7 +48,7 @@ from extender.kube.reservation_writes import (
     placeholder_pod,
     set_node_fence,
 )
-from extender.kube.writers import PODGROUP_API, set_planned_node
+from extender.kube.writers import PODGROUP_API, lift_admission_gate, set_planned_node
 from extender.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -55,6 +56,7 @@ log = logging.getLogger(__name__)
 
 # kind label of gang_extender_api_write_errors_total
 WRITE_PLANNED_NODE = "planned-node"
+WRITE_ADMISSION_GATE = "admission-gate"
 WRITE_PLACEHOLDER = "placeholder"
 WRITE_FENCE = "fence"
 
@@ -158,6 +160,9 @@ class EffectWriter:
                 self.queues.submit(("node", effect.node), functools.partial(self._fence, effect))
             elif isinstance(effect, GangFaulted):
                 pass  # logged and counted by the coordinator; the group's status says it
+            elif isinstance(effect, LiftAdmissionGate):
+                queue: Hashable = effect.group if effect.group is not None else effect.pod
+                self.queues.submit(queue, functools.partial(self._lift_gate, effect))
             elif not isinstance(effect, BarrierReleased):  # wakes waiters only (coordinator)
                 self.queues.submit(effect.plan.group, functools.partial(self._carry_out, effect))
 
@@ -233,24 +238,44 @@ class EffectWriter:
         )
 
     async def _set_planned_nodes(
-        self, key: GroupKey, members: Sequence[tuple[str, str | None]]
+        self,
+        key: GroupKey,
+        members: Sequence[tuple[str, str | None]],
+        *,
+        gated: frozenset[str] = frozenset(),
     ) -> None:
-        """Set (node) or clear (None) the planned-node annotation of `members` (ns/name)."""
+        """Set (node) or clear (None) the planned-node annotation of `members` (ns/name);
+        the same write lifts the admission gate of those in `gated`."""
         timeout = self.settings.api_write_timeout_seconds
 
         def write(ref: str, node: str | None) -> Callable[[], None]:
-            return lambda: set_planned_node(self.raw, *_split(ref), node, timeout=timeout)
+            lift = ref in gated
+            return lambda: set_planned_node(
+                self.raw, *_split(ref), node, lift_gate=lift, timeout=timeout
+            )
 
         await asyncio.gather(
             *(
                 self.writes.write(
                     WRITE_PLANNED_NODE,
                     key,
-                    f"{'set' if node else 'clear'} planned node of pod {ref}",
+                    f"{'set' if node else 'clear'} planned node of pod {ref}"
+                    + (" and lift its admission gate" if ref in gated else ""),
                     write(ref, node),
                 )
                 for ref, node in members
             )
+        )
+
+    async def _lift_gate(self, effect: LiftAdmissionGate) -> None:
+        """Ungate a pod the core will not plan behind the gate (domain/queue/gang_admission.py)."""
+        log.info("lifting the admission gate of pod %s: %s", effect.pod, effect.reason)
+        timeout = self.settings.api_write_timeout_seconds
+        await self.writes.write(
+            WRITE_ADMISSION_GATE,
+            effect.group if effect.group is not None else f"pod {effect.pod}",
+            f"lift the admission gate of pod {effect.pod}",
+            lambda: lift_admission_gate(self.raw, *_split(effect.pod), timeout=timeout),
         )
 
     async def _carry_out(self, effect: PlanEffect) -> None:
@@ -262,6 +287,7 @@ class EffectWriter:
             # and on a bound pod the annotation neither nudges kube-scheduler nor is read
             # by recovery (domain/failover/recovery.py), so it would be a wasted write.
             waiting = plan.unbound
+            pods = self.core.snapshot.pods
             await self._set_planned_nodes(
                 plan.group,
                 [
@@ -269,6 +295,12 @@ class EffectWriter:
                     for uid, node in plan.placements.items()
                     if uid in waiting
                 ],
+                # Gated members enter kube-scheduler's queue with their node written.
+                gated=frozenset(
+                    plan.names[uid]
+                    for uid in waiting
+                    if (pod := pods.get(uid)) is not None and pod.admission_gated
+                ),
             )
         elif isinstance(effect, PlanDropped):
             kind = "timeout" if effect.timed_out else "other"

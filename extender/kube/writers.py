@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from extender.domain.objects.membership import (
+    ADMISSION_GATE,
     CREATED_FROM_ANNOTATION,
     PLANNED_NODE_ANNOTATION,
     SCHEDULER_NAME,
@@ -168,21 +169,51 @@ def set_planned_node(
     name: str,
     node: str | None,
     *,
+    lift_gate: bool = False,
     timeout: float = WRITE_TIMEOUT_SECONDS,
 ) -> None:
     """Record (or clear) a member's planned node on the pod.
 
     The annotation makes a plan survive a restart, and the pod update makes
     kube-scheduler move the pod out of its unschedulable queue to be retried now.
+    With `lift_gate`, the same write removes gang-extender's admission gate
+    (`lift_admission_gate`), so the member enters kube-scheduler's queue planned.
     """
-    patch = {"metadata": {"annotations": {PLANNED_NODE_ANNOTATION: node}}}
+    patch: dict[str, Any] = {"metadata": {"annotations": {PLANNED_NODE_ANNOTATION: node}}}
+    content_type = "application/merge-patch+json"
+    if lift_gate:
+        patch["spec"] = {"schedulingGates": [{"name": ADMISSION_GATE, "$patch": "delete"}]}
+        content_type = STRATEGIC_MERGE_PATCH
     raw.call(
         "PATCH",
         path_of("api", "v1", "namespaces", namespace, "pods", name),
         body=patch,
-        content_type="application/merge-patch+json",
+        content_type=content_type,
         timeout=timeout,
     )
+
+
+def lift_admission_gate(
+    raw: RawApi, namespace: str, name: str, *, timeout: float = WRITE_TIMEOUT_SECONDS
+) -> None:
+    """Remove gang-extender's admission gate from a pod, leaving any other gate.
+
+    A strategic merge patch deletes the one list entry by its name, so a gate
+    another controller (Kueue) holds or lifts meanwhile is neither kept nor re-added
+    (gates can only be removed after creation). Removing a gate the pod no longer
+    has is a no-op.
+    """
+    raw.call(
+        "PATCH",
+        path_of("api", "v1", "namespaces", namespace, "pods", name),
+        body=_LIFT_GATE,
+        content_type=STRATEGIC_MERGE_PATCH,
+        timeout=timeout,
+    )
+
+
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+_LIFT_GATE = {"spec": {"schedulingGates": [{"name": ADMISSION_GATE, "$patch": "delete"}]}}
 
 
 def emit_event(

@@ -22,13 +22,15 @@ from extender.api.health import create_health_app
 from extender.config import Settings
 from extender.domain.cluster.ledger import Plan
 from extender.domain.objects.membership import (
+    ADMISSION_GATE,
     INJECT_NAMESPACE_LABEL,
     PLANNED_NODE_ANNOTATION,
     TASKS_ANNOTATION,
     GroupKey,
     MembershipError,
 )
-from extender.domain.state.decisions import GangBound, PlanCreated, PlanDropped
+from extender.domain.objects.model import PodInfo
+from extender.domain.state.decisions import GangBound, LiftAdmissionGate, PlanCreated, PlanDropped
 from extender.kube.rawapi import KubeError
 from extender.kube.wiring import WiringConflictError
 from extender.service import Deps, GangService, create_service
@@ -44,6 +46,7 @@ class FakeRaw:
     def __init__(self) -> None:
         self.calls: list[tuple[str, str, Any]] = []
         self.attempts: list[tuple[str, str, Any]] = []
+        self.content_types: list[str] = []  # of each attempt
         self.lock = threading.Lock()
         # Called before a request completes; may sleep or raise.
         self.hook: Callable[[str, str, Any], None] = lambda method, path, body: None
@@ -60,6 +63,7 @@ class FakeRaw:
     ) -> dict[str, Any]:
         with self.lock:
             self.attempts.append((method, path, body))
+            self.content_types.append(content_type)
         self.hook(method, path, body)
         with self.lock:
             self.calls.append((method, path, body))
@@ -175,6 +179,51 @@ async def test_a_plan_drop_never_overtakes_the_plan_it_drops(
     # Set first, then cleared: no stale planned-node annotation is left behind.
     assert raw.patches_of("w0") == ["n1", None]
     assert raw.patches_of("w1") == ["n2", None]
+
+
+async def test_a_planned_gated_member_is_ungated_by_its_planned_node_write(
+    service: GangService, raw: FakeRaw
+) -> None:
+    for pod in (make_pod("w0").group("job").gate(ADMISSION_GATE), make_pod("w1").group("job")):
+        obj = pod.obj()
+        obj["metadata"]["uid"] = f"uid-{obj['metadata']['name']}"  # as `plan` names them
+        service.core.observe_pod(PodInfo.from_api(obj), time.time())
+    service.core.drain_effects()
+    service.writer.queue_effects([PlanCreated(plan(GROUP, {"w0": "n1", "w1": "n1"}))])
+    await service.queues.join()
+    writes = {
+        path.rsplit("/", 1)[1]: (body, kind)
+        for (method, path, body), kind in zip(raw.calls, raw.content_types, strict=True)
+        if method == "PATCH"
+    }
+    assert writes == {
+        "w0": (
+            {
+                "metadata": {"annotations": {PLANNED_NODE_ANNOTATION: "n1"}},
+                "spec": {"schedulingGates": [{"name": ADMISSION_GATE, "$patch": "delete"}]},
+            },
+            "application/strategic-merge-patch+json",
+        ),
+        "w1": (
+            {"metadata": {"annotations": {PLANNED_NODE_ANNOTATION: "n1"}}},
+            "application/merge-patch+json",
+        ),
+    }
+
+
+async def test_a_gate_lifted_without_a_plan_removes_only_that_gate(
+    service: GangService, raw: FakeRaw
+) -> None:
+    service.writer.queue_effects([LiftAdmissionGate(GROUP, "default/w0", "misdeclared")])
+    await service.queues.join()
+    assert [(m, p, b) for m, p, b in raw.calls] == [
+        (
+            "PATCH",
+            "/api/v1/namespaces/default/pods/w0",
+            {"spec": {"schedulingGates": [{"name": ADMISSION_GATE, "$patch": "delete"}]}},
+        )
+    ]
+    assert raw.content_types == ["application/strategic-merge-patch+json"]
 
 
 async def test_other_groups_are_not_held_up_by_a_slow_group(

@@ -20,6 +20,8 @@ views):
    known not to fit;
  - domain/gang/gang_watch.py: the watch's observations (a pod or group that changed or
    went away), which settle plans and plan the held gangs they complete;
+ - domain/queue/gang_admission.py: gangs behind gang-extender's admission gate, planned
+   without kube-scheduler asking, and gates lifted off pods nobody will plan;
  - domain/queue/gang_queue.py: queue order, step 6, whom a held gang waits behind, and
    the view of the held gangs (domain/queue/held_queue.py) the starvation check reads too;
  - domain/starvation/gang_starvation.py: starvation reservations and their placeholder pods;
@@ -135,6 +137,7 @@ from extender.domain.planning.restrictions import UnseenNodes
 from extender.domain.planning.scoring import MAX_SCORE, Priorities
 from extender.domain.preemption.gang_preemption import GangPreemption
 from extender.domain.preemption.preemption import EvictionRefusal, GangAwareAnswer, NodeVictims
+from extender.domain.queue.gang_admission import GatedAdmission
 from extender.domain.queue.gang_queue import QueueOrder
 from extender.domain.starvation.gang_starvation import (
     PLACEHOLDER_RETRY_SECONDS,
@@ -242,6 +245,7 @@ class GangCore:
             barrier=self.barrier,
             plan_group=self.planning.plan_held,
         )
+        self.admission = GatedAdmission(shared, queue=self.queue)
         self.failover = Failover(shared)
         self.filtering = GangFilter(
             shared,
@@ -463,6 +467,10 @@ class GangCore:
         return self.room.score_board.priorities(self.snapshot, self.ledger, self.policy)
 
     # --------------------------------------------------------------- expiry
+    def admit_gated(self, now: float) -> None:
+        """Periodic: plan the held gangs behind the admission gate (domain/queue/gang_admission.py)."""
+        self.admission.admit_gated(now)
+
     def expire(self, now: float) -> None:
         """Drop plans past their deadline, and the ones a node kube-scheduler never offered
         holds up; then bring the starvation reservations up to date."""

@@ -20,7 +20,7 @@ from extender.domain.preemption.gang_preemption import GangPreemption
 from extender.domain.preemption.preemption import SCHEDULER_PREEMPTION_REASON
 from extender.domain.queue.gang_queue import QueueOrder
 from extender.domain.starvation.gang_starvation import StarvationReservations
-from extender.domain.state.gang_state import PlanGroup, SharedState
+from extender.domain.state.gang_state import GroupState, PlanGroup, SharedState
 
 
 class GangWatch:
@@ -55,6 +55,10 @@ class GangWatch:
             else:
                 del confirmed[pod.uid]
         old = self.shared.snapshot.upsert_pod(pod)
+        if pod.admission_gated and not pod.is_bound and not pod.deleting:
+            self.shared.admission_gated.setdefault(pod.uid, now)
+        elif self.shared.admission_gated.pop(pod.uid, None) is not None:
+            self.shared.gates_lifting.pop(pod.uid, None)
         if pod.placeholder_for is not None:
             self.starvation.placeholder_creating.pop(pod.name, None)
             return
@@ -79,7 +83,12 @@ class GangWatch:
                     and pod.scheduler_name == SCHEDULER_NAME
                     and pod.group not in self.shared.groups
                 ):
-                    self.queue.unasked.add(pod.group)
+                    if pod.admission_gated:
+                        # kube-scheduler will not ask about it: held now, so the change
+                        # that completes it plans it (`group_changed`).
+                        self.shared.groups[pod.group] = GroupState()
+                    else:
+                        self.queue.unasked.add(pod.group)
                 self.group_changed(pod.group, now)
             return
         if pod.is_bound:
@@ -95,7 +104,8 @@ class GangWatch:
         Why not wait for filter: kube-scheduler parks held members until some event,
         and a member it never filters (created with a scheduling gate, as Kueue does)
         sends none. The plan's annotations on the members are that event. Only groups
-        kube-scheduler has asked about are planned here.
+        kube-scheduler has asked about, or with members behind gang-extender's own
+        admission gate, are planned here.
         """
         state = self.shared.groups.get(key)
         if state is None or not state.waiting or key in self.shared.ledger.plans:
@@ -108,6 +118,8 @@ class GangWatch:
     def forget_pod(self, uid: str, now: float) -> None:
         pod = self.shared.snapshot.delete_pod(uid)
         self.shared.confirmed_bindings.pop(uid, None)
+        self.shared.admission_gated.pop(uid, None)
+        self.shared.gates_lifting.pop(uid, None)
         if self.shared.restrictions.pop(uid, None) is not None:
             self.shared.restrictions_version += 1
         self.barrier.offered.pop(uid, None)

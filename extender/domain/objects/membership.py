@@ -50,6 +50,10 @@ INJECT_NAMESPACE_LABEL = "gang-extender.io/inject"
 SSH_PATH_ANNOTATION = "gang-extender.io/ssh-path"
 SSH_PORT_ANNOTATION = "gang-extender.io/ssh-port"
 PLANNED_NODE_ANNOTATION = "gang-extender.io/planned-node"
+# The scheduling gate of gated admission (docs/design.md#gated-admission): a member
+# carrying it is planned by the service without kube-scheduler asking, and the gate
+# is lifted, with the planned node written, once its gang is planned whole.
+ADMISSION_GATE = "gang-extender.io/admission"
 # On a PodGroup gang-extender created from its members' min-available annotation.
 CREATED_FROM_ANNOTATION = "gang-extender.io/created-from"
 

@@ -121,8 +121,12 @@ class PodInfo:
     # spec.priority, resolved from the PriorityClass by the API server's admission
     # (0 when absent); the gang queue (domain/planning/queue.py) orders held gangs by it.
     priority: int = 0
-    # spec.schedulingGates is not empty: kube-scheduler does not queue the pod yet.
+    # spec.schedulingGates holds a gate other than ours: kube-scheduler does not queue
+    # the pod yet, and neither does the core (Kueue's gate stays until Kueue lifts it).
     gated: bool = False
+    # spec.schedulingGates holds gang-extender's own gate (`ADMISSION_GATE`): the core
+    # plans the pod as pending, and lifts the gate once its gang is planned.
+    admission_gated: bool = False
     # The message of the pod's PodScheduled=False condition: why kube-scheduler (its own
     # filters, or this extender through them) last refused the pod; None when not refused.
     unschedulable_message: str | None = None
@@ -215,6 +219,7 @@ class PodInfo:
             for t in spec.get("tolerations") or []
         )
         unschedulable_message, disruption = _conditions(status)
+        gates = [g.get("name") for g in spec.get("schedulingGates") or [] if isinstance(g, dict)]
         return cls(
             uid=meta.get("uid") or f"{meta.get('namespace')}/{meta['name']}",
             namespace=meta.get("namespace") or "default",
@@ -234,7 +239,8 @@ class PodInfo:
             tolerations=tolerations,
             created=_timestamp(meta.get("creationTimestamp")),
             priority=_priority(spec.get("priority")),
-            gated=bool(spec.get("schedulingGates")),
+            gated=any(name != membership.ADMISSION_GATE for name in gates),
+            admission_gated=membership.ADMISSION_GATE in gates,
             unschedulable_message=unschedulable_message,
             topology=topology,
             starvation_seconds=starvation,

@@ -168,7 +168,28 @@ class GangFaulted:
     details: str
 
 
+@dataclass(frozen=True)
+class LiftAdmissionGate:
+    """Lift gang-extender's admission gate off a pod the core will not plan behind it.
+
+    A gang's planned members are ungated with their planned node (`PlanCreated`);
+    this is for a pod the gate would otherwise hold with nobody saying why (not a
+    gang member, another scheduler's, a misdeclared group, no group spec): ungated,
+    kube-scheduler asks about it and the filter's answer says what to fix.
+    """
+
+    group: GroupKey | None
+    pod: str  # "ns/name"
+    reason: str
+
+
 PlanEffect = PlanCreated | PlanDropped | GangBound | MemberBindFailed | GangBroken | BarrierReleased
 Effect = (
-    PlanEffect | EvictVictims | PlaceholderCreate | PlaceholderDelete | FenceChange | GangFaulted
+    PlanEffect
+    | EvictVictims
+    | PlaceholderCreate
+    | PlaceholderDelete
+    | FenceChange
+    | GangFaulted
+    | LiftAdmissionGate
 )

@@ -175,6 +175,14 @@ class SharedState:
     # Groups whose hold message changed outside a filter or plan (a reservation
     # started, moved or ended): the controller re-writes their status (`drain_touched`).
     touched: set[GroupKey] = field(default_factory=set)
+    # Per pod uid: the pending pods behind gang-extender's admission gate
+    # (`PodInfo.admission_gated`), with when the watch first showed each so. kube-scheduler
+    # never asks about them: the core plans their gangs itself (`GangCore.admit_gated`).
+    admission_gated: dict[str, float] = field(default_factory=dict)
+    # Gated pods whose gate the core asked to lift without a plan (`LiftAdmissionGate`),
+    # with when: asked again only if the watch still shows the gate a while later (the
+    # write failed for good, or this replica was not the leader then).
+    gates_lifting: dict[str, float] = field(default_factory=dict)
 
     def drop(self, plan: Plan, reason: str, now: float, *, timed_out: bool = False) -> None:
         """Drop `plan` (nothing of it bound yet, or given up): its gang waits, backing off."""
