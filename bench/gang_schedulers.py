@@ -39,7 +39,7 @@ from bench.service import BenchStack
 from extender.devcluster.loopback import free_port
 from extender.devcluster.process import ManagedProcess
 from extender.devcluster.workload_api import GATE, PODGROUP_API_VERSION, upstream_podgroup
-from extender.domain.objects.membership import SCHEDULER_NAME
+from extender.domain.objects.membership import ADMISSION_GATE, SCHEDULER_NAME
 
 KINDS = ("gang-extender", "upstream", "coscheduling")
 
@@ -54,6 +54,8 @@ class Scheduler:
     podgroup_api: str
     root: Path | None = None  # scheduler-plugins' build (coscheduling only)
     metrics_port: int = 0
+    # gang-extender only: members created behind its admission gate (ADMISSION_GATE)
+    admission_gate: bool = False
     _proc: ManagedProcess | None = field(default=None, repr=False)
 
     def bodies(
@@ -77,6 +79,8 @@ class Scheduler:
                 name = f"{g}-{m}"
                 if self.kind == "gang-extender":
                     pod = gang_member(name, g, size, workload)
+                    if self.admission_gate:
+                        pod["spec"]["schedulingGates"] = [{"name": ADMISSION_GATE}]
                 elif self.kind == "upstream":
                     pod = upstream_member(name, g, workload)
                 else:
@@ -121,9 +125,11 @@ class Scheduler:
         return scrape(self.metrics_port)
 
 
-def schedulers(scheduler_plugins: Path) -> dict[str, Scheduler]:
+def schedulers(scheduler_plugins: Path, *, admission_gate: bool = False) -> dict[str, Scheduler]:
     return {
-        "gang-extender": Scheduler("gang-extender", SCHEDULER_NAME, GANG_PODGROUP_API),
+        "gang-extender": Scheduler(
+            "gang-extender", SCHEDULER_NAME, GANG_PODGROUP_API, admission_gate=admission_gate
+        ),
         "upstream": Scheduler("upstream", UPSTREAM_SCHEDULER, PODGROUP_API_VERSION),
         "coscheduling": Scheduler(
             "coscheduling",

@@ -146,6 +146,12 @@ def three_way(gang: dict[str, Any]) -> list[str]:
             "",
         ]
     notes += cost_per_pod(gang)
+    if gang.get("admission_gate"):
+        notes += [
+            "gang-extender's members were created behind its admission gate "
+            "(`--gang-admission-gate`, docs/design.md#gated-admission).",
+            "",
+        ]
     if gang.get("upstream_unsupported"):
         notes += [f"Upstream gang scheduling not run: {gang['upstream_unsupported']}", ""]
     return lines + notes

@@ -151,6 +151,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="the gang workload's preemption case (a low-priority filler on every node)",
     )
     p.add_argument(
+        "--gang-admission-gate",
+        action="store_true",
+        help="gang-extender's gang members are created behind its admission gate "
+        "(docs/design.md#gated-admission), as the webhook's admission_gate setting does",
+    )
+    p.add_argument(
         "--gang-schedulers",
         help=f"comma list of the gang workload's schedulers to run (default: {','.join(KINDS)})",
     )
@@ -326,6 +332,7 @@ def main(argv: list[str] | None = None) -> int:
                             scales=tuple(_sizes(cfg["gang_scales"])) if cfg["gang_scales"] else (),
                             preemption=bool(cfg["gang_preemption"]),
                             kinds=_gang_kinds(args.gang_schedulers),
+                            admission_gate=args.gang_admission_gate,
                         ),
                     )
                 elif name == "churn":

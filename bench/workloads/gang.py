@@ -80,6 +80,8 @@ class GangConfig:
     preemption: bool = False
     #: the schedulers run (the others reported not run), in KINDS' order
     kinds: tuple[str, ...] = KINDS
+    #: gang-extender's members carry its admission gate (docs/design.md#gated-admission)
+    admission_gate: bool = False
 
 
 def _canary(env: BenchEnv, sched: Scheduler) -> float:
@@ -380,7 +382,7 @@ def failed_scale(cfg: GangConfig, n_nodes: int, gangs: int, error: str) -> list[
 def run(env: BenchEnv, cfg: GangConfig) -> dict[str, Any]:
     root = cfg.scheduler_plugins or coscheduling.ensure_built()
     coscheduling.install_crd(env, root)
-    table = schedulers(root)
+    table = schedulers(root, admission_gate=cfg.admission_gate)
     upstream_missing = upstream_unavailable(env)
     if upstream_missing:
         log.warning("upstream gang scheduling not run: %s", upstream_missing)
@@ -409,6 +411,7 @@ def run(env: BenchEnv, cfg: GangConfig) -> dict[str, Any]:
         "gangs": cfg.gangs,
         "gang_size": cfg.size,
         "scheduler_plugins": root.name,
+        "admission_gate": cfg.admission_gate,
         "upstream_unsupported": upstream_missing,
         "cases": cases,
         # the first scale's gang and locality cases, as earlier rounds recorded them
