@@ -14,13 +14,18 @@ import pytest
 from extender.domain.gang.gang import GangCore
 from extender.domain.objects.membership import ADMISSION_GATE, GroupKey
 from extender.domain.objects.model import GroupSpec, PodInfo
-from extender.domain.queue.gang_admission import LIFT_RETRY_SECONDS, SPEC_GRACE_SECONDS
+from extender.domain.queue.gang_admission import (
+    ADMISSION_WINDOW_MEMBERS,
+    LIFT_RETRY_SECONDS,
+    SPEC_GRACE_SECONDS,
+)
 from extender.domain.state.decisions import (
     EvictVictims,
     LiftAdmissionGate,
     PlanCreated,
     Verdict,
 )
+from extender.domain.state.gang_state import HoldReason
 from tests.builders import make_node, make_pod, make_podgroup
 from tests.core_builder import make_core
 
@@ -216,3 +221,51 @@ def test_a_planned_gated_member_is_answered_from_its_plan_once_ungated() -> None
     decision = core.filter(info(core, "w0"), ["n1"], T0 + 1)
     assert decision.verdict is Verdict.PLANNED
     assert plan.placements["uid-default-w0"] == "n1"
+
+
+def test_gated_gangs_past_the_admission_window_wait_gated_until_planned_members_bind() -> None:
+    per_gang = 64
+    fit = ADMISSION_WINDOW_MEMBERS // per_gang  # gangs the window holds at once
+    nodes = [make_node(f"n{i}").gpus(per_gang).obj() for i in range(fit + 2)]
+    gangs = [
+        gated_member(f"g{g}-{m}", group=f"g{g}", size=per_gang).obj()
+        for g in range(fit + 1)
+        for m in range(per_gang)
+    ]
+    core = make_core(nodes, gangs, now=T0)
+    assert len(planned(core)) == fit  # room for one more gang, but the window is full
+    last = core.shared.groups[GroupKey("default", f"g{fit}")]
+    assert last.hold is HoldReason.ADMISSION_WINDOW
+    assert f"binds {ADMISSION_WINDOW_MEMBERS} planned members" in last.message
+    # kube-scheduler binds the first gang's members: the pass admits the next gang.
+    (first,) = [p for p in core.ledger.plans.values() if p.group == GroupKey("default", "g0")]
+    for uid, node in first.placements.items():
+        core.arrive(uid, node, T0 + 1)
+        core.binding_succeeded(uid, node, T0 + 1)
+    core.drain_effects()
+    core.admit_gated(T0 + 2)
+    assert planned(core) == [sorted(f"default/g{fit}-{m}" for m in range(per_gang))]
+
+
+def test_an_ungated_gang_is_planned_whatever_the_window_holds() -> None:
+    per_gang = 64
+    fit = ADMISSION_WINDOW_MEMBERS // per_gang
+    nodes = [make_node(f"n{i}").gpus(per_gang).obj() for i in range(fit + 2)]
+    gated = [
+        gated_member(f"g{g}-{m}", group=f"g{g}", size=per_gang).obj()
+        for g in range(fit)
+        for m in range(per_gang)
+    ]
+    free = [make_pod(f"u-{m}").group("u").min_available(2).gpus(1).obj() for m in range(2)]
+    core = make_core(nodes, [*gated, *free], now=T0)
+    core.drain_effects()
+    decision = core.filter(info(core, "u-0"), [f"n{i}" for i in range(fit + 2)], T0 + 1)
+    assert decision.verdict is Verdict.PLANNED
+
+
+def test_a_gang_larger_than_the_window_is_planned_when_nothing_else_is_in_flight() -> None:
+    size = ADMISSION_WINDOW_MEMBERS + 1
+    nodes = [make_node(f"n{i}").gpus(64).obj() for i in range(size // 64 + 1)]
+    gang = [gated_member(f"w{m}", size=size).obj() for m in range(size)]
+    core = make_core(nodes, gang, now=T0)
+    assert len(planned(core)) == 1

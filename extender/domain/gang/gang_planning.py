@@ -21,6 +21,7 @@ from extender.domain.planning.queue import rank_of
 from extender.domain.planning.restrictions import CurrentRestrictions, learnt_now
 from extender.domain.planning.selection import MembersMissing, choose_members, tasks_left_out
 from extender.domain.preemption.gang_preemption import GangPreemption
+from extender.domain.queue.gang_admission import ADMISSION_WINDOW_MEMBERS, admission_window_full
 from extender.domain.queue.gang_queue import QueueOrder
 from extender.domain.starvation.gang_starvation import StarvationReservations
 from extender.domain.state.decisions import PlanCreated
@@ -117,6 +118,15 @@ class GangPlanning:
         )
         if isinstance(choice, MembersMissing):
             return say(state, HoldReason.WAITING_FOR_MEMBERS, members_missing_message(key, choice))
+        in_flight = admission_window_full(self.shared, members)
+        if in_flight is not None:
+            return say(
+                state,
+                HoldReason.ADMISSION_WINDOW,
+                f"gang {key}: behind its admission gate while kube-scheduler binds "
+                f"{in_flight} planned members of other gangs (at most "
+                f"{ADMISSION_WINDOW_MEMBERS} at once)",
+            )
         if self.room.shortfall_holds(key, state):
             return state.message
         # Queue order: every held gang ahead that can be planned now is planned first;

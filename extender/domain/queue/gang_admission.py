@@ -18,9 +18,10 @@ alone: the core plans a pod only when ours is its only gate (`PodInfo.gated`).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 from extender.domain.objects.membership import SCHEDULER_NAME, GroupKey
-from extender.domain.objects.model import PodInfo
+from extender.domain.objects.model import GroupSpec, PodInfo
 from extender.domain.planning.queue import QueueRank
 from extender.domain.queue.gang_queue import QueueOrder
 from extender.domain.state.decisions import LiftAdmissionGate
@@ -34,6 +35,14 @@ SPEC_GRACE_SECONDS = 10.0
 # How long a gate asked lifted (`LiftAdmissionGate`) may still show before it is
 # asked again: the write failed for good, or this replica was not the leader then.
 LIFT_RETRY_SECONDS = 30.0
+
+# The most planned members not yet bound (every plan's) while a gated gang is
+# planned: the rest stay gated, in queue order, until kube-scheduler has bound
+# enough of them. Without it every gang that fits was planned and ungated at once,
+# and at 1,000 nodes the members of the last ones waited in kube-scheduler's
+# queue past their plans' 60 s schedule timeout (873 plans dropped in one run,
+# docs/benchmarks.md round 19). A gang larger than the window goes alone.
+ADMISSION_WINDOW_MEMBERS = 256
 
 # Behind every held gang: `plan_gangs_ahead(TAIL, now)` tries the first held gangs
 # in queue order, as a filter call of a gang at the very end would.
@@ -54,27 +63,40 @@ class GatedAdmission:
         if not self.shared.admission_gated:
             return
         lifting = self.shared.gates_lifting
+        # A group's spec is read once a pass, not once per gated member.
+        specs: dict[GroupKey, GroupSpec | None] = {}
         for uid, since in self.shared.admission_gated.items():
             if now < lifting.get(uid, -math.inf) + LIFT_RETRY_SECONDS:
                 continue
             pod = self.shared.snapshot.pods.get(uid)
             if pod is None:
                 continue
-            why = self.unplannable(pod, waited=now - since)
+            why = self.unplannable(pod, waited=now - since, specs=specs)
             if why is not None:
                 lifting[uid] = now
                 self.shared.effects.append(LiftAdmissionGate(pod.group, pod.ref, why))
         self.queue.plan_gangs_ahead(TAIL, now)
 
-    def unplannable(self, pod: PodInfo, *, waited: float) -> str | None:
-        """Why the core will never plan `pod` behind its gate; None while it may."""
+    def unplannable(
+        self,
+        pod: PodInfo,
+        *,
+        waited: float,
+        specs: dict[GroupKey, GroupSpec | None] | None = None,
+    ) -> str | None:
+        """Why the core will never plan `pod` behind its gate; None while it may.
+
+        `specs` keeps the group specs read so far in this pass."""
         if pod.scheduler_name != SCHEDULER_NAME:
             return f"its schedulerName is {pod.scheduler_name}, not {SCHEDULER_NAME}"
         if pod.group is None:
             return "it is not a member of a gang"
         if pod.group_error is not None:
             return f"its group is misdeclared: {pod.group_error}"
-        spec = self.shared.snapshot.group_spec(pod.group)
+        specs = {} if specs is None else specs
+        if pod.group not in specs:
+            specs[pod.group] = self.shared.snapshot.group_spec(pod.group)
+        spec = specs[pod.group]
         if spec is None:
             if waited < SPEC_GRACE_SECONDS:
                 return None
@@ -85,3 +107,15 @@ class GatedAdmission:
         if spec.error is not None:
             return f"gang {pod.group} is misdeclared: {spec.error}"
         return None
+
+
+def admission_window_full(shared: SharedState, members: Sequence[PodInfo]) -> int | None:
+    """How many planned members are not bound yet, when that holds a gang behind the
+    admission gate back (`ADMISSION_WINDOW_MEMBERS`); None when it may be planned now:
+    not gated, or the window has room, or nothing else is in flight."""
+    if not any(m.admission_gated and not m.is_bound for m in members):
+        return None
+    in_flight = sum(len(plan.unbound) for plan in shared.ledger.plans.values())
+    if in_flight == 0 or in_flight + len(members) <= ADMISSION_WINDOW_MEMBERS:
+        return None
+    return in_flight

@@ -50,6 +50,9 @@ class HoldReason(Enum):
     BEHIND_GANG = "behind another gang that wants its nodes"
     RESERVING = "starving: reserving its nodes"
     PREEMPTING = "preempting to make room"
+    # Behind the admission gate while kube-scheduler binds the gangs planned before it
+    # (domain/queue/gang_admission.py, `ADMISSION_WINDOW_MEMBERS`).
+    ADMISSION_WINDOW = "gated until the gangs planned before it are bound"
     PLAN_DROPPED = "its plan was dropped"
     FAULTED = "planning it raised"
     # Planning it raised at an older version of its members: tried again next time.
