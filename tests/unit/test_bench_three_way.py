@@ -134,6 +134,17 @@ def test_gang_figures_count_a_gang_with_some_members_bound_as_partial() -> None:
     assert (spanned["max"], spanned["fewest_possible"], spanned["gangs_above_fewest"]) == (2, 1, 1)
 
 
+def test_a_gang_whose_last_binds_land_just_after_the_bound_is_neither_partial_nor_complete() -> (
+    None
+):
+    pods = [{"metadata": {"name": f"g00{g}-{m}"}} for g in range(2) for m in range(2)]
+    bound = {"g000-0": 0.5, "g000-1": 1.0, "g001-0": 2.0}
+    timed = _timed(bound, {"g000-0": "a", "g000-1": "a", "g001-0": "a"}, 2.0)
+    timed["bound_after_cut"] = ["g001-1"]  # seen within the settle window
+    got = gang_figures(pods, timed, 8)
+    assert (got["gangs_complete"], got["gangs_partially_bound"]) == (1, 0)
+
+
 def test_the_fewest_nodes_of_a_gang_is_its_gpus_over_a_node_rounded_up() -> None:
     assert fewest_nodes(3, 1, 8) == 1
     assert fewest_nodes(8, 1, 8) == 1

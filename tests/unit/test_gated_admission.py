@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from extender.domain.gang.gang import GangCore
+from extender.domain.cluster.fences import FenceNode
+from extender.domain.gang.gang import GangCore, Timeouts
 from extender.domain.objects.membership import ADMISSION_GATE, GroupKey
 from extender.domain.objects.model import GroupSpec, PodInfo
 from extender.domain.queue.gang_admission import (
@@ -237,14 +238,46 @@ def test_gated_gangs_past_the_admission_window_wait_gated_until_planned_members_
     last = core.shared.groups[GroupKey("default", f"g{fit}")]
     assert last.hold is HoldReason.ADMISSION_WINDOW
     assert f"binds {ADMISSION_WINDOW_MEMBERS} planned members" in last.message
-    # kube-scheduler binds the first gang's members: the pass admits the next gang.
+    # kube-scheduler binds the first gang's members: its last binding admits the next
+    # gang at once, without waiting for the periodic pass.
     (first,) = [p for p in core.ledger.plans.values() if p.group == GroupKey("default", "g0")]
-    for uid, node in first.placements.items():
+    bindings = list(first.placements.items())
+    for uid, node in bindings:
         core.arrive(uid, node, T0 + 1)
+    for uid, node in bindings[:-1]:
         core.binding_succeeded(uid, node, T0 + 1)
-    core.drain_effects()
-    core.admit_gated(T0 + 2)
+    assert planned(core) == []  # 1 member still in flight: no room for 64
+    core.binding_succeeded(*bindings[-1], T0 + 1)
     assert planned(core) == [sorted(f"default/g{fit}-{m}" for m in range(per_gang))]
+
+
+def test_starvation_does_not_reserve_for_a_gang_waiting_its_turn_in_the_window() -> None:
+    per_gang = 64
+    fit = ADMISSION_WINDOW_MEMBERS // per_gang
+    nodes = [make_node(f"n{i}").gpus(per_gang).obj() for i in range(fit + 2)]
+    # The oldest gang, first in queue order, completes after the window filled.
+    old = [
+        gated_member(f"old-{m}", group="old", size=per_gang).created("2026-11-22T09:00:00Z")
+        for m in range(per_gang)
+    ]
+    young = [
+        gated_member(f"g{g}-{m}", group=f"g{g}", size=per_gang).obj()
+        for g in range(fit)
+        for m in range(per_gang)
+    ]
+    # Plans outlive the wait (600 s) that makes a held gang starve (5 s).
+    core = make_core(
+        nodes,
+        [*[p.obj() for p in old[:-1]], *young],
+        now=T0,
+        timeouts=Timeouts(600, 30, 2, starvation_seconds=5),
+    )
+    core.observe_pod(PodInfo.from_api(old[-1].obj()), T0)
+    assert core.shared.groups[GroupKey("default", "old")].hold is HoldReason.ADMISSION_WINDOW
+    core.expire(T0 + 1)  # the starvation check first sees the gang held
+    core.expire(T0 + 100)
+    assert core.starving_holds() == {}
+    assert not any(isinstance(e, FenceNode) for e in core.drain_effects())
 
 
 def test_an_ungated_gang_is_planned_whatever_the_window_holds() -> None:

@@ -237,6 +237,7 @@ class GangCore:
             observe_pod=self.observe_pod,
             group_changed=self.group_changed,
         )
+        self.admission = GatedAdmission(shared, queue=self.queue)
         self.watch = GangWatch(
             shared,
             queue=self.queue,
@@ -244,8 +245,8 @@ class GangCore:
             preemption=self.preemption,
             barrier=self.barrier,
             plan_group=self.planning.plan_held,
+            admit_gated=self.admission.admit_gated,
         )
-        self.admission = GatedAdmission(shared, queue=self.queue)
         self.failover = Failover(shared)
         self.filtering = GangFilter(
             shared,

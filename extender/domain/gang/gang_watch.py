@@ -11,6 +11,7 @@ PodGroup is forgotten with its starvation reservation.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 from extender.domain.gang.gang_barrier import BindBarrier
@@ -38,6 +39,7 @@ class GangWatch:
         preemption: GangPreemption,
         barrier: BindBarrier,
         plan_group: PlanGroup,
+        admit_gated: Callable[[float], None] = lambda now: None,
     ) -> None:
         self.shared = shared
         self.queue = queue
@@ -45,6 +47,10 @@ class GangWatch:
         self.preemption = preemption
         self.barrier = barrier
         self.plan_group = plan_group
+        # The admission pass (domain/queue/gang_admission.py), run when a gang is bound
+        # whole: the room it leaves in the admission window goes to the next gated gang
+        # now, not at the next tick.
+        self.admit_gated = admit_gated
 
     def observe_pod(self, pod: PodInfo, now: float) -> None:
         """The watch saw a pod: update the snapshot and settle plans it completes."""
@@ -94,6 +100,8 @@ class GangWatch:
         if pod.is_bound:
             self.shared.ledger.mark_bound(pod.uid)
             self.barrier.settle(plan, now)
+            if self.shared.admission_gated and plan.group not in self.shared.ledger.plans:
+                self.admit_gated(now)
             return
         if pod.deleting or pod.phase in ("Succeeded", "Failed"):
             self.barrier.member_gone(plan, pod.uid, f"member {pod.ref} is gone", now)

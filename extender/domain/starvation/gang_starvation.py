@@ -209,6 +209,10 @@ class StarvationReservations:
             fault = state.fault if state is not None else None
             if fault is not None and fault[0] == self.shared.snapshot.group_version(key):
                 continue  # faulted and unchanged since: not tried again (`GangPlanning.try_plan`)
+            if state is not None and state.hold is HoldReason.ADMISSION_WINDOW:
+                # Waiting its turn behind the admission gate, not for room: reserving
+                # nodes would only fence them from the gangs kube-scheduler is binding.
+                continue
             if starving(since, now, limit):
                 found.add(key)
         if not found:
