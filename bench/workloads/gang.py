@@ -138,7 +138,10 @@ def gang_figures(
         "gangs": len(members),
         "gang_size": size,
         "gangs_complete": len(gang_seconds),
-        "gangs_partially_bound": partial_gangs(members, result["bound_at"]),
+        # Binds seen just after the bound finish a released gang: not partial.
+        "gangs_partially_bound": partial_gangs(
+            members, {*result["bound_at"], *result.get("bound_after_cut", ())}
+        ),
         "gangs_per_second": round(len(gang_seconds) / result["seconds"], 2)
         if result["seconds"]
         else 0,
