@@ -295,8 +295,11 @@ class EffectWriter:
                     for uid, node in plan.placements.items()
                     if uid in waiting
                 ],
-                # Gated members enter kube-scheduler's queue with their node written.
-                gated=frozenset(
+                # Gated members enter kube-scheduler's queue with their node written,
+                # a preemptor's once its victims are gone (`LiftAdmissionGate` then).
+                gated=frozenset()
+                if plan.gates_held
+                else frozenset(
                     plan.names[uid]
                     for uid in waiting
                     if (pod := pods.get(uid)) is not None and pod.admission_gated

@@ -182,8 +182,19 @@ def set_planned_node(
     patch: dict[str, Any] = {"metadata": {"annotations": {PLANNED_NODE_ANNOTATION: node}}}
     content_type = "application/merge-patch+json"
     if lift_gate:
-        patch["spec"] = {"schedulingGates": [{"name": ADMISSION_GATE, "$patch": "delete"}]}
+        patch.update(_LIFT_GATE)
         content_type = STRATEGIC_MERGE_PATCH
+    _patch_pod(raw, namespace, name, patch, content_type, timeout)
+
+
+def _patch_pod(
+    raw: RawApi,
+    namespace: str,
+    name: str,
+    patch: dict[str, Any],
+    content_type: str,
+    timeout: float,
+) -> None:
     raw.call(
         "PATCH",
         path_of("api", "v1", "namespaces", namespace, "pods", name),
@@ -203,13 +214,7 @@ def lift_admission_gate(
     (gates can only be removed after creation). Removing a gate the pod no longer
     has is a no-op.
     """
-    raw.call(
-        "PATCH",
-        path_of("api", "v1", "namespaces", namespace, "pods", name),
-        body=_LIFT_GATE,
-        content_type=STRATEGIC_MERGE_PATCH,
-        timeout=timeout,
-    )
+    _patch_pod(raw, namespace, name, _LIFT_GATE, STRATEGIC_MERGE_PATCH, timeout)
 
 
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"

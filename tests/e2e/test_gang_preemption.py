@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from extender.devcluster.priority_classes import temporary_priority_classes
+from extender.domain.objects.membership import ADMISSION_GATE
 from extender.domain.preemption.preemption import PREEMPTED_BY_ANNOTATION
 from extender.kube.rawapi import KubeError, RawApi, path_of
 from tests.e2e.gang_fixtures import (  # noqa: F401 (no_partial_gangs is a fixture)
@@ -336,3 +337,30 @@ def test_a_victim_the_service_may_not_mark_is_refused_once_and_holds_no_node(
         running = bound(list_pods(raw, namespace))
         assert names(running, "low") == {"low-0", "low-1"}, "the low gang keeps running whole"
         assert names(running, "high") == set()
+
+
+def test_a_gated_high_priority_gang_evicts_the_low_gang_then_is_ungated_and_bound(
+    gang_stack, raw, namespace, gpu_nodes, priority_classes
+) -> None:
+    """Gated admission (docs/design.md#gated-admission): the service preempts for a
+    gang kube-scheduler never saw, and lifts the gate only once the victims are gone."""
+    selector = gpu_nodes(2, gpus=1).node_selector
+    start_low_gang(raw, namespace, selector, priority_classes)
+
+    create(raw, namespace, podgroup("high", 2))
+    for i in range(2):
+        member = pod(f"high-{i}", "high", selector, priority_classes[HIGH])
+        member["spec"]["schedulingGates"] = [{"name": ADMISSION_GATE}]
+        create(raw, namespace, member)
+
+    wait_until(
+        lambda: names(bound(list_pods(raw, namespace)), "high") == {"high-0", "high-1"},
+        what="the gated high-priority gang to be bound",
+    )
+    assert names(bound(list_pods(raw, namespace)), "low") == set(), "no low member left bound"
+    # kube-scheduler never tried a high member while a low one held its node.
+    assert [
+        e
+        for e in events(raw, namespace, "FailedScheduling")
+        if e["involvedObject"]["name"].startswith("high")
+    ] == []

@@ -47,18 +47,20 @@ def gated_member(name: str, group: str, **kw: Any) -> dict[str, Any]:
     return pod
 
 
+def create_gated_gang(raw: Any, namespace: str, group: str, size: int, pool: Any) -> None:
+    """A PodGroup of `size` and its 1-GPU members, each behind the admission gate."""
+    create(raw, namespace, podgroup(group, size))
+    for i in range(size):
+        member = gated_member(f"{group}-{i}", group, gpus=1, node_selector=pool.node_selector)
+        create(raw, namespace, member)
+
+
 def test_a_gated_gang_that_does_not_fit_stays_gated_then_binds_whole_on_a_new_node(
     gang_stack, raw, namespace, gpu_nodes
 ) -> None:
     pool = gpu_nodes(1, gpus=2)
     recorder = BindRecorder(raw, namespace)
-    create(raw, namespace, podgroup("hvd", 3))
-    for i in range(3):
-        create(
-            raw,
-            namespace,
-            gated_member(f"hvd-{i}", "hvd", gpus=1, node_selector=pool.node_selector),
-        )
+    create_gated_gang(raw, namespace, "hvd", 3, pool)
     message = wait_until(
         lambda: (
             "placeable" in condition_message(get_podgroup(raw, namespace, "hvd"))
@@ -94,13 +96,7 @@ def test_a_gated_gang_that_fits_binds_without_a_refused_attempt(
     gang_stack, raw, namespace, gpu_nodes
 ) -> None:
     pool = gpu_nodes(2, gpus=4)
-    create(raw, namespace, podgroup("ddp", 4))
-    for i in range(4):
-        create(
-            raw,
-            namespace,
-            gated_member(f"ddp-{i}", "ddp", gpus=1, node_selector=pool.node_selector),
-        )
+    create_gated_gang(raw, namespace, "ddp", 4, pool)
     wait_until(lambda: len(bound(list_pods(raw, namespace))) == 4, what="all 4 members bound")
     # The first three members were never tried while the gang was incomplete.
     assert events(raw, namespace, "FailedScheduling") == []

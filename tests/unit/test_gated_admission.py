@@ -212,6 +212,21 @@ def test_a_gated_gang_of_higher_priority_preempts_without_kube_scheduler() -> No
     ]
 
 
+def test_a_gated_preemptor_keeps_its_gate_until_its_victims_are_gone() -> None:
+    fillers = [make_pod(f"filler{i}").gpus(2).priority(0).node("n1").obj() for i in range(2)]
+    gang = [gated_member(f"w{i}", gpus=2).priority(100).obj() for i in range(2)]
+    core = make_core([make_node("n1").gpus(4).obj()], [*fillers, *gang], preemption=True, now=T0)
+    (plan,) = core.ledger.plans.values()
+    assert len(plan.victims) == 2
+    assert plan.gates_held
+    assert lifted(core) == []
+    core.forget_pod(info(core, "filler0").uid, T0 + 1)
+    assert lifted(core) == []  # filler1 still holds the node
+    core.forget_pod(info(core, "filler1").uid, T0 + 2)
+    assert sorted(ref for ref, _ in lifted(core)) == ["default/w0", "default/w1"]
+    assert not plan.gates_held
+
+
 def test_a_planned_gated_member_is_answered_from_its_plan_once_ungated() -> None:
     core = make_core(
         [make_node("n1").gpus(4).obj()], [gated_member(f"w{i}").obj() for i in range(2)]

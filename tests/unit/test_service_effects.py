@@ -211,6 +211,22 @@ async def test_a_planned_gated_member_is_ungated_by_its_planned_node_write(
     }
 
 
+async def test_a_preemptors_planned_node_write_keeps_the_gate_while_its_victims_hold_the_node(
+    service: GangService, raw: FakeRaw
+) -> None:
+    obj = make_pod("w0").group("job").gate(ADMISSION_GATE).obj()
+    obj["metadata"]["uid"] = "uid-w0"
+    service.core.observe_pod(PodInfo.from_api(obj), time.time())
+    service.core.drain_effects()
+    held = plan(GROUP, {"w0": "n1"})
+    held.gates_held = True
+    service.writer.queue_effects([PlanCreated(held)])
+    await service.queues.join()
+    assert [body for method, _, body in raw.calls if method == "PATCH"] == [
+        {"metadata": {"annotations": {PLANNED_NODE_ANNOTATION: "n1"}}}
+    ]
+
+
 async def test_a_gate_lifted_without_a_plan_removes_only_that_gate(
     service: GangService, raw: FakeRaw
 ) -> None:

@@ -47,6 +47,10 @@ class Plan:
     # When the watch saw each victim deleted (pod uid -> time): kube-scheduler may learn
     # it later, or answer from a cycle begun before (`victims_still_on`'s grace).
     victims_gone: dict[str, float] = field(default_factory=dict)
+    # Members behind the admission gate keep it until every victim is gone: let out
+    # earlier, kube-scheduler tries them while the victims still hold the node, fails
+    # them and runs its own preemption dry run (domain/queue/gang_admission.py).
+    gates_held: bool = False
 
     def victims_still_on(self, node: str, pods: Container[str], now: float) -> list[str]:
         """The refs of the plan's victims on `node` kube-scheduler may still count: not

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
+from extender.domain.cluster.ledger import Plan
 from extender.domain.gang.gang_barrier import BindBarrier
 from extender.domain.objects.membership import SCHEDULER_NAME, GroupKey
 from extender.domain.objects.model import PodInfo
@@ -21,6 +22,7 @@ from extender.domain.preemption.gang_preemption import GangPreemption
 from extender.domain.preemption.preemption import SCHEDULER_PREEMPTION_REASON
 from extender.domain.queue.gang_queue import QueueOrder
 from extender.domain.starvation.gang_starvation import StarvationReservations
+from extender.domain.state.decisions import LiftAdmissionGate
 from extender.domain.state.gang_state import GroupState, PlanGroup, SharedState
 
 
@@ -135,6 +137,8 @@ class GangWatch:
         for held in self.shared.ledger.plans.values():
             if uid in held.victims:
                 held.victims_gone[uid] = now
+                if held.gates_held and held.victims.keys() <= held.victims_gone.keys():
+                    self.lift_gates_of(held)
         if pod is not None and pod.placeholder_for is not None:
             self.starvation.placeholder_requests.pop(("delete", pod.name), None)
             self.barrier.placeholder_gone(pod.placeholder_for, now)
@@ -148,6 +152,16 @@ class GangWatch:
             self.barrier.bound_member_gone(pod, f"member {pod.ref} was deleted", now)
         if pod is not None and pod.group is not None:
             self.forget_group_if_gone(pod.group)
+
+    def lift_gates_of(self, plan: Plan) -> None:
+        """Every victim of `plan` is gone: its gated members go to kube-scheduler now."""
+        plan.gates_held = False
+        for uid in plan.unbound:
+            pod = self.shared.snapshot.pods.get(uid)
+            if pod is not None and pod.admission_gated:
+                self.shared.effects.append(
+                    LiftAdmissionGate(pod.group, pod.ref, "its gang's preemption victims are gone")
+                )
 
     def forget_group_if_gone(self, key: GroupKey) -> None:
         """A group with no members left and no PodGroup is forgotten, and its starvation

@@ -180,6 +180,7 @@ class GangPreemption:
         state.waiting = False
         victims = tuple(Victim(p.uid, p.ref, unit.key) for unit in found.victims for p in unit.pods)
         plan.victims = {p.uid: (p.node_name, p.ref) for p in found.pods if p.node_name is not None}
+        plan.gates_held = bool(plan.victims) and any(m.admission_gated for m in members)
         self.evicting.update(victim.uid for victim in victims)
         message = say(
             state,
