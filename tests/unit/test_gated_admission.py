@@ -140,9 +140,10 @@ def test_a_gang_kueue_still_gates_is_not_planned_until_kueue_lifts_its_gate() ->
 def test_a_gate_nobody_will_plan_behind_is_lifted_with_why(pod: Any, why: str) -> None:
     core = make_core([make_node("n1").gpus(4).obj()], [pod.obj()], now=T0)
     core.admit_gated(T0)
-    ((ref, reason),) = lifted(core)
-    assert ref == f"default/{pod.obj()['metadata']['name']}"
-    assert why in reason
+    (effect,) = [e for e in core.drain_effects() if isinstance(e, LiftAdmissionGate)]
+    assert effect.pod == f"default/{pod.obj()['metadata']['name']}"
+    assert effect.group == PodInfo.from_api(pod.obj()).group
+    assert why in effect.reason
 
 
 def test_members_that_disagree_on_the_gang_size_are_ungated_for_the_filter_to_say_so() -> None:
@@ -173,6 +174,15 @@ def test_a_podgroup_seen_within_the_grace_keeps_the_gate_and_plans_the_gang() ->
     assert [sorted(e.plan.names.values()) for e in effects if isinstance(e, PlanCreated)] == [
         ["default/w0", "default/w1"]
     ]
+
+
+def test_a_lift_still_asked_for_does_not_hold_up_the_next_pod_s() -> None:
+    core = make_core([make_node("n1").gpus(4).obj()], [make_pod("p").gate(ADMISSION_GATE).obj()])
+    core.admit_gated(T0)
+    assert [ref for ref, _ in lifted(core)] == ["default/p"]
+    core.observe_pod(PodInfo.from_api(make_pod("q").gate(ADMISSION_GATE).obj()), T0 + 1)
+    core.admit_gated(T0 + 1)
+    assert lifted(core) == [("default/q", "it is not a member of a gang")]
 
 
 def test_a_lift_is_asked_once_and_again_only_if_the_gate_outlives_the_retry() -> None:
@@ -293,6 +303,44 @@ def test_starvation_does_not_reserve_for_a_gang_waiting_its_turn_in_the_window()
     core.expire(T0 + 100)
     assert core.starving_holds() == {}
     assert not any(isinstance(e, FenceNode) for e in core.drain_effects())
+
+
+def test_a_gang_starving_for_room_still_reserves_beside_one_waiting_in_the_window() -> None:
+    per_gang = 64
+    fit = ADMISSION_WINDOW_MEMBERS // per_gang
+    nodes = [make_node(f"n{i}").gpus(per_gang).obj() for i in range(fit + 2)]
+    young = [
+        gated_member(f"g{g}-{m}", group=f"g{g}", size=per_gang).obj()
+        for g in range(fit)
+        for m in range(per_gang)
+    ]
+    old = [
+        gated_member(f"old-{m}", group="old", size=per_gang).created("2026-11-22T09:00:00Z")
+        for m in range(per_gang)
+    ]
+    # First in queue order, last by name: 3 whole nodes, 2 free. It starves for room.
+    big = [
+        make_pod(f"zz-{m}")
+        .group("zz")
+        .min_available(3)
+        .gpus(per_gang)
+        .created("2026-11-22T08:00:00Z")
+        .obj()
+        for m in range(3)
+    ]
+    # It arrives once the young gangs hold 4 of the 6 nodes; old completes last.
+    core = make_core(
+        nodes,
+        [*young, *[p.obj() for p in old[:-1]], *big, old[-1].obj()],
+        now=T0,
+        timeouts=Timeouts(600, 30, 2, starvation_seconds=5),
+    )
+    assert GroupKey("default", "zz") not in core.ledger.plans
+    assert core.shared.groups[GroupKey("default", "old")].hold is HoldReason.ADMISSION_WINDOW
+    core.expire(T0 + 1)
+    core.expire(T0 + 100)
+    holders = {hold.owner for hold in core.starving_holds().values()}
+    assert holders == {GroupKey("default", "zz")}
 
 
 def test_an_ungated_gang_is_planned_whatever_the_window_holds() -> None:

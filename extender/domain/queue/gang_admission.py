@@ -82,7 +82,7 @@ class GatedAdmission:
         pod: PodInfo,
         *,
         waited: float,
-        specs: dict[GroupKey, GroupSpec | None] | None = None,
+        specs: dict[GroupKey, GroupSpec | None],
     ) -> str | None:
         """Why the core will never plan `pod` behind its gate; None while it may.
 
@@ -93,7 +93,6 @@ class GatedAdmission:
             return "it is not a member of a gang"
         if pod.group_error is not None:
             return f"its group is misdeclared: {pod.group_error}"
-        specs = {} if specs is None else specs
         if pod.group not in specs:
             specs[pod.group] = self.shared.snapshot.group_spec(pod.group)
         spec = specs[pod.group]
