@@ -138,9 +138,15 @@ def gang_figures(
         "gangs": len(members),
         "gang_size": size,
         "gangs_complete": len(gang_seconds),
-        # Binds seen just after the bound finish a released gang: not partial.
+        # Binds seen just after the bound finish a released gang: not partial. A gang
+        # with no bind by the bound is not looked at (it may straddle the window's end).
         "gangs_partially_bound": partial_gangs(
-            members, {*result["bound_at"], *result.get("bound_after_cut", ())}
+            {
+                g: names
+                for g, names in members.items()
+                if any(n in result["bound_at"] for n in names)
+            },
+            {*result["bound_at"], *result.get("bound_after_cut", ())},
         ),
         "gangs_per_second": round(len(gang_seconds) / result["seconds"], 2)
         if result["seconds"]

@@ -145,6 +145,16 @@ def test_a_gang_whose_last_binds_land_just_after_the_bound_is_neither_partial_no
     assert (got["gangs_complete"], got["gangs_partially_bound"]) == (1, 0)
 
 
+def test_a_gang_that_began_binding_after_the_bound_is_not_judged() -> None:
+    pods = [{"metadata": {"name": f"g00{g}-{m}"}} for g in range(2) for m in range(2)]
+    bound = {"g000-0": 0.5, "g000-1": 1.0}
+    timed = _timed(bound, {"g000-0": "a", "g000-1": "a"}, 2.0)
+    # g001 began binding in the settle window, its last bind after the window's end.
+    timed["bound_after_cut"] = ["g001-0"]
+    got = gang_figures(pods, timed, 8)
+    assert (got["gangs_complete"], got["gangs_partially_bound"]) == (1, 0)
+
+
 def test_the_fewest_nodes_of_a_gang_is_its_gpus_over_a_node_rounded_up() -> None:
     assert fewest_nodes(3, 1, 8) == 1
     assert fewest_nodes(8, 1, 8) == 1
