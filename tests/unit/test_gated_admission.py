@@ -38,6 +38,22 @@ def gated_member(name: str, group: str = "g", size: int = 2, gpus: int = 1) -> A
     return make_pod(name).group(group).min_available(size).gpus(gpus).gate(ADMISSION_GATE)
 
 
+# Gangs of 64 one-GPU members: FIT of them fill the admission window.
+PER_GANG = 64
+FIT = ADMISSION_WINDOW_MEMBERS // PER_GANG
+
+
+def window_cluster(gangs: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """FIT + 2 nodes of PER_GANG GPUs, and `gangs` gated gangs g0, g1... of PER_GANG."""
+    nodes = [make_node(f"n{i}").gpus(PER_GANG).obj() for i in range(FIT + 2)]
+    members = [
+        gated_member(f"g{g}-{m}", group=f"g{g}", size=PER_GANG).obj()
+        for g in range(gangs)
+        for m in range(PER_GANG)
+    ]
+    return nodes, members
+
+
 def planned(core: GangCore) -> list[list[str]]:
     """The members of each plan the drained effects created, in order."""
     return [
@@ -306,14 +322,8 @@ def test_starvation_does_not_reserve_for_a_gang_waiting_its_turn_in_the_window()
 
 
 def test_a_gang_starving_for_room_still_reserves_beside_one_waiting_in_the_window() -> None:
-    per_gang = 64
-    fit = ADMISSION_WINDOW_MEMBERS // per_gang
-    nodes = [make_node(f"n{i}").gpus(per_gang).obj() for i in range(fit + 2)]
-    young = [
-        gated_member(f"g{g}-{m}", group=f"g{g}", size=per_gang).obj()
-        for g in range(fit)
-        for m in range(per_gang)
-    ]
+    per_gang, fit = PER_GANG, FIT
+    nodes, young = window_cluster(fit)
     old = [
         gated_member(f"old-{m}", group="old", size=per_gang).created("2026-11-22T09:00:00Z")
         for m in range(per_gang)
@@ -344,14 +354,8 @@ def test_a_gang_starving_for_room_still_reserves_beside_one_waiting_in_the_windo
 
 
 def test_an_ungated_gang_is_planned_whatever_the_window_holds() -> None:
-    per_gang = 64
-    fit = ADMISSION_WINDOW_MEMBERS // per_gang
-    nodes = [make_node(f"n{i}").gpus(per_gang).obj() for i in range(fit + 2)]
-    gated = [
-        gated_member(f"g{g}-{m}", group=f"g{g}", size=per_gang).obj()
-        for g in range(fit)
-        for m in range(per_gang)
-    ]
+    fit = FIT
+    nodes, gated = window_cluster(fit)
     free = [make_pod(f"u-{m}").group("u").min_available(2).gpus(1).obj() for m in range(2)]
     core = make_core(nodes, [*gated, *free], now=T0)
     core.drain_effects()
