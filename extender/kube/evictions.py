@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from extender.domain.preemption.preemption import PREEMPTED_BY_ANNOTATION
 from extender.kube.rawapi import RawApi, path_of
+from extender.kube.writers import MERGE_PATCH, patch_pod
 
 # The API server's answer when a PodDisruptionBudget forbids an eviction now.
 HTTP_TOO_MANY_REQUESTS = 429
@@ -34,10 +35,5 @@ def mark_preempted(
     raw: RawApi, namespace: str, name: str, preemptor: str | None, *, timeout: float
 ) -> None:
     """Set (or, with None, clear) the gang-extender.io/preempted-by annotation."""
-    raw.call(
-        "PATCH",
-        path_of("api", "v1", "namespaces", namespace, "pods", name),
-        body={"metadata": {"annotations": {PREEMPTED_BY_ANNOTATION: preemptor}}},
-        content_type="application/merge-patch+json",
-        timeout=timeout,
-    )
+    patch = {"metadata": {"annotations": {PREEMPTED_BY_ANNOTATION: preemptor}}}
+    patch_pod(raw, namespace, name, patch, MERGE_PATCH, timeout)

@@ -180,14 +180,14 @@ def set_planned_node(
     (`lift_admission_gate`), so the member enters kube-scheduler's queue planned.
     """
     patch: dict[str, Any] = {"metadata": {"annotations": {PLANNED_NODE_ANNOTATION: node}}}
-    content_type = "application/merge-patch+json"
+    content_type = MERGE_PATCH
     if lift_gate:
         patch.update(_LIFT_GATE)
         content_type = STRATEGIC_MERGE_PATCH
-    _patch_pod(raw, namespace, name, patch, content_type, timeout)
+    patch_pod(raw, namespace, name, patch, content_type, timeout)
 
 
-def _patch_pod(
+def patch_pod(
     raw: RawApi,
     namespace: str,
     name: str,
@@ -195,6 +195,7 @@ def _patch_pod(
     content_type: str,
     timeout: float,
 ) -> None:
+    """PATCH one pod: the planned node, the admission gate, the preempted-by mark."""
     raw.call(
         "PATCH",
         path_of("api", "v1", "namespaces", namespace, "pods", name),
@@ -214,9 +215,10 @@ def lift_admission_gate(
     (gates can only be removed after creation). Removing a gate the pod no longer
     has is a no-op.
     """
-    _patch_pod(raw, namespace, name, _LIFT_GATE, STRATEGIC_MERGE_PATCH, timeout)
+    patch_pod(raw, namespace, name, _LIFT_GATE, STRATEGIC_MERGE_PATCH, timeout)
 
 
+MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 _LIFT_GATE = {"spec": {"schedulingGates": [{"name": ADMISSION_GATE, "$patch": "delete"}]}}
 
