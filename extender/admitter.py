@@ -22,7 +22,6 @@ from extender.domain.objects.accelerators import DEFAULT_ACCELERATORS, Accelerat
 from extender.injection.admission import (
     AdmissionDenied,
     AdmissionRequest,
-    admission_gate_ops,
     allowed_response,
     carries_wiring,
     check_member_index,
@@ -35,6 +34,7 @@ from extender.injection.admission import (
     render_pod_patch,
     wants_wiring,
 )
+from extender.injection.admission_gate import admission_gate_ops
 from extender.injection.gpu_routing import route_to_gang_scheduler
 from extender.injection.patch import JsonPatchOp
 from extender.ports.indexes import (

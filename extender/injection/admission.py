@@ -30,9 +30,7 @@ import orjson
 
 from extender.domain.objects.limits import MAX_GROUP_SIZE, clip, max_task_index, quoted
 from extender.domain.objects.membership import (
-    ADMISSION_GATE,
     JOB_COMPLETION_INDEX_ANNOTATION,
-    SCHEDULER_NAME,
     STATEFULSET_POD_INDEX_LABEL,
     TASK_INDEX_ANNOTATION,
     VOLCANO_TASK_INDEX_ANNOTATION,
@@ -338,23 +336,6 @@ def render_pod_patch(
     mounts are in the way.
     """
     return _assemble(pod, injections(pod, membership, index))
-
-
-def admission_gate_ops(pod: Mapping[str, Any], *, routed: bool = False) -> list[JsonPatchOp]:
-    """Ops that put gang-extender's scheduling gate on a member of our scheduler.
-
-    Only on a pod gang-extender places (spec.schedulerName, or `routed` to it by
-    this same patch), and only once: a webhook reinvocation finds it there. The
-    core lifts it when the gang is planned (docs/design.md#gated-admission);
-    another gate (Kueue's) is left as it is.
-    """
-    spec: dict[str, Any] = dict(pod.get("spec") or {})
-    if spec.get("schedulerName") != SCHEDULER_NAME and not routed:
-        return []
-    gates = spec.get("schedulingGates") or []
-    if any(isinstance(g, Mapping) and g.get("name") == ADMISSION_GATE for g in gates):
-        return []
-    return append_items(spec, "/spec", "schedulingGates", [{"name": ADMISSION_GATE}])
 
 
 def _assemble(pod: Mapping[str, Any], wants: Sequence[Injection]) -> list[JsonPatchOp]:
