@@ -169,6 +169,7 @@ def cost_per_pod(gang: dict[str, Any]) -> list[str]:
             pods = run.get("pods") or 1
             top = sorted(writes.items(), key=lambda kv: -kv[1])[:4]
             cpu = run.get("service_cpu_seconds")
+            asked = run.get("filter_candidates") or {}
             rows.append(
                 [
                     case["case"],
@@ -177,6 +178,9 @@ def cost_per_pod(gang: dict[str, Any]) -> list[str]:
                     _f(run.get("api_writes_per_pod")),
                     ", ".join(f"{what} {n / pods:.2f}" for what, n in top),
                     _f(cpu * 1000 / pods, 1) if cpu is not None else "-",
+                    f"{asked['filters']:.0f} / {asked['one_node']:.0f} / {asked['mean_nodes']}"
+                    if asked.get("filters")
+                    else "-",
                 ]
             )
     if not rows:
@@ -188,6 +192,7 @@ def cost_per_pod(gang: dict[str, Any]) -> list[str]:
         "API writes per pod",
         "largest kinds, per pod",
         "service CPU per pod (ms)",
+        "filters / offering one node / mean nodes offered",
     ]
     return [
         "What a run cost, per pod created: the API server's successful writes while it "

@@ -202,6 +202,31 @@ def verb_histograms(env: BenchEnv, verbs: Sequence[str]) -> dict[str, Histogram]
     return {verb: histogram(text, REQUEST_SECONDS, {"verb": verb}) for verb in verbs}
 
 
+FILTER_CANDIDATES = "gang_extender_filter_candidate_nodes"
+
+
+def filter_candidates(env: BenchEnv) -> Histogram | None:
+    """The service's histogram of nodes offered per filter request; None when unreadable."""
+    try:
+        return histogram(env.stack.metrics_text(), FILTER_CANDIDATES)
+    except OSError:
+        return None
+
+
+def candidate_figures(before: Histogram | None, after: Histogram | None) -> dict[str, float] | None:
+    """Filter requests over a run (after - before): how many, how many offered one node
+    (kube-scheduler checking a nominated node first), and the mean nodes offered."""
+    if before is None or after is None:
+        return None
+    filters = after.get("count", 0.0) - before.get("count", 0.0)
+    nodes = after.get("sum", 0.0) - before.get("sum", 0.0)
+    return {
+        "filters": filters,
+        "one_node": after.get("1.0", 0.0) - before.get("1.0", 0.0),
+        "mean_nodes": round(nodes / filters, 1) if filters else 0.0,
+    }
+
+
 def verb_latency(
     before: dict[str, Histogram] | None, after: dict[str, Histogram] | None
 ) -> dict[str, dict[str, float | None]] | None:

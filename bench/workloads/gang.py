@@ -40,8 +40,10 @@ from bench.workloads.common import (
     CLEAR_MIN_SECONDS,
     PARTIAL_GANGS_METRIC,
     api_writes,
+    candidate_figures,
     clear,
     create_and_time,
+    filter_candidates,
     nodes_spanned,
     partial_gangs,
     service_metric,
@@ -181,6 +183,7 @@ def _run_one(
     ours = sched.kind == "gang-extender"
     counted_before = service_metric(env, PARTIAL_GANGS_METRIC) if ours else None
     verbs_before = verb_histograms(env, VERBS) if ours else None
+    candidates_before = filter_candidates(env) if ours else None
     pid = env.stack.service.pid if env.stack.service and env.stack.service.alive() else 0
     cpu_before = env.cpu_seconds(pid) if pid else 0.0
     attempts_before = _attempts(env, sched)
@@ -215,6 +218,7 @@ def _run_one(
         # The service's own time per verb in this run: what of create -> all bound is
         # the extender's (filter, prioritize) and the bind barrier's (bind).
         result["service_verbs"] = verb_latency(verbs_before, verb_histograms(env, VERBS))
+        result["filter_candidates"] = candidate_figures(candidates_before, filter_candidates(env))
     for key in ("node_of", "created_at"):
         result.pop(key)
     log.info(

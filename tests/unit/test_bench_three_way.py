@@ -392,14 +392,31 @@ def test_the_cost_per_pod_table_shows_writes_and_service_cpu_per_pod() -> None:
         api_writes={"POST pods": 160.0, "POST pods/binding": 160.0, "PATCH pods": 80.0},
         api_writes_per_pod=2.5,
         service_cpu_seconds=1.6,
+        filter_candidates={"filters": 200.0, "one_node": 150.0, "mean_nodes": 10.8},
     )
     lines = cost_per_pod(results)
     [row] = [line for line in lines if line.startswith("| gang |")]
     assert row == (
         "| gang | 40 | gang-extender | 2.50 | POST pods 1.00, POST pods/binding 1.00, "
-        "PATCH pods 0.50 | 10.0 |"
+        "PATCH pods 0.50 | 10.0 | 200 / 150 / 10.8 |"
     )
     assert any(line.startswith("What a run cost") for line in three_way(results))
+
+
+def test_filters_are_counted_with_those_that_offered_one_node() -> None:
+    before = {"1.0": 4.0, "2.0": 4.0, "+Inf": 10.0, "count": 10.0, "sum": 1_006.0}
+    after = {"1.0": 154.0, "2.0": 160.0, "+Inf": 210.0, "count": 210.0, "sum": 3_166.0}
+    assert common.candidate_figures(before, after) == {
+        "filters": 200.0,
+        "one_node": 150.0,
+        "mean_nodes": 10.8,
+    }
+    assert common.candidate_figures(before, before) == {
+        "filters": 0.0,
+        "one_node": 0.0,
+        "mean_nodes": 0.0,
+    }
+    assert common.candidate_figures(None, after) is None
 
 
 def test_writes_are_read_once_queued_events_and_annotations_stop_coming(
