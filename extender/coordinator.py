@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from extender.domain.gang.core_api import SchedulingCore
@@ -70,7 +70,7 @@ class SchedulingCoordinator:
     def filter(self, pod: dict[str, Any], candidates: list[str]) -> FilterDecision:
         info = self.core.asked_about(pod)
         try:
-            return self.core.filter(info, candidates, self.clock())
+            return self.core.filter(info, candidates, self.clock(), nominated_node_of(pod))
         finally:
             self.flush_effects()
 
@@ -203,3 +203,11 @@ class SchedulingCoordinator:
         self.core.expire(self.clock())
         self.core.admit_gated(self.clock())
         self.flush_effects()
+
+
+def nominated_node_of(pod: Mapping[str, Any]) -> str | None:
+    """The `status.nominatedNodeName` of a pod as kube-scheduler sent it (None: none, or
+    not a string)."""
+    status = pod.get("status")
+    nominated = status.get("nominatedNodeName") if isinstance(status, Mapping) else None
+    return nominated if isinstance(nominated, str) and nominated else None

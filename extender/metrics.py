@@ -37,6 +37,9 @@ LATENCY_BUCKETS = (
     30,
     60,
 )
+# Nodes kube-scheduler offers in one filter: 1 when it checks a pod's nominated node
+# first (the planned node, written as nominatedNodeName), else every feasible node.
+CANDIDATE_BUCKETS = (1, 2, 8, 64, 512, 4096, 16384)
 # Gang wait: first member created -> all members bound.
 WAIT_BUCKETS = (0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800, 3600)
 
@@ -54,6 +57,12 @@ class Metrics:
             "Latency of extender and webhook requests, per verb.",
             ["verb"],
             buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.filter_candidates = Histogram(
+            "gang_extender_filter_candidate_nodes",
+            "Nodes kube-scheduler offered in each filter request (1: the nominated node alone).",
+            buckets=CANDIDATE_BUCKETS,
             registry=r,
         )
         self.extender_errors = Counter(

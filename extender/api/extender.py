@@ -204,6 +204,7 @@ def create_extender_app(
         async def work() -> Response:
             args = await read_extender_args(request, filter_candidates, max_request_bytes)
             candidates = args.candidate_names()
+            metrics.filter_candidates.observe(len(candidates))
             if not acting():
                 not_leader("filter")
                 held = FilterDecision(

@@ -59,6 +59,7 @@ class _PodSpec(_Wire):
 
 class _PodStatus(_Wire):
     phase: str | None = None
+    nominatedNodeName: str | None = None
 
 
 class PodShape(_Wire):

@@ -176,15 +176,27 @@ def set_planned_node(
 
     The annotation makes a plan survive a restart, and the pod update makes
     kube-scheduler move the pod out of its unschedulable queue to be retried now.
-    With `lift_gate`, the same write removes gang-extender's admission gate
-    (`lift_admission_gate`), so the member enters kube-scheduler's queue planned.
+    The same write, through the status subresource (which keeps metadata changes
+    and resets only spec, deletionTimestamp and ownerReferences), sets the planned
+    node as `status.nominatedNodeName`: kube-scheduler then checks that node alone,
+    and calls the extender with that one name, before it runs its filters over every
+    node and sends every name (`findNodesThatFitPod` in pkg/scheduler/schedule_one.go;
+    docs/design.md#the-planned-node-and-nominatednodename). A clear removes both.
+    With `lift_gate`, the write removes gang-extender's admission gate instead
+    (`lift_admission_gate`): a spec change, which only the pod itself takes, so
+    the gated member enters kube-scheduler's queue with the annotation alone.
     """
-    patch: dict[str, Any] = {"metadata": {"annotations": {PLANNED_NODE_ANNOTATION: node}}}
-    content_type = MERGE_PATCH
+    annotation = {"metadata": {"annotations": {PLANNED_NODE_ANNOTATION: node}}}
     if lift_gate:
-        patch.update(_LIFT_GATE)
-        content_type = STRATEGIC_MERGE_PATCH
-    patch_pod(raw, namespace, name, patch, content_type, timeout)
+        patch_pod(raw, namespace, name, annotation | _LIFT_GATE, STRATEGIC_MERGE_PATCH, timeout)
+        return
+    raw.call(
+        "PATCH",
+        path_of("api", "v1", "namespaces", namespace, "pods", name, "status"),
+        body=annotation | {"status": {"nominatedNodeName": node}},
+        content_type=MERGE_PATCH,
+        timeout=timeout,
+    )
 
 
 def patch_pod(

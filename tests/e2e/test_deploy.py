@@ -219,7 +219,13 @@ def test_the_crd_is_served_with_its_printer_columns(cluster, applied) -> None:
         pytest.param("watch", "nodes", (), id="watch cache watches nodes"),
         pytest.param("list", "pods", ("-A",), id="watch cache lists every pod"),
         pytest.param("watch", "pods", ("-A",), id="watch cache watches every pod"),
-        pytest.param("patch", "pods", ("-n", "team-a"), id="planned-node annotation on a member"),
+        pytest.param("patch", "pods", ("-n", "team-a"), id="lift a planned member's gate"),
+        pytest.param(
+            "patch",
+            "pods",
+            ("--subresource=status", "-n", "team-a"),
+            id="planned-node annotation and nomination on a member",
+        ),
         pytest.param(
             "create", "pods", ("--subresource=binding", "-n", "team-a"), id="the extender binds"
         ),
@@ -377,6 +383,12 @@ def test_the_service_account_may_do_what_the_service_does(
         pytest.param("create", "clusterrolebindings", (), id="cannot grant itself more"),
         pytest.param("create", "rolebindings", ("-n", "team-b"), id="cannot opt a namespace in"),
         pytest.param("patch", "pods", ("-n", "kube-system"), id="no pod writes in kube-system"),
+        pytest.param(
+            "patch",
+            "pods",
+            ("--subresource=status", "-n", "kube-system"),
+            id="no pod status writes in kube-system",
+        ),
         pytest.param("get", "secrets", ("-n", "kube-system"), id="no Secrets in kube-system"),
         pytest.param(
             "patch", "configmaps", ("-n", "kube-system"), id="no ConfigMaps in kube-system"

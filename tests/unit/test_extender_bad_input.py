@@ -51,6 +51,11 @@ MALFORMED_PODS = [
         broken(["spec", "tolerations"], "all"), "spec.tolerations", id="tolerations-not-a-list"
     ),
     pytest.param(broken(["spec"], 7), "spec", id="spec-not-an-object"),
+    pytest.param(
+        broken(["status"], {"nominatedNodeName": 5}),
+        "status.nominatedNodeName",
+        id="nomination-not-a-name",
+    ),
 ]
 
 

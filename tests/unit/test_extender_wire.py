@@ -248,6 +248,36 @@ async def test_unknown_node_names_are_passed_through_for_plain_pods_and_held_for
     assert "ghost" in gang.json()["FailedAndUnresolvableNodes"]
 
 
+def nominated(pod: dict[str, Any], node: Any) -> dict[str, Any]:
+    """The pod as kube-scheduler sends it once nominated on `node`."""
+    return {**pod, "status": {"nominatedNodeName": node}}
+
+
+async def test_a_pods_nomination_is_read_from_the_request_it_came_in() -> None:
+    pods = seed_pods()
+    client, _, core = build(ROOMY, pods)
+    async with client:
+        await client.post("/filter", json={"Pod": pods[1], "NodeNames": ["n1", "n2"]})
+        (plan,) = core.ledger.plans.values()
+        planned = plan.placements["uid-2"]
+        other = next(n for n in ("n1", "n2") if n != planned)
+        # Checked alone on its nominated planned node: planned there.
+        alone = await client.post(
+            "/filter", json={"Pod": nominated(pods[2], planned), "NodeNames": [planned]}
+        )
+        # A nomination left from elsewhere: refused, the plan kept for the full ask.
+        stale = await client.post(
+            "/filter", json={"Pod": nominated(pods[2], other), "NodeNames": [other]}
+        )
+        # The same one node without a nomination is kube-scheduler's word: the plan goes.
+        word = await client.post("/filter", json={"Pod": pods[2], "NodeNames": [other]})
+    assert alone.json()["NodeNames"] == [planned]
+    assert stale.json()["NodeNames"] == []
+    assert "nominated on " + other in stale.json()["FailedAndUnresolvableNodes"][other]
+    assert word.json()["NodeNames"] == []
+    assert not core.ledger.plans
+
+
 async def test_failed_binding_is_reported_in_the_error_field() -> None:
     client, binder, core = build(ROOMY, seed_pods())
     plain = make_pod("plain").obj()

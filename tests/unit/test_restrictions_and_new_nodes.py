@@ -228,6 +228,67 @@ def test_a_node_kube_scheduler_refused_a_member_after_it_saw_the_node_stays_refu
     assert plan.placements[pod_info(core, "job-worker-0").uid] == "gpu-small-0"
 
 
+# ---- the core: kube-scheduler checks a member's nominated node alone, first ----
+
+
+def planned_seed_gang() -> tuple[GangCore, PodInfo]:
+    """The held seed gang planned whole onto gpu-big-0; and its master, asked before."""
+    core = held_seed_gang()
+    worker = pod_info(core, "job-worker-2")
+    assert core.filter(worker, offered(core, worker), T0 + 1).verdict is Verdict.PLANNED
+    assert set(core.ledger.plans[GroupKey("default", "job")].placements.values()) == {"gpu-big-0"}
+    return core, pod_info(core, "job-master")
+
+
+def test_a_member_asked_about_its_nominated_planned_node_alone_is_planned_and_keeps_its_word() -> (
+    None
+):
+    core, master = planned_seed_gang()
+    kept = core.restrictions.get(master.uid)
+    # The planned-node write nominated gpu-big-0: kube-scheduler checks that node first
+    # and, as it passes, asks the extender with that one name. The other nodes were not
+    # judged, so the master's word is what it was.
+    decision = core.filter(master, ["gpu-big-0"], T0 + 2, nominated="gpu-big-0")
+    assert decision.verdict is Verdict.PLANNED and decision.nodes == ["gpu-big-0"]
+    assert core.restrictions.get(master.uid) == kept
+    assert kept is None or kept.permits("cpu-0")
+
+
+def test_a_stale_nomination_is_refused_without_touching_the_plan_or_the_word() -> None:
+    core, master = planned_seed_gang()
+    key = GroupKey("default", "job")
+    plan, kept = core.ledger.plans[key], core.restrictions.get(master.uid)
+    # Nominated on gpu-small-0 by an older plan: kube-scheduler checks it alone first.
+    decision = core.filter(master, ["gpu-small-0"], T0 + 2, nominated="gpu-small-0")
+    assert decision.verdict is Verdict.WAIT and decision.nodes == []
+    assert decision.unresolvable == {"gpu-small-0": decision.message}
+    assert "nominated on gpu-small-0 but planned on gpu-big-0" in decision.message
+    assert core.ledger.plans[key] is plan
+    assert core.restrictions.get(master.uid) == kept
+    # ...then asks about every node in the same attempt, and that answer decides.
+    decision = core.filter(master, offered(core, master), T0 + 2, nominated="gpu-small-0")
+    assert decision.verdict is Verdict.PLANNED and decision.nodes == ["gpu-big-0"]
+
+
+def test_a_nomination_with_no_plan_neither_plans_nor_narrows_the_word() -> None:
+    core = held_seed_gang()
+    key = GroupKey("default", "job")
+    worker = pod_info(core, "job-worker-0")
+    kept = core.restrictions.get(worker.uid)
+    decision = core.filter(worker, ["gpu-big-0"], T0 + 1, nominated="gpu-big-0")
+    assert decision.verdict is Verdict.WAIT and "not planned there" in decision.message
+    assert key not in core.ledger.plans
+    assert core.restrictions.get(worker.uid) == kept
+
+
+def test_one_offered_node_that_is_not_a_nomination_is_kube_schedulers_word() -> None:
+    core, master = planned_seed_gang()
+    # Its filters passed only cpu-0 (say, a node affinity): the plan goes, the word stays.
+    assert core.filter(master, ["cpu-0"], T0 + 2).verdict is Verdict.WAIT
+    assert GroupKey("default", "job") not in core.ledger.plans
+    assert core.restrictions[master.uid].allowed == {"cpu-0"}
+
+
 # ---- the core: kube-scheduler has not seen the node yet (its informer lags ours) ----
 
 

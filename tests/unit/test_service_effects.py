@@ -70,11 +70,19 @@ class FakeRaw:
         return {}
 
     def patches_of(self, pod: str) -> list[str | None]:
-        return [
-            body["metadata"]["annotations"][PLANNED_NODE_ANNOTATION]
-            for method, path, body in self.calls
-            if method == "PATCH" and path.endswith(f"/pods/{pod}")
-        ]
+        """The planned node each write of `pod` set (None: cleared); a write through the
+        status subresource must nominate the same node."""
+        nodes = []
+        for method, path, body in self.calls:
+            if method != "PATCH":
+                continue
+            if path.endswith(f"/pods/{pod}/status"):
+                node = body["metadata"]["annotations"][PLANNED_NODE_ANNOTATION]
+                assert body["status"] == {"nominatedNodeName": node}, body
+                nodes.append(node)
+            elif path.endswith(f"/pods/{pod}"):
+                nodes.append(body["metadata"]["annotations"][PLANNED_NODE_ANNOTATION])
+        return nodes
 
     def events(self, reason: str | None = None) -> list[dict[str, Any]]:
         return [
@@ -158,6 +166,11 @@ def write_errors(svc: GangService) -> dict[str, float]:
     }
 
 
+def pod_of(path: str) -> str:
+    """The pod a PATCH path names, itself or its status subresource."""
+    return path.split("/pods/", 1)[1].split("/", 1)[0]
+
+
 def slow_sets(seconds: float) -> Callable[[str, str, Any], None]:
     """Setting a planned node takes `seconds`; clearing it is instant."""
 
@@ -192,20 +205,25 @@ async def test_a_planned_gated_member_is_ungated_by_its_planned_node_write(
     service.writer.queue_effects([PlanCreated(plan(GROUP, {"w0": "n1", "w1": "n1"}))])
     await service.queues.join()
     writes = {
-        path.rsplit("/", 1)[1]: (body, kind)
+        path: (body, kind)
         for (method, path, body), kind in zip(raw.calls, raw.content_types, strict=True)
         if method == "PATCH"
     }
+    # The gate is spec, which only the pod itself takes; the ungated member's write goes
+    # through the status subresource, which also nominates the planned node.
     assert writes == {
-        "w0": (
+        "/api/v1/namespaces/default/pods/w0": (
             {
                 "metadata": {"annotations": {PLANNED_NODE_ANNOTATION: "n1"}},
                 "spec": {"schedulingGates": [{"name": ADMISSION_GATE, "$patch": "delete"}]},
             },
             "application/strategic-merge-patch+json",
         ),
-        "w1": (
-            {"metadata": {"annotations": {PLANNED_NODE_ANNOTATION: "n1"}}},
+        "/api/v1/namespaces/default/pods/w1/status": (
+            {
+                "metadata": {"annotations": {PLANNED_NODE_ANNOTATION: "n1"}},
+                "status": {"nominatedNodeName": "n1"},
+            },
             "application/merge-patch+json",
         ),
     }
@@ -222,8 +240,14 @@ async def test_a_preemptors_planned_node_write_keeps_the_gate_while_its_victims_
     held.gates_held = True
     service.writer.queue_effects([PlanCreated(held)])
     await service.queues.join()
-    assert [body for method, _, body in raw.calls if method == "PATCH"] == [
-        {"metadata": {"annotations": {PLANNED_NODE_ANNOTATION: "n1"}}}
+    assert [(path, body) for method, path, body in raw.calls if method == "PATCH"] == [
+        (
+            "/api/v1/namespaces/default/pods/w0/status",
+            {
+                "metadata": {"annotations": {PLANNED_NODE_ANNOTATION: "n1"}},
+                "status": {"nominatedNodeName": "n1"},
+            },
+        )
     ]
 
 
@@ -249,7 +273,7 @@ async def test_other_groups_are_not_held_up_by_a_slow_group(
     service.writer.queue_effects([PlanCreated(plan(GROUP, {"w0": "n1"}))])
     service.writer.queue_effects([PlanDropped(plan(OTHER, {"o0": "n3"}), reason="gone")])
     await service.queues.join()
-    order = [path.rsplit("/", 1)[1] for method, path, _ in raw.calls if method == "PATCH"]
+    order = [pod_of(path) for method, path, _ in raw.calls if method == "PATCH"]
     assert order == ["o0", "w0"]
 
 

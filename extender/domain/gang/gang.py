@@ -450,9 +450,14 @@ class GangCore:
         return PodInfo.from_api(pod)
 
     # ------------------------------------------------------------------ filter
-    def filter(self, pod: PodInfo, candidates: Sequence[str], now: float) -> FilterDecision:
-        """Steps 1-3 here (domain/gang/gang_filter.py), 4-8 in domain/gang/gang_planning.py."""
-        return self.filtering.filter(pod, candidates, now)
+    def filter(
+        self, pod: PodInfo, candidates: Sequence[str], now: float, nominated: str | None = None
+    ) -> FilterDecision:
+        """Steps 1-3 here (domain/gang/gang_filter.py), 4-8 in domain/gang/gang_planning.py.
+
+        `nominated`: the `status.nominatedNodeName` of the pod as kube-scheduler sent it.
+        """
+        return self.filtering.filter(pod, candidates, now, nominated)
 
     # ------------------------------------------------------------ prioritize
     def prioritize(self, pod: PodInfo, candidates: Collection[str]) -> dict[str, int]:

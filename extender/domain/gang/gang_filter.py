@@ -50,13 +50,19 @@ class GangFilter:
         self.barrier = barrier
         self.expire = expire
 
-    def filter(self, pod: PodInfo, candidates: Sequence[str], now: float) -> FilterDecision:
+    def filter(
+        self, pod: PodInfo, candidates: Sequence[str], now: float, nominated: str | None = None
+    ) -> FilterDecision:
+        """`nominated`: the `status.nominatedNodeName` of the pod kube-scheduler sent."""
         self.shared.catch_up_unseen(now)
         self.shared.unseen_nodes.saw(candidates)
         known = self.shared.snapshot.pods.get(pod.uid)
         if known is None:
             return self._filter_unknown(pod, candidates, now)
-        decision = self._filter_known(known, candidates, now)  # the watch's copy, always
+        # the watch's copy, always
+        decision = self._filter_known(
+            known, candidates, now, nominated_alone=_nominated_alone(nominated, candidates)
+        )
         nodes = decision.nodes
         self.barrier.offered[pod.uid] = (
             frozenset(nodes) if len(nodes) <= RESTRICTION_MEMORY_LIMIT else None
@@ -84,7 +90,9 @@ class GangFilter:
             f"pod {pod.ref} is not in gang-extender's watch cache yet; held until it is",
         )
 
-    def _filter_known(self, pod: PodInfo, candidates: Sequence[str], now: float) -> FilterDecision:
+    def _filter_known(
+        self, pod: PodInfo, candidates: Sequence[str], now: float, *, nominated_alone: bool
+    ) -> FilterDecision:
         self.expire(now)
         if pod.group is None and pod.group_error is None:
             return self._filter_plain(pod, candidates)
@@ -92,7 +100,8 @@ class GangFilter:
             return self._hold(candidates, Verdict.REJECT, pod.group_error)
         assert pod.group is not None
         key = pod.group
-        self._remember_candidates(pod.uid, candidates)
+        if not nominated_alone:  # a word on one node, not a refusal of the others
+            self._remember_candidates(pod.uid, candidates)
         state = self.shared.groups.setdefault(key, GroupState())
         spec = self.shared.snapshot.group_spec(key)
         if spec is None:
@@ -117,6 +126,8 @@ class GangFilter:
             )
 
         plan = self.shared.ledger.plans.get(key)
+        if nominated_alone:
+            return self._nominated_answer(plan, pod, candidates[0])
         if plan is not None:
             node = plan.placements.get(pod.uid) if pod.uid not in plan.lost else None
             if node is None or node in candidates:
@@ -159,6 +170,32 @@ class GangFilter:
         if isinstance(outcome, str):
             return self._hold(candidates, Verdict.WAIT, outcome)
         return self._planned_answer(outcome, pod, candidates)
+
+    def _nominated_answer(self, plan: Plan | None, pod: PodInfo, nominated: str) -> FilterDecision:
+        """kube-scheduler checked the pod's nominated node alone, before any other
+        (`findNodesThatFitPod`): the planned node, once the planned-node write has set it.
+
+        A nomination left from an older plan, or one the write has not cleared yet, is
+        refused without dropping or making a plan: kube-scheduler goes on to ask about
+        every node in the same attempt, and that answer decides.
+        """
+        if (
+            plan is not None
+            and pod.uid not in plan.lost
+            and plan.placements.get(pod.uid) == nominated
+        ):
+            return self._planned_answer(plan, pod, [nominated])
+        planned = (
+            f"planned on {plan.placements[pod.uid]}"
+            if plan is not None and pod.uid in plan.placements
+            else "not planned there"
+        )
+        return self._hold(
+            [nominated],
+            Verdict.WAIT,
+            f"gang {pod.group}: {pod.ref} is nominated on {nominated} but {planned}; "
+            "kube-scheduler asks about the other nodes next",
+        )
 
     def _released_elsewhere(self, plan: Plan, pod: PodInfo, now: float) -> str:
         """A released member whose planned node kube-scheduler does not offer now.
@@ -249,3 +286,9 @@ class GangFilter:
         it once per node."""
         message = clip(message)
         return FilterDecision(verdict, [], {}, dict.fromkeys(candidates, message), message)
+
+
+def _nominated_alone(nominated: str | None, candidates: Sequence[str]) -> bool:
+    """Whether kube-scheduler is checking the pod's nominated node alone: it does so
+    before it scans the other nodes, so the one name is not its word on those."""
+    return nominated is not None and len(candidates) == 1 and candidates[0] == nominated
