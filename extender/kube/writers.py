@@ -190,13 +190,26 @@ def set_planned_node(
     if lift_gate:
         patch_pod(raw, namespace, name, annotation | _LIFT_GATE, STRATEGIC_MERGE_PATCH, timeout)
         return
-    raw.call(
-        "PATCH",
-        path_of("api", "v1", "namespaces", namespace, "pods", name, "status"),
-        body=annotation | {"status": {"nominatedNodeName": node}},
-        content_type=MERGE_PATCH,
-        timeout=timeout,
-    )
+    try:
+        raw.call(
+            "PATCH",
+            path_of("api", "v1", "namespaces", namespace, "pods", name, "status"),
+            body=annotation | {"status": {"nominatedNodeName": node}},
+            content_type=MERGE_PATCH,
+            timeout=timeout,
+        )
+    except KubeError as err:
+        # kube-scheduler bound the member before this write ran (under load, most of a
+        # gang often is): the API server refuses a nomination on a bound pod
+        # (ClearingNominatedNodeNameAfterBinding), and a bound member needs neither it
+        # nor the annotation (recovery reads only unbound members').
+        if not (err.status == HTTP_UNPROCESSABLE and ALREADY_BOUND in err.message):
+            raise
+
+
+HTTP_UNPROCESSABLE = 422
+# The API server's words when a nomination is set on a pod already bound.
+ALREADY_BOUND = "already bound to a node"
 
 
 def patch_pod(

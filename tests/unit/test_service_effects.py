@@ -337,6 +337,31 @@ async def test_a_pod_deleted_meanwhile_is_not_an_error(
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
+async def test_a_member_bound_before_its_nomination_is_not_an_error(
+    service: GangService, raw: FakeRaw, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The API server's answer when the nomination reaches a pod kube-scheduler has bound.
+    bound = (
+        'Pod "w0" is invalid: status.nominatedNodeName: Forbidden: may not be set on pods '
+        "that are already bound to a node"
+    )
+
+    def hook(method: str, path: str, body: Any) -> None:
+        if pod_of(path) == "w0":
+            raise KubeError(422, bound, "Invalid")
+        raise KubeError(422, 'Pod "w1" is invalid: metadata.annotations: Invalid value', "Invalid")
+
+    raw.hook = hook
+    with caplog.at_level(logging.WARNING, logger="extender.controller.api_writes"):
+        service.writer.queue_effects([PlanCreated(plan(GROUP, {"w0": "n1", "w1": "n1"}))])
+        await service.queues.join()
+    assert len(raw.attempts) == 2
+    # Any other refusal is still one: counted and logged.
+    assert write_errors(service) == {"planned-node": 1.0}
+    assert [r.getMessage() for r in caplog.records if "w0" in r.getMessage()] == []
+    assert any("w1" in r.getMessage() for r in caplog.records)
+
+
 def observe(svc: GangService, kind: str, *objects: dict[str, Any]) -> None:
     svc.state.on_page(kind, list(objects), True, False)
 
