@@ -129,6 +129,21 @@ def test_a_member_no_node_accepts_is_told_why() -> None:
     )
 
 
+def test_a_shortfall_asked_only_whether_the_gang_fits_is_not_worded() -> None:
+    # A victim search's trial plans only ask whether the gang fits: wording the
+    # shortfall reads every node's room, so they go without it; the rest is the same.
+    nodes, free = nodes_and_free(make_node("a").gpus(2).obj(), make_node("b").gpus(1).obj())
+    members = [member("m0", 2), member("m1", 2)]
+    worded = plan_gang(members, free, nodes, Policy())
+    bare = plan_gang(members, free, nodes, Policy(), explain=False)
+    assert isinstance(worded, Shortfall) and worded.message.startswith("1/2 members placeable")
+    assert bare == Shortfall(worded.placeable, 2, "", unplaced=worded.unplaced)
+    fits = [member("m0", 2), member("m1", 1)]
+    assert plan_gang(fits, free, nodes, Policy(), explain=False) == plan_gang(
+        fits, free, nodes, Policy()
+    )
+
+
 # ------------------------------------------------------------------ fill order
 def test_binpack_ranks_nodes_by_free_gpus_before_free_cpu() -> None:
     # "few-gpus" leaves 0 GPUs and lots of cpu; "few-cpus" leaves 2 GPUs and little cpu.

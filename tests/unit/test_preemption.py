@@ -7,6 +7,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from extender.domain.cluster.snapshot import fits
 from extender.domain.gang.gang import GangCore, Timeouts
@@ -1203,3 +1205,47 @@ def test_a_plan_waiting_on_a_changed_node_without_its_victims_is_dropped_after_t
     assert key not in core.ledger.plans
     (dropped,) = [e for e in core.drain_effects() if isinstance(e, PlanDropped)]
     assert "offered node n1 to no pod within" in dropped.reason
+
+
+# ---- the victim search's trial plans share one node order ----
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    gpus=st.lists(st.integers(1, 8), min_size=2, max_size=7),
+    fill=st.data(),
+    size=st.integers(1, 4),
+    need=st.integers(1, 4),
+)
+def test_trial_plans_on_the_kept_node_order_choose_as_plans_sorted_afresh(
+    gpus: list[int], fill: st.DataObject, size: int, need: int
+) -> None:
+    # Each trial plan of a victim search moves only the victims' nodes in one order of
+    # the free room (a bisection each) instead of sorting every node: the victims and
+    # the plan must be those of trial plans that sort afresh.
+    from extender.domain.preemption import gang_preemption
+
+    fillers = []
+    for i, capacity in enumerate(gpus):
+        free = capacity
+        for j, held in enumerate(fill.draw(st.lists(st.integers(1, capacity), max_size=2))):
+            if held <= free:
+                free -= held
+                priority = fill.draw(st.sampled_from([5, 10, 20]))
+                fillers.append(pod(f"f{i}-{j}", node=f"n{i}", gpus=held, priority=priority))
+    gang = [pod(f"high-{m}", group="high", priority=1000, gpus=need) for m in range(size)]
+
+    def outcome(moves_per_sort: int) -> tuple[dict[str, str] | None, list[str]]:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(gang_preemption, "MOVES_PER_SORT", moves_per_sort)
+            core = core_with(
+                {f"n{i}": g for i, g in enumerate(gpus)},
+                [*fillers, *gang],
+                {"high": {"minMember": size}},
+            )
+            core.preempt(core.snapshot.pods["uid-high-0"], {}, T0)
+            plan = core.ledger.plans.get(GroupKey("default", "high"))
+            return (dict(plan.placements) if plan else None), sorted(evicted_refs(core))
+
+    kept, sorted_afresh = outcome(0), outcome(10**9)
+    assert kept == sorted_afresh

@@ -287,6 +287,7 @@ def plan_gang(
     bound: Sequence[PodInfo] = (),
     order: NodeOrder | None = None,
     accelerators: Accelerators = DEFAULT_ACCELERATORS,
+    explain: bool = True,
 ) -> Placement | Shortfall:
     """Place every member at once, or say what is missing.
 
@@ -299,7 +300,9 @@ def plan_gang(
     `order`, when given, is every node of `free` sorted by `node_order.static_key`
     for the policy's strategy (kept by the score board instead of sorted per plan).
     `accelerators` tells which resources are accelerators (the snapshot's matcher):
-    the gang is filled and worded by the one its members ask most of.
+    the gang is filled and worded by the one its members ask most of. Without
+    `explain`, a shortfall of the plain case carries no message (wording it reads every
+    node): for callers that only ask whether the gang fits (a victim search's trials).
     """
     allowed = allowed or {}
     units = units_of(members, allowed)
@@ -314,6 +317,7 @@ def plan_gang(
             bound=bound,
             order=order,
             accelerators=accelerators,
+            explain=explain,
         )
         if isinstance(outcome, Placement):
             return Placement(*units.spread(outcome.nodes, outcome.requests))
@@ -352,6 +356,9 @@ def plan_gang(
     placed, misfit = planner.within(free)
     if misfit is None:
         return Placement(placed, chosen_requests(members, placed, free, nodes, resource))
+    unplaced = tuple(m.uid for m in members if m.uid not in placed)
+    if not explain:
+        return Shortfall(len(placed), len(members), "", unplaced=unplaced)
     return Shortfall(
         len(placed),
         len(members),
@@ -364,7 +371,7 @@ def plan_gang(
             accelerators.asked(misfit.requests),
         )
         + unreadable_note(misfit, nodes),
-        unplaced=tuple(m.uid for m in members if m.uid not in placed),
+        unplaced=unplaced,
     )
 
 
