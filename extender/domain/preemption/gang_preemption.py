@@ -38,7 +38,6 @@ from extender.domain.preemption.preemption import (
 from extender.domain.state.decisions import EvictVictims, PlanCreated, Victim
 from extender.domain.state.gang_state import GroupState, HoldReason, SharedState, say
 
-
 # A node moved in a kept order costs a bisection and a list insert; past one move in
 # this many nodes, sorting every node afresh is cheaper.
 MOVES_PER_SORT = 16
