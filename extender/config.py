@@ -112,6 +112,11 @@ class Settings(BaseSettings):
     # scheduler never tries an incomplete gang or one that does not fit. The service
     # lifts the gate whatever this says (a pod template may carry it).
     admission_gate: bool = Field(default=False)
+    # Opt-in (docs/design.md#the-planned-node-and-nominatednodename): the planned-node
+    # write also sets the member's status.nominatedNodeName, so kube-scheduler checks
+    # the planned node alone first. Off by default: its gain is not shown on 2 cores,
+    # and kube-scheduler at times counted a nominated member twice and refused the node.
+    nominate_planned_node: bool = Field(default=False)
     # Which resources are accelerators (docs/deploy.md "Accelerators"): comma-separated
     # extended resource names, a trailing `*` a prefix. Every GPU figure (plan, hold,
     # reservation, placeholder, score, gauge, hostfile slots, GPU routing) keys on them;

@@ -251,7 +251,12 @@ class EffectWriter:
         def write(ref: str, node: str | None) -> Callable[[], None]:
             lift = ref in gated
             return lambda: set_planned_node(
-                self.raw, *_split(ref), node, lift_gate=lift, timeout=timeout
+                self.raw,
+                *_split(ref),
+                node,
+                lift_gate=lift,
+                nominate=self.settings.nominate_planned_node,
+                timeout=timeout,
             )
 
         await asyncio.gather(

@@ -170,13 +170,14 @@ def set_planned_node(
     node: str | None,
     *,
     lift_gate: bool = False,
+    nominate: bool = False,
     timeout: float = WRITE_TIMEOUT_SECONDS,
 ) -> None:
     """Record (or clear) a member's planned node on the pod.
 
     The annotation makes a plan survive a restart, and the pod update makes
     kube-scheduler move the pod out of its unschedulable queue to be retried now.
-    The same write, through the status subresource (which keeps metadata changes
+    With `nominate`, the same write, through the status subresource (which keeps metadata changes
     and resets only spec, deletionTimestamp and ownerReferences), sets the planned
     node as `status.nominatedNodeName`: kube-scheduler then checks that node alone,
     and calls the extender with that one name, before it runs its filters over every
@@ -189,6 +190,9 @@ def set_planned_node(
     annotation = {"metadata": {"annotations": {PLANNED_NODE_ANNOTATION: node}}}
     if lift_gate:
         patch_pod(raw, namespace, name, annotation | _LIFT_GATE, STRATEGIC_MERGE_PATCH, timeout)
+        return
+    if not nominate:
+        patch_pod(raw, namespace, name, annotation, MERGE_PATCH, timeout)
         return
     try:
         raw.call(

@@ -219,12 +219,12 @@ def test_the_crd_is_served_with_its_printer_columns(cluster, applied) -> None:
         pytest.param("watch", "nodes", (), id="watch cache watches nodes"),
         pytest.param("list", "pods", ("-A",), id="watch cache lists every pod"),
         pytest.param("watch", "pods", ("-A",), id="watch cache watches every pod"),
-        pytest.param("patch", "pods", ("-n", "team-a"), id="lift a planned member's gate"),
+        pytest.param("patch", "pods", ("-n", "team-a"), id="planned-node annotation on a member"),
         pytest.param(
             "patch",
             "pods",
             ("--subresource=status", "-n", "team-a"),
-            id="planned-node annotation and nomination on a member",
+            id="planned-node nomination (nominate_planned_node)",
         ),
         pytest.param(
             "create", "pods", ("--subresource=binding", "-n", "team-a"), id="the extender binds"

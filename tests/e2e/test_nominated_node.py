@@ -1,59 +1,84 @@
-"""A planned member is nominated on its planned node, and kube-scheduler tries it there alone.
+"""With `nominate_planned_node`, a planned member is nominated on its planned node, and
+kube-scheduler tries it there alone.
 
-The planned-node write sets the pod's `status.nominatedNodeName` with the annotation
-(docs/design.md#the-planned-node-and-nominatednodename). kube-scheduler checks a
-nominated node before any other, and when it passes calls the extender with that one
+The planned-node write then sets the pod's `status.nominatedNodeName` with the
+annotation (docs/design.md#the-planned-node-and-nominatednodename). kube-scheduler checks
+a nominated node before any other, and when it passes calls the extender with that one
 name: shown here on the real kube-scheduler and API server by the service's
-`gang_extender_filter_candidate_nodes` histogram and the pod itself.
+`gang_extender_filter_candidate_nodes` histogram and the pod itself. The setting is off
+by default, so this module runs its own control plane and service with it on.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+from kubernetes import client as k8s
 
+from extender.devcluster.cluster import LocalCluster, new_namespace
+from extender.devcluster.stack import GangStack
 from extender.domain.objects.membership import PLANNED_NODE_ANNOTATION
-from tests.e2e.gang_fixtures import (  # noqa: F401 (no_partial_gangs is a fixture)
+from extender.kube.rawapi import RawApi
+from tests.e2e.gang_fixtures import (
     bound,
     create,
     gang_pod,
     get_pod,
+    gpu_pool_for,
     list_pods,
-    no_partial_gangs,
+    own_control_plane,
     podgroup,
+    service_metric,
     ungate,
     wait_until,
 )
 
-pytestmark = pytest.mark.usefixtures("no_partial_gangs")
-
-ONE_NODE_BUCKET = 'gang_extender_filter_candidate_nodes_bucket{le="1.0"}'
+POOL_LABEL = "e2e.gang-extender.io/pool"
 
 
-def one_node_filters(gang_stack: Any) -> float:
+@pytest.fixture(scope="module")
+def nominating_cluster(
+    bin_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LocalCluster]:
+    yield from own_control_plane(tmp_path_factory.mktemp("nominating-cluster"), bin_dir)
+
+
+@pytest.fixture(scope="module")
+def nominating_stack(nominating_cluster: LocalCluster) -> Iterator[GangStack]:
+    stack = GangStack(nominating_cluster, env={"GANG_NOMINATE_PLANNED_NODE": "true"})
+    stack.start()
+    try:
+        yield stack
+    finally:
+        stack.stop()
+
+
+@pytest.fixture(scope="module")
+def n_api(nominating_cluster: LocalCluster) -> Iterator[k8s.ApiClient]:
+    with nominating_cluster.api_client() as client:
+        yield client
+
+
+def one_node_filters(stack: GangStack) -> float:
     """Filter requests so far that offered a single node."""
-    for line in gang_stack.metrics_text().splitlines():
-        if line.startswith(ONE_NODE_BUCKET + " "):
+    for line in stack.metrics_text().splitlines():
+        if line.startswith('gang_extender_filter_candidate_nodes_bucket{le="1.0"} '):
             return float(line.rsplit(" ", 1)[1])
-    raise AssertionError(f"{ONE_NODE_BUCKET} not in the service's metrics")
-
-
-def barrier_waiting(gang_stack: Any) -> int:
-    for line in gang_stack.metrics_text().splitlines():
-        if line.startswith("gang_extender_bind_barrier_waiting "):
-            return int(float(line.rsplit(" ", 1)[1]))
-    return 0
+    raise AssertionError("gang_extender_filter_candidate_nodes not in the service's metrics")
 
 
 def test_a_held_member_is_tried_again_on_its_planned_node_alone_once_its_gang_is_planned(
-    gang_stack, raw, namespace, gpu_nodes
+    nominating_stack: GangStack, n_api: k8s.ApiClient, request: pytest.FixtureRequest
 ) -> None:
-    pool = gpu_nodes(3, gpus=4)
-    before = one_node_filters(gang_stack)
+    raw = RawApi(n_api)
+    pool = gpu_pool_for(n_api, request, gpus=4, label=POOL_LABEL)
+    namespace = new_namespace(n_api, "nominated")
+    before = one_node_filters(nominating_stack)
     create(raw, namespace, podgroup("nom", 2, scheduleTimeoutSeconds=120))
-    create(raw, namespace, gang_pod("nom-0", "nom", gpus=2, node_selector=pool.node_selector))
-    # Alone, nom-0 is held: its filter is offered the pool's three nodes and refused.
+    create(raw, namespace, gang_pod("nom-0", "nom", gpus=2, node_selector=pool))
+    # Alone, nom-0 is held: its filter is offered the pool's nodes and refused.
     wait_until(
         lambda: (
             (p := get_pod(raw, namespace, "nom-0"))
@@ -62,21 +87,20 @@ def test_a_held_member_is_tried_again_on_its_planned_node_alone_once_its_gang_is
         timeout=60,
         what="nom-0 tried and held",
     )
-    assert one_node_filters(gang_stack) == before
+    assert one_node_filters(nominating_stack) == before
     # nom-1 completes the gang but stays gated (another controller's gate), so nom-0
     # is the one kube-scheduler tries again: the plan's write nominated its node.
-    create(
-        raw,
-        namespace,
-        gang_pod("nom-1", "nom", gpus=2, node_selector=pool.node_selector, gated=True),
+    create(raw, namespace, gang_pod("nom-1", "nom", gpus=2, node_selector=pool, gated=True))
+    wait_until(
+        lambda: service_metric(nominating_stack, "gang_extender_bind_barrier_waiting") >= 1,
+        timeout=60,
+        what="nom-0 in the barrier",
     )
-    wait_until(lambda: barrier_waiting(gang_stack) >= 1, timeout=60, what="nom-0 in the barrier")
     pod = get_pod(raw, namespace, "nom-0")
     assert pod is not None
     node = pod["metadata"]["annotations"][PLANNED_NODE_ANNOTATION]
-    assert node in pool.nodes
     assert pod["status"].get("nominatedNodeName") == node
-    assert one_node_filters(gang_stack) >= before + 1
+    assert one_node_filters(nominating_stack) >= before + 1
 
     ungate(raw, namespace, "nom-1")
 
@@ -90,3 +114,4 @@ def test_a_held_member_is_tried_again_on_its_planned_node_alone_once_its_gang_is
     assert placed == {"nom-0": node, "nom-1": node}
     # The API server clears a nomination when the pod is bound.
     assert all(not p["status"].get("nominatedNodeName") for p in list_pods(raw, namespace))
+    assert service_metric(nominating_stack, "gang_extender_partial_gangs_total") == 0

@@ -129,18 +129,28 @@ def wiring() -> FakeWiring:
 
 @pytest.fixture
 def service(raw: FakeRaw, wiring: FakeWiring) -> Iterator[GangService]:
+    svc = service_with(raw, wiring)
+    yield svc
+    svc.binder.close()
+
+
+@pytest.fixture
+def nominating(raw: FakeRaw, wiring: FakeWiring) -> Iterator[GangService]:
+    """The service with `nominate_planned_node` on."""
+    svc = service_with(raw, wiring, nominate_planned_node=True)
+    yield svc
+    svc.binder.close()
+
+
+def service_with(raw: FakeRaw, wiring: FakeWiring, **more: Any) -> GangService:
     settings = Settings(
         api_write_attempts=3,
         api_write_backoff_seconds=0.001,
         api_write_backoff_max_seconds=0.002,
         webhook_config_name=None,
+        **more,
     )
-    svc = create_service(
-        settings,
-        Deps(raw=raw, wiring=wiring),  # type: ignore[arg-type]
-    )
-    yield svc
-    svc.binder.close()
+    return create_service(settings, Deps(raw=raw, wiring=wiring))  # type: ignore[arg-type]
 
 
 def plan(group: GroupKey, pods: dict[str, str], plan_id: int = 1) -> Plan:
@@ -194,9 +204,11 @@ async def test_a_plan_drop_never_overtakes_the_plan_it_drops(
     assert raw.patches_of("w1") == ["n2", None]
 
 
+@pytest.mark.parametrize("nominate", [False, True], ids=["annotation", "nominated"])
 async def test_a_planned_gated_member_is_ungated_by_its_planned_node_write(
-    service: GangService, raw: FakeRaw
+    raw: FakeRaw, wiring: FakeWiring, nominate: bool
 ) -> None:
+    service = service_with(raw, wiring, nominate_planned_node=nominate)
     for pod in (make_pod("w0").group("job").gate(ADMISSION_GATE), make_pod("w1").group("job")):
         obj = pod.obj()
         obj["metadata"]["uid"] = f"uid-{obj['metadata']['name']}"  # as `plan` names them
@@ -209,8 +221,22 @@ async def test_a_planned_gated_member_is_ungated_by_its_planned_node_write(
         for (method, path, body), kind in zip(raw.calls, raw.content_types, strict=True)
         if method == "PATCH"
     }
-    # The gate is spec, which only the pod itself takes; the ungated member's write goes
-    # through the status subresource, which also nominates the planned node.
+    # The gate is spec, which only the pod itself takes; with `nominate_planned_node`
+    # the ungated member's write goes through the status subresource and nominates.
+    ungated = (
+        (
+            "/api/v1/namespaces/default/pods/w1/status",
+            {
+                "metadata": {"annotations": {PLANNED_NODE_ANNOTATION: "n1"}},
+                "status": {"nominatedNodeName": "n1"},
+            },
+        )
+        if nominate
+        else (
+            "/api/v1/namespaces/default/pods/w1",
+            {"metadata": {"annotations": {PLANNED_NODE_ANNOTATION: "n1"}}},
+        )
+    )
     assert writes == {
         "/api/v1/namespaces/default/pods/w0": (
             {
@@ -219,19 +245,15 @@ async def test_a_planned_gated_member_is_ungated_by_its_planned_node_write(
             },
             "application/strategic-merge-patch+json",
         ),
-        "/api/v1/namespaces/default/pods/w1/status": (
-            {
-                "metadata": {"annotations": {PLANNED_NODE_ANNOTATION: "n1"}},
-                "status": {"nominatedNodeName": "n1"},
-            },
-            "application/merge-patch+json",
-        ),
+        ungated[0]: (ungated[1], "application/merge-patch+json"),
     }
+    service.binder.close()
 
 
 async def test_a_preemptors_planned_node_write_keeps_the_gate_while_its_victims_hold_the_node(
-    service: GangService, raw: FakeRaw
+    nominating: GangService, raw: FakeRaw
 ) -> None:
+    service = nominating
     obj = make_pod("w0").group("job").gate(ADMISSION_GATE).obj()
     obj["metadata"]["uid"] = "uid-w0"
     service.core.observe_pod(PodInfo.from_api(obj), time.time())
@@ -338,8 +360,9 @@ async def test_a_pod_deleted_meanwhile_is_not_an_error(
 
 
 async def test_a_member_bound_before_its_nomination_is_not_an_error(
-    service: GangService, raw: FakeRaw, caplog: pytest.LogCaptureFixture
+    nominating: GangService, raw: FakeRaw, caplog: pytest.LogCaptureFixture
 ) -> None:
+    service = nominating
     # The API server's answer when the nomination reaches a pod kube-scheduler has bound.
     bound = (
         'Pod "w0" is invalid: status.nominatedNodeName: Forbidden: may not be set on pods '
