@@ -38,7 +38,13 @@ SETTLE_SECONDS = 90
 
 @pytest.fixture(scope="session")
 def gang_stack(cluster: LocalCluster) -> Iterator[GangStack]:
-    stack = GangStack(cluster)
+    yield from running_stack(cluster)
+
+
+def running_stack(cluster: LocalCluster, env: dict[str, str] | None = None) -> Iterator[GangStack]:
+    """A fixture's body: the service and its kube-scheduler on `cluster`, with `env` for
+    the service (GANG_* settings), started, yielded and stopped."""
+    stack = GangStack(cluster, env=env)
     stack.start()
     try:
         yield stack

@@ -30,6 +30,7 @@ from tests.e2e.gang_fixtures import (
     list_pods,
     own_control_plane,
     podgroup,
+    running_stack,
     service_metric,
     ungate,
     wait_until,
@@ -47,12 +48,7 @@ def nominating_cluster(
 
 @pytest.fixture(scope="module")
 def nominating_stack(nominating_cluster: LocalCluster) -> Iterator[GangStack]:
-    stack = GangStack(nominating_cluster, env={"GANG_NOMINATE_PLANNED_NODE": "true"})
-    stack.start()
-    try:
-        yield stack
-    finally:
-        stack.stop()
+    yield from running_stack(nominating_cluster, env={"GANG_NOMINATE_PLANNED_NODE": "true"})
 
 
 @pytest.fixture(scope="module")
