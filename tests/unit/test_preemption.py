@@ -1249,3 +1249,20 @@ def test_trial_plans_on_the_kept_node_order_choose_as_plans_sorted_afresh(
 
     kept, sorted_afresh = outcome(0), outcome(10**9)
     assert kept == sorted_afresh
+
+
+def test_a_victim_on_a_node_the_snapshot_lost_does_not_stop_the_search() -> None:
+    # A filler still bound to a node that is gone from the cluster (its deletion not
+    # seen yet) is a candidate, but no free room is kept for its node.
+    core = core_with(
+        {"n0": 1},
+        [
+            pod("filler-0", node="n0", priority=10),
+            pod("filler-gone", node="gone", priority=10),
+            *high_gang(1),
+        ],
+        {"high": {"minMember": 1}},
+    )
+    core.preempt(core.snapshot.pods["uid-high-0"], {}, T0)
+    assert planned_nodes(core) == {"default/high-0": "n0"}
+    assert evicted_refs(core) == ["default/filler-0"]
