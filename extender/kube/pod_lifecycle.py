@@ -16,6 +16,7 @@ from extender.domain.lifecycle.lifecycle import (
     RESTART_GENERATION_LABEL,
 )
 from extender.kube.rawapi import RawApi, path_of
+from extender.kube.writers import STRATEGIC_MERGE_PATCH, patch_pod
 
 
 def _pod_path(namespace: str, name: str | None = None, *sub: str) -> str:
@@ -64,25 +65,21 @@ def mark_disrupted_by_policy(
     raw: RawApi, meta: dict[str, Any], message: str, when: str, *, timeout: float
 ) -> None:
     """The DisruptionTarget condition (reason DeletedByGangPolicy) on a member to delete."""
-    raw.call(
-        "PATCH",
-        _pod_path(meta["namespace"], meta["name"], "status"),
-        body={
-            "metadata": {"uid": meta.get("uid")},
-            "status": {
-                "conditions": [
-                    {
-                        "type": DISRUPTION_TARGET,
-                        "status": "True",
-                        "reason": POLICY_DISRUPTION_REASON,
-                        "message": message,
-                        "lastTransitionTime": when,
-                    }
-                ]
-            },
-        },
-        content_type="application/strategic-merge-patch+json",
-        timeout=timeout,
+    condition = {
+        "type": DISRUPTION_TARGET,
+        "status": "True",
+        "reason": POLICY_DISRUPTION_REASON,
+        "message": message,
+        "lastTransitionTime": when,
+    }
+    patch_pod(
+        raw,
+        meta["namespace"],
+        meta["name"],
+        {"metadata": {"uid": meta.get("uid")}, "status": {"conditions": [condition]}},
+        STRATEGIC_MERGE_PATCH,
+        timeout,
+        subresource="status",
     )
 
 

@@ -177,12 +177,13 @@ def set_planned_node(
 
     The annotation makes a plan survive a restart, and the pod update makes
     kube-scheduler move the pod out of its unschedulable queue to be retried now.
-    With `nominate`, the same write, through the status subresource (which keeps metadata changes
-    and resets only spec, deletionTimestamp and ownerReferences), sets the planned
-    node as `status.nominatedNodeName`: kube-scheduler then checks that node alone,
-    and calls the extender with that one name, before it runs its filters over every
-    node and sends every name (`findNodesThatFitPod` in pkg/scheduler/schedule_one.go;
-    docs/design.md#the-planned-node-and-nominatednodename). A clear removes both.
+    With `nominate`, the same write, through the status subresource (which keeps
+    metadata changes and resets only spec, deletionTimestamp and ownerReferences),
+    sets the planned node as `status.nominatedNodeName`: kube-scheduler then checks
+    that node alone, and calls the extender with that one name, before it runs its
+    filters over every node and sends every name (`findNodesThatFitPod` in
+    pkg/scheduler/schedule_one.go; docs/design.md#the-planned-node-and-nominatednodename).
+    A clear removes both.
     With `lift_gate`, the write removes gang-extender's admission gate instead
     (`lift_admission_gate`): a spec change, which only the pod itself takes, so
     the gated member enters kube-scheduler's queue with the annotation alone.
@@ -194,14 +195,9 @@ def set_planned_node(
     if not nominate:
         patch_pod(raw, namespace, name, annotation, MERGE_PATCH, timeout)
         return
+    nomination = annotation | {"status": {"nominatedNodeName": node}}
     try:
-        raw.call(
-            "PATCH",
-            path_of("api", "v1", "namespaces", namespace, "pods", name, "status"),
-            body=annotation | {"status": {"nominatedNodeName": node}},
-            content_type=MERGE_PATCH,
-            timeout=timeout,
-        )
+        patch_pod(raw, namespace, name, nomination, MERGE_PATCH, timeout, subresource="status")
     except KubeError as err:
         # kube-scheduler bound the member before this write ran (under load, most of a
         # gang often is): the API server refuses a nomination on a bound pod
@@ -223,11 +219,15 @@ def patch_pod(
     patch: dict[str, Any],
     content_type: str,
     timeout: float,
+    *,
+    subresource: str | None = None,
 ) -> None:
-    """PATCH one pod: the planned node, the admission gate, the preempted-by mark."""
+    """PATCH one pod (or its `subresource`): the planned node, the nomination, the
+    admission gate, the preempted-by mark, the DisruptionTarget condition."""
+    pod = path_of("api", "v1", "namespaces", namespace, "pods", name)
     raw.call(
         "PATCH",
-        path_of("api", "v1", "namespaces", namespace, "pods", name),
+        f"{pod}/{subresource}" if subresource else pod,
         body=patch,
         content_type=content_type,
         timeout=timeout,
