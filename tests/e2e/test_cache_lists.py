@@ -23,6 +23,7 @@ from kubernetes import client as k8s
 from extender.devcluster.cluster import LocalCluster, new_namespace
 from extender.devcluster.stack import GangStack
 from extender.kube.rawapi import RawApi
+from tests.e2e.conftest import POOL_LABEL
 from tests.e2e.gang_fixtures import (
     bound,
     create,
@@ -33,8 +34,6 @@ from tests.e2e.gang_fixtures import (
     podgroup,
     wait_until,
 )
-
-POOL_LABEL = "e2e.gang-extender.io/pool"
 
 
 @pytest.fixture(scope="module")

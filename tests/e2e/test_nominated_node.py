@@ -21,6 +21,7 @@ from extender.devcluster.cluster import LocalCluster, new_namespace
 from extender.devcluster.stack import GangStack
 from extender.domain.objects.membership import PLANNED_NODE_ANNOTATION
 from extender.kube.rawapi import RawApi
+from tests.e2e.conftest import POOL_LABEL
 from tests.e2e.gang_fixtures import (
     bound,
     create,
@@ -35,8 +36,6 @@ from tests.e2e.gang_fixtures import (
     ungate,
     wait_until,
 )
-
-POOL_LABEL = "e2e.gang-extender.io/pool"
 
 
 @pytest.fixture(scope="module")

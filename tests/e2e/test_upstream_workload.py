@@ -42,6 +42,7 @@ from extender.domain.objects.membership import (
     SCHEDULER_NAME,
 )
 from extender.kube.rawapi import RawApi, path_of
+from tests.e2e.conftest import POOL_LABEL
 from tests.e2e.gang_fixtures import (
     bound,
     bound_live_names,
@@ -59,7 +60,6 @@ from tests.e2e.gang_fixtures import (
     wait_until,
 )
 
-POOL_LABEL = "e2e.gang-extender.io/pool"
 GPUS_PER_NODE = 4
 GPUS_PER_MEMBER = 2
 MEMBERS = 4  # two nodes of 4 GPUs hold the gang exactly

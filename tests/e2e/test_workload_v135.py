@@ -35,6 +35,7 @@ from extender.domain.objects.membership import (
     SCHEDULER_NAME,
 )
 from extender.kube.rawapi import RawApi, path_of
+from tests.e2e.conftest import POOL_LABEL
 from tests.e2e.gang_fixtures import (
     bound,
     gang_status,
@@ -52,7 +53,6 @@ from tests.e2e.gang_fixtures import (
 GATE = "GenericWorkload"
 RUNTIME_CONFIG = "scheduling.k8s.io/v1alpha1=true"
 WORKLOAD_API = ("apis", "scheduling.k8s.io", "v1alpha1")
-POOL_LABEL = "e2e.gang-extender.io/pool"
 GPUS_PER_NODE = 4
 GPUS_PER_MEMBER = 2
 MEMBERS = 4  # two nodes of 4 GPUs hold the gang exactly
