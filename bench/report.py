@@ -315,6 +315,13 @@ def markdown(results: dict[str, Any]) -> str:
             f"The service ran from the source tree `{meta['service_src']}` (`--service-src`).",
             "",
         ]
+    if meta.get("service_env"):
+        out += [
+            "The service ran with "
+            + ", ".join(f"`{k}={v}`" for k, v in sorted(meta["service_env"].items()))
+            + " (`--service-env`).",
+            "",
+        ]
     merged = meta.get("merged")
     if merged:
         out += [

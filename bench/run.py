@@ -157,6 +157,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "(docs/design.md#gated-admission), as the webhook's admission_gate setting does",
     )
     p.add_argument(
+        "--service-env",
+        action="append",
+        default=[],
+        type=service_env_pair,
+        metavar="NAME=VALUE",
+        help="an environment variable for the service, such as a setting "
+        "(GANG_NOMINATE_PLANNED_NODE=true, docs/deploy.md); repeatable, recorded in the results",
+    )
+    p.add_argument(
         "--gang-schedulers",
         help=f"comma list of the gang workload's schedulers to run (default: {','.join(KINDS)})",
     )
@@ -192,6 +201,14 @@ def _sizes(text: str) -> list[tuple[int, int]]:
         nodes, _, pods = part.strip().partition("x")
         out.append((int(nodes), int(pods)))
     return out
+
+
+def service_env_pair(text: str) -> tuple[str, str]:
+    """`--service-env NAME=VALUE`, split; a missing `=` or name is argparse's error."""
+    name, sep, value = text.partition("=")
+    if not sep or not name.strip():
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+    return name.strip(), value
 
 
 def _gang_kinds(text: str | None) -> tuple[str, ...]:
@@ -263,6 +280,7 @@ def main(argv: list[str] | None = None) -> int:
             "machine": machine_info(),
             "commit": _commit(),
             "service_src": str(args.service_src) if args.service_src else None,
+            "service_env": dict(args.service_env),
             "latency_dra_devices_per_node": args.latency_dra,
         }
     }
@@ -289,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
     results["meta"]["control_plane"] = cluster.bin_dir.parent.name.removeprefix("k8s-")
     try:
         cluster.start()
-        stack = BenchStack(cluster, args.service_src)
+        stack = BenchStack(cluster, args.service_src, dict(args.service_env))
         stack.start()
         env = BenchEnv(cluster, stack, FastApi(cluster), settle_timeout=cfg["settle_timeout"])
         log.info("control plane and gang stack up in %.1fs", time.monotonic() - started)

@@ -40,11 +40,17 @@ class BenchStack(GangStack):
     """The product as GangStack runs it; with `service_src`, the service is imported
     from that source tree (before/after runs of every workload on one machine)."""
 
-    def __init__(self, cluster: LocalCluster, service_src: Path | None = None) -> None:
+    def __init__(
+        self,
+        cluster: LocalCluster,
+        service_src: Path | None = None,
+        service_env: dict[str, str] | None = None,
+    ) -> None:
         path = [str(service_src)] if service_src is not None else []
         super().__init__(
             cluster,
-            env={"PYTHONPATH": os.pathsep.join([*path, str(REPO)])},
+            # `service_env` (--service-env): settings for every start of the service.
+            env={**(service_env or {}), "PYTHONPATH": os.pathsep.join([*path, str(REPO)])},
             scheduler_verbosity=SCHEDULER_VERBOSITY,
         )
         #: the gang kube-scheduler's /metrics (its attempt latency, bench/schedmetrics.py)

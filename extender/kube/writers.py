@@ -187,9 +187,13 @@ def set_planned_node(
     With `lift_gate`, the write removes gang-extender's admission gate instead
     (`lift_admission_gate`): a spec change, which only the pod itself takes, so
     the gated member enters kube-scheduler's queue with the annotation alone.
+    With both, the nomination is written first and the gate lifted second: two
+    writes, but the member enters kube-scheduler's queue already nominated, so even
+    its first attempt checks the planned node alone (ungated, the nomination races
+    the member's first attempt).
     """
     annotation = {"metadata": {"annotations": {PLANNED_NODE_ANNOTATION: node}}}
-    if lift_gate:
+    if lift_gate and not nominate:
         patch_pod(raw, namespace, name, annotation | _LIFT_GATE, STRATEGIC_MERGE_PATCH, timeout)
         return
     if not nominate:
@@ -205,6 +209,8 @@ def set_planned_node(
         # nor the annotation (recovery reads only unbound members').
         if not (err.status == HTTP_UNPROCESSABLE and ALREADY_BOUND in err.message):
             raise
+    if lift_gate:
+        patch_pod(raw, namespace, name, _LIFT_GATE, STRATEGIC_MERGE_PATCH, timeout)
 
 
 HTTP_UNPROCESSABLE = 422

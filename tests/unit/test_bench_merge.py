@@ -5,8 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from bench.merge import merge
 from bench.report import markdown
+from bench.run import parse_args
 
 
 def run(started: str, **workloads: dict[str, Any]) -> dict[str, Any]:
@@ -48,3 +51,23 @@ def test_the_reason_for_a_merge_is_said_in_the_report() -> None:
     merged = merge(run("t1"), run("t2", plain={"ratio": 1.0}), "x", why="the machine was busy")
     assert merged["meta"]["merged"]["why"] == "the machine was busy"
     assert "`python -m bench.merge`: the machine was busy." in markdown(merged)
+
+
+def test_the_services_settings_from_the_command_line_are_in_the_report() -> None:
+    args = parse_args(
+        ["--service-env", "GANG_NOMINATE_PLANNED_NODE=true", "--service-env", "GANG_X=a=b"]
+    )
+    assert args.service_env == [("GANG_NOMINATE_PLANNED_NODE", "true"), ("GANG_X", "a=b")]
+    results = run("t1")
+    results["meta"]["service_env"] = dict(args.service_env)
+    assert (
+        "The service ran with `GANG_NOMINATE_PLANNED_NODE=true`, `GANG_X=a=b` (`--service-env`)."
+        in markdown(results)
+    )
+    assert "--service-env" not in markdown(run("t1"))
+
+
+def test_a_service_env_without_a_name_and_value_is_refused_by_the_command_line() -> None:
+    for bad in ("GANG_NOMINATE_PLANNED_NODE", "=true"):
+        with pytest.raises(SystemExit):
+            parse_args(["--service-env", bad])

@@ -204,6 +204,10 @@ async def test_a_plan_drop_never_overtakes_the_plan_it_drops(
     assert raw.patches_of("w1") == ["n2", None]
 
 
+MERGE = "application/merge-patch+json"
+STRATEGIC = "application/strategic-merge-patch+json"
+
+
 @pytest.mark.parametrize("nominate", [False, True], ids=["annotation", "nominated"])
 async def test_a_planned_gated_member_is_ungated_by_its_planned_node_write(
     raw: FakeRaw, wiring: FakeWiring, nominate: bool
@@ -222,31 +226,26 @@ async def test_a_planned_gated_member_is_ungated_by_its_planned_node_write(
         if method == "PATCH"
     }
     # The gate is spec, which only the pod itself takes; with `nominate_planned_node`
-    # the ungated member's write goes through the status subresource and nominates.
-    ungated = (
-        (
-            "/api/v1/namespaces/default/pods/w1/status",
-            {
-                "metadata": {"annotations": {PLANNED_NODE_ANNOTATION: "n1"}},
-                "status": {"nominatedNodeName": "n1"},
-            },
-        )
-        if nominate
-        else (
-            "/api/v1/namespaces/default/pods/w1",
-            {"metadata": {"annotations": {PLANNED_NODE_ANNOTATION: "n1"}}},
-        )
-    )
-    assert writes == {
-        "/api/v1/namespaces/default/pods/w0": (
-            {
-                "metadata": {"annotations": {PLANNED_NODE_ANNOTATION: "n1"}},
-                "spec": {"schedulingGates": [{"name": ADMISSION_GATE, "$patch": "delete"}]},
-            },
-            "application/strategic-merge-patch+json",
-        ),
-        ungated[0]: (ungated[1], "application/merge-patch+json"),
-    }
+    # each member's nomination goes through the status subresource, and the gated one's
+    # gate is lifted by a second write, after it, so that it enters kube-scheduler's
+    # queue already nominated.
+    planned = {"metadata": {"annotations": {PLANNED_NODE_ANNOTATION: "n1"}}}
+    nominated = planned | {"status": {"nominatedNodeName": "n1"}}
+    lift = {"spec": {"schedulingGates": [{"name": ADMISSION_GATE, "$patch": "delete"}]}}
+    pods = "/api/v1/namespaces/default/pods"
+    if nominate:
+        assert writes == {
+            f"{pods}/w0/status": (nominated, MERGE),
+            f"{pods}/w0": (lift, STRATEGIC),
+            f"{pods}/w1/status": (nominated, MERGE),
+        }
+        w0_writes = [path for method, path, _ in raw.calls if path.startswith(f"{pods}/w0")]
+        assert w0_writes == [f"{pods}/w0/status", f"{pods}/w0"]
+    else:
+        assert writes == {
+            f"{pods}/w0": (planned | lift, STRATEGIC),
+            f"{pods}/w1": (planned, MERGE),
+        }
     service.binder.close()
 
 
