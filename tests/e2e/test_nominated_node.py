@@ -19,7 +19,7 @@ from kubernetes import client as k8s
 
 from extender.devcluster.cluster import LocalCluster, new_namespace
 from extender.devcluster.stack import GangStack
-from extender.domain.objects.membership import PLANNED_NODE_ANNOTATION
+from extender.domain.objects.membership import ADMISSION_GATE, PLANNED_NODE_ANNOTATION
 from extender.kube.rawapi import RawApi
 from tests.e2e.conftest import POOL_LABEL
 from tests.e2e.gang_fixtures import (
@@ -109,4 +109,44 @@ def test_a_held_member_is_tried_again_on_its_planned_node_alone_once_its_gang_is
     assert placed == {"nom-0": node, "nom-1": node}
     # The API server clears a nomination when the pod is bound.
     assert all(not p["status"].get("nominatedNodeName") for p in list_pods(raw, namespace))
+    assert service_metric(nominating_stack, "gang_extender_partial_gangs_total") == 0
+
+
+def filters_so_far(stack: GangStack) -> float:
+    """Filter requests so far, whatever the number of nodes they offered."""
+    for line in stack.metrics_text().splitlines():
+        if line.startswith("gang_extender_filter_candidate_nodes_count "):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError("gang_extender_filter_candidate_nodes not in the service's metrics")
+
+
+def test_a_gang_behind_the_admission_gate_is_nominated_before_its_gate_lifts(
+    nominating_stack: GangStack, n_api: k8s.ApiClient, request: pytest.FixtureRequest
+) -> None:
+    raw = RawApi(n_api)
+    pool = gpu_pool_for(n_api, request, gpus=4, label=POOL_LABEL)
+    namespace = new_namespace(n_api, "gated-nominated")
+    one_node_before, filters_before = (
+        one_node_filters(nominating_stack),
+        filters_so_far(nominating_stack),
+    )
+    create(raw, namespace, podgroup("gnom", 2, scheduleTimeoutSeconds=120))
+    for i in range(2):
+        member = gang_pod(f"gnom-{i}", "gnom", gpus=2, node_selector=pool)
+        member["spec"]["schedulingGates"] = [{"name": ADMISSION_GATE}]
+        create(raw, namespace, member)
+
+    def gang_bound() -> dict[str, str] | None:
+        placed = {
+            p["metadata"]["name"]: p["spec"]["nodeName"] for p in bound(list_pods(raw, namespace))
+        }
+        return placed if len(placed) == 2 else None
+
+    placed = wait_until(gang_bound, timeout=60, what="the gated gang bound whole")
+    assert len(set(placed.values())) == 1
+    # The service planned the gang behind the gate, nominated each member, then lifted
+    # its gate: kube-scheduler's first and only attempt at each offered one node.
+    filters = filters_so_far(nominating_stack) - filters_before
+    assert filters == 2
+    assert one_node_filters(nominating_stack) - one_node_before == filters
     assert service_metric(nominating_stack, "gang_extender_partial_gangs_total") == 0

@@ -415,7 +415,7 @@ def test_a_member_whose_claim_was_left_allocated_may_be_planned_on_that_node_onl
     with mock.patch.object(cluster_state.time, "time", lambda: world.now):
         world.arrive(1, 2)
         assert world.claim_node("g1-2") == "n1"
-        world.tick(10)  # the barrier's plan expires; the claim stays allocated
+        world.barrier_timeout(1)  # the barrier gives up on the plan; the claim stays allocated
     pod = world.core.snapshot.pods["g1-2"]
     assert pod.claims_pin == "n1"
     nodes = world.core.snapshot.nodes

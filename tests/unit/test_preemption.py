@@ -1167,7 +1167,7 @@ def test_a_preemption_plan_is_kept_while_its_victims_fill_a_node_no_filter_named
     # silence refuses nothing, and the plan waiting for the victim is kept (at 1,000
     # nodes, 116 of these plans were dropped).
     core = core_with(
-        {"n0": 2},
+        {"n0": 2, "cpu": 0},
         [pod("filler-0", node="n0", gpus=2, priority=10), *high_gang(2)],
         {"high": {"minMember": 2}},
     )
@@ -1180,7 +1180,10 @@ def test_a_preemption_plan_is_kept_while_its_victims_fill_a_node_no_filter_named
     core.apply_node(NodeInfo.from_api(tainted.obj()))
     core.apply_node(NodeInfo.from_api(make_node("n0").gpus(2).obj()))
     core.expire(T0 + 1)
-    core.expire(T0 + 1 + core.unseen_nodes.grace_seconds + 0.5)
+    # A filter that scanned the nodes leaves n0 out past the grace.
+    core.filter(
+        core.snapshot.pods["uid-high-1"], ["cpu"], T0 + 1 + core.unseen_nodes.grace_seconds + 0.5
+    )
     assert core.ledger.plans.get(key) is plan
     assert not [e for e in core.drain_effects() if isinstance(e, PlanDropped)]
 
@@ -1201,7 +1204,10 @@ def test_a_plan_waiting_on_a_changed_node_without_its_victims_is_dropped_after_t
     assert evicted_refs(core) == ["default/filler-0"]
     core.apply_node(NodeInfo.from_api(make_node("n1").gpus(2).label("rack", "b").obj()))
     core.expire(T0 + 1)
-    core.expire(T0 + 1 + core.unseen_nodes.grace_seconds + 0.5)
+    # A filter that scanned the nodes leaves n1 out past the grace.
+    core.filter(
+        core.snapshot.pods["uid-high-1"], ["n0"], T0 + 1 + core.unseen_nodes.grace_seconds + 0.5
+    )
     assert key not in core.ledger.plans
     (dropped,) = [e for e in core.drain_effects() if isinstance(e, PlanDropped)]
     assert "offered node n1 to no pod within" in dropped.reason

@@ -270,6 +270,28 @@ def test_a_stale_nomination_is_refused_without_touching_the_plan_or_the_word() -
     assert decision.verdict is Verdict.PLANNED and decision.nodes == ["gpu-big-0"]
 
 
+def test_a_plan_on_a_new_node_outlives_the_grace_while_every_filter_is_a_one_node_ask() -> None:
+    # With members nominated on their planned nodes (gated ones are, before kube-scheduler
+    # sees them) a filter can name one node and say nothing of any other. The gang is
+    # planned onto gpu-big-0 before any filter named it; its grace runs out with only
+    # the clock and a one-node ask since: no refusal, the plan waits for its members
+    # (counting the clock alone dropped 2 of 20 gangs' plans at 40 nodes).
+    core = held_seed_gang()
+    key = GroupKey("default", "job")
+    worker = pod_info(core, "job-worker-2")
+    core.filter(worker, ["cpu-0", "gpu-small-0"], T0 + 1)
+    plan = core.ledger.plans[key]
+    assert set(plan.placements.values()) == {"gpu-big-0"}
+    later = T0 + 1 + core.unseen_nodes.grace_seconds + 1
+    master = pod_info(core, "job-master")
+    core.filter(master, ["gpu-small-0"], later, nominated="gpu-small-0")
+    core.expire(later + 1)
+    assert core.ledger.plans.get(key) is plan
+    assert not [e for e in core.drain_effects() if isinstance(e, PlanDropped)]
+    decision = core.filter(master, ["gpu-big-0"], later + 2, nominated="gpu-big-0")
+    assert decision.verdict is Verdict.PLANNED and decision.nodes == ["gpu-big-0"]
+
+
 def test_a_nomination_with_no_plan_neither_plans_nor_narrows_the_word() -> None:
     core = held_seed_gang()
     key = GroupKey("default", "job")
@@ -338,9 +360,13 @@ def test_a_node_no_filter_names_within_the_grace_counts_as_refused_and_its_plan_
     core.filter(worker, ["cpu-0", "gpu-small-0"], T0 + 1)
     assert key in core.ledger.plans
     core.drain_effects()
-    core.expire(T0 + 1 + core.unseen_nodes.grace_seconds - 0.5)
+    grace = core.unseen_nodes.grace_seconds
+    core.filter(worker, ["cpu-0", "gpu-small-0"], T0 + 1 + grace - 0.5)
     assert key in core.ledger.plans  # still within the grace
-    core.expire(T0 + 1 + core.unseen_nodes.grace_seconds + 0.5)
+    # The clock alone is no refusal: a filter that scanned the nodes has to leave it out.
+    core.expire(T0 + 1 + grace + 0.5)
+    assert key in core.ledger.plans
+    core.filter(worker, ["cpu-0", "gpu-small-0"], T0 + 1 + grace + 0.6)
     assert key not in core.ledger.plans
     (dropped,) = [e for e in core.drain_effects() if isinstance(e, PlanDropped)]
     assert "offered node gpu-big-0 to no pod within" in dropped.reason

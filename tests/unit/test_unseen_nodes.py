@@ -222,12 +222,51 @@ def test_a_node_unnamed_for_the_grace_expires_and_a_gone_one_is_not_returned() -
     snapshot.upsert_node(NodeInfo.from_api(node_obj("c", 1)))
     unseen.catch_up(snapshot, 5.0)
     snapshot.delete_node("c")
-    assert unseen.catch_up(snapshot, 10.9) == []
-    assert unseen.catch_up(snapshot, 11.0) == ["a"]
-    assert unseen.catch_up(snapshot, 15.0) == ["b"]  # c is gone: not returned
+    assert unseen.catch_up(snapshot, 10.9, seen=["x"], broad=True) == []
+    assert unseen.catch_up(snapshot, 11.0, seen=["x"], broad=True) == ["a"]
+    assert unseen.catch_up(snapshot, 15.0, seen=["x"], broad=True) == ["b"]  # c is gone
     assert not unseen.noticed
     # A node absent from the snapshot is never added to a member's word.
     snapshot.upsert_node(NodeInfo.from_api(node_obj("d", 1)))
     unseen.catch_up(snapshot, 16.0)
     snapshot.delete_node("d")
     assert unseen.offered_or_unseen(["a"], snapshot.nodes) == ["a"]
+
+
+def test_only_a_broad_filter_past_the_grace_expires_a_node() -> None:
+    """The clock alone, and one-node asks on a nominated node, say nothing of a node."""
+    snapshot = ClusterSnapshot()
+    unseen = UnseenNodes(grace_seconds=10.0, ceiling_seconds=60.0)
+    unseen.catch_up(snapshot, 0.0)
+    snapshot.upsert_node(NodeInfo.from_api(node_obj("a", 1)))
+    snapshot.upsert_node(NodeInfo.from_api(node_obj("b", 1)))
+    unseen.catch_up(snapshot, 1.0)
+    # A broad filter within a's grace is no evidence, nor is the clock after it.
+    assert unseen.catch_up(snapshot, 5.0, seen=["x"], broad=True) == []
+    assert unseen.catch_up(snapshot, 20.0) == []
+    # A one-node ask names its node only, and expires nothing.
+    assert unseen.catch_up(snapshot, 21.0, seen=["x"]) == []
+    assert unseen.unseen("a") and unseen.unseen("b")
+    # A broad filter that names b, past the grace: b is seen, a expires.
+    assert unseen.catch_up(snapshot, 22.0, seen=["b"], broad=True) == ["a"]
+    assert not unseen.noticed
+
+
+def test_a_node_named_by_the_filter_that_would_expire_it_is_seen() -> None:
+    snapshot = ClusterSnapshot()
+    unseen = UnseenNodes(grace_seconds=10.0)
+    unseen.catch_up(snapshot, 0.0)
+    snapshot.upsert_node(NodeInfo.from_api(node_obj("a", 1)))
+    unseen.catch_up(snapshot, 1.0)
+    assert unseen.catch_up(snapshot, 30.0, seen=["a"]) == []
+    assert not unseen.noticed
+
+
+def test_a_node_past_the_ceiling_with_no_broad_filter_is_forgotten_not_expired() -> None:
+    snapshot = ClusterSnapshot()
+    unseen = UnseenNodes(grace_seconds=10.0, ceiling_seconds=60.0)
+    unseen.catch_up(snapshot, 0.0)
+    snapshot.upsert_node(NodeInfo.from_api(node_obj("a", 1)))
+    unseen.catch_up(snapshot, 1.0)
+    assert unseen.catch_up(snapshot, 60.9) == [] and unseen.unseen("a")
+    assert unseen.catch_up(snapshot, 61.0) == [] and not unseen.unseen("a")

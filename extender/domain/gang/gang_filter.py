@@ -54,15 +54,13 @@ class GangFilter:
         self, pod: PodInfo, candidates: Sequence[str], now: float, nominated: str | None = None
     ) -> FilterDecision:
         """`nominated`: the `status.nominatedNodeName` of the pod kube-scheduler sent."""
-        self.shared.catch_up_unseen(now)
-        self.shared.unseen_nodes.saw(candidates)
+        nominated_alone = _nominated_alone(nominated, candidates)
+        self.shared.catch_up_unseen(now, seen=candidates, broad=not nominated_alone)
         known = self.shared.snapshot.pods.get(pod.uid)
         if known is None:
             return self._filter_unknown(pod, candidates, now)
         # the watch's copy, always
-        decision = self._filter_known(
-            known, candidates, now, nominated_alone=_nominated_alone(nominated, candidates)
-        )
+        decision = self._filter_known(known, candidates, now, nominated_alone=nominated_alone)
         nodes = decision.nodes
         self.barrier.offered[pod.uid] = (
             frozenset(nodes) if len(nodes) <= RESTRICTION_MEMORY_LIMIT else None

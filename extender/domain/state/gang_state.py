@@ -199,15 +199,19 @@ class SharedState:
         say(state, HoldReason.PLAN_DROPPED, f"gang {plan.group}: plan dropped: {reason}")
         self.effects.append(PlanDropped(plan, reason, timed_out))
 
-    def catch_up_unseen(self, now: float) -> None:
-        """Note node news; drop the plans a node nobody was offered in its grace holds up.
+    def catch_up_unseen(
+        self, now: float, *, seen: Sequence[str] = (), broad: bool = False
+    ) -> None:
+        """Note node news and a filter's candidates (`seen`; `broad`: not a one-node ask
+        on the pod's nominated node); drop the plans held up by a node a broad filter
+        left out past its grace (`UnseenNodes.catch_up`).
 
         Not a preemption's plan while its victims are still on that node
         (`Plan.victims_still_on`, as the filter reads them): kube-scheduler counts
         them, so the node passes no pod's filters and its silence refuses nothing
         (at 1,000 nodes, 116 preemption plans were dropped so when nodes flapped NotReady).
         """
-        for node in self.unseen_nodes.catch_up(self.snapshot, now):
+        for node in self.unseen_nodes.catch_up(self.snapshot, now, seen=seen, broad=broad):
             for plan in waiting_on(self.ledger.plans.values(), node):
                 if plan.victims_still_on(node, self.snapshot.pods, now):
                     continue
