@@ -199,9 +199,7 @@ class SharedState:
         say(state, HoldReason.PLAN_DROPPED, f"gang {plan.group}: plan dropped: {reason}")
         self.effects.append(PlanDropped(plan, reason, timed_out))
 
-    def catch_up_unseen(
-        self, now: float, *, seen: Sequence[str] = (), broad: bool = False
-    ) -> None:
+    def catch_up_unseen(self, now: float, *, seen: Sequence[str] = (), broad: bool = False) -> None:
         """Note node news and a filter's candidates (`seen`; `broad`: not a one-node ask
         on the pod's nominated node); drop the plans held up by a node a broad filter
         left out past its grace (`UnseenNodes.catch_up`).
