@@ -20,6 +20,7 @@ import asyncio
 import logging
 import signal
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -163,6 +164,10 @@ class GangService:
 
     async def run(self, tls: TLSMaterial | None = None) -> None:
         loop = asyncio.get_running_loop()
+        # asyncio.to_thread's pool: every API write and list made off the loop.
+        loop.set_default_executor(
+            ThreadPoolExecutor(max_workers=self.settings.api_threads, thread_name_prefix="api")
+        )
         tls = tls or self.tls()
         if not self.settings.tls_cert:  # one CA for all replicas, published for kube-scheduler
             tls = await asyncio.to_thread(
