@@ -70,6 +70,14 @@ def test_invalid_environment_variable(
     assert "GANG_LEADER_ELECT='maybe'" in line
 
 
+@pytest.mark.parametrize("threads", ["0", "257"])
+def test_api_threads_out_of_range_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, threads: str
+) -> None:
+    monkeypatch.setenv("GANG_API_THREADS", threads)
+    assert f"GANG_API_THREADS='{threads}'" in serve_error(capsys)
+
+
 def test_list_variable_that_is_not_json(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
