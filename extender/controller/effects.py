@@ -147,7 +147,27 @@ class EffectWriter:
         self.evictions = Evictions(self.writes, refused=core.eviction_refused)
 
     def queue_effects(self, effects: list[Effect]) -> None:
+        # A plan's members' gates, lifted together once its victims are gone, are one
+        # job that writes them all at once: one after another, each behind the API
+        # server's latency, a gang's last member was let out 50 s after its first at
+        # 5,000 nodes, past the bind barrier's timeout.
+        lifts: list[LiftAdmissionGate] = []
+
+        def submit_lifts() -> None:
+            if lifts:
+                batch = tuple(lifts)
+                lifts.clear()
+                self.queues.submit(
+                    _lift_queue(batch[0]), functools.partial(self._lift_gates, batch)
+                )
+
         for effect in effects:
+            if isinstance(effect, LiftAdmissionGate):
+                if lifts and _lift_queue(lifts[0]) != _lift_queue(effect):
+                    submit_lifts()
+                lifts.append(effect)
+                continue
+            submit_lifts()
             if isinstance(effect, EvictVictims):
                 # Gang preemption (controller/evictions.py), after the group's plan writes.
                 self.queues.submit(
@@ -160,11 +180,9 @@ class EffectWriter:
                 self.queues.submit(("node", effect.node), functools.partial(self._fence, effect))
             elif isinstance(effect, GangFaulted):
                 pass  # logged and counted by the coordinator; the group's status says it
-            elif isinstance(effect, LiftAdmissionGate):
-                queue: Hashable = effect.group if effect.group is not None else effect.pod
-                self.queues.submit(queue, functools.partial(self._lift_gate, effect))
             elif not isinstance(effect, BarrierReleased):  # wakes waiters only (coordinator)
                 self.queues.submit(effect.plan.group, functools.partial(self._carry_out, effect))
+        submit_lifts()
 
     async def _fence(self, effect: FenceNode | UnfenceNode) -> None:
         """Put a reservation's fence taint on a node, or take it off (domain/cluster/fences.py)."""
@@ -272,6 +290,9 @@ class EffectWriter:
             )
         )
 
+    async def _lift_gates(self, batch: Sequence[LiftAdmissionGate]) -> None:
+        await asyncio.gather(*(self._lift_gate(effect) for effect in batch))
+
     async def _lift_gate(self, effect: LiftAdmissionGate) -> None:
         """Ungate a pod the core will not plan behind the gate (domain/queue/gang_admission.py)."""
         log.info("lifting the admission gate of pod %s: %s", effect.pod, effect.reason)
@@ -348,3 +369,8 @@ class EffectWriter:
             # The partial-gang metric is counted by the coordinator, which sees every effect.
             log.warning("gang %s partial: %s: %s", plan.group, effect.member, effect.cause)
             await self.writes.event_on_members(plan.group, "GangPartial", effect.message, "Warning")
+
+
+def _lift_queue(effect: LiftAdmissionGate) -> Hashable:
+    """The queue a gate's lift runs in: its group's, or the pod's own when it has none."""
+    return effect.group if effect.group is not None else effect.pod

@@ -272,6 +272,24 @@ async def test_a_preemptors_planned_node_write_keeps_the_gate_while_its_victims_
     ]
 
 
+async def test_a_gangs_gate_lifts_are_written_at_once_not_one_after_another(
+    service: GangService, raw: FakeRaw
+) -> None:
+    # A preemptor's members are let out together once its victims are gone: written one
+    # after another, each behind the API server's latency, the last went 50 s after the
+    # first at 5,000 nodes. The barrier lets a write finish only while all 3 are in flight.
+    together = threading.Barrier(3, timeout=5)
+    raw.hook = lambda method, path, body: together.wait()
+    service.writer.queue_effects(
+        [LiftAdmissionGate(GROUP, f"default/w{i}", "victims gone") for i in range(3)]
+    )
+    await service.queues.join()
+    assert not together.broken
+    assert sorted(path for _, path, _ in raw.calls) == [
+        f"/api/v1/namespaces/default/pods/w{i}" for i in range(3)
+    ]
+
+
 async def test_a_gate_lifted_without_a_plan_removes_only_that_gate(
     service: GangService, raw: FakeRaw
 ) -> None:
