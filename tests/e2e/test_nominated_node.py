@@ -56,20 +56,37 @@ def n_api(nominating_cluster: LocalCluster) -> Iterator[k8s.ApiClient]:
         yield client
 
 
+def filter_sample(stack: GangStack, series: str) -> float:
+    """One series of the `gang_extender_filter_candidate_nodes` histogram, so far."""
+    prefix = f"gang_extender_filter_candidate_nodes{series} "
+    for line in stack.metrics_text().splitlines():
+        if line.startswith(prefix):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"gang_extender_filter_candidate_nodes{series} not in the metrics")
+
+
 def one_node_filters(stack: GangStack) -> float:
     """Filter requests so far that offered a single node."""
-    for line in stack.metrics_text().splitlines():
-        if line.startswith('gang_extender_filter_candidate_nodes_bucket{le="1.0"} '):
-            return float(line.rsplit(" ", 1)[1])
-    raise AssertionError("gang_extender_filter_candidate_nodes not in the service's metrics")
+    return filter_sample(stack, '_bucket{le="1.0"}')
+
+
+def filters_so_far(stack: GangStack) -> float:
+    """Filter requests so far, whatever the number of nodes they offered."""
+    return filter_sample(stack, "_count")
+
+
+def four_gpu_pool(
+    api: k8s.ApiClient, request: pytest.FixtureRequest, prefix: str
+) -> tuple[RawApi, dict[str, str], str]:
+    """The test's own 4-GPU nodes (their node selector) and a fresh namespace."""
+    pool = gpu_pool_for(api, request, gpus=4, label=POOL_LABEL)
+    return RawApi(api), pool, new_namespace(api, prefix)
 
 
 def test_a_held_member_is_tried_again_on_its_planned_node_alone_once_its_gang_is_planned(
     nominating_stack: GangStack, n_api: k8s.ApiClient, request: pytest.FixtureRequest
 ) -> None:
-    raw = RawApi(n_api)
-    pool = gpu_pool_for(n_api, request, gpus=4, label=POOL_LABEL)
-    namespace = new_namespace(n_api, "nominated")
+    raw, pool, namespace = four_gpu_pool(n_api, request, "nominated")
     before = one_node_filters(nominating_stack)
     create(raw, namespace, podgroup("nom", 2, scheduleTimeoutSeconds=120))
     create(raw, namespace, gang_pod("nom-0", "nom", gpus=2, node_selector=pool))
@@ -112,20 +129,10 @@ def test_a_held_member_is_tried_again_on_its_planned_node_alone_once_its_gang_is
     assert service_metric(nominating_stack, "gang_extender_partial_gangs_total") == 0
 
 
-def filters_so_far(stack: GangStack) -> float:
-    """Filter requests so far, whatever the number of nodes they offered."""
-    for line in stack.metrics_text().splitlines():
-        if line.startswith("gang_extender_filter_candidate_nodes_count "):
-            return float(line.rsplit(" ", 1)[1])
-    raise AssertionError("gang_extender_filter_candidate_nodes not in the service's metrics")
-
-
 def test_a_gang_behind_the_admission_gate_is_nominated_before_its_gate_lifts(
     nominating_stack: GangStack, n_api: k8s.ApiClient, request: pytest.FixtureRequest
 ) -> None:
-    raw = RawApi(n_api)
-    pool = gpu_pool_for(n_api, request, gpus=4, label=POOL_LABEL)
-    namespace = new_namespace(n_api, "gated-nominated")
+    raw, pool, namespace = four_gpu_pool(n_api, request, "gated-nominated")
     one_node_before, filters_before = (
         one_node_filters(nominating_stack),
         filters_so_far(nominating_stack),

@@ -233,14 +233,20 @@ def test_a_node_unnamed_for_the_grace_expires_and_a_gone_one_is_not_returned() -
     assert unseen.offered_or_unseen(["a"], snapshot.nodes) == ["a"]
 
 
-def test_only_a_broad_filter_past_the_grace_expires_a_node() -> None:
-    """The clock alone, and one-node asks on a nominated node, say nothing of a node."""
+def noticed_at_one(*names: str) -> tuple[ClusterSnapshot, UnseenNodes]:
+    """Nodes `names` joining at t=1 after a first look at t=0 (grace 10 s, ceiling 60 s)."""
     snapshot = ClusterSnapshot()
     unseen = UnseenNodes(grace_seconds=10.0, ceiling_seconds=60.0)
     unseen.catch_up(snapshot, 0.0)
-    snapshot.upsert_node(NodeInfo.from_api(node_obj("a", 1)))
-    snapshot.upsert_node(NodeInfo.from_api(node_obj("b", 1)))
+    for name in names:
+        snapshot.upsert_node(NodeInfo.from_api(node_obj(name, 1)))
     unseen.catch_up(snapshot, 1.0)
+    return snapshot, unseen
+
+
+def test_only_a_broad_filter_past_the_grace_expires_a_node() -> None:
+    """The clock alone, and one-node asks on a nominated node, say nothing of a node."""
+    snapshot, unseen = noticed_at_one("a", "b")
     # A broad filter within a's grace is no evidence, nor is the clock after it.
     assert unseen.catch_up(snapshot, 5.0, seen=["x"], broad=True) == []
     assert unseen.catch_up(snapshot, 20.0) == []
@@ -253,20 +259,12 @@ def test_only_a_broad_filter_past_the_grace_expires_a_node() -> None:
 
 
 def test_a_node_named_by_the_filter_that_would_expire_it_is_seen() -> None:
-    snapshot = ClusterSnapshot()
-    unseen = UnseenNodes(grace_seconds=10.0)
-    unseen.catch_up(snapshot, 0.0)
-    snapshot.upsert_node(NodeInfo.from_api(node_obj("a", 1)))
-    unseen.catch_up(snapshot, 1.0)
+    snapshot, unseen = noticed_at_one("a")
     assert unseen.catch_up(snapshot, 30.0, seen=["a"]) == []
     assert not unseen.noticed
 
 
 def test_a_node_past_the_ceiling_with_no_broad_filter_is_forgotten_not_expired() -> None:
-    snapshot = ClusterSnapshot()
-    unseen = UnseenNodes(grace_seconds=10.0, ceiling_seconds=60.0)
-    unseen.catch_up(snapshot, 0.0)
-    snapshot.upsert_node(NodeInfo.from_api(node_obj("a", 1)))
-    unseen.catch_up(snapshot, 1.0)
+    snapshot, unseen = noticed_at_one("a")
     assert unseen.catch_up(snapshot, 60.9) == [] and unseen.unseen("a")
     assert unseen.catch_up(snapshot, 61.0) == [] and not unseen.unseen("a")
