@@ -49,6 +49,19 @@ def policy_from(settings: Settings) -> Policy:
         raise StartupError(str(err)) from None
 
 
+# Long-lived connections beside the binder's and the API threads': the watches (one
+# per kind the cache follows) and the leader lease.
+WATCH_CONNECTIONS = 16
+
+
+def api_pool_size(settings: Settings) -> int:
+    """Connections the one API client keeps: one per thread that may call at once. With
+    fewer, urllib3 discards the surplus after each burst ("Connection pool is full"),
+    and the next burst opens new TLS connections: 923-1,133 discards per 5,000-node run
+    with 32 API threads, 32 binder workers and a pool of 32."""
+    return settings.binder_workers + settings.api_threads + WATCH_CONNECTIONS
+
+
 def api_client_from(settings: Settings) -> Any:
     """The API client from settings.kubeconfig (else in-cluster); StartupError if unusable."""
     path = settings.kubeconfig
@@ -63,7 +76,9 @@ def api_client_from(settings: Settings) -> Any:
                 f"kubeconfig {path} cannot be read ({err.strerror}); {hint}"
             ) from None
     try:
-        return load_api_client(str(path) if path is not None else None)
+        return load_api_client(
+            str(path) if path is not None else None, pool_size=api_pool_size(settings)
+        )
     except Exception as err:
         # Only the library's own messages are quoted: a YAML error would quote the
         # file's text, which may hold a token.

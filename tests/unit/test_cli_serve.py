@@ -196,3 +196,21 @@ def test_serve_keeps_sigpipe_ignored_so_a_closed_connection_cannot_kill_the_serv
         assert signal.getsignal(signal.SIGPIPE) == signal.SIG_IGN
     finally:
         signal.signal(signal.SIGPIPE, before)
+
+
+def test_the_api_client_keeps_a_connection_for_every_thread_that_may_call_at_once(
+    tmp_path: Path,
+) -> None:
+    from extender.bootstrap import WATCH_CONNECTIONS, api_client_from
+    from extender.config import Settings
+
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: k, cluster: {server: 'https://127.0.0.1:6443'}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: c, context: {cluster: k, user: u}}]\n"
+    )
+    settings = Settings(kubeconfig=kubeconfig, api_threads=10, binder_workers=5)
+    client = api_client_from(settings)
+    assert client.configuration.connection_pool_maxsize == 10 + 5 + WATCH_CONNECTIONS
