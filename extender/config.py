@@ -6,6 +6,7 @@ flags (see `extender.cli`). Documented in docs/deploy.md (configuration referenc
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Literal
 
@@ -244,9 +245,13 @@ class Settings(BaseSettings):
     # always run one after another, in the order the core emitted them.
     effect_concurrency: int = Field(default=8, ge=1)
     # Threads for the blocking API calls made off the event loop (the effects' writes,
-    # the webhook's lists): Python's default is 6 on 2 cores, and at 5,000 nodes, with
-    # PATCHes taking 100-150 ms, 6 threads held a gang's planned-node writes back.
-    api_threads: int = Field(default=32, ge=1, le=256)
+    # the webhook's lists); the default is Python's own (cores + 4, at most 32). More
+    # send more writes at once to a busy API server: at 5,000 nodes 32 threads on
+    # 2 cores bound 657 gangs in one run and 414 in the next, against 561 and 564 with 6
+    # (docs/benchmarks.md round 21), so the default stays.
+    api_threads: int = Field(
+        default_factory=lambda: min(32, (os.cpu_count() or 1) + 4), ge=1, le=256
+    )
     # A CA bundle that could not be written into the MutatingWebhookConfiguration
     # (the API server could not call the webhook) is written again in the
     # background, doubling the wait up to the maximum; the replica is not Ready
