@@ -268,3 +268,13 @@ def test_a_node_past_the_ceiling_with_no_broad_filter_is_forgotten_not_expired()
     snapshot, unseen = noticed_at_one("a")
     assert unseen.catch_up(snapshot, 60.9) == [] and unseen.unseen("a")
     assert unseen.catch_up(snapshot, 61.0) == [] and not unseen.unseen("a")
+
+
+def test_news_again_moves_a_node_behind_the_others_so_theirs_still_expire() -> None:
+    snapshot, unseen = noticed_at_one("a")
+    snapshot.upsert_node(NodeInfo.from_api(node_obj("b", 1)))
+    unseen.catch_up(snapshot, 2.0)
+    snapshot.upsert_node(NodeInfo.from_api(node_obj("a", 2)))  # a's news again, at 8
+    unseen.catch_up(snapshot, 8.0)
+    assert unseen.catch_up(snapshot, 12.0, seen=["x"], broad=True) == ["b"]
+    assert unseen.unseen("a")
