@@ -19,9 +19,9 @@ from extender.kube.rawapi import RawApi, path_of
 from extender.kube.writers import STRATEGIC_MERGE_PATCH, patch_pod
 
 
-def _pod_path(namespace: str, name: str | None = None, *sub: str) -> str:
+def _pod_path(namespace: str, name: str | None = None) -> str:
     parts = ["api", "v1", "namespaces", namespace, "pods"]
-    return path_of(*parts, *([name] if name else []), *sub)
+    return path_of(*parts, *([name] if name else []))
 
 
 def namespace_is_terminating(raw: RawApi, namespace: str, *, timeout: float) -> bool:

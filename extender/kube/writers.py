@@ -210,7 +210,7 @@ def set_planned_node(
         if not (err.status == HTTP_UNPROCESSABLE and ALREADY_BOUND in err.message):
             raise
     if lift_gate:
-        patch_pod(raw, namespace, name, _LIFT_GATE, STRATEGIC_MERGE_PATCH, timeout)
+        lift_admission_gate(raw, namespace, name, timeout=timeout)
 
 
 HTTP_UNPROCESSABLE = 422
