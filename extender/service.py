@@ -78,6 +78,14 @@ __all__ = ["Deps", "GangService", "StartupError", "create_service", "production_
 log = logging.getLogger(__name__)
 
 
+def use_api_threads(loop: asyncio.AbstractEventLoop, settings: Settings) -> None:
+    """Give asyncio.to_thread, which makes every API write and list off the loop,
+    `settings.api_threads` threads instead of Python's default pool."""
+    loop.set_default_executor(
+        ThreadPoolExecutor(max_workers=settings.api_threads, thread_name_prefix="api")
+    )
+
+
 @dataclass(frozen=True)
 class Deps:
     """What the service talks to. `production_deps` builds it from settings; tests pass fakes.
@@ -164,10 +172,7 @@ class GangService:
 
     async def run(self, tls: TLSMaterial | None = None) -> None:
         loop = asyncio.get_running_loop()
-        # asyncio.to_thread's pool: every API write and list made off the loop.
-        loop.set_default_executor(
-            ThreadPoolExecutor(max_workers=self.settings.api_threads, thread_name_prefix="api")
-        )
+        use_api_threads(loop, self.settings)
         tls = tls or self.tls()
         if not self.settings.tls_cert:  # one CA for all replicas, published for kube-scheduler
             tls = await asyncio.to_thread(

@@ -214,3 +214,40 @@ def test_the_api_client_keeps_a_connection_for_every_thread_that_may_call_at_onc
     settings = Settings(kubeconfig=kubeconfig, api_threads=10, binder_workers=5)
     client = api_client_from(settings)
     assert client.configuration.connection_pool_maxsize == 10 + 5 + WATCH_CONNECTIONS
+
+
+def test_the_service_makes_its_api_calls_on_as_many_threads_as_api_threads_says(
+    tmp_path: Path,
+) -> None:
+    import asyncio
+    import threading
+
+    from extender.config import Settings
+    from extender.service import use_api_threads
+
+    # Three calls meet at a barrier of three: only three threads at once let them all
+    # through; with fewer, the barrier times out and breaks.
+    barrier = threading.Barrier(3, timeout=3)
+
+    def meet() -> str:
+        barrier.wait()
+        return threading.current_thread().name
+
+    async def three_calls_at_once() -> list[str]:
+        use_api_threads(asyncio.get_running_loop(), Settings(api_threads=3))
+        return list(await asyncio.gather(*(asyncio.to_thread(meet) for _ in range(3))))
+
+    names = asyncio.run(three_calls_at_once())
+    assert all(name.startswith("api") for name in names), names
+    assert len(set(names)) == 3
+
+    def too_few() -> None:
+        async def one_thread() -> None:
+            use_api_threads(asyncio.get_running_loop(), Settings(api_threads=2))
+            await asyncio.gather(*(asyncio.to_thread(meet) for _ in range(3)))
+
+        asyncio.run(one_thread())
+
+    barrier.reset()
+    with pytest.raises(threading.BrokenBarrierError):
+        too_few()
