@@ -95,13 +95,16 @@ CLEAR_MIN_SECONDS = 120.0
 CLEAR_SECONDS_PER_POD = 0.05
 
 
-def clear(env: BenchEnv, namespace: str, timeout: float | None = None) -> None:
-    """Delete every pod (and PodGroup) of the namespace and wait until they are gone.
+def clear(
+    env: BenchEnv, namespace: str, timeout: float | None = None, *, namespace_too: bool = False
+) -> None:
+    """Delete every pod (and PodGroup) of the namespace and wait until they are gone;
+    with `namespace_too`, the namespace first (`BenchEnv.clear_namespace`).
 
     The wait grows with the pods deleted (`timeout` overrides it): the next run must
     start on empty nodes, or it measures nothing."""
     started = time.monotonic()
-    pods = env.clear_namespace(namespace)
+    pods = env.clear_namespace(namespace, namespace_too=namespace_too)
     if timeout is None:
         timeout = max(CLEAR_MIN_SECONDS, pods * CLEAR_SECONDS_PER_POD)
 

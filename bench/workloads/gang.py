@@ -100,7 +100,7 @@ def _canary(env: BenchEnv, sched: Scheduler) -> float:
             f"{sched.kind}: a one-pod canary gang was not bound in {CANARY_TIMEOUT_SECONDS}s"
         )
     watch.stop()
-    clear(env, namespace)
+    clear(env, namespace, namespace_too=True)
     return time.monotonic() - started
 
 
@@ -271,7 +271,8 @@ def _cases(
 
     def one(case: str, gangs: int, size: int, **kw: Any) -> None:
         out[case], namespace = _run_one(env, sched, gangs, size, cfg, case=case, **kw)
-        clear(env, namespace)
+        # Gangs still binding past the bound go with their namespace, not as partial.
+        clear(env, namespace, namespace_too=True)
 
     one("gang", gangs, cfg.size)
     if first and cfg.locality_gangs:
@@ -281,7 +282,7 @@ def _cases(
         try:
             one("preemption", gangs, cfg.size, priority_class=HIGH_PRIORITY, canary=False)
         finally:
-            clear(env, fillers)
+            clear(env, fillers, namespace_too=True)
 
 
 def _pods_left(env: BenchEnv) -> str | None:

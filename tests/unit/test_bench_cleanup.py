@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from bench import env as bench_env
 from bench.kubeclient import ApiError, delete_each, delete_nodes, delete_pods_each
 from bench.workloads import common
 
@@ -70,7 +71,7 @@ def test_the_wait_for_a_namespace_to_empty_grows_with_its_pods(
     class Env:
         api = PagedPods([])
 
-        def clear_namespace(self, namespace: str) -> int:
+        def clear_namespace(self, namespace: str, *, namespace_too: bool = False) -> int:
             return pods
 
     def wait_for(probe: Any, *, timeout: float, what: str, interval: float) -> None:
@@ -102,3 +103,28 @@ def test_a_workloads_nodes_are_deleted_one_request_each_by_its_label() -> None:
     assert (result.done, result.errors) == (3, 0)
     assert set(nodes.listed_with) == {"bench=gang"}
     assert sorted(path for path, _ in nodes.deleted) == [f"/api/v1/nodes/n{i}" for i in range(3)]
+
+
+@pytest.mark.parametrize("already_gone", [False, True])
+def test_a_gang_case_namespace_is_deleted_before_its_pods_so_a_binding_gang_goes_with_it(
+    monkeypatch: pytest.MonkeyPatch, already_gone: bool
+) -> None:
+    """The service does not count a gang whose members go with their namespace as
+    partial; deleted from a namespace that stays, it must (round 21's gang g142)."""
+    monkeypatch.setattr(bench_env, "NAMESPACE_TERMINATING_SECONDS", 0.0)
+    api = PagedPods(["a", "b"], gone=frozenset({"ns"} if already_gone else set()))
+    env = bench_env.BenchEnv(cluster=None, stack=None, api=api)  # type: ignore[arg-type]
+    assert env.clear_namespace("ns", namespace_too=True) == 2
+    deleted = [path for path, _ in api.deleted if "/podgroups/" not in path]
+    pods = ["/api/v1/namespaces/ns/pods/a", "/api/v1/namespaces/ns/pods/b"]
+    if already_gone:
+        assert sorted(deleted) == pods
+    else:
+        assert deleted[0] == "/api/v1/namespaces/ns"
+        assert sorted(deleted[1:]) == pods
+
+    kept = PagedPods(["a"])
+    bench_env.BenchEnv(cluster=None, stack=None, api=kept).clear_namespace("ns")  # type: ignore[arg-type]
+    assert [path for path, _ in kept.deleted if "/podgroups/" not in path] == [
+        "/api/v1/namespaces/ns/pods/a"
+    ]
