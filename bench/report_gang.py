@@ -170,6 +170,7 @@ def cost_per_pod(gang: dict[str, Any]) -> list[str]:
             top = sorted(writes.items(), key=lambda kv: -kv[1])[:4]
             cpu = run.get("service_cpu_seconds")
             asked = run.get("filter_candidates") or {}
+            processes = run.get("process_cpu_seconds") or {}
             rows.append(
                 [
                     case["case"],
@@ -181,6 +182,11 @@ def cost_per_pod(gang: dict[str, Any]) -> list[str]:
                     f"{asked['filters']:.0f} / {asked['one_node']:.0f} / {asked['mean_nodes']}"
                     if asked.get("filters")
                     else "-",
+                    ", ".join(
+                        f"{name} {seconds * 1000 / pods:.1f}"
+                        for name, seconds in list(processes.items())[:5]
+                    )
+                    or "-",
                 ]
             )
     if not rows:
@@ -193,11 +199,13 @@ def cost_per_pod(gang: dict[str, Any]) -> list[str]:
         "largest kinds, per pod",
         "service CPU per pod (ms)",
         "filters / offering one node / mean nodes offered",
+        "CPU per pod (ms), busiest processes",
     ]
     return [
         "What a run cost, per pod created: the API server's successful writes while it "
-        "ran (`apiserver_request_total`, every client's, the creates included), and "
-        "gang-extender's service CPU:",
+        "ran (`apiserver_request_total`, every client's, the creates included), "
+        "gang-extender's service CPU, and the CPU of each process of the control plane "
+        "over the same span (`/proc`; a scheduler stopped for another's run uses none):",
         "",
         "| " + " | ".join(head) + " |",
         "|" + "|".join("---" for _ in head) + "|",

@@ -274,6 +274,29 @@ def api_writes(env: BenchEnv) -> dict[str, float] | None:
     return found
 
 
+def process_cpu(env: BenchEnv) -> dict[str, tuple[int, float]]:
+    """(pid, CPU seconds so far) of every process the bench's control plane runs, by
+    name: the API server, etcd, the schedulers, KWOK, the service."""
+    return {
+        name: (proc.pid, env.cpu_seconds(proc.pid)) for name, proc in env.cluster.processes.items()
+    }
+
+
+def cpu_between(
+    before: dict[str, tuple[int, float]], after: dict[str, tuple[int, float]]
+) -> dict[str, float]:
+    """CPU seconds each process used between two readings, largest first; a process
+    started between them (a new pid) counts from its start, one idle throughout
+    (under 10 ms) is left out."""
+    used: dict[str, float] = {}
+    for name, (pid, seconds) in after.items():
+        then = before.get(name)
+        spent = seconds - then[1] if then is not None and then[0] == pid else seconds
+        if spent >= 0.01:
+            used[name] = round(spent, 2)
+    return dict(sorted(used.items(), key=lambda kv: -kv[1]))
+
+
 def writes_between(
     before: dict[str, float] | None, after: dict[str, float] | None
 ) -> dict[str, float] | None:

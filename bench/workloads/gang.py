@@ -42,10 +42,12 @@ from bench.workloads.common import (
     api_writes,
     candidate_figures,
     clear,
+    cpu_between,
     create_and_time,
     filter_candidates,
     nodes_spanned,
     partial_gangs,
+    process_cpu,
     service_metric,
     settled_writes,
     steady_rate,
@@ -188,8 +190,10 @@ def _run_one(
     cpu_before = env.cpu_seconds(pid) if pid else 0.0
     attempts_before = _attempts(env, sched)
     writes_before = api_writes(env)
+    processes_before = process_cpu(env)
     result = create_and_time(env, namespace, pods, timeout=cfg.timeout)
     writes = writes_between(writes_before, settled_writes(env))
+    processes = cpu_between(processes_before, process_cpu(env))
     attempts_after = _attempts(env, sched)
     # The service's CPU over the run: it plans and binds its own gangs (it is stopped
     # while the others run). Unlike wall-clock figures, it does not move with load.
@@ -204,6 +208,9 @@ def _run_one(
         # scheduler's way of working costs the API server, per pod.
         api_writes=writes,
         api_writes_per_pod=round(sum(writes.values()) / len(pods), 2) if writes else None,
+        # Every process's CPU over the same span: where each scheduler's way of working
+        # spends the machine (the API server, etcd, its scheduler, KWOK, the service).
+        process_cpu_seconds=processes,
         attempt_latency={
             key: between(attempts_before[key], attempts_after[key]) for key in attempts_after
         },

@@ -16,7 +16,12 @@ from bench.report import markdown, partial_by_workload
 from bench.report_gang import cost_per_pod, three_way, worst_ratio
 from bench.schedmetrics import ATTEMPT_SECONDS, between, histogram
 from bench.workloads import common
-from bench.workloads.common import api_writes, verb_latency, writes_between
+from bench.workloads.common import (
+    api_writes,
+    cpu_between,
+    verb_latency,
+    writes_between,
+)
 from bench.workloads.gang import GangConfig, failed_scale, gang_figures
 from extender.devcluster.workload_api import serves_v1beta1, upstream_podgroup
 
@@ -393,12 +398,14 @@ def test_the_cost_per_pod_table_shows_writes_and_service_cpu_per_pod() -> None:
         api_writes_per_pod=2.5,
         service_cpu_seconds=1.6,
         filter_candidates={"filters": 200.0, "one_node": 150.0, "mean_nodes": 10.8},
+        process_cpu_seconds={"kube-apiserver": 4.0, "etcd": 0.8, "gang-scheduler": 0.4},
     )
     lines = cost_per_pod(results)
     [row] = [line for line in lines if line.startswith("| gang |")]
     assert row == (
         "| gang | 40 | gang-extender | 2.50 | POST pods 1.00, POST pods/binding 1.00, "
-        "PATCH pods 0.50 | 10.0 | 200 / 150 / 10.8 |"
+        "PATCH pods 0.50 | 10.0 | 200 / 150 / 10.8 | kube-apiserver 25.0, etcd 5.0, "
+        "gang-scheduler 2.5 |"
     )
     assert any(line.startswith("What a run cost") for line in three_way(results))
 
@@ -433,3 +440,15 @@ def test_writes_are_read_once_queued_events_and_annotations_stop_coming(
 
     monkeypatch.setattr(common, "api_writes", read)
     assert common.settled_writes(object())["POST events"] == 8.0  # type: ignore[arg-type,index]
+
+
+def test_each_process_cpu_is_counted_over_the_run_and_a_restarted_one_from_its_start() -> None:
+    before = {"kube-apiserver": (10, 100.0), "gang-extender": (20, 5.0), "kwok": (30, 7.0)}
+    after = {
+        "kube-apiserver": (10, 130.5),
+        "gang-extender": (21, 2.0),  # restarted during the run: its new pid from 0
+        "kwok": (30, 7.004),  # idle: left out
+        "etcd": (40, 3.0),  # not read before: all of it
+    }
+    assert cpu_between(before, after) == {"kube-apiserver": 30.5, "etcd": 3.0, "gang-extender": 2.0}
+    assert list(cpu_between(before, after)) == ["kube-apiserver", "etcd", "gang-extender"]
