@@ -366,6 +366,11 @@ class EffectWriter:
                 "Warning",
             )
         elif isinstance(effect, GangBroken):
+            if self.state.terminating(plan.group.namespace):
+                # The whole gang goes with its namespace: not partial, and the coordinator
+                # does not count it either (no Warning, no Event the namespace would refuse).
+                log.info("gang %s: %s gone with its namespace", plan.group, effect.member)
+                return
             # The partial-gang metric is counted by the coordinator, which sees every effect.
             log.warning("gang %s partial: %s: %s", plan.group, effect.member, effect.cause)
             await self.writes.event_on_members(plan.group, "GangPartial", effect.message, "Warning")

@@ -851,6 +851,40 @@ async def test_a_partial_gang_is_told_on_its_members_in_the_words_of_its_status(
     )
 
 
+async def test_a_gang_deleted_with_its_namespace_while_binding_is_not_told_or_counted_partial(
+    service: GangService, raw: FakeRaw, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The namespace is being deleted (a user's `kubectl delete namespace`, or the
+    bench's cleanup) while the gang binds: no GangPartial, no Warning, no count."""
+    observe(service, "nodes", make_node("n1").gpus(4).obj())
+    observe(
+        service,
+        "namespaces",
+        {
+            "metadata": {"name": "default", "deletionTimestamp": "2026-11-29T17:00:00Z"},
+            "status": {"phase": "Terminating"},
+        },
+    )
+    pods = [make_pod(f"w{i}").group("job").min_available(2).gpus(2).obj() for i in range(2)]
+    observe(service, "pods", *pods)
+    for pod in pods:
+        service.coordinator.filter(pod, ["n1"])
+    now = time.time()
+    for pod in pods:
+        service.core.arrive(pod["metadata"]["uid"], "n1", now)
+    bound = {**pods[0], "spec": {**pods[0]["spec"], "nodeName": "n1"}}
+    with caplog.at_level(logging.INFO, logger="extender"):
+        service.state.on_event("pods", "MODIFIED", bound)
+        service.state.on_event("pods", "DELETED", pods[1])
+        await service.queues.join()
+    assert raw.events("GangPartial") == []
+    assert not [
+        r for r in caplog.records if r.levelno >= logging.WARNING and "partial" in r.message
+    ]
+    assert any("gone with its namespace" in r.message for r in caplog.records)
+    assert service.metrics.registry.get_sample_value("gang_extender_partial_gangs_total") == 0
+
+
 async def test_when_the_last_member_goes_the_ready_list_is_cleared_once(
     service: GangService, raw: FakeRaw, wiring: FakeWiring
 ) -> None:
