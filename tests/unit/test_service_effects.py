@@ -825,11 +825,8 @@ async def test_no_gang_event_goes_to_a_pod_of_another_scheduler(
     assert "1 pod of this group uses schedulerName default-scheduler" in event["message"]
 
 
-async def test_a_partial_gang_is_told_on_its_members_in_the_words_of_its_status(
-    service: GangService, raw: FakeRaw
-) -> None:
-    """Released, one member bound, the other deleted: a GangPartial Warning whose text
-    is the sentence the core put in the group's status when it saw the loss."""
+def released_gang_of_two(service: GangService) -> list[dict[str, Any]]:
+    """Gang default/job (w0, w1, 2 GPUs each) planned on n1 and released to bind."""
     observe(service, "nodes", make_node("n1").gpus(4).obj())
     pods = [make_pod(f"w{i}").group("job").min_available(2).gpus(2).obj() for i in range(2)]
     observe(service, "pods", *pods)
@@ -838,6 +835,15 @@ async def test_a_partial_gang_is_told_on_its_members_in_the_words_of_its_status(
     now = time.time()
     for pod in pods:
         service.core.arrive(pod["metadata"]["uid"], "n1", now)
+    return pods
+
+
+async def test_a_partial_gang_is_told_on_its_members_in_the_words_of_its_status(
+    service: GangService, raw: FakeRaw
+) -> None:
+    """Released, one member bound, the other deleted: a GangPartial Warning whose text
+    is the sentence the core put in the group's status when it saw the loss."""
+    pods = released_gang_of_two(service)
     bound = {**pods[0], "spec": {**pods[0]["spec"], "nodeName": "n1"}}
     service.state.on_event("pods", "MODIFIED", bound)
     service.state.on_event("pods", "DELETED", pods[1])
@@ -856,7 +862,6 @@ async def test_a_gang_deleted_with_its_namespace_while_binding_is_not_told_or_co
 ) -> None:
     """The namespace is being deleted (a user's `kubectl delete namespace`, or the
     bench's cleanup) while the gang binds: no GangPartial, no Warning, no count."""
-    observe(service, "nodes", make_node("n1").gpus(4).obj())
     observe(
         service,
         "namespaces",
@@ -865,13 +870,7 @@ async def test_a_gang_deleted_with_its_namespace_while_binding_is_not_told_or_co
             "status": {"phase": "Terminating"},
         },
     )
-    pods = [make_pod(f"w{i}").group("job").min_available(2).gpus(2).obj() for i in range(2)]
-    observe(service, "pods", *pods)
-    for pod in pods:
-        service.coordinator.filter(pod, ["n1"])
-    now = time.time()
-    for pod in pods:
-        service.core.arrive(pod["metadata"]["uid"], "n1", now)
+    pods = released_gang_of_two(service)
     bound = {**pods[0], "spec": {**pods[0]["spec"], "nodeName": "n1"}}
     with caplog.at_level(logging.INFO, logger="extender"):
         service.state.on_event("pods", "MODIFIED", bound)
