@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +61,14 @@ def api_pool_size(settings: Settings) -> int:
     and the next burst opens new TLS connections: 923-1,133 discards per 5,000-node run
     with 32 API threads, 32 binder workers and a pool of 32."""
     return settings.binder_workers + settings.api_threads + WATCH_CONNECTIONS
+
+
+def use_api_threads(loop: asyncio.AbstractEventLoop, settings: Settings) -> None:
+    """Give asyncio.to_thread, which makes every API write and list off the loop,
+    `settings.api_threads` threads instead of Python's default pool."""
+    loop.set_default_executor(
+        ThreadPoolExecutor(max_workers=settings.api_threads, thread_name_prefix="api")
+    )
 
 
 def api_client_from(settings: Settings) -> Any:

@@ -20,7 +20,6 @@ import asyncio
 import logging
 import signal
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +39,7 @@ from extender.bootstrap import (
     policy_from,
     readiness,
     serving_tls,
+    use_api_threads,
     webhook_client_ca,
 )
 from extender.config import Settings
@@ -76,14 +76,6 @@ from extender.tls import SCHEDULER_CLIENT_NAME, TLSMaterial
 __all__ = ["Deps", "GangService", "StartupError", "create_service", "production_deps", "serve"]
 
 log = logging.getLogger(__name__)
-
-
-def use_api_threads(loop: asyncio.AbstractEventLoop, settings: Settings) -> None:
-    """Give asyncio.to_thread, which makes every API write and list off the loop,
-    `settings.api_threads` threads instead of Python's default pool."""
-    loop.set_default_executor(
-        ThreadPoolExecutor(max_workers=settings.api_threads, thread_name_prefix="api")
-    )
 
 
 @dataclass(frozen=True)

@@ -222,8 +222,8 @@ def test_the_service_makes_its_api_calls_on_as_many_threads_as_api_threads_says(
     import asyncio
     import threading
 
+    from extender.bootstrap import use_api_threads
     from extender.config import Settings
-    from extender.service import use_api_threads
 
     # Three calls meet at a barrier of three: only three threads at once let them all
     # through; with fewer, the barrier times out and breaks.
